@@ -1,0 +1,217 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Default chart size, used when LineChart.Width or Height is zero.
+const (
+	DefaultChartWidth  = 16 * vg.Centimeter
+	DefaultChartHeight = 10 * vg.Centimeter
+)
+
+// Series is one named line of a chart: the points (X[i], Y[i]).
+type Series struct {
+	Name string
+	X, Y []float64
+}
+
+// HLine is a horizontal reference line, such as a capacity limit, drawn
+// dashed across the chart at height Y and named in the legend.
+type HLine struct {
+	Name string
+	Y    float64
+}
+
+// LineChart is a line chart with one line per series, each in its own
+// color with its own point marker, and a legend. Experiments build one in
+// Render and call Save.
+type LineChart struct {
+	Title, XLabel, YLabel string
+	// LogY selects a logarithmic Y axis. A log axis cannot show zero or
+	// negative values, so those are clamped to a floor one decade below
+	// the smallest positive Y value in the chart (or to 1 when there is
+	// none); they appear at the bottom of the chart.
+	LogY bool
+	// Series are the lines; at least one is required, each with at least
+	// one point and as many X as Y values.
+	Series []Series
+	// Lines are optional dashed horizontal reference lines.
+	Lines []HLine
+	// Width and Height are the image size; zero means DefaultChartWidth
+	// and DefaultChartHeight.
+	Width, Height vg.Length
+}
+
+// Save draws the chart and writes it to path as a PNG image, whatever the
+// file name's extension.
+func (c LineChart) Save(path string) (err error) {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	width, height := c.Width, c.Height
+	if width == 0 {
+		width = DefaultChartWidth
+	}
+	if height == 0 {
+		height = DefaultChartHeight
+	}
+
+	p, err := c.plot()
+	if err != nil {
+		return fmt.Errorf("lab: chart %q: %w", c.Title, err)
+	}
+
+	// gonum/plot panics on some degenerate input; turn that into an error
+	// so that one bad chart does not lose a whole report.
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("lab: chart %q: drawing failed: %v", c.Title, v)
+		}
+	}()
+	image, err := p.WriterTo(width, height, "png")
+	if err != nil {
+		return fmt.Errorf("lab: chart %q: %w", c.Title, err)
+	}
+
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("lab: chart %q: %w", c.Title, err)
+	}
+	if _, err := image.WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("lab: chart %q: write %s: %w", c.Title, path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("lab: chart %q: write %s: %w", c.Title, path, err)
+	}
+	return nil
+}
+
+// validate reports the first field of c that cannot be drawn.
+func (c LineChart) validate() error {
+	if len(c.Series) == 0 {
+		return fmt.Errorf("lab: chart %q: Series: must not be empty", c.Title)
+	}
+	for i, s := range c.Series {
+		where := fmt.Sprintf("lab: chart %q: Series[%d] (%q)", c.Title, i, s.Name)
+		if len(s.X) != len(s.Y) {
+			return fmt.Errorf("%s: X has %d values but Y has %d", where, len(s.X), len(s.Y))
+		}
+		if len(s.X) == 0 {
+			return fmt.Errorf("%s: has no points", where)
+		}
+		for j := range s.X {
+			if !finite(s.X[j]) || !finite(s.Y[j]) {
+				return fmt.Errorf("%s: point %d (%v, %v) is not finite", where, j, s.X[j], s.Y[j])
+			}
+		}
+	}
+	for i, l := range c.Lines {
+		if !finite(l.Y) {
+			return fmt.Errorf("lab: chart %q: Lines[%d] (%q): Y %v is not finite", c.Title, i, l.Name, l.Y)
+		}
+	}
+	if c.Width < 0 || c.Height < 0 {
+		return fmt.Errorf("lab: chart %q: Width, Height: must not be negative", c.Title)
+	}
+	return nil
+}
+
+// plot builds the gonum plot for c, which must be valid.
+func (c LineChart) plot() (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = c.Title
+	p.X.Label.Text = c.XLabel
+	p.Y.Label.Text = c.YLabel
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+
+	floor := 0.0
+	if c.LogY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		floor = c.logFloor()
+	}
+	y := func(v float64) float64 {
+		if c.LogY && v < floor {
+			return floor
+		}
+		return v
+	}
+
+	xMin, xMax := math.Inf(1), math.Inf(-1)
+	for i, s := range c.Series {
+		points := make(plotter.XYs, len(s.X))
+		for j := range s.X {
+			points[j] = plotter.XY{X: s.X[j], Y: y(s.Y[j])}
+			xMin = math.Min(xMin, s.X[j])
+			xMax = math.Max(xMax, s.X[j])
+		}
+		line, marks, err := plotter.NewLinePoints(points)
+		if err != nil {
+			return nil, fmt.Errorf("Series[%d] (%q): %w", i, s.Name, err)
+		}
+		line.Color = plotutil.Color(i)
+		marks.Color = plotutil.Color(i)
+		marks.Shape = plotutil.Shape(i)
+		p.Add(line, marks)
+		p.Legend.Add(s.Name, line, marks)
+	}
+
+	for i, l := range c.Lines {
+		points := plotter.XYs{{X: xMin, Y: y(l.Y)}, {X: xMax, Y: y(l.Y)}}
+		line, err := plotter.NewLine(points)
+		if err != nil {
+			return nil, fmt.Errorf("Lines[%d] (%q): %w", i, l.Name, err)
+		}
+		line.Color = plotutil.Color(len(c.Series) + i)
+		line.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
+		p.Add(line)
+		p.Legend.Add(l.Name, line)
+	}
+
+	// A log axis needs a range of positive values; widen a flat one by a
+	// decade each way (gonum would widen it by ±1, possibly below zero).
+	if c.LogY && p.Y.Min == p.Y.Max {
+		p.Y.Min /= 10
+		p.Y.Max *= 10
+	}
+	return p, nil
+}
+
+// logFloor returns the value that zero and negative Y values are clamped
+// to on a log axis: a tenth of the smallest positive Y, or 1 if there is
+// no positive Y at all.
+func (c LineChart) logFloor() float64 {
+	smallest := math.Inf(1)
+	for _, s := range c.Series {
+		for _, v := range s.Y {
+			if v > 0 {
+				smallest = math.Min(smallest, v)
+			}
+		}
+	}
+	for _, l := range c.Lines {
+		if l.Y > 0 {
+			smallest = math.Min(smallest, l.Y)
+		}
+	}
+	if math.IsInf(smallest, 1) {
+		return 1
+	}
+	return smallest / 10
+}
+
+// finite reports whether v is neither NaN nor infinite.
+func finite(v float64) bool {
+	return !math.IsNaN(v) && !math.IsInf(v, 0)
+}

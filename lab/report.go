@@ -1,0 +1,180 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// reportSection is everything REPORT.md says about one experiment.
+type reportSection struct {
+	result   *Result
+	keys     []string // condition keys, the first table columns
+	columns  []string // metric columns, from Experiment.Columns
+	markdown string   // from Experiment.Render
+}
+
+// writeResultFile writes res as indented JSON to <dir>/<experiment>.json.
+func writeResultFile(dir string, res *Result) error {
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("lab: %s: encode result: %w", res.Experiment, err)
+	}
+	path := filepath.Join(dir, res.Experiment+".json")
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("lab: %s: %w", res.Experiment, err)
+	}
+	return nil
+}
+
+// writeReport writes REPORT.md: a title, the generation time and one
+// section per experiment.
+func writeReport(path string, generated time.Time, sections []reportSection) error {
+	var b strings.Builder
+	b.WriteString("# Stampede lab report\n\n")
+	fmt.Fprintf(&b, "Generated %s UTC.\n", generated.UTC().Format(time.DateTime))
+	for _, s := range sections {
+		b.WriteString("\n")
+		writeSection(&b, s)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("lab: write report: %w", err)
+	}
+	return nil
+}
+
+// writeSection writes one experiment's part of REPORT.md.
+func writeSection(b *strings.Builder, s reportSection) {
+	res := s.result
+	fmt.Fprintf(b, "## %s\n\n", res.Experiment)
+
+	valid := 0
+	for _, run := range res.Runs {
+		if run.Valid {
+			valid++
+		}
+	}
+	if res.Valid {
+		fmt.Fprintf(b, "**VALID**: %d of %d runs valid, no invariant broken.\n\n", valid, len(res.Runs))
+	} else {
+		fmt.Fprintf(b, "**INVALID**: %d of %d runs valid. Problems:\n\n", valid, len(res.Runs))
+		for _, p := range res.Problems {
+			fmt.Fprintf(b, "- %s\n", p)
+		}
+		b.WriteString("\n")
+	}
+
+	b.WriteString("Parameters:\n\n```json\n")
+	params, err := json.MarshalIndent(res.Params, "", "  ")
+	if err != nil {
+		params = []byte(fmt.Sprintf("(could not be encoded: %v)", err))
+	}
+	b.Write(params)
+	b.WriteString("\n```\n\n")
+
+	fmt.Fprintf(b, "Medians over the valid runs; %s.json holds every run.\n\n", res.Experiment)
+	b.WriteString(summaryTable(s.keys, s.columns, res.Summary))
+
+	if md := strings.TrimSpace(s.markdown); md != "" {
+		b.WriteString("\n")
+		b.WriteString(md)
+		b.WriteString("\n")
+	}
+}
+
+// summaryTable returns the Markdown table of the summaries: one column per
+// condition key, then one per metric column. A metric without a median
+// (no valid run) shows as "n/a".
+func summaryTable(keys, columns []string, summary []Summary) string {
+	header := append(append([]string{}, keys...), columns...)
+	var b strings.Builder
+	b.WriteString("| " + strings.Join(header, " | ") + " |\n")
+	b.WriteString("|" + strings.Repeat(" --- |", len(header)) + "\n")
+	for _, s := range summary {
+		cells := make([]string, len(header))
+		for i, name := range header {
+			v, ok := s.Median[name]
+			if !ok {
+				cells[i] = "n/a"
+				continue
+			}
+			cells[i] = tableCell(formatValue(v))
+		}
+		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	}
+	return b.String()
+}
+
+// formatValue formats a table value; numbers go through formatNumber.
+func formatValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "n/a"
+	case float64:
+		return formatNumber(x)
+	case float32:
+		return formatNumber(float64(x))
+	case int:
+		return strconv.Itoa(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case string:
+		return x
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// formatNumber formats x compactly: whole numbers without decimals
+// ("1200"), others with up to two decimals ("4.25", "0.5"). A non-zero
+// number that would round to "0" keeps two significant digits ("0.0042")
+// instead, so that a small non-zero value, such as a rare violation rate,
+// never reads as zero.
+func formatNumber(x float64) string {
+	if x == 0 {
+		return "0" // also turns -0 into 0
+	}
+	if x == math.Trunc(x) && math.Abs(x) < 1e15 {
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	}
+	if math.Abs(x) < 0.005 {
+		return strconv.FormatFloat(x, 'g', 2, 64)
+	}
+	s := strconv.FormatFloat(x, 'f', 2, 64)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}
+
+// tableCell keeps s from breaking the Markdown table.
+func tableCell(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+// summaryOutput is one element of the JSON printed when Config.JSON is set.
+type summaryOutput struct {
+	Experiment string    `json:"experiment"`
+	Summary    []Summary `json:"summary"`
+	Valid      bool      `json:"valid"`
+}
+
+// writeSummaries prints the summaries of results to w as one indented JSON
+// array.
+func writeSummaries(w io.Writer, results []*Result) error {
+	out := make([]summaryOutput, 0, len(results))
+	for _, res := range results {
+		out = append(out, summaryOutput{Experiment: res.Experiment, Summary: res.Summary, Valid: res.Valid})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return fmt.Errorf("lab: print JSON summaries: %w", err)
+	}
+	return nil
+}
