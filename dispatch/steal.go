@@ -30,6 +30,8 @@ type stealEngine[T any] struct {
 	space     []signal            // per partition: broadcast when a slot frees
 	wake      []chan struct{}     // per worker, capacity 1
 	busy      []bool              // per worker: running a handler
+	sleeping  []bool              // per worker: waiting for work or a stale head
+	until     []time.Time         // per sleeping worker: when its timer fires (zero: no timer)
 	queued    int
 	closed    bool
 	submitted uint64
@@ -40,13 +42,15 @@ type stealEngine[T any] struct {
 func newSteal[T any](cfg Config, h Handler[T]) *stealEngine[T] {
 	n := cfg.Workers
 	e := &stealEngine[T]{
-		cfg:     cfg,
-		handler: h,
-		closing: make(chan struct{}),
-		queues:  make([]deque[stamped[T]], n),
-		space:   make([]signal, n),
-		wake:    make([]chan struct{}, n),
-		busy:    make([]bool, n),
+		cfg:      cfg,
+		handler:  h,
+		closing:  make(chan struct{}),
+		queues:   make([]deque[stamped[T]], n),
+		space:    make([]signal, n),
+		wake:     make([]chan struct{}, n),
+		busy:     make([]bool, n),
+		sleeping: make([]bool, n),
+		until:    make([]time.Time, n),
 	}
 	for i := range n {
 		e.wake[i] = make(chan struct{}, 1)
@@ -77,14 +81,13 @@ func (e *stealEngine[T]) submit(ctx context.Context, key string, item T) error {
 		return ErrClosed
 	}
 	wasEmpty := e.queues[p].len() == 0
-	e.queues[p].pushBack(stamped[T]{key: key, item: item, at: time.Now()})
+	now := time.Now()
+	e.queues[p].pushBack(stamped[T]{key: key, item: item, at: now})
 	e.queued++
 	e.submitted++
 	e.kick(p)
 	if wasEmpty && e.busy[p] {
-		// A new head starts waiting behind a busy owner: idle workers
-		// must learn when it becomes stealable.
-		e.kickIdle()
+		e.headWaits(now)
 	}
 	e.mu.Unlock()
 	return nil
@@ -100,6 +103,9 @@ func (e *stealEngine[T]) work(w int) {
 			e.queued--
 			e.space[w].broadcast()
 			e.busy[w] = true
+			if head, ok := e.queues[w].front(); ok {
+				e.headWaits(head.at)
+			}
 			e.mu.Unlock()
 			e.handler(it.key, it.item)
 			e.mu.Lock()
@@ -119,6 +125,11 @@ func (e *stealEngine[T]) work(w int) {
 			e.mu.Unlock()
 			return
 		}
+		e.sleeping[w] = true
+		e.until[w] = time.Time{}
+		if wait >= 0 {
+			e.until[w] = time.Now().Add(wait)
+		}
 		e.mu.Unlock()
 		if wait < 0 {
 			<-e.wake[w]
@@ -131,6 +142,7 @@ func (e *stealEngine[T]) work(w int) {
 			t.Stop()
 		}
 		e.mu.Lock()
+		e.sleeping[w] = false
 	}
 }
 
@@ -184,10 +196,14 @@ func (e *stealEngine[T]) kick(w int) {
 	}
 }
 
-// kickIdle wakes every worker that is not running a handler.
-func (e *stealEngine[T]) kickIdle() {
-	for w, busy := range e.busy {
-		if !busy {
+// headWaits is called when a head accepted at `at` starts waiting behind a
+// busy owner. It wakes every sleeping worker whose timer would fire later
+// than that head becomes stealable, so that one of them is awake in time.
+// Called with mu held.
+func (e *stealEngine[T]) headWaits(at time.Time) {
+	stealable := at.Add(e.cfg.StealAfter)
+	for w, asleep := range e.sleeping {
+		if asleep && (e.until[w].IsZero() || e.until[w].After(stealable)) {
 			e.kick(w)
 		}
 	}
