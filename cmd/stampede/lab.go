@@ -1,0 +1,96 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/stampede-lab/stampede/lab"
+)
+
+// labOptions are the flags every experiment shares.
+type labOptions struct {
+	out     string
+	json    bool
+	full    bool
+	repeat  int
+	seconds float64
+	seed    uint64
+}
+
+// experiment builds one experiment from the common options and the flags
+// of the command being run (flags it does not know keep their defaults).
+type experiment struct {
+	name  string
+	build func(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error)
+}
+
+// experiments lists every experiment that exists, in the order `stampede lab`
+// runs them.
+func experiments() []experiment {
+	return []experiment{
+		{"ordering", buildOrdering},
+	}
+}
+
+func newLabCmd() *cobra.Command {
+	opts := &labOptions{}
+	cmd := &cobra.Command{
+		Use:   "lab [all|EXPERIMENT]",
+		Short: "Run lab experiments and write a report",
+		Long: `Run lab experiments: each puts a component under load and faults and measures
+the invariant it promises. Without an experiment name, every experiment runs
+in its quick profile (a few minutes in all) on embedded defaults.
+
+Conditions run interleaved (A B C A B C), every run's values are kept, and the
+report shows the median of the repeats. Output goes to --out: REPORT.md (tables
+and charts), <experiment>.json and PNG charts. Progress goes to stderr.
+
+A run is valid only if the system under test saw traffic and produced at least
+one success. An invalid run or a broken invariant makes the command exit with
+status 2 (other errors: 1), after the report is written.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runAll(cmd, opts) },
+	}
+	f := cmd.PersistentFlags()
+	f.StringVar(&opts.out, "out", "lab-report", "directory for REPORT.md, <experiment>.json and the charts")
+	f.BoolVar(&opts.json, "json", false, "also print the summaries as JSON on stdout")
+	f.BoolVar(&opts.full, "full", false, "the seed write-ups' parameters (longer runs, 3 repeats) instead of the quick profile")
+	f.IntVar(&opts.repeat, "repeat", 0, "repeats per condition (default: 1, or 3 with --full)")
+	f.Float64Var(&opts.seconds, "seconds", 0, "seconds of load per run (default: the profile's)")
+	f.Uint64Var(&opts.seed, "seed", 1, "seed of the random arrival streams")
+
+	cmd.AddCommand(&cobra.Command{
+		Use:   "all",
+		Short: "Run every experiment (the same as `stampede lab`)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runAll(cmd, opts) },
+	})
+	cmd.AddCommand(newLabOrderingCmd(opts))
+	return cmd
+}
+
+func runAll(cmd *cobra.Command, opts *labOptions) error {
+	var exps []lab.Experiment
+	for _, e := range experiments() {
+		exp, err := e.build(cmd, opts)
+		if err != nil {
+			return err
+		}
+		exps = append(exps, exp)
+	}
+	return runExperiments(cmd, opts, exps...)
+}
+
+func runExperiments(cmd *cobra.Command, opts *labOptions, exps ...lab.Experiment) error {
+	cfg := lab.DefaultConfig()
+	cfg.Out, cfg.JSON = opts.out, opts.json
+	cfg.Stdout, cfg.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
+	runner, err := lab.NewRunner(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = runner.Run(cmd.Context(), exps...)
+	if err == nil {
+		cmd.PrintErrf("report written to %s/REPORT.md\n", opts.out)
+	}
+	return err
+}

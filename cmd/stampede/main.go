@@ -1,0 +1,49 @@
+// Command stampede runs Stampede's services and its lab experiments.
+//
+// Run `stampede --help` for the commands, and `stampede lab` for every
+// experiment on embedded defaults.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stampede-lab/stampede/lab"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stampede:", err)
+		if errors.Is(err, lab.ErrInvalid) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "stampede",
+		Short: "Survive a ticket-sale rush: waiting room, payments, keyed dispatch, and the lab that measures them",
+		Long: `Stampede is a platform for the moment a ticket sale opens. Each component
+ships with a lab experiment that puts it under load and faults and measures
+the invariant it promises.
+
+Start with:
+  stampede lab            run every experiment on embedded defaults (a few minutes)
+  stampede lab --help     the experiments and their flags`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newLabCmd())
+	return root
+}

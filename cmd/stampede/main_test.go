@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// execute runs the stampede command line with args and returns its stdout,
+// stderr and error.
+func execute(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := newRootCmd()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+func TestLabOrderingRejectsBadFlags(t *testing.T) {
+	out := t.TempDir()
+	cases := map[string][]string{
+		"workers":     {"--workers", "0"},
+		"hot-loads":   {"--hot-loads", "fast"},
+		"strategies":  {"--strategies", "shared,lifo"},
+		"jitter":      {"--jitter", "1.5"},
+		"seconds":     {"--seconds", "-1"},
+		"normal-cost": {"--normal-cost", "5"},
+	}
+	for flag, args := range cases {
+		_, _, err := execute(t, append([]string{"lab", "ordering", "--out", out}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%v: error %v, want one naming %s", args, err, flag)
+		}
+	}
+	if _, _, err := execute(t, "lab", "nonsense"); err == nil {
+		t.Error("an unknown experiment was accepted")
+	}
+}
+
+func TestLabOrderingWritesTheReport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real 2-condition experiment for about a second")
+	}
+	dir := filepath.Join(t.TempDir(), "report")
+	stdout, stderr, err := execute(t, "lab", "ordering", "--out", dir, "--json",
+		"--seconds", "0.3", "--rate", "200", "--hot-loads", "1", "--normal-cost", "1ms", "--hot-cost", "10ms",
+		"--strategies", "shared,keyed")
+	if err != nil {
+		t.Fatalf("lab ordering: %v\n%s", err, stderr)
+	}
+	var summaries []struct {
+		Experiment string           `json:"experiment"`
+		Valid      bool             `json:"valid"`
+		Summary    []map[string]any `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &summaries); err != nil {
+		t.Fatalf("--json output is not JSON: %v\n%s", err, stdout)
+	}
+	if len(summaries) != 1 || summaries[0].Experiment != "ordering" || !summaries[0].Valid || len(summaries[0].Summary) != 2 {
+		t.Fatalf("summaries = %+v", summaries)
+	}
+	for _, name := range []string{"REPORT.md", "ordering.json", "ordering-victim-p99.png"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s missing or empty: %v", name, err)
+		}
+	}
+	if !strings.Contains(stderr, "lab ordering: run 2/2") {
+		t.Errorf("no progress lines on stderr:\n%s", stderr)
+	}
+}

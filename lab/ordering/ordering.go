@@ -1,0 +1,431 @@
+// Package ordering is the lab experiment of the keyed dispatcher: the same
+// open-loop arrival stream goes to 8 workers under each dispatch strategy
+// while one hot key's load sweeps past one worker's worth, and the run
+// counts per-key order violations and the latency of every other key (the
+// victims).
+//
+// It reproduces the write-up in shared/seeds/003_d09c0986b33ccde8.txt —
+// shared, partition and steal — and adds keyed, which should keep partition's
+// zero violations and shared's victim latency at once.
+//
+// Latency runs from each item's intended arrival time, not from the moment
+// it was submitted, so a generator that falls behind cannot hide queueing
+// (no coordinated omission).
+package ordering
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/stampede-lab/stampede/dispatch"
+	"github.com/stampede-lab/stampede/lab"
+)
+
+// Config holds every parameter of the experiment.
+type Config struct {
+	// Workers is the dispatcher's worker count (and partition count).
+	Workers int
+	// Rate is the mean arrival rate in items per second (Poisson).
+	Rate float64
+	// Keys is the number of keys; key-000 is the hot one.
+	Keys int
+	// HotLoads are the hot key's offered loads, in workers: the hot key's
+	// arrival rate times HotCost.
+	HotLoads []float64
+	// NormalCost and HotCost are the mean handler times of other keys and
+	// of the hot key.
+	NormalCost, HotCost time.Duration
+	// Jitter spreads every handler time uniformly over ±Jitter of its mean,
+	// so that two items of one key running at once can finish out of order.
+	Jitter float64
+	// StealAfter is the steal strategy's threshold.
+	StealAfter time.Duration
+	// Strategies are the strategies compared, in report order.
+	Strategies []dispatch.Strategy
+	// Duration is how long arrivals last in each run; the dispatcher then
+	// drains, which can take longer.
+	Duration time.Duration
+	// Repeat is how many times each condition runs.
+	Repeat int
+	// Seed makes the arrival streams reproducible. Every strategy sees the
+	// same stream for a given hot load and repeat.
+	Seed uint64
+}
+
+// DefaultConfig is the quick profile: the seed's parameters with 4-second
+// runs and one repeat, about a minute in all.
+func DefaultConfig() Config {
+	return Config{
+		Workers:    8,
+		Rate:       400,
+		Keys:       200,
+		HotLoads:   []float64{0.4, 1.0, 2.0},
+		NormalCost: 5 * time.Millisecond,
+		HotCost:    100 * time.Millisecond,
+		Jitter:     0.5,
+		StealAfter: 500 * time.Millisecond,
+		Strategies: dispatch.Strategies(),
+		Duration:   4 * time.Second,
+		Repeat:     1,
+		Seed:       1,
+	}
+}
+
+// FullConfig is the seed write-up's profile: 20-second runs, 3 repeats.
+func FullConfig() Config {
+	c := DefaultConfig()
+	c.Duration, c.Repeat = 20*time.Second, 3
+	return c
+}
+
+// Validate reports the first unusable field by its flag name.
+func (c Config) Validate() error {
+	switch {
+	case c.Workers < 1:
+		return fmt.Errorf("ordering: workers: must be at least 1, got %d", c.Workers)
+	case !(c.Rate > 0) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("ordering: rate: must be a positive number of items per second, got %v", c.Rate)
+	case c.Keys < 2:
+		return fmt.Errorf("ordering: keys: need at least 2 (one hot, one victim), got %d", c.Keys)
+	case len(c.HotLoads) == 0:
+		return errors.New("ordering: hot-loads: need at least one")
+	case c.NormalCost <= 0:
+		return fmt.Errorf("ordering: normal-cost: must be positive, got %s", c.NormalCost)
+	case c.HotCost <= 0:
+		return fmt.Errorf("ordering: hot-cost: must be positive, got %s", c.HotCost)
+	case c.Jitter < 0 || c.Jitter >= 1:
+		return fmt.Errorf("ordering: jitter: must be in [0, 1), got %v", c.Jitter)
+	case c.StealAfter <= 0:
+		return fmt.Errorf("ordering: steal-after: must be positive, got %s", c.StealAfter)
+	case len(c.Strategies) == 0:
+		return errors.New("ordering: strategies: need at least one")
+	case c.Duration <= 0:
+		return fmt.Errorf("ordering: seconds: must be positive, got %s", c.Duration)
+	case c.Repeat < 1:
+		return fmt.Errorf("ordering: repeat: must be at least 1, got %d", c.Repeat)
+	}
+	for _, load := range c.HotLoads {
+		if share := c.hotShare(load); !(share > 0) || share > 1 {
+			return fmt.Errorf("ordering: hot-loads: %v workers needs %.0f hot items/s, more than the %.0f/s arrival rate (or not positive)",
+				load, load/c.HotCost.Seconds(), c.Rate)
+		}
+	}
+	for _, s := range c.Strategies {
+		if _, err := dispatch.ParseStrategy(string(s)); err != nil {
+			return fmt.Errorf("ordering: strategies: %w", err)
+		}
+	}
+	return nil
+}
+
+// hotShare is the fraction of arrivals that belong to the hot key at a
+// given hot load.
+func (c Config) hotShare(load float64) float64 {
+	return load / (c.Rate * c.HotCost.Seconds())
+}
+
+// Experiment is the ordering experiment; it implements lab.Experiment.
+type Experiment struct {
+	cfg Config
+}
+
+var _ lab.Experiment = (*Experiment)(nil)
+
+// New returns the experiment for cfg.
+func New(cfg Config) (*Experiment, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Experiment{cfg: cfg}, nil
+}
+
+// Name implements lab.Experiment.
+func (e *Experiment) Name() string { return "ordering" }
+
+// Repeats implements lab.Experiment.
+func (e *Experiment) Repeats() int { return e.cfg.Repeat }
+
+// Params implements lab.Experiment.
+func (e *Experiment) Params() any {
+	c := e.cfg
+	return map[string]any{
+		"workers":        c.Workers,
+		"rate_per_s":     c.Rate,
+		"keys":           c.Keys,
+		"hot_loads":      c.HotLoads,
+		"normal_cost_ms": ms(c.NormalCost),
+		"hot_cost_ms":    ms(c.HotCost),
+		"jitter":         c.Jitter,
+		"steal_after_ms": ms(c.StealAfter),
+		"strategies":     c.Strategies,
+		"seconds":        c.Duration.Seconds(),
+		"repeat":         c.Repeat,
+		"seed":           c.Seed,
+		"arrivals":       "poisson, open loop",
+		"latency_from":   "intended arrival time",
+	}
+}
+
+// Conditions implements lab.Experiment: hot load major, strategy minor, so
+// the strategies at one load run back to back on the same stream.
+func (e *Experiment) Conditions() []lab.Condition {
+	var conds []lab.Condition
+	for _, load := range e.cfg.HotLoads {
+		for _, s := range e.cfg.Strategies {
+			conds = append(conds, lab.Condition{
+				Label:  fmt.Sprintf("%s hot_load=%g", s, load),
+				Values: map[string]any{"strategy": string(s), "hot_load": load},
+				Keys:   []string{"strategy", "hot_load"},
+			})
+		}
+	}
+	return conds
+}
+
+// Columns implements lab.Experiment.
+func (e *Experiment) Columns() []string {
+	return []string{"violations", "hot_violations", "other_violations", "overlaps", "stolen",
+		"victim_p50_ms", "victim_p95_ms", "victim_p99_ms", "hot_p99_ms", "items", "drain_ms"}
+}
+
+// RunDetail is the per-run data kept in the JSON beside the metrics.
+type RunDetail struct {
+	// Seed is the arrival stream's seed.
+	Seed uint64 `json:"seed"`
+	// Arrivals is the number of scheduled items.
+	Arrivals int `json:"arrivals"`
+	// LagP99MS is how late the generator submitted items (p99); latency
+	// is measured from the intended time either way.
+	LagP99MS float64 `json:"generator_lag_p99_ms"`
+	// Victim and Hot are latency quantiles per key class.
+	Victim, Hot []Quantile `json:"-"`
+	// Latency holds Victim and Hot for the JSON.
+	Latency map[string][]Quantile `json:"latency_ms"`
+}
+
+// Quantile is one point of a latency distribution.
+type Quantile struct {
+	Percentile float64 `json:"p"`
+	MS         float64 `json:"ms"`
+}
+
+// percentiles are the points kept of each latency distribution.
+var percentiles = []float64{10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 100}
+
+// item is what flows through the dispatcher.
+type item struct {
+	seq      uint64
+	intended time.Time
+	cost     time.Duration
+}
+
+// arrival is one scheduled item.
+type arrival struct {
+	at   time.Duration // offset from the start of the run
+	key  int           // 0 is the hot key
+	cost time.Duration
+}
+
+// schedule draws the open-loop arrival stream for one hot load and repeat.
+func (e *Experiment) schedule(load float64, seed uint64) []arrival {
+	c := e.cfg
+	rng := rand.New(rand.NewPCG(seed, math.Float64bits(load)))
+	share := c.hotShare(load)
+	var out []arrival
+	var t time.Duration
+	for {
+		t += time.Duration(rng.ExpFloat64() / c.Rate * float64(time.Second))
+		if t >= c.Duration {
+			return out
+		}
+		a := arrival{at: t}
+		mean := c.NormalCost
+		if rng.Float64() < share {
+			mean = c.HotCost
+		} else {
+			a.key = 1 + rng.IntN(c.Keys-1)
+		}
+		a.cost = time.Duration(float64(mean) * (1 + c.Jitter*(2*rng.Float64()-1)))
+		out = append(out, a)
+	}
+}
+
+// Run implements lab.Experiment: one strategy, one hot load, one stream.
+func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (lab.RunResult, error) {
+	c := e.cfg
+	strategy := dispatch.Strategy(cond.Values["strategy"].(string))
+	load := cond.Values["hot_load"].(float64)
+	seed := c.Seed + uint64(repeat)
+	plan := e.schedule(load, seed)
+	keys := make([]string, c.Keys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%03d", i)
+	}
+	hot := keys[0]
+
+	ledger := dispatch.NewLedger()
+	rec := newRecorder()
+	dcfg := dispatch.DefaultConfig()
+	dcfg.Strategy, dcfg.Workers, dcfg.StealAfter = strategy, c.Workers, c.StealAfter
+	dcfg.QueueSize = len(plan) + 1 // open loop: the generator never waits for room
+	d, err := dispatch.New(dcfg, func(key string, it item) {
+		ledger.Start(key, it.seq)
+		time.Sleep(it.cost)
+		ledger.Done(key, it.seq)
+		rec.record(key == hot, time.Since(it.intended))
+	})
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+
+	lag := hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
+	start := time.Now()
+	var runErr error
+	for _, a := range plan {
+		intended := start.Add(a.at)
+		if wait := time.Until(intended); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			runErr = err
+			break
+		}
+		_ = lag.RecordValue(max(1, time.Since(intended).Microseconds()))
+		key := keys[a.key]
+		if err := d.Submit(ctx, key, item{seq: ledger.Submit(key), intended: intended, cost: a.cost}); err != nil {
+			runErr = err
+			break
+		}
+	}
+	lastArrival := time.Now()
+	d.Close()
+	drain := time.Since(lastArrival)
+	if runErr != nil {
+		return lab.RunResult{}, runErr
+	}
+
+	rep := ledger.Report()
+	hotRep := ledger.Key(hot)
+	st := d.Stats()
+	victim, hotLat := rec.snapshot()
+	m := lab.Metrics{
+		"violations":       float64(rep.Violations),
+		"hot_violations":   float64(hotRep.Violations),
+		"other_violations": float64(rep.Violations - hotRep.Violations),
+		"overlaps":         float64(rep.Overlaps),
+		"stolen":           float64(st.Stolen),
+		"victim_p50_ms":    quantileMS(victim, 50),
+		"victim_p95_ms":    quantileMS(victim, 95),
+		"victim_p99_ms":    quantileMS(victim, 99),
+		"hot_p99_ms":       quantileMS(hotLat, 99),
+		"items":            float64(rep.Completed),
+		"hot_items":        float64(hotRep.Completed),
+		"lost":             float64(rep.Outstanding()),
+		"duplicates":       float64(rep.Duplicates),
+		"drain_ms":         ms(drain),
+	}
+	detail := RunDetail{
+		Seed: seed, Arrivals: len(plan), LagP99MS: quantileMS(lag, 99),
+		Victim: quantiles(victim), Hot: quantiles(hotLat),
+	}
+	detail.Latency = map[string][]Quantile{"victim": detail.Victim, "hot": detail.Hot}
+	res := lab.RunResult{Metrics: m, Extra: detail, Valid: true}
+	switch {
+	case rep.Completed == 0:
+		res.Valid, res.Reason = false, "no item completed"
+	case victim.TotalCount() == 0:
+		res.Valid, res.Reason = false, "no victim (non-hot) item completed"
+	case rep.Vacuous():
+		res.Valid, res.Reason = false, "order check vacuous: no key had two items"
+	}
+	if lost := rep.Outstanding(); lost > 0 {
+		res.Broken = append(res.Broken, fmt.Sprintf("%s lost %d items", strategy, lost))
+	}
+	if rep.Duplicates > 0 {
+		res.Broken = append(res.Broken, fmt.Sprintf("%s ran %d items twice", strategy, rep.Duplicates))
+	}
+	if strategy == dispatch.Keyed || strategy == dispatch.Partition {
+		if rep.Violations > 0 || rep.Overlaps > 0 {
+			res.Broken = append(res.Broken, fmt.Sprintf("%s broke per-key order: %d violations, %d overlaps",
+				strategy, rep.Violations, rep.Overlaps))
+		}
+	}
+	return res, nil
+}
+
+// recorder collects handler latencies per key class.
+type recorder struct {
+	mu          sync.Mutex
+	victim, hot *hdrhistogram.Histogram
+}
+
+func newRecorder() *recorder {
+	// Microseconds, up to an hour, three significant digits.
+	return &recorder{
+		victim: hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3),
+		hot:    hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3),
+	}
+}
+
+func (r *recorder) record(hot bool, d time.Duration) {
+	us := max(1, d.Microseconds())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if hot {
+		_ = r.hot.RecordValue(us)
+	} else {
+		_ = r.victim.RecordValue(us)
+	}
+}
+
+func (r *recorder) snapshot() (victim, hot *hdrhistogram.Histogram) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.victim, r.hot
+}
+
+func quantileMS(h *hdrhistogram.Histogram, p float64) float64 {
+	if h.TotalCount() == 0 {
+		return 0
+	}
+	return float64(h.ValueAtQuantile(p)) / 1000
+}
+
+func quantiles(h *hdrhistogram.Histogram) []Quantile {
+	out := make([]Quantile, 0, len(percentiles))
+	for _, p := range percentiles {
+		out = append(out, Quantile{Percentile: p, MS: quantileMS(h, p)})
+	}
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// ParseStrategies turns names such as "shared", "keyed" into strategies,
+// refusing unknown names and repeats.
+func ParseStrategies(names []string) ([]dispatch.Strategy, error) {
+	var out []dispatch.Strategy
+	for _, f := range names {
+		st, err := dispatch.ParseStrategy(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(out, st) {
+			return nil, fmt.Errorf("%q listed twice", st)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
