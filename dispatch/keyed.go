@@ -13,6 +13,12 @@ type keyState[T any] struct {
 	space   signal // broadcast when an item leaves items
 }
 
+// handoff is a key and its next item given straight to a sleeping worker.
+type handoff[T any] struct {
+	ks   *keyState[T]
+	item T
+}
+
 // keyedEngine is the Keyed strategy. Each key with work has its own FIFO; a
 // key is "ready" when it has queued items and none running. Ready keys wait
 // in one FIFO, and any idle worker takes the next ready key, runs that key's
@@ -20,10 +26,15 @@ type keyState[T any] struct {
 // its items wait. So a key never has two items in flight (per-key order), a
 // hot key occupies at most one worker (isolation), and keys take turns.
 //
-// Invariant, under mu: a key is in ready exactly when it is not running and
-// has queued items. A key whose work is done stays in keys (idle), so that a
-// key that comes back costs no map insertion; idle keys are swept when they
-// outnumber maxIdle.
+// A worker with nothing to do parks on its own channel. Whoever makes a key
+// ready while a worker is parked hands the key and its item straight to that
+// worker, which then starts without touching the mutex — the same direct
+// hand-off that makes a plain channel pool cheap.
+//
+// Invariants, under mu: a key is in ready exactly when it is not running and
+// has queued items; ready is empty whenever a worker is parked. A key whose
+// work is done stays in keys (idle), so that a key that comes back costs no
+// map insertion; idle keys are swept when they outnumber maxIdle.
 type keyedEngine[T any] struct {
 	cfg     Config
 	handler Handler[T]
@@ -31,11 +42,10 @@ type keyedEngine[T any] struct {
 	closing chan struct{}
 
 	mu        sync.Mutex
-	work      *sync.Cond // signalled when a key becomes ready, broadcast on close
 	keys      map[string]*keyState[T]
 	ready     deque[*keyState[T]]
-	idle      int // keys in keys with nothing queued or running
-	waiting   int // workers blocked in work.Wait
+	parked    []chan handoff[T] // parked workers, most recent last
+	idle      int               // keys in keys with nothing queued or running
 	queued    int
 	closed    bool
 	submitted uint64
@@ -49,7 +59,6 @@ const maxIdle = 4096
 
 func newKeyed[T any](cfg Config, h Handler[T]) *keyedEngine[T] {
 	e := &keyedEngine[T]{cfg: cfg, handler: h, closing: make(chan struct{}), keys: make(map[string]*keyState[T])}
-	e.work = sync.NewCond(&e.mu)
 	for range cfg.Workers {
 		e.workers.Go(e.run)
 	}
@@ -74,9 +83,7 @@ func (e *keyedEngine[T]) submit(ctx context.Context, key string, item T) error {
 			if !ks.running && ks.items.len() == 1 {
 				e.idle--
 				e.ready.pushBack(ks)
-				if e.waiting > 0 {
-					e.work.Signal()
-				}
+				e.handOff()
 			}
 			e.mu.Unlock()
 			return nil
@@ -113,11 +120,50 @@ func (e *keyedEngine[T]) newKey(key string) *keyState[T] {
 	return ks
 }
 
+// take removes the next ready key and its oldest item, and marks the key
+// running. Called with mu held.
+func (e *keyedEngine[T]) take() (*keyState[T], T, bool) {
+	ks, ok := e.ready.popFront()
+	if !ok {
+		var zero T
+		return nil, zero, false
+	}
+	item, _ := ks.items.popFront()
+	e.queued--
+	ks.running = true
+	ks.space.broadcast()
+	return ks, item, true
+}
+
+// handOff gives ready keys to parked workers while there are both. Called
+// with mu held; the sends never block, as each parked worker's channel has
+// room for exactly the one hand-off it waits for.
+func (e *keyedEngine[T]) handOff() {
+	for len(e.parked) > 0 && e.ready.len() > 0 {
+		ks, item, _ := e.take()
+		w := e.parked[len(e.parked)-1]
+		e.parked = e.parked[:len(e.parked)-1]
+		w <- handoff[T]{ks, item}
+	}
+}
+
+// finish records that ks's running item is done. Called with mu held.
+func (e *keyedEngine[T]) finish(ks *keyState[T]) {
+	ks.running = false
+	e.completed++
+	if ks.items.len() > 0 {
+		e.ready.pushBack(ks)
+		return
+	}
+	e.idle++
+}
+
 // run is a worker's loop.
 func (e *keyedEngine[T]) run() {
+	inbox := make(chan handoff[T], 1)
 	e.mu.Lock()
 	for {
-		ks, ok := e.ready.popFront()
+		ks, item, ok := e.take()
 		if !ok {
 			if e.closed {
 				// Nothing is ready. Items still queued belong to running
@@ -125,31 +171,20 @@ func (e *keyedEngine[T]) run() {
 				e.mu.Unlock()
 				return
 			}
-			e.waiting++
-			e.work.Wait()
-			e.waiting--
-			continue
-		}
-		item, _ := ks.items.popFront()
-		e.queued--
-		ks.running = true
-		ks.space.broadcast()
-		e.mu.Unlock()
-
-		e.handler(ks.key, item)
-
-		e.mu.Lock()
-		ks.running = false
-		e.completed++
-		if ks.items.len() > 0 {
-			e.ready.pushBack(ks)
-			if e.ready.len() > 1 && e.waiting > 0 {
-				// This worker takes the front; someone else may take the rest.
-				e.work.Signal()
+			e.parked = append(e.parked, inbox)
+			e.mu.Unlock()
+			h, open := <-inbox
+			if !open {
+				return
 			}
-			continue
+			ks, item = h.ks, h.item
+		} else {
+			e.handOff() // more ready keys than this worker: wake parked ones
+			e.mu.Unlock()
 		}
-		e.idle++
+		e.handler(ks.key, item)
+		e.mu.Lock()
+		e.finish(ks)
 	}
 }
 
@@ -158,7 +193,12 @@ func (e *keyedEngine[T]) close() {
 	if !e.closed {
 		e.closed = true
 		close(e.closing)
-		e.work.Broadcast()
+		// Parked workers have nothing to do (ready is empty while any
+		// worker is parked) and nothing more can arrive.
+		for _, w := range e.parked {
+			close(w)
+		}
+		e.parked = nil
 	}
 	e.mu.Unlock()
 	e.workers.Wait()
