@@ -49,6 +49,7 @@ command exits with status 2.`,
 	f.Float64("jitter", d.Jitter, "handler times spread uniformly over ±jitter of their mean")
 	f.Duration("steal-after", d.StealAfter, "steal: how long a queue's head waits before its back part is stolen")
 	f.StringSlice("strategies", []string{"shared", "partition", "steal", "keyed"}, "strategies to compare")
+	f.String("hot-arrivals", d.HotArrivals, `how hot-key items arrive: "poisson" (part of the Poisson stream) or "even" (evenly spaced)`)
 	return cmd
 }
 
@@ -86,6 +87,7 @@ func buildOrdering(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error)
 	set("hot-cost", func() (e error) { cfg.HotCost, e = f.GetDuration("hot-cost"); return })
 	set("jitter", func() (e error) { cfg.Jitter, e = f.GetFloat64("jitter"); return })
 	set("steal-after", func() (e error) { cfg.StealAfter, e = f.GetDuration("steal-after"); return })
+	set("hot-arrivals", func() (e error) { cfg.HotArrivals, e = f.GetString("hot-arrivals"); return })
 	set("strategies", func() error {
 		names, e := f.GetStringSlice("strategies")
 		if e != nil {

@@ -26,12 +26,13 @@ func execute(t *testing.T, args ...string) (string, string, error) {
 func TestLabOrderingRejectsBadFlags(t *testing.T) {
 	out := t.TempDir()
 	cases := map[string][]string{
-		"workers":     {"--workers", "0"},
-		"hot-loads":   {"--hot-loads", "fast"},
-		"strategies":  {"--strategies", "shared,lifo"},
-		"jitter":      {"--jitter", "1.5"},
-		"seconds":     {"--seconds", "-1"},
-		"normal-cost": {"--normal-cost", "5"},
+		"workers":      {"--workers", "0"},
+		"hot-loads":    {"--hot-loads", "fast"},
+		"strategies":   {"--strategies", "shared,lifo"},
+		"jitter":       {"--jitter", "1.5"},
+		"seconds":      {"--seconds", "-1"},
+		"normal-cost":  {"--normal-cost", "5"},
+		"hot-arrivals": {"--hot-arrivals", "bursty"},
 	}
 	for flag, args := range cases {
 		_, _, err := execute(t, append([]string{"lab", "ordering", "--out", out}, args...)...)

@@ -14,6 +14,7 @@
 package ordering
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,24 +60,39 @@ type Config struct {
 	// Seed makes the arrival streams reproducible. Every strategy sees the
 	// same stream for a given hot load and repeat.
 	Seed uint64
+	// HotArrivals is how the hot key's items arrive: HotPoisson (the
+	// default: the hot key is part of the Poisson stream) or HotEven
+	// (evenly spaced, the other keys still Poisson).
+	HotArrivals string
 }
+
+// Hot key arrival patterns.
+const (
+	// HotPoisson makes the hot key's arrivals a Poisson process, like every
+	// other key's: hot items sometimes bunch up.
+	HotPoisson = "poisson"
+	// HotEven spaces the hot key's arrivals evenly (random phase), so two
+	// hot items are never closer than 1/(hot rate).
+	HotEven = "even"
+)
 
 // DefaultConfig is the quick profile: the seed's parameters with 4-second
 // runs and one repeat, about a minute in all.
 func DefaultConfig() Config {
 	return Config{
-		Workers:    8,
-		Rate:       400,
-		Keys:       200,
-		HotLoads:   []float64{0.4, 1.0, 2.0},
-		NormalCost: 5 * time.Millisecond,
-		HotCost:    100 * time.Millisecond,
-		Jitter:     0.5,
-		StealAfter: 500 * time.Millisecond,
-		Strategies: dispatch.Strategies(),
-		Duration:   4 * time.Second,
-		Repeat:     1,
-		Seed:       1,
+		Workers:     8,
+		Rate:        400,
+		Keys:        200,
+		HotLoads:    []float64{0.4, 1.0, 2.0},
+		NormalCost:  5 * time.Millisecond,
+		HotCost:     100 * time.Millisecond,
+		Jitter:      0.5,
+		StealAfter:  500 * time.Millisecond,
+		Strategies:  dispatch.Strategies(),
+		Duration:    4 * time.Second,
+		Repeat:      1,
+		Seed:        1,
+		HotArrivals: HotPoisson,
 	}
 }
 
@@ -112,6 +128,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ordering: seconds: must be positive, got %s", c.Duration)
 	case c.Repeat < 1:
 		return fmt.Errorf("ordering: repeat: must be at least 1, got %d", c.Repeat)
+	case c.HotArrivals != HotPoisson && c.HotArrivals != HotEven:
+		return fmt.Errorf("ordering: hot-arrivals: want %q or %q, got %q", HotPoisson, HotEven, c.HotArrivals)
 	}
 	for _, load := range c.HotLoads {
 		if share := c.hotShare(load); !(share > 0) || share > 1 {
@@ -171,6 +189,7 @@ func (e *Experiment) Params() any {
 		"repeat":         c.Repeat,
 		"seed":           c.Seed,
 		"arrivals":       "poisson, open loop",
+		"hot_arrivals":   c.HotArrivals,
 		"latency_from":   "intended arrival time",
 	}
 }
@@ -235,28 +254,39 @@ type arrival struct {
 	cost time.Duration
 }
 
-// schedule draws the open-loop arrival stream for one hot load and repeat.
+// schedule draws the open-loop arrival stream for one hot load and repeat:
+// the other keys as a Poisson process at the rate left over by the hot key,
+// merged with the hot key's arrivals (Poisson or evenly spaced). Two Poisson
+// processes merged are one Poisson process at the total rate.
 func (e *Experiment) schedule(load float64, seed uint64) []arrival {
 	c := e.cfg
 	rng := rand.New(rand.NewPCG(seed, math.Float64bits(load)))
-	share := c.hotShare(load)
-	var out []arrival
-	var t time.Duration
-	for {
-		t += time.Duration(rng.ExpFloat64() / c.Rate * float64(time.Second))
-		if t >= c.Duration {
-			return out
-		}
-		a := arrival{at: t}
-		mean := c.NormalCost
-		if rng.Float64() < share {
-			mean = c.HotCost
-		} else {
-			a.key = 1 + rng.IntN(c.Keys-1)
-		}
-		a.cost = time.Duration(float64(mean) * (1 + c.Jitter*(2*rng.Float64()-1)))
-		out = append(out, a)
+	hotRate := c.Rate * c.hotShare(load)
+	jittered := func(mean time.Duration) time.Duration {
+		return time.Duration(float64(mean) * (1 + c.Jitter*(2*rng.Float64()-1)))
 	}
+	exp := func(rate float64) time.Duration {
+		return time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+	}
+
+	var out []arrival
+	if otherRate := c.Rate - hotRate; otherRate > 0 {
+		for t := exp(otherRate); t < c.Duration; t += exp(otherRate) {
+			out = append(out, arrival{at: t, key: 1 + rng.IntN(c.Keys-1), cost: jittered(c.NormalCost)})
+		}
+	}
+	gap := func() time.Duration { return exp(hotRate) }
+	t := gap()
+	if c.HotArrivals == HotEven {
+		even := time.Duration(float64(time.Second) / hotRate)
+		gap = func() time.Duration { return even }
+		t = time.Duration(rng.Float64() * float64(even)) // random phase
+	}
+	for ; t < c.Duration; t += gap() {
+		out = append(out, arrival{at: t, key: 0, cost: jittered(c.HotCost)})
+	}
+	slices.SortFunc(out, func(a, b arrival) int { return cmp.Compare(a.at, b.at) })
+	return out
 }
 
 // Run implements lab.Experiment: one strategy, one hot load, one stream.

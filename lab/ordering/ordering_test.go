@@ -35,6 +35,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(c *Config) { c.Strategies = []dispatch.Strategy{"fifo"} }, "strategies"},
 		{func(c *Config) { c.Duration = 0 }, "seconds"},
 		{func(c *Config) { c.Repeat = 0 }, "repeat"},
+		{func(c *Config) { c.HotArrivals = "bursty" }, "hot-arrivals"},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()
@@ -106,6 +107,39 @@ func TestScheduleMatchesTheOfferedLoad(t *testing.T) {
 	again := e.schedule(load, 7)
 	if len(again) != len(plan) || again[len(again)-1] != plan[len(plan)-1] {
 		t.Error("the same seed gave a different stream")
+	}
+}
+
+// TestEvenHotArrivalsAreEvenlySpaced: with HotEven the hot key's items are
+// exactly 1/(hot rate) apart and the other keys keep their rate.
+func TestEvenHotArrivalsAreEvenlySpaced(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Duration, cfg.HotArrivals = 50*time.Second, HotEven
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const load = 1.0 // 10 hot items/s at 100 ms
+	var hot []time.Duration
+	others := 0
+	for _, a := range e.schedule(load, 3) {
+		if a.key == 0 {
+			hot = append(hot, a.at)
+		} else {
+			others++
+		}
+	}
+	if len(hot) != 500 {
+		t.Fatalf("%d hot items in 50 s, want 500", len(hot))
+	}
+	for i := 1; i < len(hot); i++ {
+		if gap := hot[i] - hot[i-1]; gap != 100*time.Millisecond {
+			t.Fatalf("hot gap %s, want 100ms", gap)
+		}
+	}
+	wantOthers := (cfg.Rate - 10) * cfg.Duration.Seconds()
+	if math.Abs(float64(others)-wantOthers) > 4*math.Sqrt(wantOthers) {
+		t.Errorf("%d other items, want %.0f ± 4σ", others, wantOthers)
 	}
 }
 
