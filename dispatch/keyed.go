@@ -80,12 +80,17 @@ func (e *keyedEngine[T]) submit(ctx context.Context, key string, item T) error {
 			ks.items.pushBack(item)
 			e.queued++
 			e.submitted++
+			var w chan handoff[T]
+			var h handoff[T]
 			if !ks.running && ks.items.len() == 1 {
 				e.idle--
 				e.ready.pushBack(ks)
-				e.handOff()
+				w, h = e.handOff()
 			}
 			e.mu.Unlock()
+			if w != nil {
+				w <- h // after Unlock: waking a goroutine may take a system call
+			}
 			return nil
 		}
 		// Only this key's queue is full: wait for it alone, so that a
@@ -135,16 +140,18 @@ func (e *keyedEngine[T]) take() (*keyState[T], T, bool) {
 	return ks, item, true
 }
 
-// handOff gives ready keys to parked workers while there are both. Called
-// with mu held; the sends never block, as each parked worker's channel has
-// room for exactly the one hand-off it waits for.
-func (e *keyedEngine[T]) handOff() {
-	for len(e.parked) > 0 && e.ready.len() > 0 {
-		ks, item, _ := e.take()
-		w := e.parked[len(e.parked)-1]
-		e.parked = e.parked[:len(e.parked)-1]
-		w <- handoff[T]{ks, item}
+// handOff pairs the next ready key with a parked worker, if there are
+// both, and returns the worker's inbox and what to send it; the caller sends
+// after releasing mu. The send never blocks: each parked worker's inbox has
+// room for exactly the one hand-off it waits for. Called with mu held.
+func (e *keyedEngine[T]) handOff() (chan handoff[T], handoff[T]) {
+	if len(e.parked) == 0 || e.ready.len() == 0 {
+		return nil, handoff[T]{}
 	}
+	ks, item, _ := e.take()
+	w := e.parked[len(e.parked)-1]
+	e.parked = e.parked[:len(e.parked)-1]
+	return w, handoff[T]{ks, item}
 }
 
 // finish records that ks's running item is done. Called with mu held.
@@ -179,7 +186,9 @@ func (e *keyedEngine[T]) run() {
 			}
 			ks, item = h.ks, h.item
 		} else {
-			e.handOff() // more ready keys than this worker: wake parked ones
+			// No parked worker is left out: before this critical section
+			// either ready was empty or no worker was parked, and finish
+			// added at most the key this worker has just taken again.
 			e.mu.Unlock()
 		}
 		e.handler(ks.key, item)

@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 )
 
 // partitionEngine is the Partition strategy: one buffered channel and one
@@ -12,7 +11,7 @@ type partitionEngine[T any] struct {
 	gate      *gate
 	queues    []chan entry[T]
 	workers   sync.WaitGroup
-	submitted atomic.Uint64
+	submitted counter   // written by submitters only; padded away from what workers read
 	completed []counter // one per worker
 }
 
@@ -33,9 +32,9 @@ func newPartition[T any](cfg Config, h Handler[T]) *partitionEngine[T] {
 
 func (e *partitionEngine[T]) submit(ctx context.Context, key string, item T) error {
 	q := e.queues[partitionOf(key, len(e.queues))]
-	e.submitted.Add(1) // before the send, so Completed never passes Submitted
+	e.submitted.n.Add(1) // before the send, so Completed never passes Submitted
 	if err := send(e.gate, ctx, q, entry[T]{key, item}); err != nil {
-		e.submitted.Add(^uint64(0))
+		e.submitted.n.Add(^uint64(0))
 		return err
 	}
 	return nil
@@ -51,7 +50,7 @@ func (e *partitionEngine[T]) close() {
 }
 
 func (e *partitionEngine[T]) stats() Stats {
-	s := Stats{Submitted: e.submitted.Load(), Completed: sum(e.completed), QueueDepths: make([]int, len(e.queues))}
+	s := Stats{Submitted: e.submitted.n.Load(), Completed: sum(e.completed), QueueDepths: make([]int, len(e.queues))}
 	for i, q := range e.queues {
 		s.QueueDepths[i] = len(q)
 		s.Queued += len(q)

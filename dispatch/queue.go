@@ -6,8 +6,9 @@ import (
 	"sync/atomic"
 )
 
-// deque is a growable ring buffer. It is not safe for concurrent use; its
-// owner guards it with a mutex.
+// deque is a growable ring buffer whose size is always a power of two, so
+// that positions wrap with a mask instead of a division. It is not safe for
+// concurrent use; its owner guards it with a mutex.
 type deque[T any] struct {
 	buf  []T
 	head int
@@ -20,7 +21,7 @@ func (q *deque[T]) pushBack(v T) {
 	if q.n == len(q.buf) {
 		q.grow()
 	}
-	q.buf[(q.head+q.n)%len(q.buf)] = v
+	q.buf[(q.head+q.n)&(len(q.buf)-1)] = v
 	q.n++
 }
 
@@ -31,7 +32,7 @@ func (q *deque[T]) popFront() (T, bool) {
 	}
 	v := q.buf[q.head]
 	q.buf[q.head] = zero // let the garbage collector have it
-	q.head = (q.head + 1) % len(q.buf)
+	q.head = (q.head + 1) & (len(q.buf) - 1)
 	q.n--
 	return v, true
 }
@@ -41,7 +42,7 @@ func (q *deque[T]) popBack() (T, bool) {
 	if q.n == 0 {
 		return zero, false
 	}
-	i := (q.head + q.n - 1) % len(q.buf)
+	i := (q.head + q.n - 1) & (len(q.buf) - 1)
 	v := q.buf[i]
 	q.buf[i] = zero
 	q.n--
@@ -64,7 +65,7 @@ func (q *deque[T]) grow() {
 	}
 	buf := make([]T, size)
 	for i := 0; i < q.n; i++ {
-		buf[i] = q.buf[(q.head+i)%len(q.buf)]
+		buf[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
 	}
 	q.buf, q.head = buf, 0
 }
@@ -140,7 +141,7 @@ func (g *gate) shut(closeQueues func()) bool {
 }
 
 // at returns the i-th element from the front.
-func (q *deque[T]) at(i int) T { return q.buf[(q.head+i)%len(q.buf)] }
+func (q *deque[T]) at(i int) T { return q.buf[(q.head+i)&(len(q.buf)-1)] }
 
 // dropBack removes the newest n elements.
 func (q *deque[T]) dropBack(n int) {
@@ -149,13 +150,6 @@ func (q *deque[T]) dropBack(n int) {
 	}
 }
 
-// reset empties the deque but keeps its buffer for reuse.
-func (q *deque[T]) reset() {
-	for q.n > 0 {
-		q.popFront()
-	}
-	q.head = 0
-}
 
 // counter is a per-worker completion counter padded to its own cache line,
 // so that workers finishing items do not contend on one shared word.

@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 )
 
 // entry is an item in flight through a channel-based strategy.
@@ -18,7 +17,7 @@ type sharedEngine[T any] struct {
 	gate      *gate
 	queue     chan entry[T]
 	workers   sync.WaitGroup
-	submitted atomic.Uint64
+	submitted counter   // written by submitters only; padded away from what workers read
 	completed []counter // one per worker
 }
 
@@ -36,9 +35,9 @@ func newShared[T any](cfg Config, h Handler[T]) *sharedEngine[T] {
 }
 
 func (e *sharedEngine[T]) submit(ctx context.Context, key string, item T) error {
-	e.submitted.Add(1) // before the send, so Completed never passes Submitted
+	e.submitted.n.Add(1) // before the send, so Completed never passes Submitted
 	if err := send(e.gate, ctx, e.queue, entry[T]{key, item}); err != nil {
-		e.submitted.Add(^uint64(0))
+		e.submitted.n.Add(^uint64(0))
 		return err
 	}
 	return nil
@@ -52,7 +51,7 @@ func (e *sharedEngine[T]) close() {
 func (e *sharedEngine[T]) stats() Stats {
 	n := len(e.queue)
 	return Stats{
-		Submitted:   e.submitted.Load(),
+		Submitted:   e.submitted.n.Load(),
 		Completed:   sum(e.completed),
 		Queued:      n,
 		QueueDepths: []int{n},
