@@ -150,7 +150,6 @@ func (q *deque[T]) dropBack(n int) {
 	}
 }
 
-
 // counter is a per-worker completion counter padded to its own cache line,
 // so that workers finishing items do not contend on one shared word.
 type counter struct {
