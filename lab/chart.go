@@ -30,6 +30,12 @@ type HLine struct {
 	Y    float64
 }
 
+// Tick is a labelled position on an axis.
+type Tick struct {
+	Value float64
+	Label string
+}
+
 // LineChart is a line chart with one line per series, each in its own
 // color with its own point marker, and a legend. Experiments build one in
 // Render and call Save.
@@ -45,6 +51,12 @@ type LineChart struct {
 	Series []Series
 	// Lines are optional dashed horizontal reference lines.
 	Lines []HLine
+	// XTicks, if set, replaces the automatic X axis ticks with these
+	// labelled positions (for example percentiles on a "nines" axis).
+	XTicks []Tick
+	// LegendBottomRight moves the legend from the top left corner to the
+	// bottom right, for charts whose lines start low and end high.
+	LegendBottomRight bool
 	// Width and Height are the image size; zero means DefaultChartWidth
 	// and DefaultChartHeight.
 	Width, Height vg.Length
@@ -131,9 +143,16 @@ func (c LineChart) plot() (*plot.Plot, error) {
 	p.Title.Text = c.Title
 	p.X.Label.Text = c.XLabel
 	p.Y.Label.Text = c.YLabel
-	p.Legend.Top = true
-	p.Legend.Left = true
+	p.Legend.Top = !c.LegendBottomRight
+	p.Legend.Left = !c.LegendBottomRight
 	p.Add(plotter.NewGrid())
+	if len(c.XTicks) > 0 {
+		ticks := make(plot.ConstantTicks, len(c.XTicks))
+		for i, t := range c.XTicks {
+			ticks[i] = plot.Tick{Value: t.Value, Label: t.Label}
+		}
+		p.X.Tick.Marker = ticks
+	}
 
 	floor := 0.0
 	if c.LogY {

@@ -35,6 +35,11 @@ func TestLineChartSave(t *testing.T) {
 			},
 			Lines: []HLine{{Name: "capacity", Y: 8}},
 		}},
+		{"labelled ticks, legend bottom right", LineChart{
+			Title: "latency", LogY: true, LegendBottomRight: true,
+			XTicks: []Tick{{Value: 0.3, Label: "p50"}, {Value: 1, Label: "p90"}, {Value: 2, Label: "p99"}},
+			Series: []Series{{Name: "victim", X: []float64{0.3, 1, 2}, Y: []float64{5, 8, 12}}},
+		}},
 		{"log with zero and negative values", LineChart{
 			Title: "violations", LogY: true,
 			Series: []Series{

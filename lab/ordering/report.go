@@ -74,12 +74,16 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 		b.WriteString("![victim p99 against hot load](ordering-victim-p99.png)\n\n")
 	}
 
-	b.WriteString("Latency distributions per key class (median over repeats of each percentile; " +
-		"x axis in nines: 1 = p90, 2 = p99, 3 = p99.9):\n\n")
+	b.WriteString("Latency distributions per key class (median over repeats of each percentile, " +
+		"on an axis that gives each extra nine the same room):\n\n")
 	for _, load := range loads {
 		chart := lab.LineChart{
 			Title:  fmt.Sprintf("Latency by key class, hot load %g", load),
-			XLabel: "percentile (nines)", YLabel: "latency (ms, log)", LogY: true,
+			XLabel: "percentile", YLabel: "latency (ms, log)", LogY: true,
+			LegendBottomRight: true,
+		}
+		for _, p := range []float64{50, 90, 99, 99.9} {
+			chart.XTicks = append(chart.XTicks, lab.Tick{Value: nines(p), Label: fmt.Sprintf("p%g", p)})
 		}
 		for _, s := range e.cfg.Strategies {
 			for _, class := range []string{"victim", "hot"} {
@@ -129,11 +133,15 @@ func distribution(r *lab.Result, s dispatch.Strategy, load float64, class string
 			}
 		}
 		slices.Sort(vals)
-		ser.X = append(ser.X, -math.Log10(1-p/100))
+		ser.X = append(ser.X, nines(p))
 		ser.Y = append(ser.Y, vals[len(vals)/2])
 	}
 	return ser, true
 }
+
+// nines places a percentile on a log axis of its tail: p90 at 1, p99 at 2,
+// p99.9 at 3.
+func nines(p float64) float64 { return -math.Log10(1 - p/100) }
 
 // expectations checks the shape the issue expects against our medians.
 // Each row says what was expected, what we measured and whether it held;
