@@ -1,0 +1,121 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts. Each runs atomically on the Redis server: no other
+// command interleaves with one. Every key a script touches is passed in
+// KEYS and shares the room's hash tag, so the scripts run on Redis Cluster
+// too. Time comes from the server's TIME, never from the caller.
+//
+// Common KEYS order: see Store.keys.
+
+// nowMS is the Lua snippet that reads the server clock in milliseconds.
+const nowMS = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// joinScript: KEYS cfg seq queue active state seqof stats; ARGV user.
+// Returns {state, rank, seq, lease_expiry_ms, created}.
+var joinScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
+local user = ARGV[1]
+local st = redis.call('HGET', KEYS[5], user)
+if st == 'waiting' then
+  local rank = redis.call('ZRANK', KEYS[3], user)
+  return {st, rank or -1, tonumber(redis.call('HGET', KEYS[6], user)), 0, 0}
+end
+if st == 'admitted' then
+  local exp = redis.call('ZSCORE', KEYS[4], user)
+  return {st, -1, tonumber(redis.call('HGET', KEYS[6], user)), tonumber(exp or 0), 0}
+end
+local seq = redis.call('INCR', KEYS[2])
+redis.call('ZADD', KEYS[3], seq, user)
+redis.call('HSET', KEYS[5], user, 'waiting')
+redis.call('HSET', KEYS[6], user, seq)
+redis.call('HINCRBY', KEYS[7], 'joined', 1)
+return {'waiting', redis.call('ZRANK', KEYS[3], user), seq, 0, 1}
+`)
+
+// ticketScript: KEYS cfg seq queue active state seqof stats; ARGV user.
+// Returns {state, rank, seq, lease_expiry_ms}.
+var ticketScript = redis.NewScript(`
+local user = ARGV[1]
+local st = redis.call('HGET', KEYS[5], user)
+if not st then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
+  return redis.error_reply('NOTICKET')
+end
+local rank = -1
+if st == 'waiting' then rank = redis.call('ZRANK', KEYS[3], user) or -1 end
+local exp = 0
+if st == 'admitted' then exp = tonumber(redis.call('ZSCORE', KEYS[4], user) or 0) end
+return {st, rank, tonumber(redis.call('HGET', KEYS[6], user) or 0), exp}
+`)
+
+// leaveScript: KEYS cfg seq queue active state seqof stats; ARGV user.
+// Returns {state, changed}.
+var leaveScript = redis.NewScript(`
+local user = ARGV[1]
+local st = redis.call('HGET', KEYS[5], user)
+if not st then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
+  return redis.error_reply('NOTICKET')
+end
+if st == 'waiting' then
+  redis.call('ZREM', KEYS[3], user)
+  redis.call('HSET', KEYS[5], user, 'left')
+  redis.call('HINCRBY', KEYS[7], 'left', 1)
+  return {'left', 1}
+end
+if st == 'admitted' then
+  redis.call('ZREM', KEYS[4], user)
+  redis.call('HSET', KEYS[5], user, 'released')
+  redis.call('HINCRBY', KEYS[7], 'released', 1)
+  return {'released', 1}
+end
+return {st, 0}
+`)
+
+// reclaimScript: KEYS cfg seq queue active state seqof stats.
+// Marks every lease that has run out as expired and removes it from the
+// room. Returns {expired_count, now_ms}.
+var reclaimScript = redis.NewScript(nowMS + `
+local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+for _, u in ipairs(gone) do redis.call('HSET', KEYS[5], u, 'expired') end
+if #gone > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+  redis.call('HINCRBY', KEYS[7], 'expired', #gone)
+end
+return {#gone, now}
+`)
+
+// admitScript is the atomic mode: KEYS cfg seq queue active state seqof
+// stats; ARGV max_batch. Reclaims expired leases, counts the room, and
+// admits up to capacity minus active users from the head of the queue, all
+// in one step: no observer can see the room over capacity, and users enter
+// in queue order. Returns {expired_count, admitted users...}.
+var admitScript = redis.NewScript(nowMS + `
+local cfg = redis.call('HMGET', KEYS[1], 'capacity', 'lease_ms')
+if not cfg[1] then return redis.error_reply('NOROOM') end
+local cap, lease = tonumber(cfg[1]), tonumber(cfg[2])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+for _, u in ipairs(gone) do redis.call('HSET', KEYS[5], u, 'expired') end
+if #gone > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+  redis.call('HINCRBY', KEYS[7], 'expired', #gone)
+end
+local out = {#gone}
+local n = math.min(cap - redis.call('ZCARD', KEYS[4]), tonumber(ARGV[1]))
+if n > 0 then
+  local popped = redis.call('ZPOPMIN', KEYS[3], n)
+  for i = 1, #popped, 2 do
+    local u = popped[i]
+    redis.call('ZADD', KEYS[4], now + lease, u)
+    redis.call('HSET', KEYS[5], u, 'admitted')
+    out[#out + 1] = u
+  end
+  if #out > 1 then redis.call('HINCRBY', KEYS[7], 'admitted', #out - 1) end
+end
+return out
+`)
