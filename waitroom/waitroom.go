@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Mode is how an admission pass moves users from the queue into the room.
@@ -66,6 +68,39 @@ const (
 	StateExpired  State = "expired"  // the lease ran out
 	StateLeft     State = "left"     // left the queue before admission
 )
+
+// ValidateRoom checks a room name: 1 to 64 letters, digits, '-' or '_'.
+// Room names become part of storage keys, so nothing else is allowed.
+func ValidateRoom(name string) error {
+	if len(name) == 0 || len(name) > 64 {
+		return fieldError("room", "must be 1 to 64 characters, got %d", len(name))
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return fieldError("room", "may contain only letters, digits, '-' and '_', got %q", r)
+		}
+	}
+	return nil
+}
+
+// MaxUserLen is the longest accepted user id, in bytes.
+const MaxUserLen = 128
+
+// ValidateUser checks a user id: 1 to MaxUserLen bytes of printable UTF-8.
+func ValidateUser(id string) error {
+	if len(id) == 0 || len(id) > MaxUserLen {
+		return fieldError("user_id", "must be 1 to %d bytes, got %d", MaxUserLen, len(id))
+	}
+	if !utf8.ValidString(id) {
+		return fieldError("user_id", "must be valid UTF-8")
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) {
+			return fieldError("user_id", "must not contain control or invisible characters")
+		}
+	}
+	return nil
+}
 
 // RoomConfig configures one room.
 type RoomConfig struct {
@@ -162,6 +197,9 @@ type Store interface {
 	NextExpiry(ctx context.Context, room string) (time.Time, bool, error)
 	// Stats returns the room's counters.
 	Stats(ctx context.Context, room string) (RoomStats, error)
+	// Rooms lists every configured room, so that each instance finds the
+	// rooms it must admit for.
+	Rooms(ctx context.Context) ([]string, error)
 }
 
 // Errors a Store returns.

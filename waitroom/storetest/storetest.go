@@ -125,6 +125,10 @@ func testConfigRoundTrip(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rooms, err := s.Rooms(context.Background())
+	if err != nil || !slices.Contains(rooms, room) {
+		t.Fatalf("Rooms() = %v, %v; want it to list %s", rooms, err, room)
+	}
 	want := waitroom.DefaultRoomConfig()
 	want.Capacity, want.Lease, want.Mode = 42, 90*time.Second, waitroom.ModeOptimistic
 	if cfg != want {

@@ -1,0 +1,104 @@
+package waitroom
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// admitter runs admission passes for one room on one instance: on every
+// tick and, when the service's Immediate is on, right after a release on
+// this instance and right when the earliest lease runs out.
+type admitter struct {
+	svc  *Service
+	room string
+
+	mu      sync.Mutex
+	cfg     RoomConfig
+	changed chan struct{} // capacity 1: the configuration changed
+	pokes   chan struct{} // capacity 1: admit now
+}
+
+func newAdmitter(svc *Service, room string, cfg RoomConfig) *admitter {
+	return &admitter{svc: svc, room: room, cfg: cfg, changed: make(chan struct{}, 1), pokes: make(chan struct{}, 1)}
+}
+
+// configure hands the admitter a (possibly) new configuration.
+func (a *admitter) configure(cfg RoomConfig) {
+	a.mu.Lock()
+	same := a.cfg == cfg
+	a.cfg = cfg
+	a.mu.Unlock()
+	if !same {
+		signalOnce(a.changed)
+	}
+}
+
+// poke asks for an admission pass now.
+func (a *admitter) poke() { signalOnce(a.pokes) }
+
+func signalOnce(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (a *admitter) config() RoomConfig {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg
+}
+
+func (a *admitter) run(ctx context.Context) {
+	cfg := a.config()
+	tick := time.NewTicker(cfg.AdmitInterval)
+	defer tick.Stop()
+	expiry := time.NewTimer(time.Hour)
+	expiry.Stop()
+	defer expiry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.changed:
+			cfg = a.config()
+			tick.Reset(cfg.AdmitInterval)
+			continue
+		case <-tick.C:
+		case <-a.pokes:
+		case <-expiry.C:
+		}
+		a.pass(ctx, cfg, expiry)
+	}
+}
+
+// pass runs one admission pass and, with immediate admission on, arms the
+// expiry timer for the room's earliest lease.
+func (a *admitter) pass(ctx context.Context, cfg RoomConfig, expiry *time.Timer) {
+	log := a.svc.cfg.Logger
+	start := time.Now()
+	res, err := a.svc.store.Admit(ctx, a.room, cfg.Mode, a.svc.cfg.Instance)
+	if hook := a.svc.cfg.OnPass; hook != nil {
+		hook(a.room, cfg.Mode, time.Since(start), res, err)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("waitroom: admission pass failed", "room", a.room, "err", err)
+		}
+		return
+	}
+	if len(res.Admitted) > 0 || res.Expired > 0 {
+		log.Debug("waitroom: admitted", "room", a.room, "admitted", len(res.Admitted), "expired", res.Expired)
+	}
+	if !a.svc.cfg.Immediate {
+		return
+	}
+	next, ok, err := a.svc.store.NextExpiry(ctx, a.room)
+	if err != nil || !ok {
+		return
+	}
+	// Redis server time and this host's clock may differ a little; an
+	// early pass reclaims nothing and the tick covers the rest.
+	expiry.Reset(max(time.Until(next), time.Millisecond))
+}

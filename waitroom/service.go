@@ -1,0 +1,293 @@
+package waitroom
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// ServiceConfig configures a Service.
+type ServiceConfig struct {
+	// Instance names this service instance in leader elections.
+	Instance string
+	// Immediate admits right after a release and right when the earliest
+	// lease runs out, besides the tick. The lab turns it off to show what
+	// the tick alone allows.
+	Immediate bool
+	// RoomRefresh is how often the service looks for rooms configured by
+	// other instances and samples every room's admission rate.
+	RoomRefresh time.Duration
+	// RateWindow is the span over which the admission rate is measured.
+	RateWindow time.Duration
+	// MinPoll and MaxPoll bound the poll interval suggested to waiting
+	// users.
+	MinPoll, MaxPoll time.Duration
+	// Logger receives the service's logs.
+	Logger *slog.Logger
+	// OnPass, if set, is called after every admission pass with how long
+	// the store took (metrics hook).
+	OnPass func(room string, mode Mode, took time.Duration, res AdmitResult, err error)
+}
+
+// DefaultServiceConfig returns immediate admission, a one-second room
+// refresh, a 10-second rate window and polls between 1 and 30 seconds.
+func DefaultServiceConfig() ServiceConfig {
+	host, _ := os.Hostname()
+	return ServiceConfig{
+		Instance:    fmt.Sprintf("%s-%d", host, os.Getpid()),
+		Immediate:   true,
+		RoomRefresh: time.Second,
+		RateWindow:  10 * time.Second,
+		MinPoll:     time.Second,
+		MaxPoll:     30 * time.Second,
+		Logger:      slog.Default(),
+	}
+}
+
+// Validate reports the first unusable field.
+func (c ServiceConfig) Validate() error {
+	switch {
+	case c.Instance == "":
+		return fieldError("Instance", "must not be empty")
+	case c.RoomRefresh <= 0:
+		return fieldError("RoomRefresh", "must be positive, got %s", c.RoomRefresh)
+	case c.RateWindow < c.RoomRefresh:
+		return fieldError("RateWindow", "must be at least RoomRefresh (%s), got %s", c.RoomRefresh, c.RateWindow)
+	case c.MinPoll <= 0 || c.MaxPoll < c.MinPoll:
+		return fieldError("MinPoll", "need 0 < MinPoll <= MaxPoll, got %s and %s", c.MinPoll, c.MaxPoll)
+	case c.Logger == nil:
+		return fieldError("Logger", "must not be nil")
+	}
+	return nil
+}
+
+// Service is the waiting room's logic over a Store: it validates requests,
+// runs one admitter per room, and estimates waits. Several Services (one
+// per process) share one store.
+type Service struct {
+	store Store
+	cfg   ServiceConfig
+
+	mu        sync.Mutex
+	admitters map[string]*admitter
+	rates     map[string]*rateMeter
+	runCtx    context.Context // set by Run; admitters live under it
+}
+
+// NewService returns a Service on store. Call Run to start admission.
+func NewService(store Store, cfg ServiceConfig) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Service{store: store, cfg: cfg, admitters: map[string]*admitter{}, rates: map[string]*rateMeter{}}, nil
+}
+
+// Run admits for every room in the store until ctx ends. It looks for new
+// rooms and samples admission rates every RoomRefresh.
+func (s *Service) Run(ctx context.Context) error {
+	s.mu.Lock()
+	s.runCtx = ctx
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTicker(s.cfg.RoomRefresh)
+	defer t.Stop()
+	for {
+		s.refresh(ctx, &wg)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// refresh starts admitters for rooms it does not run yet, updates their
+// configuration, and samples admission counts.
+func (s *Service) refresh(ctx context.Context, wg *sync.WaitGroup) {
+	rooms, err := s.store.Rooms(ctx)
+	if err != nil {
+		s.cfg.Logger.Warn("waitroom: listing rooms failed", "err", err)
+		return
+	}
+	for _, room := range rooms {
+		cfg, err := s.store.Config(ctx, room)
+		if err != nil {
+			s.cfg.Logger.Warn("waitroom: reading room config failed", "room", room, "err", err)
+			continue
+		}
+		s.ensureAdmitter(ctx, wg, room, cfg)
+		if st, err := s.store.Stats(ctx, room); err == nil {
+			s.rate(room).sample(time.Now(), st.AdmittedTotal)
+		}
+	}
+}
+
+func (s *Service) ensureAdmitter(ctx context.Context, wg *sync.WaitGroup, room string, cfg RoomConfig) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a, ok := s.admitters[room]; ok {
+		a.configure(cfg)
+		return
+	}
+	a := newAdmitter(s, room, cfg)
+	s.admitters[room] = a
+	wg.Go(func() { a.run(ctx) })
+}
+
+func (s *Service) rate(room string) *rateMeter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.rates[room]
+	if !ok {
+		r = &rateMeter{window: s.cfg.RateWindow}
+		s.rates[room] = r
+	}
+	return r
+}
+
+// Configure creates or changes a room. The admitter of this instance picks
+// the change up at once, the others within RoomRefresh.
+func (s *Service) Configure(ctx context.Context, room string, cfg RoomConfig) error {
+	if err := ValidateRoom(room); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := s.store.Configure(ctx, room, cfg); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	a := s.admitters[room]
+	s.mu.Unlock()
+	if a != nil {
+		a.configure(cfg)
+	}
+	return nil
+}
+
+// Join puts user in room's queue (idempotent).
+func (s *Service) Join(ctx context.Context, room, user string) (Ticket, error) {
+	if err := ValidateRoom(room); err != nil {
+		return Ticket{}, err
+	}
+	if err := ValidateUser(user); err != nil {
+		return Ticket{}, err
+	}
+	return s.store.Join(ctx, room, user)
+}
+
+// Ticket returns user's ticket in room.
+func (s *Service) Ticket(ctx context.Context, room, user string) (Ticket, error) {
+	if err := ValidateRoom(room); err != nil {
+		return Ticket{}, err
+	}
+	if err := ValidateUser(user); err != nil {
+		return Ticket{}, err
+	}
+	return s.store.Ticket(ctx, room, user)
+}
+
+// Leave takes user out of room's queue or releases their slot; a released
+// slot is refilled at once when Immediate is on.
+func (s *Service) Leave(ctx context.Context, room, user string) (Ticket, error) {
+	if err := ValidateRoom(room); err != nil {
+		return Ticket{}, err
+	}
+	if err := ValidateUser(user); err != nil {
+		return Ticket{}, err
+	}
+	t, err := s.store.Leave(ctx, room, user)
+	if err == nil && t.State == StateReleased && s.cfg.Immediate {
+		s.mu.Lock()
+		a := s.admitters[room]
+		s.mu.Unlock()
+		if a != nil {
+			a.poke()
+		}
+	}
+	return t, err
+}
+
+// RoomStatus is what GET /v1/rooms/{room} shows.
+type RoomStatus struct {
+	RoomStats
+	// AdmissionRate is admissions per second over the rate window, as seen
+	// by this instance's samples of the shared counter.
+	AdmissionRate float64
+}
+
+// Room returns a room's counters and measured admission rate.
+func (s *Service) Room(ctx context.Context, room string) (RoomStatus, error) {
+	if err := ValidateRoom(room); err != nil {
+		return RoomStatus{}, err
+	}
+	if _, err := s.store.Config(ctx, room); err != nil {
+		return RoomStatus{}, err
+	}
+	st, err := s.store.Stats(ctx, room)
+	if err != nil {
+		return RoomStatus{}, err
+	}
+	return RoomStatus{RoomStats: st, AdmissionRate: s.rate(room).perSecond()}, nil
+}
+
+// Estimate returns a waiting ticket's expected wait (negative when no rate
+// is known yet) and how long its holder should wait before polling again:
+// a quarter of the expected wait, within [MinPoll, MaxPoll], so that
+// thousands of users far back in line do not poll every second.
+func (s *Service) Estimate(t Ticket) (eta, pollAfter time.Duration) {
+	if t.State != StateWaiting {
+		return 0, s.cfg.MinPoll
+	}
+	rate := s.rate(t.Room).perSecond()
+	if rate <= 0 {
+		// No admissions measured yet: back off by position alone.
+		return -1, clamp(time.Duration(t.Position)*50*time.Millisecond, s.cfg.MinPoll, s.cfg.MaxPoll)
+	}
+	eta = time.Duration(float64(t.Position+1) / rate * float64(time.Second))
+	return eta, clamp(eta/4, s.cfg.MinPoll, s.cfg.MaxPoll)
+}
+
+func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
+
+// rateMeter turns samples of a growing counter into a rate.
+type rateMeter struct {
+	mu      sync.Mutex
+	window  time.Duration
+	samples []rateSample
+}
+
+type rateSample struct {
+	at    time.Time
+	total int64
+}
+
+func (r *rateMeter) sample(at time.Time, total int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.samples = append(r.samples, rateSample{at, total})
+	cut := 0
+	for cut < len(r.samples)-1 && at.Sub(r.samples[cut].at) > r.window {
+		cut++
+	}
+	r.samples = r.samples[cut:]
+}
+
+func (r *rateMeter) perSecond() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.samples) < 2 {
+		return 0
+	}
+	first, last := r.samples[0], r.samples[len(r.samples)-1]
+	dt := last.at.Sub(first.at).Seconds()
+	if dt <= 0 {
+		return 0
+	}
+	return float64(last.total-first.total) / dt
+}
