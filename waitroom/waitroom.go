@@ -174,6 +174,9 @@ type AdmitResult struct {
 	// Skipped is true when the pass did nothing because another instance
 	// leads this tick (ModeLeader).
 	Skipped bool
+	// At is the store's clock when the pass began; the admitted users'
+	// leases run from it.
+	At time.Time
 }
 
 // Store keeps rooms and tickets. Every method is safe for concurrent use by

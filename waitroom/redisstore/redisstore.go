@@ -189,7 +189,9 @@ func (s *Store) admitAtomic(ctx context.Context, room string) (waitroom.AdmitRes
 	res := waitroom.AdmitResult{RoundTrips: 1}
 	n, _ := out[0].(int64)
 	res.Expired = int(n)
-	for _, u := range out[1:] {
+	ms, _ := out[1].(int64)
+	res.At = time.UnixMilli(ms).UTC()
+	for _, u := range out[2:] {
 		res.Admitted = append(res.Admitted, fmt.Sprint(u))
 	}
 	return res, nil
@@ -235,7 +237,7 @@ func (s *Store) admitNaive(ctx context.Context, room string) (waitroom.AdmitResu
 	if err != nil {
 		return res, err
 	}
-	res.Expired = expired
+	res.Expired, res.At = expired, time.UnixMilli(now).UTC()
 	active, err := s.client.ZCard(ctx, k.Active).Result()
 	res.RoundTrips++
 	if err != nil {
@@ -312,7 +314,7 @@ func (s *Store) admitOptimistic(ctx context.Context, room string) (waitroom.Admi
 	if err != nil {
 		return res, err
 	}
-	res.Expired = expired
+	res.Expired, res.At = expired, time.UnixMilli(now).UTC()
 	for range MaxBatch {
 		popped, err := s.client.ZPopMin(ctx, k.Queue, 1).Result()
 		res.RoundTrips++

@@ -94,7 +94,7 @@ return {#gone, now}
 // stats; ARGV max_batch. Reclaims expired leases, counts the room, and
 // admits up to capacity minus active users from the head of the queue, all
 // in one step: no observer can see the room over capacity, and users enter
-// in queue order. Returns {expired_count, admitted users...}.
+// in queue order. Returns {expired_count, now_ms, admitted users...}.
 var admitScript = redis.NewScript(nowMS + `
 local cfg = redis.call('HMGET', KEYS[1], 'capacity', 'lease_ms')
 if not cfg[1] then return redis.error_reply('NOROOM') end
@@ -105,7 +105,7 @@ if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
   redis.call('HINCRBY', KEYS[7], 'expired', #gone)
 end
-local out = {#gone}
+local out = {#gone, now}
 local n = math.min(cap - redis.call('ZCARD', KEYS[4]), tonumber(ARGV[1]))
 if n > 0 then
   local popped = redis.call('ZPOPMIN', KEYS[3], n)
@@ -115,7 +115,7 @@ if n > 0 then
     redis.call('HSET', KEYS[5], u, 'admitted')
     out[#out + 1] = u
   end
-  if #out > 1 then redis.call('HINCRBY', KEYS[7], 'admitted', #out - 1) end
+  if #out > 2 then redis.call('HINCRBY', KEYS[7], 'admitted', #out - 2) end
 end
 return out
 `)

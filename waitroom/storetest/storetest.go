@@ -171,8 +171,8 @@ func testAtomicAdmits(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(res.Admitted, us[:3]) || res.RoundTrips != 1 {
-		t.Fatalf("Admit = %+v, want the first 3 in order in one round trip", res)
+	if !slices.Equal(res.Admitted, us[:3]) || res.RoundTrips != 1 || res.At.IsZero() {
+		t.Fatalf("Admit = %+v, want the first 3 in order in one round trip, with the store's time", res)
 	}
 	if res, _ := s.Admit(ctx, room, waitroom.ModeAtomic, "b"); len(res.Admitted) != 0 {
 		t.Fatalf("a full room admitted %v", res.Admitted)
