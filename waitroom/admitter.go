@@ -6,6 +6,9 @@ import (
 	"time"
 )
 
+// passTimeout bounds one admission pass.
+const passTimeout = 5 * time.Second
+
 // admitter runs admission passes for one room on one instance: on every
 // tick and, when the service's Immediate is on, right after a release on
 // this instance and right when the earliest lease runs out.
@@ -77,8 +80,13 @@ func (a *admitter) run(ctx context.Context) {
 // expiry timer for the room's earliest lease.
 func (a *admitter) pass(ctx context.Context, cfg RoomConfig, expiry *time.Timer) {
 	log := a.svc.cfg.Logger
+	// A pass that has begun runs to its end even when the service is
+	// stopping: the multi-step modes would otherwise drop a user popped
+	// from the queue but not yet in the room.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), passTimeout)
+	defer cancel()
 	start := time.Now()
-	res, err := a.svc.store.Admit(ctx, a.room, cfg.Mode, a.svc.cfg.Instance)
+	res, err := a.svc.store.Admit(pctx, a.room, cfg.Mode, a.svc.cfg.Instance)
 	if hook := a.svc.cfg.OnPass; hook != nil {
 		hook(a.room, cfg.Mode, time.Since(start), res, err)
 	}
@@ -94,7 +102,7 @@ func (a *admitter) pass(ctx context.Context, cfg RoomConfig, expiry *time.Timer)
 	if !a.svc.cfg.Immediate {
 		return
 	}
-	next, ok, err := a.svc.store.NextExpiry(ctx, a.room)
+	next, ok, err := a.svc.store.NextExpiry(pctx, a.room)
 	if err != nil || !ok {
 		return
 	}

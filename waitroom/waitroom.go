@@ -174,9 +174,11 @@ type AdmitResult struct {
 	// Skipped is true when the pass did nothing because another instance
 	// leads this tick (ModeLeader).
 	Skipped bool
-	// At is the store's clock when the pass began; the admitted users'
-	// leases run from it.
+	// At is the store's clock when the pass began.
 	At time.Time
+	// AdmittedAt holds, for each admitted user, the store's clock when
+	// they left the queue; leases run from it.
+	AdmittedAt []time.Time
 }
 
 // Store keeps rooms and tickets. Every method is safe for concurrent use by

@@ -193,6 +193,7 @@ func (s *Store) admitAtomic(ctx context.Context, room string) (waitroom.AdmitRes
 	res.At = time.UnixMilli(ms).UTC()
 	for _, u := range out[2:] {
 		res.Admitted = append(res.Admitted, fmt.Sprint(u))
+		res.AdmittedAt = append(res.AdmittedAt, res.At)
 	}
 	return res, nil
 }
@@ -247,20 +248,39 @@ func (s *Store) admitNaive(ctx context.Context, room string) (waitroom.AdmitResu
 	if free <= 0 {
 		return res, nil
 	}
-	popped, err := s.client.ZPopMin(ctx, k.Queue, free).Result()
+	popped, at, err := s.popWithTime(ctx, k, free)
 	res.RoundTrips++
 	if err != nil {
 		return res, err
 	}
 	for _, z := range popped {
 		user := fmt.Sprint(z.Member)
-		if err := s.enter(ctx, k, user, now+lease); err != nil {
+		if err := s.enter(ctx, k, user, at.UnixMilli()+lease); err != nil {
 			return res, err
 		}
 		res.RoundTrips++
 		res.Admitted = append(res.Admitted, user)
+		res.AdmittedAt = append(res.AdmittedAt, at)
 	}
 	return res, nil
+}
+
+// popWithTime pops up to n users and reads the server clock in the same
+// round trip, just before the pop: the moment these users left the queue.
+func (s *Store) popWithTime(ctx context.Context, k Keys, n int64) ([]redis.Z, time.Time, error) {
+	var (
+		now *redis.TimeCmd
+		pop *redis.ZSliceCmd
+	)
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		pop = p.ZPopMin(ctx, k.Queue, n)
+		return nil
+	})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return pop.Val(), now.Val().UTC().Truncate(time.Millisecond), nil
 }
 
 // enter adds one popped user to the room: one round trip.
@@ -274,8 +294,9 @@ func (s *Store) enter(ctx context.Context, k Keys, user string, expiresMS int64)
 	return err
 }
 
-// admitLeader runs naive admission only on the instance that wins this
-// tick's SET NX PX election; the key lives for one admit interval.
+// admitLeader runs naive admission only on the elected instance. The
+// election key lives for two admit intervals and its holder renews it on
+// every pass, so one instance leads while it is alive.
 func (s *Store) admitLeader(ctx context.Context, room, instance string) (waitroom.AdmitResult, error) {
 	k := KeysFor(room)
 	interval, err := s.client.HGet(ctx, k.Config, "interval_ms").Int64()
@@ -285,11 +306,11 @@ func (s *Store) admitLeader(ctx context.Context, room, instance string) (waitroo
 	if err != nil {
 		return waitroom.AdmitResult{RoundTrips: 1}, err
 	}
-	won, err := s.client.SetNX(ctx, k.Leader, instance, time.Duration(interval)*time.Millisecond).Result()
+	leads, err := leaderScript.Run(ctx, s.client, []string{k.Leader}, instance, 2*interval).Int64()
 	if err != nil {
 		return waitroom.AdmitResult{RoundTrips: 2}, err
 	}
-	if !won {
+	if leads != 1 {
 		return waitroom.AdmitResult{RoundTrips: 2, Skipped: true}, nil
 	}
 	res, err := s.admitNaive(ctx, room)
@@ -316,13 +337,13 @@ func (s *Store) admitOptimistic(ctx context.Context, room string) (waitroom.Admi
 	}
 	res.Expired, res.At = expired, time.UnixMilli(now).UTC()
 	for range MaxBatch {
-		popped, err := s.client.ZPopMin(ctx, k.Queue, 1).Result()
+		popped, at, err := s.popWithTime(ctx, k, 1)
 		res.RoundTrips++
 		if err != nil || len(popped) == 0 {
 			return res, err
 		}
 		user := fmt.Sprint(popped[0].Member)
-		if err := s.client.ZAdd(ctx, k.Active, redis.Z{Score: float64(now + lease), Member: user}).Err(); err != nil {
+		if err := s.client.ZAdd(ctx, k.Active, redis.Z{Score: float64(at.UnixMilli() + lease), Member: user}).Err(); err != nil {
 			return res, err
 		}
 		res.RoundTrips++
@@ -351,6 +372,7 @@ func (s *Store) admitOptimistic(ctx context.Context, room string) (waitroom.Admi
 			return res, err
 		}
 		res.Admitted = append(res.Admitted, user)
+		res.AdmittedAt = append(res.AdmittedAt, at)
 	}
 	return res, nil
 }

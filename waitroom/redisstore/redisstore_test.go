@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"context"
 	"os"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ func TestConformanceEmbedded(t *testing.T) {
 		Advance: func(t *testing.T, d time.Duration) {
 			now = now.Add(d)
 			m.SetTime(now)
+			m.FastForward(d) // key TTLs
 		},
 	})
 }
@@ -47,4 +49,27 @@ func TestConformanceRealRedis(t *testing.T) {
 		Store:   func(t *testing.T) waitroom.Store { return redisstore.New(client) },
 		Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
 	})
+}
+
+// TestEmbeddedExpiresKeys: the embedded server expires keys with the wall
+// clock (miniredis alone would keep them until told to move time).
+func TestEmbeddedExpiresKeys(t *testing.T) {
+	e, err := redisstore.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	client := redis.NewClient(&redis.Options{Addr: e.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	if err := client.Set(ctx, "k", "v", 50*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for client.Exists(ctx, "k").Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a key with a 50ms TTL still exists after 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

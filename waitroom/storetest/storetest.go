@@ -273,6 +273,9 @@ func testModesAlone(t *testing.T, h Harness) {
 			if !slices.Equal(res.Admitted, us[:3]) {
 				t.Fatalf("%s admitted %v, want %v", mode, res.Admitted, us[:3])
 			}
+			if len(res.AdmittedAt) != len(res.Admitted) || res.AdmittedAt[0].IsZero() {
+				t.Fatalf("%s: AdmittedAt = %v, want one store time per admitted user", mode, res.AdmittedAt)
+			}
 			if st := checkAccounting(t, s, room); st.Active != 3 || st.Waiting != 2 {
 				t.Fatalf("stats = %+v", st)
 			}
@@ -292,6 +295,19 @@ func testLeaderSkips(t *testing.T, h Harness) {
 	second, err := s.Admit(ctx, room, waitroom.ModeLeader, "b")
 	if err != nil || !second.Skipped {
 		t.Fatalf("second instance in the same tick = %+v, %v; want skipped", second, err)
+	}
+	join(t, s, room, "late")
+	again, err := s.Admit(ctx, room, waitroom.ModeLeader, "a")
+	if err != nil || again.Skipped || len(again.Admitted) != 1 {
+		t.Fatalf("the leader's next pass = %+v, %v; want it to keep leading and admit the late user", again, err)
+	}
+	// When the leader stops renewing, another instance takes over after
+	// the key's lifetime (two admit intervals).
+	h.Advance(t, 3*waitroom.DefaultRoomConfig().AdmitInterval)
+	join(t, s, room, "later")
+	took, err := s.Admit(ctx, room, waitroom.ModeLeader, "b")
+	if err != nil || took.Skipped || len(took.Admitted) != 1 {
+		t.Fatalf("after the leader went quiet, b = %+v, %v; want b to lead", took, err)
 	}
 }
 
