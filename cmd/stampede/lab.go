@@ -28,6 +28,7 @@ type experiment struct {
 func experiments() []experiment {
 	return []experiment{
 		{"ordering", buildOrdering},
+		{"admission", buildAdmission},
 	}
 }
 
@@ -65,6 +66,7 @@ status 2 (other errors: 1), after the report is written.`,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runAll(cmd, opts) },
 	})
 	cmd.AddCommand(newLabOrderingCmd(opts))
+	cmd.AddCommand(newLabAdmissionCmd(opts))
 	return cmd
 }
 

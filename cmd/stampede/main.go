@@ -45,5 +45,6 @@ Start with:
 		SilenceErrors: true,
 	}
 	root.AddCommand(newLabCmd())
+	root.AddCommand(newServeCmd())
 	return root
 }

@@ -104,6 +104,20 @@ func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, e
 	}, nil
 }
 
+// DeleteRoom removes a room and every key it has. Instances stop admitting
+// for it at their next room refresh. Users still in it are forgotten.
+func (s *Store) DeleteRoom(ctx context.Context, room string) error {
+	k := KeysFor(room)
+	if err := s.client.SRem(ctx, roomsKey, room).Err(); err != nil {
+		return storeError(err)
+	}
+	// One slot, so one DEL works on Cluster too.
+	if err := s.client.Del(ctx, k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.Leader).Err(); err != nil {
+		return storeError(err)
+	}
+	return nil
+}
+
 // Rooms lists every configured room.
 func (s *Store) Rooms(ctx context.Context) ([]string, error) {
 	rooms, err := s.client.SMembers(ctx, roomsKey).Result()

@@ -57,6 +57,12 @@ func newRoom(t *testing.T, s waitroom.Store, capacity int, lease time.Duration, 
 	if err := s.Configure(context.Background(), room, cfg); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
+	if d, ok := s.(interface {
+		DeleteRoom(context.Context, string) error
+	}); ok {
+		// A shared real server would otherwise collect test rooms.
+		t.Cleanup(func() { _ = d.DeleteRoom(context.Background(), room) })
+	}
 	return room
 }
 

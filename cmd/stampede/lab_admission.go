@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stampede-lab/stampede/lab"
+	"github.com/stampede-lab/stampede/lab/admission"
+)
+
+func newLabAdmissionCmd(opts *labOptions) *cobra.Command {
+	d := admission.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "admission",
+		Short: "Waiting room: the cap under N instances, per admission mode (seed 002)",
+		Long: `Several waiting-room instances (each its own HTTP server and Redis pool) share
+one Redis. Users join and poll through the HTTP API, hold their slot and
+release it, or abandon it to the lease. An observer counts the room directly
+on Redis every millisecond.
+
+Modes: naive (count, pop, add: races), leader (SET NX election per tick, then
+naive), optimistic (pop one, add, count, undo when over), atomic (one Lua
+script: reclaim, count, admit). Conditions: every tick × immediate on/off ×
+mode.
+
+The atomic mode must never be seen over capacity and must keep FIFO, and
+every joined user must be accounted for: otherwise the command exits with
+status 2. Without --redis, every run gets a fresh embedded Redis-protocol
+server.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			exp, err := buildAdmission(cmd, opts)
+			if err != nil {
+				return err
+			}
+			return runExperiments(cmd, opts, exp)
+		},
+	}
+	f := cmd.Flags()
+	f.Int("instances", d.Instances, "service instances sharing one Redis")
+	f.Int("capacity", d.Capacity, "room capacity")
+	f.Int("users", d.Users, "users arriving in each run")
+	f.String("arrival", d.Arrival, `arrival pattern: "burst" (all at once) or "rate" (Poisson at --rate)`)
+	f.Float64("rate", d.Rate, "arrivals per second with --arrival rate")
+	f.Duration("hold", d.Hold, "mean time an admitted user keeps the slot (±50%)")
+	f.Float64("abandon", d.Abandon, "fraction of admitted users who never release (the lease reclaims the slot)")
+	f.Duration("lease", d.Lease, "lease of an admission")
+	f.DurationSlice("ticks", d.Ticks, "admit intervals to compare")
+	f.StringSlice("modes", []string{"naive", "leader", "optimistic", "atomic"}, "admission modes to compare")
+	f.StringSlice("immediate", []string{"off", "on"}, "immediate admission after releases and expiries: off, on, or both")
+	f.String("redis", "", "Redis URL (default: $STAMPEDE_REDIS_URL, else a fresh embedded server per run)")
+	return cmd
+}
+
+// buildAdmission makes the admission experiment from the profile (quick or
+// --full) and every flag given explicitly.
+func buildAdmission(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
+	cfg := admission.DefaultConfig()
+	if opts.full {
+		cfg = admission.FullConfig()
+	}
+	cfg.Seed = opts.seed
+	if opts.repeat != 0 {
+		cfg.Repeat = opts.repeat
+	}
+	if opts.seconds != 0 {
+		cfg.Duration = time.Duration(opts.seconds * float64(time.Second))
+		if cfg.Duration <= 0 {
+			return nil, fmt.Errorf("--seconds: must be positive, got %v", opts.seconds)
+		}
+	}
+	cfg.RedisURL = os.Getenv("STAMPEDE_REDIS_URL")
+	f := cmd.Flags()
+	var err error
+	set := func(name string, apply func() error) {
+		if err == nil && f.Lookup(name) != nil && f.Changed(name) {
+			if e := apply(); e != nil {
+				err = fmt.Errorf("--%s: %w", name, e)
+			}
+		}
+	}
+	set("instances", func() (e error) { cfg.Instances, e = f.GetInt("instances"); return })
+	set("capacity", func() (e error) { cfg.Capacity, e = f.GetInt("capacity"); return })
+	set("users", func() (e error) { cfg.Users, e = f.GetInt("users"); return })
+	set("arrival", func() (e error) { cfg.Arrival, e = f.GetString("arrival"); return })
+	set("rate", func() (e error) { cfg.Rate, e = f.GetFloat64("rate"); return })
+	set("hold", func() (e error) { cfg.Hold, e = f.GetDuration("hold"); return })
+	set("abandon", func() (e error) { cfg.Abandon, e = f.GetFloat64("abandon"); return })
+	set("lease", func() (e error) { cfg.Lease, e = f.GetDuration("lease"); return })
+	set("ticks", func() (e error) { cfg.Ticks, e = f.GetDurationSlice("ticks"); return })
+	set("redis", func() (e error) { cfg.RedisURL, e = f.GetString("redis"); return })
+	set("modes", func() error {
+		names, e := f.GetStringSlice("modes")
+		if e != nil {
+			return e
+		}
+		cfg.Modes, e = admission.ParseModes(names)
+		return e
+	})
+	set("immediate", func() error {
+		names, e := f.GetStringSlice("immediate")
+		if e != nil {
+			return e
+		}
+		cfg.Immediate, e = admission.ParseOnOff(names)
+		return e
+	})
+	if err != nil {
+		return nil, err
+	}
+	return admission.New(cfg)
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestServeWaitroomRejectsBadFlags(t *testing.T) {
+	for _, env := range []string{envRedis, envSecret, envAdminToken} {
+		t.Setenv(env, "")
+	}
+	long := "--admin-token=0123456789abcdef"
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{nil, "--admin-token"},
+		{[]string{"--admin-token", "short"}, "--admin-token"},
+		{[]string{long, "--secret", "too-short"}, "--secret"},
+		{[]string{long, "--redis", "http://localhost:6379"}, "--redis"},
+		{[]string{long, "--redis", "redis-cluster://a:1,b"}, "--redis"},
+		{[]string{long, "--log-level", "loud"}, "--log-level"},
+		{[]string{long, "--http", ""}, "--http"},
+	}
+	for _, tc := range cases {
+		_, _, err := execute(t, append([]string{"serve", "waitroom"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestServeWaitroomReadsTheEnvironment(t *testing.T) {
+	t.Setenv(envAdminToken, "short")
+	if _, _, err := execute(t, "serve", "waitroom"); err == nil || !strings.Contains(err.Error(), "--admin-token must be at least 16 bytes") {
+		t.Errorf("a short %s: %v", envAdminToken, err)
+	}
+}
+
+func TestRedisClientURLs(t *testing.T) {
+	for _, url := range []string{"redis://localhost:6379/0", "rediss://u:p@host:6380/2", "unix:///tmp/redis.sock",
+		"redis-cluster://h1:7000,h2:7001", "redis-cluster://user:pass@h1:7000"} {
+		c, err := redisClient(url)
+		if err != nil {
+			t.Errorf("%s: %v", url, err)
+			continue
+		}
+		c.Close()
+	}
+}
+
+// TestServeWaitroomStartsAndStops runs the service on the embedded Redis
+// and stops it with the context, as SIGINT does.
+func TestServeWaitroomStartsAndStops(t *testing.T) {
+	for _, env := range []string{envRedis, envSecret} {
+		t.Setenv(env, "")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := newRootCmd()
+	var errOut bytes.Buffer
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&errOut)
+	cmd.SetArgs([]string{"serve", "waitroom", "--http", "127.0.0.1:0", "--admin-token", "0123456789abcdef0123"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve waitroom: %v\n%s", err, errOut.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve waitroom did not stop within 10s of the cancel")
+	}
+	for _, want := range []string{"miniredis", "no --secret given", "waiting room listening", "stopped"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, errOut.String())
+		}
+	}
+}

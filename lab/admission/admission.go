@@ -1,0 +1,277 @@
+// Package admission is the lab experiment of the waiting room (seed
+// shared/seeds/002_502de0883d7f120f.txt): several service instances on one
+// Redis admit users into a room of fixed capacity, under each admission
+// mode, while an observer counts the room directly on Redis every
+// millisecond.
+//
+// Users act only through the HTTP API: they join, poll their ticket at the
+// interval the service suggests, hold their slot for a while once admitted
+// and release it, or abandon it and leave the lease to run out.
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/stampede-lab/stampede/lab"
+	"github.com/stampede-lab/stampede/waitroom"
+)
+
+// Arrival patterns.
+const (
+	// Burst: every user arrives at the start.
+	Burst = "burst"
+	// Rate: users arrive as a Poisson process at Config.Rate per second.
+	Rate = "rate"
+)
+
+// Config holds every parameter of the experiment.
+type Config struct {
+	// Instances is the number of service instances, each with its own HTTP
+	// server and Redis connection pool.
+	Instances int
+	// Capacity is the room's capacity.
+	Capacity int
+	// Users is how many users arrive.
+	Users int
+	// Arrival is Burst or Rate; Rate is the arrival rate for Rate.
+	Arrival string
+	Rate    float64
+	// Hold is the mean time an admitted user keeps the slot (±50 %).
+	Hold time.Duration
+	// Abandon is the fraction of admitted users who never release; the
+	// lease reclaims their slots.
+	Abandon float64
+	// Lease is the room's lease.
+	Lease time.Duration
+	// Ticks are the admit intervals compared.
+	Ticks []time.Duration
+	// Modes are the admission modes compared.
+	Modes []waitroom.Mode
+	// Immediate lists the settings of immediate admission compared.
+	Immediate []bool
+	// RedisURL names a real Redis; empty starts an embedded Redis-protocol
+	// server for every run.
+	RedisURL string
+	// Duration is how long each run lasts.
+	Duration time.Duration
+	// Repeat is how many times each condition runs.
+	Repeat int
+	// Seed makes arrivals, hold times and abandonment reproducible.
+	Seed uint64
+	// ObserveEvery is the observer's sampling interval.
+	ObserveEvery time.Duration
+}
+
+// DefaultConfig is the quick profile: 3 instances, a room of 100, a burst of
+// 1,000 users holding about a second each, a tenth of them abandoning their
+// slot, 3-second leases, ticks of 2 s and 200 ms, every mode, immediate
+// admission on and off, 5-second runs.
+func DefaultConfig() Config {
+	return Config{
+		Instances:    3,
+		Capacity:     100,
+		Users:        1000,
+		Arrival:      Burst,
+		Rate:         200,
+		Hold:         time.Second,
+		Abandon:      0.1,
+		Lease:        3 * time.Second,
+		Ticks:        []time.Duration{2 * time.Second, 200 * time.Millisecond},
+		Modes:        waitroom.Modes(),
+		Immediate:    []bool{false, true},
+		Duration:     5 * time.Second,
+		Repeat:       1,
+		Seed:         1,
+		ObserveEvery: time.Millisecond,
+	}
+}
+
+// FullConfig is the longer profile: 3,000 users, 20-second runs, 3
+// repeats.
+func FullConfig() Config {
+	c := DefaultConfig()
+	c.Users, c.Duration, c.Repeat = 3000, 20*time.Second, 3
+	return c
+}
+
+// Validate reports the first unusable field by its flag name.
+func (c Config) Validate() error {
+	switch {
+	case c.Instances < 1 || c.Instances > 32:
+		return fmt.Errorf("admission: instances: must be 1 to 32, got %d", c.Instances)
+	case c.Capacity < 1 || c.Capacity > 100_000:
+		return fmt.Errorf("admission: capacity: must be 1 to 100000, got %d", c.Capacity)
+	case c.Users < 1 || c.Users > 100_000:
+		return fmt.Errorf("admission: users: must be 1 to 100000, got %d", c.Users)
+	case c.Arrival != Burst && c.Arrival != Rate:
+		return fmt.Errorf("admission: arrival: want %q or %q, got %q", Burst, Rate, c.Arrival)
+	case c.Arrival == Rate && (!(c.Rate > 0) || math.IsInf(c.Rate, 0)):
+		return fmt.Errorf("admission: rate: must be a positive number of users per second, got %v", c.Rate)
+	case c.Hold <= 0:
+		return fmt.Errorf("admission: hold: must be positive, got %s", c.Hold)
+	case c.Abandon < 0 || c.Abandon > 1:
+		return fmt.Errorf("admission: abandon: must be in [0, 1], got %v", c.Abandon)
+	case c.Lease < time.Second:
+		return fmt.Errorf("admission: lease: must be at least 1s, got %s", c.Lease)
+	case len(c.Ticks) == 0:
+		return errors.New("admission: ticks: need at least one")
+	case len(c.Modes) == 0:
+		return errors.New("admission: modes: need at least one")
+	case len(c.Immediate) == 0:
+		return errors.New("admission: immediate: need on, off or both")
+	case c.Duration <= 0:
+		return fmt.Errorf("admission: seconds: must be positive, got %s", c.Duration)
+	case c.Repeat < 1:
+		return fmt.Errorf("admission: repeat: must be at least 1, got %d", c.Repeat)
+	case c.ObserveEvery <= 0 || c.ObserveEvery > time.Millisecond:
+		return fmt.Errorf("admission: observe-every: must be in (0, 1ms], got %s", c.ObserveEvery)
+	}
+	for _, tick := range c.Ticks {
+		room := waitroom.DefaultRoomConfig()
+		room.AdmitInterval = tick
+		if err := room.Validate(); err != nil {
+			return fmt.Errorf("admission: ticks: %s: %w", tick, err)
+		}
+	}
+	for _, m := range c.Modes {
+		if _, err := waitroom.ParseMode(string(m)); err != nil {
+			return fmt.Errorf("admission: modes: %w", err)
+		}
+	}
+	return nil
+}
+
+// Experiment is the admission experiment; it implements lab.Experiment.
+type Experiment struct {
+	cfg Config
+}
+
+var _ lab.Experiment = (*Experiment)(nil)
+
+// New returns the experiment for cfg.
+func New(cfg Config) (*Experiment, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Experiment{cfg: cfg}, nil
+}
+
+// Name implements lab.Experiment.
+func (e *Experiment) Name() string { return "admission" }
+
+// Repeats implements lab.Experiment.
+func (e *Experiment) Repeats() int { return e.cfg.Repeat }
+
+// Params implements lab.Experiment.
+func (e *Experiment) Params() any {
+	c := e.cfg
+	ticks := make([]int64, len(c.Ticks))
+	for i, t := range c.Ticks {
+		ticks[i] = t.Milliseconds()
+	}
+	redis := "embedded (in-process Redis-protocol server, fresh per run)"
+	if c.RedisURL != "" {
+		redis = "real Redis (URL given, password hidden)"
+	}
+	return map[string]any{
+		"instances": c.Instances, "capacity": c.Capacity, "users": c.Users,
+		"arrival": c.Arrival, "rate_per_s": c.Rate, "hold_ms": c.Hold.Milliseconds(),
+		"abandon": c.Abandon, "lease_ms": c.Lease.Milliseconds(), "ticks_ms": ticks,
+		"modes": c.Modes, "immediate": c.Immediate, "redis": redis,
+		"seconds": c.Duration.Seconds(), "repeat": c.Repeat, "seed": c.Seed,
+		"observe_every_us": c.ObserveEvery.Microseconds(),
+	}
+}
+
+// Conditions implements lab.Experiment: tick, then immediate, then mode.
+func (e *Experiment) Conditions() []lab.Condition {
+	var out []lab.Condition
+	for _, tick := range e.cfg.Ticks {
+		for _, imm := range e.cfg.Immediate {
+			for _, m := range e.cfg.Modes {
+				out = append(out, lab.Condition{
+					Label:  fmt.Sprintf("%s tick=%s immediate=%s", m, tick, onOff(imm)),
+					Values: map[string]any{"mode": string(m), "tick_ms": float64(tick.Milliseconds()), "immediate": onOff(imm)},
+					Keys:   []string{"mode", "tick_ms", "immediate"},
+				})
+			}
+		}
+	}
+	return out
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// Columns implements lab.Experiment.
+func (e *Experiment) Columns() []string {
+	return []string{"instances", "capacity", "max_active_observed", "over_cap_samples", "admitted",
+		"admissions_per_s", "slot_utilization", "wait_p50_ms", "wait_p99_ms", "fifo_inversions",
+		"round_trips_per_admission", "expired"}
+}
+
+// ParseModes turns names into modes, refusing unknown names and repeats.
+func ParseModes(names []string) ([]waitroom.Mode, error) {
+	var out []waitroom.Mode
+	for _, n := range names {
+		m, err := waitroom.ParseMode(strings.TrimSpace(n))
+		if err != nil {
+			return nil, err
+		}
+		for _, have := range out {
+			if have == m {
+				return nil, fmt.Errorf("%q listed twice", m)
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// ParseOnOff turns "on", "off" into booleans.
+func ParseOnOff(names []string) ([]bool, error) {
+	var out []bool
+	for _, n := range names {
+		switch strings.TrimSpace(n) {
+		case "on":
+			out = append(out, true)
+		case "off":
+			out = append(out, false)
+		default:
+			return nil, fmt.Errorf("want on or off, got %q", n)
+		}
+	}
+	return out, nil
+}
+
+// runContext carries one run's condition.
+type runContext struct {
+	mode      waitroom.Mode
+	tick      time.Duration
+	immediate bool
+	seed      uint64
+}
+
+func (e *Experiment) parse(c lab.Condition, repeat int) runContext {
+	tick := time.Duration(c.Values["tick_ms"].(float64)) * time.Millisecond
+	return runContext{
+		mode:      waitroom.Mode(c.Values["mode"].(string)),
+		tick:      tick,
+		immediate: c.Values["immediate"] == "on",
+		seed:      e.cfg.Seed + uint64(repeat),
+	}
+}
+
+// Run implements lab.Experiment.
+func (e *Experiment) Run(ctx context.Context, c lab.Condition, repeat int) (lab.RunResult, error) {
+	return e.run(ctx, e.parse(c, repeat))
+}

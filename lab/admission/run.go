@@ -1,0 +1,633 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-lab/stampede/lab"
+	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/redisstore"
+)
+
+// adminToken is the lab instances' admin token; the servers listen on
+// loopback only and live for one run.
+const adminToken = "stampede-lab-admin-token"
+
+// RunDetail is the per-run data kept in the JSON beside the metrics.
+type RunDetail struct {
+	Seed     uint64 `json:"seed"`
+	Room     string `json:"room"`
+	Samples  int    `json:"observer_samples"`
+	SampleHz int    `json:"observer_samples_per_s"`
+	// Active is the room's occupancy over time: the highest count seen in
+	// each 10 ms bucket.
+	Active []Point `json:"active_over_time"`
+	// Accounting is the final tally; it must add up to joined.
+	Accounting waitroom.RoomStats `json:"accounting"`
+	// HTTPFailures counts the users' failed requests by status or kind.
+	HTTPFailures map[string]int `json:"http_failures,omitempty"`
+}
+
+// Point is one sample of a time series.
+type Point struct {
+	MS    int64 `json:"ms"`
+	Value int64 `json:"value"`
+}
+
+// pass is one admission pass seen through the service's hook.
+type pass struct {
+	done       time.Time // this process's clock when it returned
+	admitted   []string
+	admittedAt []time.Time // the store's clock when each user left the queue
+	trips      int
+}
+
+// passLog collects passes from every instance.
+type passLog struct {
+	mu     sync.Mutex
+	passes []pass
+}
+
+func (l *passLog) hook(_ string, _ waitroom.Mode, _ time.Duration, res waitroom.AdmitResult, err error) {
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.passes = append(l.passes, pass{done: time.Now(), admitted: res.Admitted, admittedAt: res.AdmittedAt, trips: res.RoundTrips})
+}
+
+// instance is one service instance: its own Redis pool, service and HTTP
+// server.
+type instance struct {
+	client *redis.Client
+	svc    *waitroom.Service
+	server *http.Server
+	url    string
+	done   chan struct{}
+}
+
+func (e *Experiment) run(ctx context.Context, rc runContext) (lab.RunResult, error) {
+	c := e.cfg
+	opts, stopRedis, err := e.redis()
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+	defer stopRedis()
+	room := fmt.Sprintf("lab-%s-%d", rc.mode, time.Now().UnixNano())
+	defer func() {
+		// On a real, shared Redis the room must not outlive the run.
+		o := *opts
+		client := redis.NewClient(&o)
+		_ = redisstore.New(client).DeleteRoom(context.Background(), room)
+		client.Close()
+	}()
+
+	secret := make([]byte, 32)
+	for i := range secret {
+		secret[i] = byte(rand.Uint32())
+	}
+	signer, err := waitroom.NewSigner(secret, nil)
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	passes := &passLog{}
+	svcCtx, stopServices := context.WithCancel(context.Background())
+	defer stopServices()
+	var instances []*instance
+	defer func() {
+		stopServices()
+		for _, in := range instances {
+			<-in.done
+			shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = in.server.Shutdown(shut)
+			cancel()
+			in.client.Close()
+		}
+	}()
+	for i := range c.Instances {
+		in, err := startInstance(svcCtx, opts, signer, fmt.Sprintf("lab-%d", i), rc.immediate, passes.hook, log)
+		if err != nil {
+			return lab.RunResult{}, err
+		}
+		instances = append(instances, in)
+	}
+
+	users := newUsers(c, rc.seed, instances, room)
+	if err := users.configure(ctx, rc); err != nil {
+		return lab.RunResult{}, err
+	}
+	if err := waitForRoom(ctx, instances, room); err != nil {
+		return lab.RunResult{}, err
+	}
+
+	obs := newObserver(opts, room, c.ObserveEvery)
+	start := time.Now()
+	obsDone := make(chan struct{})
+	obsCtx, stopObserver := context.WithCancel(ctx)
+	go func() { obs.run(obsCtx, start); close(obsDone) }()
+
+	userCtx, stopUsers := context.WithTimeout(ctx, c.Duration)
+	users.run(userCtx, start)
+	stopUsers()
+	end := time.Now()
+	// Stop admission before the final count, so that no pass is caught
+	// half way.
+	stopServices()
+	for _, in := range instances {
+		<-in.done
+	}
+	stopObserver()
+	<-obsDone
+	if err := ctx.Err(); err != nil {
+		return lab.RunResult{}, err
+	}
+	return e.measure(rc, opts, room, start, end, obs, passes, users)
+}
+
+// redis returns the connection options for this run's Redis: a fresh
+// embedded server, or the configured real one.
+func (e *Experiment) redis() (*redis.Options, func(), error) {
+	if e.cfg.RedisURL == "" {
+		m, err := redisstore.StartEmbedded()
+		if err != nil {
+			return nil, nil, err
+		}
+		return &redis.Options{Addr: m.Addr(), PoolSize: 64}, m.Close, nil
+	}
+	opts, err := redis.ParseURL(e.cfg.RedisURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("admission: redis: %w", err)
+	}
+	opts.PoolSize = 64
+	return opts, func() {}, nil
+}
+
+func startInstance(ctx context.Context, opts *redis.Options, signer *waitroom.Signer, name string, immediate bool,
+	hook func(string, waitroom.Mode, time.Duration, waitroom.AdmitResult, error), log *slog.Logger) (*instance, error) {
+	o := *opts
+	client := redis.NewClient(&o) // each instance its own pool
+	scfg := waitroom.DefaultServiceConfig()
+	scfg.Instance, scfg.Immediate, scfg.Logger, scfg.OnPass = name, immediate, log, hook
+	scfg.RoomRefresh, scfg.RateWindow = 200*time.Millisecond, 2*time.Second
+	scfg.MinPoll, scfg.MaxPoll = 50*time.Millisecond, time.Second
+	svc, err := waitroom.NewService(redisstore.New(client), scfg)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	hcfg := waitroom.DefaultHandlerConfig()
+	hcfg.AdminToken, hcfg.Logger = adminToken, log
+	handler, err := waitroom.NewHandler(svc, signer, hcfg, prometheus.NewRegistry())
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	in := &instance{client: client, svc: svc, server: &http.Server{Handler: handler}, url: "http://" + ln.Addr().String(), done: make(chan struct{})}
+	go func() { _ = in.server.Serve(ln) }()
+	go func() { _ = svc.Run(ctx); close(in.done) }()
+	return in, nil
+}
+
+// waitForRoom waits until every instance admits for room.
+func waitForRoom(ctx context.Context, instances []*instance, room string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ready := 0
+		for _, in := range instances {
+			if slices.Contains(in.svc.Rooms(), room) {
+				ready++
+			}
+		}
+		if ready == len(instances) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("admission: only %d of %d instances found room %s within 5s", ready, len(instances), room)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// observer counts the room directly on Redis every ObserveEvery.
+type observer struct {
+	client   *redis.Client
+	keys     redisstore.Keys
+	every    time.Duration
+	capacity int64
+
+	samples   int
+	maxActive int64
+	overCap   int             // samples above capacity
+	buckets   map[int64]int64 // 10 ms bucket → highest active
+	// Utilization: the sum of active/capacity over samples taken while
+	// users waited, from the first admission on.
+	utilSum   float64
+	utilCount int
+	started   bool
+	errs      int
+}
+
+func newObserver(opts *redis.Options, room string, every time.Duration) *observer {
+	o := *opts
+	o.PoolSize = 2
+	return &observer{client: redis.NewClient(&o), keys: redisstore.KeysFor(room), every: every, buckets: map[int64]int64{}}
+}
+
+func (o *observer) run(ctx context.Context, start time.Time) {
+	defer o.client.Close()
+	capacity, err := o.client.HGet(ctx, o.keys.Config, "capacity").Int64()
+	if err != nil {
+		o.errs++
+		return
+	}
+	o.capacity = capacity
+	t := time.NewTicker(o.every)
+	defer t.Stop()
+	for {
+		var active, queue *redis.IntCmd
+		_, err := o.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			active = p.ZCard(ctx, o.keys.Active)
+			queue = p.ZCard(ctx, o.keys.Queue)
+			return nil
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			o.errs++
+		} else {
+			o.record(time.Since(start), active.Val(), queue.Val())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (o *observer) record(at time.Duration, active, waiting int64) {
+	o.samples++
+	o.maxActive = max(o.maxActive, active)
+	if active > o.capacity {
+		o.overCap++
+	}
+	b := at.Milliseconds() / 10 * 10
+	o.buckets[b] = max(o.buckets[b], active)
+	if active > 0 {
+		o.started = true
+	}
+	if o.started && waiting > 0 {
+		o.utilSum += float64(min(active, o.capacity)) / float64(o.capacity)
+		o.utilCount++
+	}
+}
+
+// series is the occupancy over time, one point per 10 ms.
+func (o *observer) series() []Point {
+	keys := make([]int64, 0, len(o.buckets))
+	for k := range o.buckets {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]Point, len(keys))
+	for i, k := range keys {
+		out[i] = Point{MS: k, Value: o.buckets[k]}
+	}
+	return out
+}
+
+// users drives the simulated users through the HTTP API.
+type users struct {
+	cfg       Config
+	rng       *rand.Rand
+	instances []*instance
+	room      string
+	http      *http.Client
+
+	mu       sync.Mutex
+	joinedAt map[string]time.Time
+	failures map[string]int // HTTP failures by kind
+}
+
+func newUsers(cfg Config, seed uint64, instances []*instance, room string) *users {
+	tr := &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256, IdleConnTimeout: 10 * time.Second}
+	return &users{
+		cfg: cfg, rng: rand.New(rand.NewPCG(seed, 42)), instances: instances, room: room,
+		http:     &http.Client{Transport: tr, Timeout: 5 * time.Second},
+		joinedAt: map[string]time.Time{}, failures: map[string]int{},
+	}
+}
+
+// configure creates the room through instance 0's admin API.
+func (u *users) configure(ctx context.Context, rc runContext) error {
+	body, _ := json.Marshal(map[string]any{
+		"capacity": u.cfg.Capacity, "lease_seconds": int(u.cfg.Lease.Seconds()),
+		"admit_interval_ms": rc.tick.Milliseconds(), "mode": string(rc.mode),
+	})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, u.instances[0].url+"/v1/rooms/"+u.room, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := u.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("admission: configure room: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("admission: configure room: %s: %s", resp.Status, msg)
+	}
+	return nil
+}
+
+// plan is one user's script, drawn up front so runs are reproducible.
+type plan struct {
+	id      string
+	arrive  time.Duration
+	hold    time.Duration
+	abandon bool
+	via     int // instance index
+}
+
+func (u *users) plans() []plan {
+	c := u.cfg
+	out := make([]plan, c.Users)
+	var t time.Duration
+	for i := range out {
+		if c.Arrival == Rate {
+			t += time.Duration(u.rng.ExpFloat64() / c.Rate * float64(time.Second))
+		}
+		out[i] = plan{
+			id:      fmt.Sprintf("user-%05d", i),
+			arrive:  t,
+			hold:    time.Duration(float64(c.Hold) * (0.5 + u.rng.Float64())),
+			abandon: u.rng.Float64() < c.Abandon,
+			via:     i % len(u.instances),
+		}
+	}
+	return out
+}
+
+// run plays every user until ctx ends.
+func (u *users) run(ctx context.Context, start time.Time) {
+	var wg sync.WaitGroup
+	for _, p := range u.plans() {
+		wg.Go(func() { u.play(ctx, start, p) })
+	}
+	wg.Wait()
+}
+
+// ticketReply is the part of the API's ticket JSON the lab reads.
+type ticketReply struct {
+	State       string `json:"state"`
+	PollAfterMS int64  `json:"poll_after_ms"`
+	TicketToken string `json:"ticket_token"`
+}
+
+func (u *users) play(ctx context.Context, start time.Time, p plan) {
+	if !sleepUntil(ctx, start.Add(p.arrive)) {
+		return
+	}
+	base := u.instances[p.via].url + "/v1/rooms/" + u.room + "/tickets"
+	joined := time.Now()
+	body, _ := json.Marshal(map[string]string{"user_id": p.id})
+	var t ticketReply
+	if !u.call(ctx, http.MethodPost, base, "", body, &t) {
+		return
+	}
+	u.mu.Lock()
+	u.joinedAt[p.id] = joined
+	u.mu.Unlock()
+	token := t.TicketToken
+	for t.State == string(waitroom.StateWaiting) {
+		if !sleepUntil(ctx, time.Now().Add(time.Duration(t.PollAfterMS)*time.Millisecond)) {
+			return
+		}
+		if !u.call(ctx, http.MethodGet, base+"/"+p.id, token, nil, &t) {
+			return
+		}
+	}
+	if t.State != string(waitroom.StateAdmitted) {
+		return
+	}
+	if !sleepUntil(ctx, time.Now().Add(p.hold)) || p.abandon {
+		return
+	}
+	u.call(ctx, http.MethodDelete, base+"/"+p.id, token, nil, &t)
+}
+
+// call makes one API request and decodes a 2xx answer into out.
+func (u *users) call(ctx context.Context, method, url, token string, body []byte, out any) bool {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := u.http.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			u.fail("transport")
+		}
+		return false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		u.fail(strconv.Itoa(resp.StatusCode))
+		return false
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		u.fail("decode")
+		return false
+	}
+	return true
+}
+
+func (u *users) fail(kind string) {
+	u.mu.Lock()
+	u.failures[kind]++
+	u.mu.Unlock()
+}
+
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// measure turns one run's observations into metrics.
+func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, start, end time.Time,
+	obs *observer, passes *passLog, us *users) (lab.RunResult, error) {
+	c := e.cfg
+	o := *opts
+	client := redis.NewClient(&o)
+	defer client.Close()
+	ctx := context.Background()
+	store := redisstore.New(client)
+	stats, err := store.Stats(ctx, room)
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+	seqs, err := client.HGetAll(ctx, redisstore.KeysFor(room).SeqOf).Result()
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+
+	// Waits (join → the pass that admitted the user), round trips, and FIFO
+	// inversions: users ordered by the store's clock at the moment they
+	// left the queue (millisecond resolution; users of the same
+	// millisecond are never counted against each other).
+	passes.mu.Lock()
+	ps := slices.Clone(passes.passes)
+	passes.mu.Unlock()
+	type entry struct {
+		at  time.Time
+		seq int64
+	}
+	var entries []entry
+	waits := hdrhistogram.New(1, int64(time.Hour/time.Millisecond), 3)
+	trips, admitted := 0, 0
+	for _, p := range ps {
+		trips += p.trips
+		for i, user := range p.admitted {
+			admitted++
+			seq, _ := strconv.ParseInt(seqs[user], 10, 64)
+			if i < len(p.admittedAt) {
+				entries = append(entries, entry{p.admittedAt[i], seq})
+			}
+			us.mu.Lock()
+			joined, ok := us.joinedAt[user]
+			us.mu.Unlock()
+			if ok {
+				_ = waits.RecordValue(max(0, p.done.Sub(joined).Milliseconds()))
+			}
+		}
+	}
+	slices.SortStableFunc(entries, func(a, b entry) int { return a.at.Compare(b.at) })
+	inversions := 0
+	var maxBefore, groupMax int64 // highest seq admitted in earlier milliseconds / this one
+	var groupAt time.Time
+	for _, en := range entries {
+		if !en.at.Equal(groupAt) {
+			maxBefore, groupAt, groupMax = max(maxBefore, groupMax), en.at, 0
+		}
+		if en.seq < maxBefore {
+			inversions++ // someone who joined later left the queue first
+		}
+		groupMax = max(groupMax, en.seq)
+	}
+
+	overCap := obs.overCap
+	secs := end.Sub(start).Seconds()
+	m := lab.Metrics{
+		"instances":                 float64(c.Instances),
+		"capacity":                  float64(c.Capacity),
+		"max_active_observed":       float64(obs.maxActive),
+		"over_cap_samples":          float64(overCap),
+		"admitted":                  float64(stats.AdmittedTotal),
+		"admissions_per_s":          float64(stats.AdmittedTotal) / secs,
+		"slot_utilization":          ratio(obs.utilSum, float64(obs.utilCount)),
+		"wait_p50_ms":               float64(waits.ValueAtQuantile(50)),
+		"wait_p99_ms":               float64(waits.ValueAtQuantile(99)),
+		"fifo_inversions":           float64(inversions),
+		"round_trips_per_admission": ratio(float64(trips), float64(admitted)),
+		"expired":                   float64(stats.ExpiredTotal),
+		"joined":                    float64(stats.JoinedTotal),
+		"http_failures":             float64(us.failureCount()),
+	}
+	detail := RunDetail{
+		Seed: rc.seed, Room: room, Samples: obs.samples, SampleHz: int(float64(obs.samples) / secs),
+		Active: obs.series(), Accounting: stats,
+	}
+	res := lab.RunResult{Metrics: m, Extra: detail, Valid: true}
+	switch {
+	case stats.JoinedTotal == 0:
+		res.Valid, res.Reason = false, "no user joined"
+	case stats.AdmittedTotal == 0:
+		res.Valid, res.Reason = false, "no user was admitted"
+	case obs.samples == 0:
+		res.Valid, res.Reason = false, "the observer took no sample"
+	}
+	sum := stats.Waiting + stats.Active + stats.ReleasedTotal + stats.ExpiredTotal + stats.LeftTotal
+	if sum != stats.JoinedTotal {
+		res.Broken = append(res.Broken, fmt.Sprintf("%s: accounting: waiting %d + active %d + released %d + expired %d + left %d = %d, but %d joined",
+			rc.mode, stats.Waiting, stats.Active, stats.ReleasedTotal, stats.ExpiredTotal, stats.LeftTotal, sum, stats.JoinedTotal))
+	}
+	if rc.mode == waitroom.ModeAtomic {
+		if obs.maxActive > int64(c.Capacity) || overCap > 0 {
+			res.Broken = append(res.Broken, fmt.Sprintf("atomic: room of %d observed at %d (%d samples over capacity)", c.Capacity, obs.maxActive, overCap))
+		}
+		if inversions > 0 {
+			res.Broken = append(res.Broken, fmt.Sprintf("atomic: %d FIFO inversions", inversions))
+		}
+	}
+	if n := us.failureCount(); n > 0 {
+		// Kept in the run, not fatal: a real rush has failed requests too.
+		detail.HTTPFailures = us.failureKinds()
+		res.Extra = detail
+	}
+	return res, nil
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func (u *users) failureCount() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for _, v := range u.failures {
+		n += v
+	}
+	return n
+}
+
+func (u *users) failureKinds() map[string]int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.failures)
+}

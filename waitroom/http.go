@@ -1,0 +1,628 @@
+package waitroom
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"mime"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// HandlerConfig configures the HTTP handler made by NewHandler.
+type HandlerConfig struct {
+	// AdminToken authorizes room configuration ("Authorization: Bearer
+	// <AdminToken>"). Required, at least 16 bytes; compared in constant
+	// time.
+	AdminToken string
+	// TicketTTL is how long a ticket token stays valid.
+	TicketTTL time.Duration
+	// MaxBody is the largest request body accepted, in bytes.
+	MaxBody int64
+	// Logger receives a Debug line per request and an Error line per
+	// answer with a 5xx status. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// minAdminTokenLen is the shortest admin token accepted.
+const minAdminTokenLen = 16
+
+// DefaultHandlerConfig returns 24-hour ticket tokens, a 4096-byte body
+// limit and slog.Default(). AdminToken is empty and must be set.
+func DefaultHandlerConfig() HandlerConfig {
+	return HandlerConfig{TicketTTL: 24 * time.Hour, MaxBody: 4096, Logger: slog.Default()}
+}
+
+// Validate reports the first unusable field by name.
+func (c HandlerConfig) Validate() error {
+	switch {
+	case len(c.AdminToken) < minAdminTokenLen:
+		return fieldError("AdminToken", "must be at least %d bytes, got %d", minAdminTokenLen, len(c.AdminToken))
+	case c.TicketTTL < time.Second:
+		return fieldError("TicketTTL", "must be at least 1s, got %s", c.TicketTTL)
+	case c.MaxBody < 64:
+		return fieldError("MaxBody", "must be at least 64 bytes, got %d", c.MaxBody)
+	}
+	return nil
+}
+
+// handler serves the waiting room's HTTP API, its waiting page, /healthz
+// and /metrics.
+type handler struct {
+	svc       *Service
+	signer    *Signer
+	cfg       HandlerConfig
+	log       *slog.Logger
+	adminHash [sha256.Size]byte
+}
+
+// NewHandler returns the waiting room's HTTP handler:
+//
+//	PUT    /v1/rooms/{room}                 configure a room (admin token)
+//	GET    /v1/rooms/{room}                 the room's counters
+//	POST   /v1/rooms/{room}/tickets         join: {"user_id"} → ticket and ticket_token
+//	GET    /v1/rooms/{room}/tickets/{user}  the ticket (ticket token); admission_token once admitted
+//	DELETE /v1/rooms/{room}/tickets/{user}  leave the queue or release the slot (ticket token)
+//	GET    /rooms/{room}                    the waiting page (HTML)
+//	GET    /healthz                         {"status":"ok"}
+//	GET    /metrics                         Prometheus metrics from reg
+//
+// Every API answer is JSON; errors are {"error":{"code","message"}} with
+// the status of HTTPStatus. signer signs ticket and admission tokens.
+//
+// reg is served on /metrics, and NewHandler registers on it a collector
+// that reads every room's active, waiting and capacity gauges from the
+// store at scrape time; nil means a new registry holding only those. A
+// registry serves at most one handler. To expose the admission counters
+// too, register NewMetrics on the same registry and set
+// ServiceConfig.OnPass to its OnPass (NewServer does all of this).
+func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus.Registry) (http.Handler, error) {
+	if svc == nil {
+		return nil, fieldError("svc", "must not be nil")
+	}
+	if err := signer.ready(); err != nil {
+		return nil, fieldError("signer", "must be made by NewSigner")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if err := reg.Register(newRoomCollector(svc, cfg.Logger)); err != nil {
+		return nil, fmt.Errorf("waitroom: registering the room gauges: %w (use one registry per handler)", err)
+	}
+	h := &handler{svc: svc, signer: signer, cfg: cfg, log: cfg.Logger, adminHash: sha256.Sum256([]byte(cfg.AdminToken))}
+
+	mux := http.NewServeMux()
+	route := func(path string, methods map[string]http.HandlerFunc) {
+		allowed := make([]string, 0, len(methods)+1)
+		for method, fn := range methods {
+			mux.HandleFunc(method+" "+path, fn)
+			allowed = append(allowed, method)
+			if method == http.MethodGet {
+				allowed = append(allowed, http.MethodHead)
+			}
+		}
+		slices.Sort(allowed)
+		mux.HandleFunc(path, methodNotAllowed(h, allowed))
+	}
+	route("/v1/rooms/{room}", map[string]http.HandlerFunc{
+		http.MethodGet: h.api(h.getRoom),
+		http.MethodPut: h.api(h.putRoom),
+	})
+	route("/v1/rooms/{room}/tickets", map[string]http.HandlerFunc{
+		http.MethodPost: h.api(h.join),
+	})
+	route("/v1/rooms/{room}/tickets/{user}", map[string]http.HandlerFunc{
+		http.MethodGet:    h.api(h.getTicket),
+		http.MethodDelete: h.api(h.leave),
+	})
+	route("/rooms/{room}", map[string]http.HandlerFunc{
+		http.MethodGet: h.page,
+	})
+	route("/healthz", map[string]http.HandlerFunc{
+		http.MethodGet: h.api(func(w http.ResponseWriter, r *http.Request) error {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+			return nil
+		}),
+	})
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelError)})
+	route("/metrics", map[string]http.HandlerFunc{
+		http.MethodGet: metrics.ServeHTTP,
+	})
+	mux.HandleFunc("/", h.api(func(w http.ResponseWriter, r *http.Request) error {
+		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("no such path: %s %s", r.Method, r.URL.Path)}
+	}))
+	return h.logRequests(mux), nil
+}
+
+// methodNotAllowed answers 405 with the allowed methods.
+func methodNotAllowed(h *handler, allowed []string) http.HandlerFunc {
+	allow := strings.Join(allowed, ", ")
+	return h.api(func(w http.ResponseWriter, r *http.Request) error {
+		w.Header().Set("Allow", allow)
+		return &Error{Code: CodeMethod, Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)}
+	})
+}
+
+// api adapts an API handler: no caching, and a returned error becomes the
+// JSON error answer.
+func (h *handler) api(fn func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		if err := fn(w, r); err != nil {
+			h.writeError(w, r, err)
+		}
+	}
+}
+
+// statusRecorder remembers the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// logRequests logs every request at Debug and turns a panic into a 500.
+func (h *handler) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				err := &Error{Code: CodeInternal, Message: "handler panicked", Err: fmt.Errorf("panic: %v", p)}
+				if rec.status == 0 {
+					h.writeError(rec, r, err)
+				} else {
+					h.log.Error("waitroom: http: handler panicked after answering", "method", r.Method, "path", r.URL.Path, "err", err)
+				}
+			}
+			h.log.Debug("waitroom: http request", "method", r.Method, "path", r.URL.Path,
+				"status", rec.status, "took", time.Since(start), "remote", r.RemoteAddr)
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// errorBody is the JSON of every error answer.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// writeError answers err as JSON with its HTTPStatus. Only codes meant for
+// clients show their message; internal errors are logged, not shown.
+func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		var we *Error
+		if !errors.As(err, &we) {
+			err = Unavailable(err)
+		}
+	}
+	status, code := HTTPStatus(err), ErrorCode(err)
+	detail := errorDetail{Code: code}
+	var we *Error
+	switch {
+	case code == CodeInternal:
+		detail.Message = "internal error; the server logged the details"
+	case errors.As(err, &we):
+		detail.Message, detail.Field = we.Message, we.Field
+		if we.Field != "" {
+			detail.Message = we.Field + ": " + we.Message
+		}
+	case errors.Is(err, ErrNoRoom):
+		detail.Message = fmt.Sprintf("room %q does not exist; an admin creates it with PUT /v1/rooms/{room}", r.PathValue("room"))
+	case errors.Is(err, ErrNoTicket):
+		detail.Message = fmt.Sprintf("user %q has no ticket in room %q; join first", r.PathValue("user"), r.PathValue("room"))
+	default:
+		detail.Message = err.Error()
+	}
+	if status >= 500 {
+		h.log.Error("waitroom: http request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="stampede-waitroom"`)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, status, errorBody{Error: detail})
+}
+
+// writeJSON answers v as JSON with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil { // only values of this file are written: a bug
+		body, status = []byte(`{"error":{"code":"internal","message":"cannot encode the answer"}}`), http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// decodeJSON reads a request body holding exactly one JSON object into dst
+// (a pointer to a struct), strictly: the content type must be JSON, the body
+// at most MaxBody bytes, every field known and typed right. allowed lists
+// the fields for the unknown-field message.
+func (h *handler) decodeJSON(w http.ResponseWriter, r *http.Request, dst any, allowed string) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return &Error{Code: CodeUnsupported, Message: "Content-Type must be application/json, got none"}
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return &Error{Code: CodeUnsupported, Message: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return &Error{Code: CodeTooLarge, Message: fmt.Sprintf("request body is over the limit of %d bytes", h.cfg.MaxBody)}
+		}
+		return &Error{Code: CodeInvalid, Message: "cannot read the request body", Err: err}
+	}
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	switch {
+	case len(trimmed) == 0:
+		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("request body is empty; want a JSON object with %s", allowed)}
+	case trimmed[0] != '{':
+		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("request body must be a JSON object with %s", allowed)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return jsonError(err, allowed)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("malformed JSON: trailing data after the object at byte offset %d", dec.InputOffset())}
+	}
+	return nil
+}
+
+// jsonError turns a json.Decoder error into an invalid-input error that
+// names the field or the problem.
+func jsonError(err error, allowed string) error {
+	if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && e.Field != "" {
+		return &Error{Code: CodeInvalid, Field: e.Field, Message: fmt.Sprintf("must be %s, got %s", describeType(e.Type), e.Value), Err: err}
+	}
+	if e, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("malformed JSON at byte offset %d: %s", e.Offset, strings.TrimPrefix(e.Error(), "json: ")), Err: err}
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return &Error{Code: CodeInvalid, Message: "malformed JSON: the body ends inside the object", Err: err}
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("unknown field %s; allowed: %s", name, allowed), Err: err}
+	}
+	return &Error{Code: CodeInvalid, Message: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: "), Err: err}
+}
+
+// describeType names a Go type the way a JSON client thinks of it.
+func describeType(t reflect.Type) string {
+	if t == nil {
+		return "a different type"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number (in range)"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	default:
+		return "a JSON " + t.Kind().String()
+	}
+}
+
+// roomParam returns the validated {room} of the path.
+func roomParam(r *http.Request) (string, error) {
+	room := r.PathValue("room")
+	return room, ValidateRoom(room)
+}
+
+// ticketParams returns the validated {room} and {user} of the path.
+func ticketParams(r *http.Request) (room, user string, err error) {
+	if room, err = roomParam(r); err != nil {
+		return "", "", err
+	}
+	user = r.PathValue("user")
+	return room, user, ValidateUser(user)
+}
+
+// bearer returns the request's bearer token, or an unauthorized error
+// naming what is expected.
+func bearer(r *http.Request, what string) (string, error) {
+	h := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(h, " ")
+	if h == "" || !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", &Error{Code: CodeUnauthorized, Message: fmt.Sprintf("missing Authorization: Bearer <%s>", what)}
+	}
+	return strings.TrimSpace(token), nil
+}
+
+// authAdmin checks the admin token in constant time (hashing first, so that
+// not even the length leaks).
+func (h *handler) authAdmin(r *http.Request) error {
+	token, err := bearer(r, "admin token")
+	if err != nil {
+		return err
+	}
+	got := sha256.Sum256([]byte(token))
+	if subtle.ConstantTimeCompare(got[:], h.adminHash[:]) != 1 {
+		return &Error{Code: CodeUnauthorized, Message: "admin token invalid"}
+	}
+	return nil
+}
+
+// authTicket checks that the request carries a valid ticket token for
+// exactly room and user.
+func (h *handler) authTicket(r *http.Request, room, user string) error {
+	token, err := bearer(r, "ticket_token")
+	if err != nil {
+		return err
+	}
+	c, err := h.signer.Verify(token, TicketToken)
+	if err != nil {
+		return err
+	}
+	if c.Room != room || c.User != user {
+		return &Error{Code: CodeForbidden, Message: "the ticket token is for another user or room"}
+	}
+	return nil
+}
+
+// roomConfigJSON is the body of PUT /v1/rooms/{room} and its answer.
+type roomConfigJSON struct {
+	Room            string  `json:"room,omitempty"`
+	Capacity        int     `json:"capacity"`
+	LeaseSeconds    float64 `json:"lease_seconds"`
+	AdmitIntervalMS int64   `json:"admit_interval_ms"`
+	Mode            Mode    `json:"mode"`
+}
+
+const roomConfigFields = `"capacity", "lease_seconds", "admit_interval_ms", "mode"`
+
+func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authAdmin(r); err != nil {
+		return err
+	}
+	room, err := roomParam(r)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Capacity        *int     `json:"capacity"`
+		LeaseSeconds    *float64 `json:"lease_seconds"`
+		AdmitIntervalMS *int64   `json:"admit_interval_ms"`
+		Mode            *string  `json:"mode"`
+	}
+	if err := h.decodeJSON(w, r, &body, roomConfigFields); err != nil {
+		return err
+	}
+	cfg := DefaultRoomConfig()
+	if body.Capacity != nil {
+		cfg.Capacity = *body.Capacity
+	}
+	if s := body.LeaseSeconds; s != nil {
+		// Checked here: a huge float does not convert to a Duration.
+		if !(*s >= 1 && *s <= 86400) {
+			return fieldError("lease_seconds", "must be between 1 and 86400, got %v", *s)
+		}
+		cfg.Lease = time.Duration(*s * float64(time.Second))
+	}
+	if ms := body.AdmitIntervalMS; ms != nil {
+		if *ms < 10 || *ms > 60000 {
+			return fieldError("admit_interval_ms", "must be between 10 and 60000, got %d", *ms)
+		}
+		cfg.AdmitInterval = time.Duration(*ms) * time.Millisecond
+	}
+	if body.Mode != nil {
+		cfg.Mode = Mode(*body.Mode)
+	}
+	if err := h.svc.Configure(r.Context(), room, cfg); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, roomConfigJSON{
+		Room: room, Capacity: cfg.Capacity, LeaseSeconds: cfg.Lease.Seconds(),
+		AdmitIntervalMS: cfg.AdmitInterval.Milliseconds(), Mode: cfg.Mode,
+	})
+	return nil
+}
+
+// roomJSON is the answer of GET /v1/rooms/{room}.
+type roomJSON struct {
+	Room          string  `json:"room"`
+	Capacity      int64   `json:"capacity"`
+	Active        int64   `json:"active"`
+	Waiting       int64   `json:"waiting"`
+	AdmittedTotal int64   `json:"admitted_total"`
+	ExpiredTotal  int64   `json:"expired_total"`
+	ReleasedTotal int64   `json:"released_total"`
+	LeftTotal     int64   `json:"left_total"`
+	JoinedTotal   int64   `json:"joined_total"`
+	AdmissionRate float64 `json:"admission_rate_per_s"`
+}
+
+func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
+	room, err := roomParam(r)
+	if err != nil {
+		return err
+	}
+	st, err := h.svc.Room(r.Context(), room)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, roomJSON{
+		Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting,
+		AdmittedTotal: st.AdmittedTotal, ExpiredTotal: st.ExpiredTotal, ReleasedTotal: st.ReleasedTotal,
+		LeftTotal: st.LeftTotal, JoinedTotal: st.JoinedTotal, AdmissionRate: st.AdmissionRate,
+	})
+	return nil
+}
+
+// ticketJSON is a ticket as the API shows it.
+type ticketJSON struct {
+	Room   string `json:"room"`
+	UserID string `json:"user_id"`
+	State  State  `json:"state"`
+	// Position is null unless waiting.
+	Position *int64 `json:"position"`
+	// ETASeconds is null unless waiting with a measured admission rate;
+	// 0 once admitted.
+	ETASeconds     *float64 `json:"eta_seconds"`
+	PollAfterMS    int64    `json:"poll_after_ms"`
+	TicketToken    string   `json:"ticket_token,omitempty"`
+	AdmissionToken string   `json:"admission_token,omitempty"`
+	LeaseExpiresAt string   `json:"lease_expires_at,omitempty"`
+}
+
+// ticketView shows t with the service's wait estimate.
+func (h *handler) ticketView(t Ticket) ticketJSON {
+	eta, poll := h.svc.Estimate(t)
+	v := ticketJSON{Room: t.Room, UserID: t.User, State: t.State, PollAfterMS: poll.Milliseconds()}
+	switch t.State {
+	case StateWaiting:
+		if t.Position >= 0 {
+			pos := t.Position
+			v.Position = &pos
+		}
+		if eta >= 0 {
+			s := math.Round(eta.Seconds()*10) / 10
+			v.ETASeconds = &s
+		}
+	case StateAdmitted:
+		zero := 0.0
+		v.ETASeconds = &zero
+	}
+	return v
+}
+
+func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
+	room, err := roomParam(r)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		UserID *string `json:"user_id"`
+	}
+	if err := h.decodeJSON(w, r, &body, `"user_id"`); err != nil {
+		return err
+	}
+	if body.UserID == nil {
+		return fieldError("user_id", "is required")
+	}
+	user := *body.UserID
+	if err := ValidateUser(user); err != nil {
+		return err
+	}
+	// The store does not say whether Join created the ticket: compare with
+	// the ticket before. Two concurrent first joins may both answer 201.
+	before, err := h.svc.Ticket(r.Context(), room, user)
+	if err != nil && !errors.Is(err, ErrNoTicket) && !errors.Is(err, ErrNoRoom) {
+		return err
+	}
+	live := err == nil && (before.State == StateWaiting || before.State == StateAdmitted)
+	t, err := h.svc.Join(r.Context(), room, user)
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if live && t.Seq == before.Seq {
+		status = http.StatusOK
+	}
+	v := h.ticketView(t)
+	v.TicketToken, err = h.signer.Sign(Claims{Kind: TicketToken, Room: room, User: user, Expires: h.signer.now().Add(h.cfg.TicketTTL)})
+	if err != nil {
+		return &Error{Code: CodeInternal, Message: "cannot sign the ticket token", Err: err}
+	}
+	writeJSON(w, status, v)
+	return nil
+}
+
+func (h *handler) getTicket(w http.ResponseWriter, r *http.Request) error {
+	room, user, err := ticketParams(r)
+	if err != nil {
+		return err
+	}
+	if err := h.authTicket(r, room, user); err != nil {
+		return err
+	}
+	t, err := h.svc.Ticket(r.Context(), room, user)
+	if err != nil {
+		return err
+	}
+	v := h.ticketView(t)
+	if t.State == StateAdmitted && !t.LeaseExpires.IsZero() {
+		v.LeaseExpiresAt = t.LeaseExpires.UTC().Format(time.RFC3339Nano)
+		// Tokens count whole seconds: a lease ending within this second
+		// gets no token (it is over for any checkout that would see it).
+		if t.LeaseExpires.Unix() > h.signer.now().Unix() {
+			v.AdmissionToken, err = h.signer.Sign(Claims{Kind: AdmissionToken, Room: room, User: user, Seq: t.Seq, Expires: t.LeaseExpires})
+			if err != nil {
+				return &Error{Code: CodeInternal, Message: "cannot sign the admission token", Err: err}
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+func (h *handler) leave(w http.ResponseWriter, r *http.Request) error {
+	room, user, err := ticketParams(r)
+	if err != nil {
+		return err
+	}
+	if err := h.authTicket(r, room, user); err != nil {
+		return err
+	}
+	t, err := h.svc.Leave(r.Context(), room, user)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, h.ticketView(t))
+	return nil
+}

@@ -1,0 +1,637 @@
+package waitroom_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/redisstore"
+)
+
+const adminToken = "test-admin-token-0123456789"
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef-test-secret")
+
+// roomsKey is redisstore's set of configured rooms; the tests remove their
+// rooms from it on real Redis.
+const roomsKey = "stampede:rooms"
+
+// backend is a Redis the tests run against.
+type backend struct {
+	client redis.UniversalClient
+	mini   *miniredis.Miniredis // nil for a real server
+}
+
+// forEachBackend runs fn on miniredis and, when STAMPEDE_REDIS_URL is set,
+// on that real Redis.
+func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	t.Run("miniredis", func(t *testing.T) { fn(t, miniBackend(t)) })
+	t.Run("redis", func(t *testing.T) {
+		url := os.Getenv("STAMPEDE_REDIS_URL")
+		if url == "" {
+			t.Skip("STAMPEDE_REDIS_URL is not set: no real Redis to test against (.ci/run sets it)")
+		}
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatalf("STAMPEDE_REDIS_URL: %v", err)
+		}
+		// These tests run a Service, which admits in every room of its
+		// database. Use the next database so that it never admits in the
+		// rooms of the store conformance tests, which may run at the same
+		// time on the URL's own database.
+		opts.DB = (opts.DB + 1) % 16
+		client := redis.NewClient(opts)
+		t.Cleanup(func() { client.Close() })
+		if err := client.Ping(context.Background()).Err(); err != nil {
+			t.Fatalf("STAMPEDE_REDIS_URL: %v", err)
+		}
+		fn(t, backend{client: client})
+	})
+}
+
+func miniBackend(t testing.TB) backend {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	return backend{client: client, mini: m}
+}
+
+// env is one waiting-room server under test.
+type env struct {
+	b     backend
+	store *redisstore.Store
+	srv   *waitroom.Server
+	url   string // of an httptest server; empty when handler-only
+}
+
+func newEnv(t testing.TB, b backend, network bool) *env {
+	t.Helper()
+	store := redisstore.New(b.client)
+	opts := waitroom.DefaultServerOptions()
+	opts.Instance = "test-" + randomName()
+	opts.Secret, opts.AdminToken = testSecret, adminToken
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.RoomRefresh = 50 * time.Millisecond
+	srv, err := waitroom.NewServer(context.Background(), store, opts)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	e := &env{b: b, store: store, srv: srv}
+	if network {
+		ts := httptest.NewServer(srv.Handler())
+		t.Cleanup(ts.Close)
+		e.url = ts.URL
+	}
+	return e
+}
+
+func randomName() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// answer is one HTTP answer.
+type answer struct {
+	status int
+	header http.Header
+	raw    []byte
+	json   map[string]any
+}
+
+func (a answer) str(key string) string { s, _ := a.json[key].(string); return s }
+
+// errCode and errMessage read {"error":{"code","message"}}.
+func (a answer) errCode() string {
+	e, _ := a.json["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}
+
+func (a answer) errMessage() string {
+	e, _ := a.json["error"].(map[string]any)
+	s, _ := e["message"].(string)
+	return s
+}
+
+// req describes a request.
+type req struct {
+	method, path string
+	body         string
+	contentType  string // default application/json when body is set; "-" for none
+	auth         string // Authorization value
+}
+
+func (e *env) do(t testing.TB, r req) answer {
+	t.Helper()
+	var body io.Reader
+	if r.body != "" {
+		body = strings.NewReader(r.body)
+	}
+	hr := httptest.NewRequest(r.method, r.path, body)
+	if e.url != "" {
+		var err error
+		hr, err = http.NewRequest(r.method, e.url+r.path, body)
+		if err != nil {
+			t.Fatalf("%s %s: %v", r.method, r.path, err)
+		}
+	}
+	switch {
+	case r.contentType == "-":
+	case r.contentType != "":
+		hr.Header.Set("Content-Type", r.contentType)
+	case r.body != "":
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	if r.auth != "" {
+		hr.Header.Set("Authorization", r.auth)
+	}
+	var a answer
+	if e.url != "" {
+		res, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			t.Fatalf("%s %s: %v", r.method, r.path, err)
+		}
+		defer res.Body.Close()
+		a.status, a.header = res.StatusCode, res.Header
+		a.raw, _ = io.ReadAll(res.Body)
+	} else {
+		rec := httptest.NewRecorder()
+		e.srv.Handler().ServeHTTP(rec, hr)
+		a.status, a.header, a.raw = rec.Code, rec.Header(), rec.Body.Bytes()
+	}
+	if strings.HasPrefix(a.header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(a.raw, &a.json); err != nil {
+			t.Fatalf("%s %s: answer is not JSON: %v\n%s", r.method, r.path, err, a.raw)
+		}
+	}
+	return a
+}
+
+// must checks the status and returns the answer.
+func (e *env) must(t testing.TB, status int, r req) answer {
+	t.Helper()
+	a := e.do(t, r)
+	if a.status != status {
+		t.Fatalf("%s %s = %d, want %d\n%s", r.method, r.path, a.status, status, a.raw)
+	}
+	return a
+}
+
+// newRoom configures a uniquely named room through the API and removes it
+// from the store when the test ends.
+func (e *env) newRoom(t testing.TB, body string) string {
+	t.Helper()
+	room := "r-" + randomName()
+	t.Cleanup(func() {
+		ctx := context.Background()
+		k := redisstore.KeysFor(room)
+		e.b.client.Del(ctx, k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.Leader)
+		e.b.client.SRem(ctx, roomsKey, room)
+	})
+	e.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: body, auth: "Bearer " + adminToken})
+	return room
+}
+
+// waitFor polls cond every 10 ms for up to 5 s: the service admits in the
+// background.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 5s waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func join(t testing.TB, e *env, room, user string) answer {
+	t.Helper()
+	a := e.do(t, req{method: "POST", path: "/v1/rooms/" + room + "/tickets", body: `{"user_id":` + quote(user) + `}`})
+	if a.status != http.StatusCreated && a.status != http.StatusOK {
+		t.Fatalf("join %s: %d\n%s", user, a.status, a.raw)
+	}
+	return a
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func ticketPath(room, user string) string { return "/v1/rooms/" + room + "/tickets/" + user }
+
+func TestFullFlow(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, true)
+		// A one-minute tick: nothing is admitted but by the test's own
+		// pass and by the release of a slot.
+		room := e.newRoom(t, `{"capacity":1,"lease_seconds":60,"admit_interval_ms":60000}`)
+
+		a := join(t, e, room, "alice")
+		bob := join(t, e, room, "bob")
+		if a.status != http.StatusCreated || a.str("state") != "waiting" || a.json["position"] != 0.0 || a.str("ticket_token") == "" {
+			t.Fatalf("alice's join = %d %s", a.status, a.raw)
+		}
+		if bob.json["position"] != 1.0 || a.json["poll_after_ms"] == nil || a.str("room") != room || a.str("user_id") != "alice" {
+			t.Fatalf("bob's join = %s", bob.raw)
+		}
+		if _, ok := a.json["eta_seconds"]; !ok {
+			t.Errorf("no eta_seconds in %s", a.raw)
+		}
+		aliceAuth, bobAuth := "Bearer "+a.str("ticket_token"), "Bearer "+bob.str("ticket_token")
+
+		// One admission pass lets alice in.
+		res, err := e.store.Admit(context.Background(), room, waitroom.ModeAtomic, "test")
+		if err != nil || !slices.Equal(res.Admitted, []string{"alice"}) {
+			t.Fatalf("Admit = %+v, %v; want alice admitted", res, err)
+		}
+		got := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, "alice"), auth: aliceAuth})
+		if got.str("state") != "admitted" || got.str("ticket_token") != "" {
+			t.Fatalf("alice's ticket = %s", got.raw)
+		}
+		claims, err := waitroom.VerifyAdmission(got.str("admission_token"), testSecret, room, time.Now())
+		if err != nil {
+			t.Fatalf("VerifyAdmission: %v\n%s", err, got.raw)
+		}
+		lease, err := time.Parse(time.RFC3339Nano, got.str("lease_expires_at"))
+		if err != nil || claims.User != "alice" || claims.Seq != 1 || !claims.Expires.Equal(lease.Truncate(time.Second)) {
+			t.Errorf("claims %+v, lease_expires_at %q (%v)", claims, got.str("lease_expires_at"), err)
+		}
+		if d := time.Until(lease); d < 55*time.Second || d > 65*time.Second {
+			t.Errorf("lease ends in %s, want about 60s", d)
+		}
+		if got := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, "bob"), auth: bobAuth}); got.str("state") != "waiting" || got.json["position"] != 0.0 || got.str("admission_token") != "" {
+			t.Fatalf("bob's ticket = %s", got.raw)
+		}
+
+		// The release refills the slot at once: the service's admitter for
+		// the room runs (once it has found the room) and is poked.
+		waitFor(t, "the service to run the room's admitter", func() bool { return slices.Contains(e.srv.Service().Rooms(), room) })
+		left := e.must(t, http.StatusOK, req{method: "DELETE", path: ticketPath(room, "alice"), auth: aliceAuth})
+		if left.str("state") != "released" || left.json["position"] != nil {
+			t.Fatalf("alice's leave = %s", left.raw)
+		}
+		waitFor(t, "bob's admission", func() bool {
+			return e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, "bob"), auth: bobAuth}).str("state") == "admitted"
+		})
+
+		st := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room})
+		if st.json["active"] != 1.0 || st.json["waiting"] != 0.0 || st.json["admitted_total"] != 2.0 || st.json["released_total"] != 1.0 || st.json["joined_total"] != 2.0 || st.json["capacity"] != 1.0 {
+			t.Errorf("room = %s", st.raw)
+		}
+		for _, k := range []string{"room", "expired_total", "left_total", "admission_rate_per_s"} {
+			if _, ok := st.json[k]; !ok {
+				t.Errorf("room answer lacks %q: %s", k, st.raw)
+			}
+		}
+		if cc := st.header.Get("Cache-Control"); cc != "no-store" {
+			t.Errorf("Cache-Control = %q", cc)
+		}
+
+		// The admitter's pass was counted.
+		metrics := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"})
+		if want := `stampede_waitroom_admitted_total{room="` + room + `"} 1`; !bytes.Contains(metrics.raw, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	})
+}
+
+func TestJoinIsIdempotent(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, true)
+		room := e.newRoom(t, `{"capacity":5,"admit_interval_ms":60000}`)
+		join(t, e, room, "first")
+		a := join(t, e, room, "u-1")
+		again := join(t, e, room, "u-1")
+		if a.status != http.StatusCreated || again.status != http.StatusOK {
+			t.Fatalf("statuses %d then %d, want 201 then 200", a.status, again.status)
+		}
+		if again.json["position"] != 1.0 || a.json["position"] != 1.0 || again.str("state") != "waiting" {
+			t.Fatalf("joins = %s then %s", a.raw, again.raw)
+		}
+		// Both ticket tokens work.
+		for _, tok := range []string{a.str("ticket_token"), again.str("ticket_token")} {
+			e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, "u-1"), auth: "Bearer " + tok})
+		}
+		st := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room})
+		if st.json["joined_total"] != 2.0 || st.json["waiting"] != 2.0 {
+			t.Errorf("room after a repeated join = %s", st.raw)
+		}
+		// Joining again after leaving is a new ticket at the back.
+		e.must(t, http.StatusOK, req{method: "DELETE", path: ticketPath(room, "u-1"), auth: "Bearer " + a.str("ticket_token")})
+		if re := join(t, e, room, "u-1"); re.status != http.StatusCreated || re.str("state") != "waiting" {
+			t.Errorf("rejoin = %d %s, want 201 waiting", re.status, re.raw)
+		}
+	})
+}
+
+func TestBadRequests(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, true)
+		room := e.newRoom(t, `{"capacity":2,"admit_interval_ms":60000}`)
+		alice := join(t, e, room, "alice")
+		join(t, e, room, "bob")
+		aliceTok := alice.str("ticket_token")
+
+		sign := func(s *waitroom.Signer, c waitroom.Claims) string {
+			tok, err := s.Sign(c)
+			if err != nil {
+				t.Fatalf("Sign: %v", err)
+			}
+			return tok
+		}
+		past, _ := waitroom.NewSigner(testSecret, func() time.Time { return time.Now().Add(-48 * time.Hour) })
+		expired := sign(past, waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: "alice", Expires: time.Now().Add(-47 * time.Hour)})
+		other, _ := waitroom.NewSigner([]byte("another-secret-another-secret-another-secret"), nil)
+		forged := sign(other, waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: "alice", Expires: time.Now().Add(time.Hour)})
+		now, _ := waitroom.NewSigner(testSecret, nil)
+		admission := sign(now, waitroom.Claims{Kind: waitroom.AdmissionToken, Room: room, User: "alice", Seq: 1, Expires: time.Now().Add(time.Hour)})
+		ghostTok := sign(now, waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: "ghost", Expires: time.Now().Add(time.Hour)})
+		otherRoomTok := sign(now, waitroom.Claims{Kind: waitroom.TicketToken, Room: "elsewhere", User: "alice", Expires: time.Now().Add(time.Hour)})
+
+		tickets := "/v1/rooms/" + room + "/tickets"
+		cfgPath := "/v1/rooms/" + room
+		admin := "Bearer " + adminToken
+		cases := []struct {
+			name   string
+			r      req
+			status int
+			code   string
+			want   []string // substrings of the message
+		}{
+			{"malformed JSON", req{method: "POST", path: tickets, body: `{"user_id":`}, 400, "invalid", []string{"malformed JSON"}},
+			{"malformed JSON inside", req{method: "POST", path: tickets, body: `{"user_id" "x"}`}, 400, "invalid", []string{"malformed JSON", "byte offset"}},
+			{"trailing data", req{method: "POST", path: tickets, body: `{"user_id":"a"} {"user_id":"b"}`}, 400, "invalid", []string{"trailing data"}},
+			{"not an object", req{method: "POST", path: tickets, body: `["alice"]`}, 400, "invalid", []string{"JSON object", "user_id"}},
+			{"null body", req{method: "POST", path: tickets, body: `null`}, 400, "invalid", []string{"JSON object"}},
+			{"empty body", req{method: "POST", path: tickets, body: "", contentType: "application/json"}, 400, "invalid", []string{"empty"}},
+			{"unknown field", req{method: "POST", path: tickets, body: `{"user_id":"a","admin":true}`}, 400, "invalid", []string{`"admin"`, "user_id"}},
+			{"user_id wrong type", req{method: "POST", path: tickets, body: `{"user_id":42}`}, 400, "invalid", []string{"user_id", "string"}},
+			{"user_id missing", req{method: "POST", path: tickets, body: `{}`}, 400, "invalid", []string{"user_id", "required"}},
+			{"user_id null", req{method: "POST", path: tickets, body: `{"user_id":null}`}, 400, "invalid", []string{"user_id", "required"}},
+			{"user_id empty", req{method: "POST", path: tickets, body: `{"user_id":""}`}, 400, "invalid", []string{"user_id"}},
+			{"user_id 200 bytes", req{method: "POST", path: tickets, body: `{"user_id":"` + strings.Repeat("x", 200) + `"}`}, 400, "invalid", []string{"user_id", "200"}},
+			{"user_id control character", req{method: "POST", path: tickets, body: `{"user_id":"a\u0007b"}`}, 400, "invalid", []string{"user_id", "control"}},
+			{"bad room name", req{method: "GET", path: "/v1/rooms/bad.room"}, 400, "invalid", []string{"room"}},
+			{"unknown room", req{method: "GET", path: "/v1/rooms/no-such-room"}, 404, "not_found", []string{"no-such-room"}},
+			{"join unknown room", req{method: "POST", path: "/v1/rooms/no-such-room/tickets", body: `{"user_id":"a"}`}, 404, "not_found", []string{"no-such-room"}},
+			{"no ticket", req{method: "GET", path: ticketPath(room, "ghost"), auth: "Bearer " + ghostTok}, 404, "not_found", []string{"ghost"}},
+			{"capacity wrong type", req{method: "PUT", path: cfgPath, body: `{"capacity":"ten"}`, auth: admin}, 400, "invalid", []string{"capacity", "number"}},
+			{"capacity fraction", req{method: "PUT", path: cfgPath, body: `{"capacity":1.5}`, auth: admin}, 400, "invalid", []string{"capacity", "whole number"}},
+			{"capacity huge", req{method: "PUT", path: cfgPath, body: `{"capacity":1e40}`, auth: admin}, 400, "invalid", []string{"capacity"}},
+			{"capacity zero", req{method: "PUT", path: cfgPath, body: `{"capacity":0}`, auth: admin}, 400, "invalid", []string{"capacity"}},
+			{"lease huge", req{method: "PUT", path: cfgPath, body: `{"lease_seconds":1e300}`, auth: admin}, 400, "invalid", []string{"lease_seconds"}},
+			{"lease wrong type", req{method: "PUT", path: cfgPath, body: `{"lease_seconds":"1m"}`, auth: admin}, 400, "invalid", []string{"lease_seconds", "number"}},
+			{"interval too short", req{method: "PUT", path: cfgPath, body: `{"admit_interval_ms":1}`, auth: admin}, 400, "invalid", []string{"admit_interval_ms"}},
+			{"unknown mode", req{method: "PUT", path: cfgPath, body: `{"mode":"fast"}`, auth: admin}, 400, "invalid", []string{"mode", "fast"}},
+			{"config unknown field", req{method: "PUT", path: cfgPath, body: `{"cap":1}`, auth: admin}, 400, "invalid", []string{`"cap"`, "capacity"}},
+			{"missing admin token", req{method: "PUT", path: cfgPath, body: `{}`}, 401, "unauthorized", []string{"admin token"}},
+			{"wrong admin token", req{method: "PUT", path: cfgPath, body: `{}`, auth: "Bearer not-the-admin-token"}, 401, "unauthorized", []string{"admin token invalid"}},
+			{"ticket token as admin token", req{method: "PUT", path: cfgPath, body: `{}`, auth: "Bearer " + aliceTok}, 401, "unauthorized", []string{"admin token invalid"}},
+			{"basic auth as admin", req{method: "PUT", path: cfgPath, body: `{}`, auth: "Basic " + adminToken}, 401, "unauthorized", []string{"Bearer"}},
+			{"missing ticket token", req{method: "GET", path: ticketPath(room, "alice")}, 401, "unauthorized", []string{"ticket_token"}},
+			{"missing ticket token on leave", req{method: "DELETE", path: ticketPath(room, "alice")}, 401, "unauthorized", []string{"ticket_token"}},
+			{"garbage ticket token", req{method: "GET", path: ticketPath(room, "alice"), auth: "Bearer garbage"}, 401, "unauthorized", []string{"malformed token"}},
+			{"forged ticket token", req{method: "GET", path: ticketPath(room, "alice"), auth: "Bearer " + forged}, 401, "unauthorized", []string{"signature"}},
+			{"expired ticket token", req{method: "GET", path: ticketPath(room, "alice"), auth: "Bearer " + expired}, 401, "unauthorized", []string{"expired"}},
+			{"admission token as ticket token", req{method: "GET", path: ticketPath(room, "alice"), auth: "Bearer " + admission}, 401, "unauthorized", []string{"wrong token kind"}},
+			{"other user's token", req{method: "GET", path: ticketPath(room, "bob"), auth: "Bearer " + aliceTok}, 403, "forbidden", []string{"another user"}},
+			{"other user's token on leave", req{method: "DELETE", path: ticketPath(room, "bob"), auth: "Bearer " + aliceTok}, 403, "forbidden", []string{"another user"}},
+			{"other room's token", req{method: "GET", path: ticketPath(room, "alice"), auth: "Bearer " + otherRoomTok}, 403, "forbidden", []string{"another user or room"}},
+			{"user path too long", req{method: "GET", path: ticketPath(room, strings.Repeat("u", 200)), auth: "Bearer " + aliceTok}, 400, "invalid", []string{"user_id"}},
+			{"oversized body", req{method: "POST", path: tickets, body: `{"user_id":"` + strings.Repeat("x", 5000) + `"}`}, 413, "too_large", []string{"4096"}},
+			{"oversized config", req{method: "PUT", path: cfgPath, body: strings.Repeat(" ", 5000) + "{}", auth: admin}, 413, "too_large", []string{"4096 bytes"}},
+			{"wrong content type", req{method: "POST", path: tickets, body: `{"user_id":"a"}`, contentType: "text/plain"}, 415, "unsupported", []string{"application/json", "text/plain"}},
+			{"no content type", req{method: "POST", path: tickets, body: `{"user_id":"a"}`, contentType: "-"}, 415, "unsupported", []string{"application/json"}},
+			{"form content type", req{method: "PUT", path: cfgPath, body: `capacity=1`, contentType: "application/x-www-form-urlencoded", auth: admin}, 415, "unsupported", []string{"application/json"}},
+			{"wrong method on room", req{method: "PATCH", path: cfgPath, body: `{}`}, 405, "method", []string{"PATCH", "GET, HEAD, PUT"}},
+			{"wrong method on tickets", req{method: "GET", path: tickets}, 405, "method", []string{"GET", "POST"}},
+			{"wrong method on ticket", req{method: "POST", path: ticketPath(room, "alice")}, 405, "method", []string{"DELETE"}},
+			{"wrong method on healthz", req{method: "DELETE", path: "/healthz"}, 405, "method", []string{"DELETE"}},
+			{"wrong method on page", req{method: "POST", path: "/rooms/" + room}, 405, "method", []string{"POST"}},
+			{"unknown path", req{method: "GET", path: "/v2/nothing"}, 404, "not_found", []string{"/v2/nothing"}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				a := e.do(t, tc.r)
+				if a.status != tc.status || a.errCode() != tc.code {
+					t.Fatalf("%s %s = %d %q, want %d %q\n%s", tc.r.method, tc.r.path, a.status, a.errCode(), tc.status, tc.code, a.raw)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(a.errMessage(), w) {
+						t.Errorf("message %q does not mention %q", a.errMessage(), w)
+					}
+				}
+				if a.status == 401 && a.header.Get("WWW-Authenticate") == "" {
+					t.Error("401 without WWW-Authenticate")
+				}
+				if a.status == 405 && a.header.Get("Allow") == "" {
+					t.Error("405 without Allow")
+				}
+			})
+		}
+
+		// None of it changed the room.
+		st := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room})
+		if st.json["joined_total"] != 2.0 || st.json["capacity"] != 2.0 {
+			t.Errorf("room after bad requests = %s", st.raw)
+		}
+	})
+}
+
+func TestConfigureDefaultsAndAnswer(t *testing.T) {
+	e := newEnv(t, miniBackend(t), false)
+	room := "cfg-" + randomName()
+	a := e.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: `{"capacity":7,"mode":"leader"}`, auth: "Bearer " + adminToken})
+	d := waitroom.DefaultRoomConfig()
+	if a.json["capacity"] != 7.0 || a.str("mode") != "leader" || a.json["lease_seconds"] != d.Lease.Seconds() ||
+		a.json["admit_interval_ms"] != float64(d.AdmitInterval.Milliseconds()) || a.str("room") != room {
+		t.Errorf("PUT answer = %s", a.raw)
+	}
+	cfg, err := e.store.Config(context.Background(), room)
+	if err != nil || cfg.Capacity != 7 || cfg.Mode != waitroom.ModeLeader || cfg.Lease != d.Lease {
+		t.Errorf("stored config = %+v, %v", cfg, err)
+	}
+	a = e.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: `{"lease_seconds":1.5,"admit_interval_ms":10}`, auth: "bearer " + adminToken})
+	if a.json["capacity"] != float64(d.Capacity) || a.json["lease_seconds"] != 1.5 || a.json["admit_interval_ms"] != 10.0 || a.str("mode") != "atomic" {
+		t.Errorf("second PUT answer = %s", a.raw)
+	}
+}
+
+func TestStoreDownIs503(t *testing.T) {
+	m := miniredis.RunT(t)
+	// No retries: each request fails at the first refused dial.
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { client.Close() })
+	b := backend{client: client, mini: m}
+	e := newEnv(t, b, true)
+	room := e.newRoom(t, `{"capacity":1}`)
+	tok := join(t, e, room, "alice").str("ticket_token")
+	b.mini.Close()
+	for _, r := range []req{
+		{method: "GET", path: "/v1/rooms/" + room},
+		{method: "POST", path: "/v1/rooms/" + room + "/tickets", body: `{"user_id":"bob"}`},
+		{method: "GET", path: ticketPath(room, "alice"), auth: "Bearer " + tok},
+		{method: "DELETE", path: ticketPath(room, "alice"), auth: "Bearer " + tok},
+		{method: "PUT", path: "/v1/rooms/" + room, body: `{}`, auth: "Bearer " + adminToken},
+	} {
+		a := e.do(t, r)
+		if a.status != http.StatusServiceUnavailable || a.errCode() != "unavailable" || !strings.Contains(a.errMessage(), "unavailable") {
+			t.Errorf("%s %s with Redis down = %d %s, want 503 unavailable", r.method, r.path, a.status, a.raw)
+		}
+		if strings.Contains(string(a.raw), "refused") || strings.Contains(string(a.raw), "127.0.0.1") {
+			t.Errorf("the 503 shows the cause to the client: %s", a.raw)
+		}
+	}
+	// A scrape still answers, reporting the store down.
+	scrape := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"})
+	if !bytes.Contains(scrape.raw, []byte("stampede_waitroom_store_up 0")) {
+		t.Errorf("/metrics with Redis down lacks stampede_waitroom_store_up 0:\n%s", scrape.raw)
+	}
+}
+
+func TestMetricsHealthzAndPage(t *testing.T) {
+	e := newEnv(t, miniBackend(t), true)
+	room := e.newRoom(t, `{"capacity":3,"admit_interval_ms":60000}`)
+	join(t, e, room, "a")
+	join(t, e, room, "b")
+	waitFor(t, "the service to find the room", func() bool { return slices.Contains(e.srv.Service().Rooms(), room) })
+
+	m := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"})
+	for _, want := range []string{
+		`stampede_waitroom_waiting{room="` + room + `"} 2`,
+		`stampede_waitroom_active{room="` + room + `"} 0`,
+		`stampede_waitroom_capacity{room="` + room + `"} 3`,
+		`stampede_waitroom_store_up 1`,
+		`go_goroutines`,
+	} {
+		if !bytes.Contains(m.raw, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
+	h := e.must(t, http.StatusOK, req{method: "GET", path: "/healthz"})
+	if h.str("status") != "ok" {
+		t.Errorf("/healthz = %s", h.raw)
+	}
+
+	p := e.must(t, http.StatusOK, req{method: "GET", path: "/rooms/x"})
+	if ct := p.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+		t.Errorf("page Content-Type = %q", ct)
+	}
+	for _, id := range []string{"user", "join", "state", "position", "eta", "admitted", "admission-token", "leave", "error"} {
+		if !bytes.Contains(p.raw, []byte(`id="`+id+`"`)) {
+			t.Errorf("page lacks id=%q", id)
+		}
+	}
+	if csp := p.header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'sha256-") || !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("page CSP = %q", csp)
+	}
+	if bytes.Contains(p.raw, []byte("innerHTML")) || bytes.Contains(p.raw, []byte("://")) {
+		t.Error("the page uses innerHTML or loads something from another origin")
+	}
+	if a := e.do(t, req{method: "GET", path: "/rooms/bad.name"}); a.status != http.StatusBadRequest {
+		t.Errorf("page of a bad room name = %d", a.status)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	cfg := waitroom.DefaultHandlerConfig()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "AdminToken") {
+		t.Errorf("default config without an admin token: %v, want an error naming AdminToken", err)
+	}
+	cfg.AdminToken = adminToken
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("valid config: %v", err)
+	}
+	for field, mutate := range map[string]func(*waitroom.HandlerConfig){
+		"TicketTTL": func(c *waitroom.HandlerConfig) { c.TicketTTL = 0 },
+		"MaxBody":   func(c *waitroom.HandlerConfig) { c.MaxBody = 1 },
+	} {
+		c := cfg
+		mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: error %v, want one naming it", field, err)
+		}
+	}
+
+	store := redisstore.New(miniBackend(t).client)
+	opts := waitroom.DefaultServerOptions()
+	opts.AdminToken = adminToken
+	opts.Secret = []byte("short")
+	if _, err := waitroom.NewServer(context.Background(), store, opts); err == nil || !strings.Contains(err.Error(), "secret") {
+		t.Errorf("NewServer with a short secret: %v, want an error naming the secret", err)
+	}
+	opts.Secret, opts.AdminToken = testSecret, "short"
+	if _, err := waitroom.NewServer(context.Background(), store, opts); err == nil || !strings.Contains(err.Error(), "AdminToken") {
+		t.Errorf("NewServer with a short admin token: %v, want an error naming AdminToken", err)
+	}
+}
+
+// fuzzEnv is a handler-only server with one room, for the fuzz targets.
+func fuzzEnv(f *testing.F) (*env, string) {
+	e := newEnv(f, miniBackend(f), false)
+	room := e.newRoom(f, `{"capacity":3,"admit_interval_ms":60000}`)
+	return e, room
+}
+
+// checkFuzzAnswer fails on a 5xx or an answer that is not JSON.
+func checkFuzzAnswer(t *testing.T, e *env, r req) {
+	a := e.do(t, r) // fails on invalid JSON
+	if a.status >= 500 {
+		t.Fatalf("%s %s with %q = %d\n%s", r.method, r.path, r.body, a.status, a.raw)
+	}
+	if !json.Valid(a.raw) {
+		t.Fatalf("answer is not JSON: %s", a.raw)
+	}
+	if a.status >= 400 && (a.errCode() == "" || a.errMessage() == "") {
+		t.Fatalf("error answer without code and message: %s", a.raw)
+	}
+}
+
+func FuzzJoinBody(f *testing.F) {
+	for _, s := range []string{
+		`{"user_id":"alice"}`, `{"user_id":""}`, `{"user_id":"\u0000"}`, `{"user_id":"\ud800"}`, `{"user_id":1}`,
+		`{"user_id":"a","x":1}`, `{"user_id":"a"}x`, `{`, `[]`, `null`, `""`, "", `{"user_id":"` + strings.Repeat("é", 80) + `"}`,
+		`{"user_id":{"a":[1,2,{}]}}`, `{"USER_ID":"caps"}`, "{\"user_id\":\"\xff\xfe\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	e, room := fuzzEnv(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkFuzzAnswer(t, e, req{method: "POST", path: "/v1/rooms/" + room + "/tickets", body: string(body), contentType: "application/json"})
+	})
+}
+
+func FuzzConfigBody(f *testing.F) {
+	for _, s := range []string{
+		`{"capacity":1,"lease_seconds":60,"admit_interval_ms":200,"mode":"atomic"}`, `{}`, `{"capacity":-1}`,
+		`{"capacity":1e400}`, `{"lease_seconds":-0}`, `{"lease_seconds":1e-300}`, `{"admit_interval_ms":9223372036854775807}`,
+		`{"admit_interval_ms":-9223372036854775808}`, `{"mode":null}`, `{"mode":""}`, `{"capacity":"1"}`, `{"capacity":true}`,
+		`{"lease_seconds":86400.0000001}`, `{`, `}`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	e, room := fuzzEnv(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkFuzzAnswer(t, e, req{method: "PUT", path: "/v1/rooms/" + room, body: string(body), contentType: "application/json", auth: "Bearer " + adminToken})
+	})
+}

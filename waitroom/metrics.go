@@ -1,0 +1,173 @@
+package waitroom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metricsNamespace prefixes every metric of the waiting room.
+const metricsNamespace = "stampede_waitroom"
+
+// Metrics counts what the admitters of one or more Services do. Feed it by
+// setting ServiceConfig.OnPass to its OnPass method before NewService. It
+// is safe for concurrent use.
+//
+// The metrics are
+//
+//	stampede_waitroom_admitted_total{room}                 users admitted
+//	stampede_waitroom_expired_total{room}                  leases reclaimed
+//	stampede_waitroom_admission_pass_errors_total{room}    failed passes
+//	stampede_waitroom_admission_passes_skipped_total{room} passes another instance led (leader mode)
+//	stampede_waitroom_store_round_trips_total{mode}        store requests made by admission passes
+//	stampede_waitroom_admission_pass_seconds{mode}         histogram of pass latency
+type Metrics struct {
+	admitted    *prometheus.CounterVec
+	expired     *prometheus.CounterVec
+	passErrors  *prometheus.CounterVec
+	skipped     *prometheus.CounterVec
+	roundTrips  *prometheus.CounterVec
+	passSeconds *prometheus.HistogramVec
+}
+
+// NewMetrics makes the admission metrics and registers them with reg (nil:
+// not registered). Registering on a registry that already holds them, for
+// instance from a second Service in the same process, shares the existing
+// ones; any other registration error panics, as with MustRegister.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		admitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "admitted_total",
+			Help: "Users admitted into the room by this process's admission passes.",
+		}, []string{"room"}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "expired_total",
+			Help: "Leases that ran out and were reclaimed by this process's admission passes.",
+		}, []string{"room"}),
+		passErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "admission_pass_errors_total",
+			Help: "Admission passes that failed (usually: the store was unreachable).",
+		}, []string{"room"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "admission_passes_skipped_total",
+			Help: "Admission passes skipped because another instance leads the tick (leader mode).",
+		}, []string{"room"}),
+		roundTrips: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "store_round_trips_total",
+			Help: "Requests sent to the store by admission passes, by admission mode.",
+		}, []string{"mode"}),
+		passSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Name: "admission_pass_seconds",
+			Help:    "How long one admission pass took in the store, by admission mode.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12), // 0.5 ms to about 1 s
+		}, []string{"mode"}),
+	}
+	if reg != nil {
+		m.admitted = registerOrReuse(reg, m.admitted)
+		m.expired = registerOrReuse(reg, m.expired)
+		m.passErrors = registerOrReuse(reg, m.passErrors)
+		m.skipped = registerOrReuse(reg, m.skipped)
+		m.roundTrips = registerOrReuse(reg, m.roundTrips)
+		m.passSeconds = registerOrReuse(reg, m.passSeconds)
+	}
+	return m
+}
+
+// registerOrReuse registers c with reg, or returns the equal collector reg
+// already holds.
+func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	panic(fmt.Sprintf("waitroom: registering metrics: %v", err))
+}
+
+// OnPass records one admission pass. Its signature is that of
+// ServiceConfig.OnPass.
+func (m *Metrics) OnPass(room string, mode Mode, took time.Duration, res AdmitResult, err error) {
+	m.passSeconds.WithLabelValues(string(mode)).Observe(took.Seconds())
+	m.roundTrips.WithLabelValues(string(mode)).Add(float64(res.RoundTrips))
+	if err != nil {
+		m.passErrors.WithLabelValues(room).Inc()
+	}
+	if res.Skipped {
+		m.skipped.WithLabelValues(room).Inc()
+	}
+	if n := len(res.Admitted); n > 0 {
+		m.admitted.WithLabelValues(room).Add(float64(n))
+	}
+	if res.Expired > 0 {
+		m.expired.WithLabelValues(room).Add(float64(res.Expired))
+	}
+}
+
+// roomCollector reads every room's gauges from the store at scrape time.
+type roomCollector struct {
+	svc     *Service
+	log     *slog.Logger
+	timeout time.Duration
+
+	active, waiting, capacity, rate, up *prometheus.Desc
+}
+
+func newRoomCollector(svc *Service, log *slog.Logger) *roomCollector {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", name), help, labels, nil)
+	}
+	return &roomCollector{
+		svc: svc, log: log, timeout: 2 * time.Second,
+		active:   desc("active", "Users admitted and holding a slot now.", "room"),
+		waiting:  desc("waiting", "Users waiting in the queue now.", "room"),
+		capacity: desc("capacity", "The room's capacity.", "room"),
+		rate:     desc("admission_rate_per_second", "Admissions per second over the rate window, all instances together.", "room"),
+		up:       desc("store_up", "1 if the store answered every request of this scrape, else 0."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *roomCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.active, c.waiting, c.capacity, c.rate, c.up} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: one svc.Room call per room the
+// service admits for (or, with none, one listing of the store's rooms). A
+// room whose state cannot be read is left out and store_up is 0.
+func (c *roomCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	up := 1.0
+	rooms := c.svc.Rooms()
+	if len(rooms) == 0 {
+		// Nothing to read: still find out whether the store answers.
+		if _, err := c.svc.store.Rooms(ctx); err != nil {
+			up = 0
+			c.log.Warn("waitroom: metrics: the store does not answer", "err", err)
+		}
+	}
+	for _, room := range rooms {
+		st, err := c.svc.Room(ctx, room)
+		if err != nil {
+			up = 0
+			c.log.Warn("waitroom: metrics: reading room failed", "room", room, "err", err)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(st.Active), room)
+		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(st.Waiting), room)
+		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(st.Capacity), room)
+		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, st.AdmissionRate, room)
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
+}
