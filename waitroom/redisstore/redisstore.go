@@ -62,18 +62,19 @@ func (k Keys) scriptKeys() []string {
 
 // Configure implements waitroom.Store.
 func (s *Store) Configure(ctx context.Context, room string, cfg waitroom.RoomConfig) error {
+	// The name becomes the hash tag: anything else could split a room's
+	// keys over Cluster slots.
+	if err := waitroom.ValidateRoom(room); err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	k := KeysFor(room)
-	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, k.Config,
-			"capacity", cfg.Capacity,
-			"lease_ms", cfg.Lease.Milliseconds(),
-			"interval_ms", cfg.AdmitInterval.Milliseconds(),
-			"mode", string(cfg.Mode))
-		return nil
-	})
+	err := s.client.HSet(ctx, KeysFor(room).Config,
+		"capacity", cfg.Capacity,
+		"lease_ms", cfg.Lease.Milliseconds(),
+		"interval_ms", cfg.AdmitInterval.Milliseconds(),
+		"mode", string(cfg.Mode)).Err()
 	if err != nil {
 		return storeError(err)
 	}
