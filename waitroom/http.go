@@ -559,20 +559,13 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	if err := ValidateUser(user); err != nil {
 		return err
 	}
-	// The store does not say whether Join created the ticket: compare with
-	// the ticket before. Two concurrent first joins may both answer 201.
-	before, err := h.svc.Ticket(r.Context(), room, user)
-	if err != nil && !errors.Is(err, ErrNoTicket) && !errors.Is(err, ErrNoRoom) {
-		return err
-	}
-	live := err == nil && (before.State == StateWaiting || before.State == StateAdmitted)
 	t, err := h.svc.Join(r.Context(), room, user)
 	if err != nil {
 		return err
 	}
-	status := http.StatusCreated
-	if live && t.Seq == before.Seq {
-		status = http.StatusOK
+	status := http.StatusOK // an existing ticket, returned unchanged
+	if t.Created {
+		status = http.StatusCreated
 	}
 	v := h.ticketView(t)
 	v.TicketToken, err = h.signer.Sign(Claims{Kind: TicketToken, Room: room, User: user, Expires: h.signer.now().Add(h.cfg.TicketTTL)})

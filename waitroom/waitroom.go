@@ -149,6 +149,9 @@ type Ticket struct {
 	// LeaseExpires is when an admission ends unless released; meaningful
 	// only while admitted. It is Redis server time.
 	LeaseExpires time.Time
+	// Created is set by Store.Join when this call put the user in the
+	// queue (false when it returned an existing ticket).
+	Created bool
 }
 
 // RoomStats are a room's counters.

@@ -134,7 +134,12 @@ func (s *Store) Join(ctx context.Context, room, user string) (waitroom.Ticket, e
 	if err != nil {
 		return waitroom.Ticket{}, storeError(err)
 	}
-	return ticketFrom(room, user, res)
+	t, err := ticketFrom(room, user, res)
+	if err == nil && len(res) > 4 {
+		created, _ := res[4].(int64)
+		t.Created = created == 1
+	}
+	return t, err
 }
 
 // Ticket implements waitroom.Store.

@@ -15,12 +15,34 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
+// settleLua defines settle(user): the user's state, after expiring their
+// admission if its lease has run out (needs nowMS first). Join, ticket and
+// leave settle first, so nobody reads, keeps or releases a slot whose
+// lease is over just because no admission pass has reclaimed it yet.
+const settleLua = `
+-- A lease that has run out is expired now, whether or not an admission
+-- pass has reclaimed it yet.
+local function settle(user)
+  local st = redis.call('HGET', KEYS[5], user)
+  if st == 'admitted' then
+    local exp = tonumber(redis.call('ZSCORE', KEYS[4], user) or 0)
+    if exp <= now then
+      redis.call('ZREM', KEYS[4], user)
+      redis.call('HSET', KEYS[5], user, 'expired')
+      redis.call('HINCRBY', KEYS[7], 'expired', 1)
+      return 'expired'
+    end
+  end
+  return st
+end
+`
+
 // joinScript: KEYS cfg seq queue active state seqof stats; ARGV user.
 // Returns {state, rank, seq, lease_expiry_ms, created}.
-var joinScript = redis.NewScript(`
+var joinScript = redis.NewScript(nowMS + settleLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
 local user = ARGV[1]
-local st = redis.call('HGET', KEYS[5], user)
+local st = settle(user)
 if st == 'waiting' then
   local rank = redis.call('ZRANK', KEYS[3], user)
   return {st, rank or -1, tonumber(redis.call('HGET', KEYS[6], user)), 0, 0}
@@ -39,9 +61,9 @@ return {'waiting', redis.call('ZRANK', KEYS[3], user), seq, 0, 1}
 
 // ticketScript: KEYS cfg seq queue active state seqof stats; ARGV user.
 // Returns {state, rank, seq, lease_expiry_ms}.
-var ticketScript = redis.NewScript(`
+var ticketScript = redis.NewScript(nowMS + settleLua + `
 local user = ARGV[1]
-local st = redis.call('HGET', KEYS[5], user)
+local st = settle(user)
 if not st then
   if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
   return redis.error_reply('NOTICKET')
@@ -55,9 +77,9 @@ return {st, rank, tonumber(redis.call('HGET', KEYS[6], user) or 0), exp}
 
 // leaveScript: KEYS cfg seq queue active state seqof stats; ARGV user.
 // Returns {state, changed}.
-var leaveScript = redis.NewScript(`
+var leaveScript = redis.NewScript(nowMS + settleLua + `
 local user = ARGV[1]
-local st = redis.call('HGET', KEYS[5], user)
+local st = settle(user)
 if not st then
   if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
   return redis.error_reply('NOTICKET')

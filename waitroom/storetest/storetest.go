@@ -37,6 +37,7 @@ func Run(t *testing.T, h Harness) {
 		{"AtomicAdmitsUpToCapacityInOrder", testAtomicAdmits},
 		{"LeaveWaitingAndAdmitted", testLeave},
 		{"LeaseExpiryReclaimsSlots", testLeaseExpiry},
+		{"RunOutLeaseReadsExpiredBeforeAnyPass", testSettleOnRead},
 		{"EveryModeAdmitsInOrderWhenAlone", testModesAlone},
 		{"LeaderSkipsWhenAnotherLeads", testLeaderSkips},
 		{"ConcurrentAtomicNeverOverCapacity", testConcurrentAtomic},
@@ -158,12 +159,15 @@ func testJoinIdempotentFIFO(t *testing.T, h Harness) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if again.State != waitroom.StateWaiting || again.Position != int64(i) || again.Seq != int64(i+1) {
-			t.Errorf("second Join(%s) = %+v, want waiting at position %d, seq %d", u, again, i, i+1)
+		if again.State != waitroom.StateWaiting || again.Position != int64(i) || again.Seq != int64(i+1) || again.Created {
+			t.Errorf("second Join(%s) = %+v, want the existing ticket: waiting at position %d, seq %d, not created", u, again, i, i+1)
 		}
 	}
 	if st := checkAccounting(t, s, room); st.JoinedTotal != 3 || st.Waiting != 3 {
 		t.Fatalf("stats after repeated joins = %+v, want 3 joined, 3 waiting", st)
+	}
+	if first, _ := s.Join(ctx, room, "newcomer"); !first.Created {
+		t.Errorf("first Join = %+v, want Created", first)
 	}
 }
 
@@ -261,6 +265,34 @@ func testLeaseExpiry(t *testing.T, h Harness) {
 	}
 	if st := checkAccounting(t, s, room); st.ExpiredTotal != 2 || st.Active != 2 {
 		t.Errorf("stats = %+v", st)
+	}
+}
+
+// testSettleOnRead: once a lease has run out, the ticket reads expired,
+// leaving does not count it as released, and joining again starts a new
+// ticket, all before any admission pass reclaims the slot.
+func testSettleOnRead(t *testing.T, h Harness) {
+	s := h.Store(t)
+	ctx := context.Background()
+	room := newRoom(t, s, 2, time.Second, waitroom.ModeAtomic)
+	us := users(3)
+	join(t, s, room, us...)
+	if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a"); err != nil {
+		t.Fatal(err)
+	}
+	h.Advance(t, 1500*time.Millisecond)
+	if tk := state(t, s, room, us[0]); tk.State != waitroom.StateExpired {
+		t.Fatalf("ticket after the lease ran out = %+v, want expired", tk)
+	}
+	if tk, err := s.Leave(ctx, room, us[1]); err != nil || tk.State != waitroom.StateExpired {
+		t.Fatalf("Leave after the lease ran out = %+v, %v; want expired, not released", tk, err)
+	}
+	if tk, err := s.Join(ctx, room, us[0]); err != nil || !tk.Created || tk.State != waitroom.StateWaiting {
+		t.Fatalf("Join after expiry = %+v, %v; want a new waiting ticket", tk, err)
+	}
+	st := checkAccounting(t, s, room)
+	if st.ExpiredTotal != 2 || st.ReleasedTotal != 0 || st.Active != 0 {
+		t.Fatalf("stats = %+v, want 2 expired, none released, none active", st)
 	}
 }
 
