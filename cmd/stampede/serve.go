@@ -12,5 +12,6 @@ in-process, so every service runs with no set-up.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newServeWaitroomCmd())
+	cmd.AddCommand(newServeInstitutionCmd())
 	return cmd
 }

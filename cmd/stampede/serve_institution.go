@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/stampede-lab/stampede/institution"
+)
+
+// institutionOptions are the flags of `stampede serve institution`.
+type institutionOptions struct {
+	http           string
+	adminToken     string
+	notFoundWindow time.Duration
+	maxHung        int
+	logLevel       string
+}
+
+func newServeInstitutionCmd() *cobra.Command {
+	defaults := institution.DefaultConfig()
+	opts := &institutionOptions{}
+	cmd := &cobra.Command{
+		Use:   "institution",
+		Short: "Run the payment-institution simulator",
+		Long: `Run the payment-institution simulator: the PG the payment service calls to
+approve payments, with fault modes that decline, fail, or hang before or
+after the money moves. State is in memory and lost on exit.
+
+  POST /v1/approvals                 {"external_key","amount","currency"} → APPROVED or DECLINED
+  GET  /v1/approvals/{external_key}  the record; 404 says whether not-found is definitive yet
+  PUT  /admin/behavior               {"mode","hang_ms","idempotent","status_api"} (Bearer admin token)
+  GET  /admin/behavior, /admin/arrivals, /admin/approvals   (Bearer admin token)
+  POST /admin/reset                  clear, back to NORMAL, release every held request
+  GET  /healthz, /metrics
+
+Modes: NORMAL, DECLINE, HANG_BEFORE_PROCESSING, HANG_AFTER_PROCESSING, ERROR.
+A hang holds the request for hang_ms (default 8000); at most --max-hung
+requests are held at once, the rest are answered 503 busy at once.
+
+The admin token is read from STAMPEDE_ADMIN_TOKEN when --admin-token is not
+given.`,
+		Example: `  stampede serve institution --admin-token "$(openssl rand -hex 16)"
+  curl -X PUT -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+    -d '{"mode":"HANG_BEFORE_PROCESSING","hang_ms":8000}' http://127.0.0.1:8090/admin/behavior`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runInstitution(cmd, opts) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.http, "http", "127.0.0.1:8090", "address to listen on for HTTP")
+	f.StringVar(&opts.adminToken, "admin-token", "", fmt.Sprintf("bearer token for /admin, at least %d bytes (env %s; required)", institution.MinAdminTokenLen, envAdminToken))
+	f.DurationVar(&opts.notFoundWindow, "not-found-window", defaults.NotFoundWindow,
+		"declared window after a request's arrival past which an unrecorded external key is definitively not found (1ms to 24h)")
+	f.IntVar(&opts.maxHung, "max-hung", defaults.MaxHung, "most requests held at once by the hang modes; beyond it answer 503 busy")
+	f.StringVar(&opts.logLevel, "log-level", "info", "log level: debug (logs every request), info, warn or error")
+	return cmd
+}
+
+// config checks the options, naming the flag, and returns the server's
+// configuration.
+func (o *institutionOptions) config(log *slog.Logger) (institution.Config, error) {
+	cfg := institution.DefaultConfig()
+	if o.adminToken == "" {
+		return cfg, fmt.Errorf("--admin-token (or %s) is required: the token that authorizes /admin", envAdminToken)
+	}
+	if o.http == "" {
+		return cfg, errors.New("--http must not be empty")
+	}
+	cfg.AdminToken, cfg.NotFoundWindow, cfg.MaxHung, cfg.Logger = o.adminToken, o.notFoundWindow, o.maxHung, log
+	if err := cfg.Validate(); err != nil {
+		flag := map[string]string{"AdminToken": "--admin-token", "NotFoundWindow": "--not-found-window", "MaxHung": "--max-hung"}
+		if e, ok := errors.AsType[*institution.Error](err); ok && flag[e.Field] != "" {
+			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func runInstitution(cmd *cobra.Command, opts *institutionOptions) error {
+	fromEnv(cmd, "admin-token", envAdminToken, &opts.adminToken)
+	level, err := parseLogLevel(opts.logLevel)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	cfg, err := opts.config(log)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Registry = reg
+	srv, err := institution.NewServer(cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	ln, err := net.Listen("tcp", opts.http)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		// A held request answers after up to MaxHangMS: let it.
+		WriteTimeout: institution.MaxHangMS*time.Millisecond + 30*time.Second,
+		IdleTimeout:  2 * time.Minute,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info("institution simulator listening", "addr", ln.Addr().String(),
+		"not_found_window", cfg.NotFoundWindow, "max_hung", cfg.MaxHung)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "held_requests_released", srv.Hung())
+	// Release the held requests first: Shutdown waits for them.
+	srv.Close()
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(shutCtx); err != nil {
+		log.Warn("requests still running after the shutdown timeout were cut off", "timeout", shutdownTimeout, "err", err)
+		hs.Close()
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,310 @@
+package institution
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// The errors of the Client. Each wraps the cause (a transport error, or an
+// *Error carrying the code and HTTP status the institution answered), so
+// errors.Is and errors.As see both.
+var (
+	// ErrUnknownOutcome: the request may have reached the institution and
+	// been processed, but no answer said so — a timeout or a connection
+	// lost after the connection was made, a 504, or an unreadable 200.
+	// The money may have moved: settle by status inquiry, do not retry
+	// the approval.
+	ErrUnknownOutcome = errors.New("institution: outcome unknown, the request may have been processed")
+	// ErrNotSent: the request never reached the institution (no
+	// connection could be made: refused, DNS, dial timeout, the context
+	// ended first, a malformed URL). Nothing was processed.
+	ErrNotSent = errors.New("institution: request not sent")
+	// ErrInstitution: the institution answered with an error status (5xx
+	// other than 504: mode ERROR, busy, shutting down). The simulator
+	// never records an approval it answers this way.
+	ErrInstitution = errors.New("institution: the institution answered an error")
+	// ErrRejected: the institution refused the request as wrong (4xx: an
+	// invalid field, a conflicting repeat, a bad admin token). Nothing
+	// was processed; sending it again will not help.
+	ErrRejected = errors.New("institution: request rejected")
+	// ErrStatusUnavailable: the status inquiry could not answer (503
+	// status_api DOWN, or the institution could not be reached). It says
+	// nothing about the approval: ask again later, never read it as not
+	// found.
+	ErrStatusUnavailable = errors.New("institution: status inquiry unavailable")
+)
+
+// Response size limits of the Client.
+const (
+	maxAnswer      = 1 << 20 // an approval, a status, a behaviour
+	maxAdminAnswer = 1 << 30 // the arrival log and the ledger
+	maxErrorText   = 200     // of a non-JSON error body kept in Error.Message
+	defaultTimeout = 30 * time.Second
+)
+
+// Client calls an institution simulator. It is safe for concurrent use.
+type Client struct {
+	base       string
+	hc         *http.Client
+	adminToken string
+}
+
+// NewClient returns a client for the institution at baseURL (for example
+// "http://127.0.0.1:8090"). hc carries the timeout that turns a hang into
+// ErrUnknownOutcome; contexts passed to the methods bound each call too.
+// Nil hc means a client with a 30 s timeout on http.DefaultTransport.
+func NewClient(baseURL string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{Timeout: defaultTimeout}
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}
+}
+
+// WithAdminToken returns a copy of c that sends token to the admin
+// endpoints (Behavior, SetBehavior, Reset, Arrivals, Approvals).
+func (c *Client) WithAdminToken(token string) *Client {
+	cc := *c
+	cc.adminToken = token
+	return &cc
+}
+
+// Approve asks the institution to approve req. A DECLINED result is an
+// answer, not an error. The errors are ErrUnknownOutcome (the money may
+// have moved), ErrNotSent, ErrInstitution and ErrRejected, each wrapping
+// its cause.
+func (c *Client) Approve(ctx context.Context, req ApproveRequest) (ApprovalResult, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return ApprovalResult{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
+	var connected atomic.Bool
+	resp, err := c.send(ctx, http.MethodPost, "/v1/approvals", body, false, &connected)
+	if err != nil {
+		if !connected.Load() {
+			return ApprovalResult{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+		}
+		return ApprovalResult{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+	data, err := readAll(resp, maxAnswer)
+	if err != nil {
+		return ApprovalResult{}, fmt.Errorf("%w: reading the answer: %w", ErrUnknownOutcome, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		var res ApprovalResult
+		if err := json.Unmarshal(data, &res); err != nil {
+			return ApprovalResult{}, fmt.Errorf("%w: the 200 answer is not an approval result: %w", ErrUnknownOutcome, err)
+		}
+		if res.Status != StatusApproved && res.Status != StatusDeclined {
+			return ApprovalResult{}, fmt.Errorf("%w: the 200 answer has status %q", ErrUnknownOutcome, res.Status)
+		}
+		return res, nil
+	case resp.StatusCode == http.StatusGatewayTimeout:
+		return ApprovalResult{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, answerError(resp, data))
+	default:
+		return ApprovalResult{}, classify(resp, data, ErrUnknownOutcome)
+	}
+}
+
+// StatusResult is the answer of a status inquiry.
+type StatusResult struct {
+	// Found is true when the institution has a record for the key.
+	Found bool
+	// Status is StatusApproved or StatusDeclined when Found.
+	Status string
+	// ApprovalID, Amount, Currency and Charges are the record's when
+	// Found; Charges over 1 is a double charge.
+	ApprovalID string
+	Amount     int64
+	Currency   string
+	Charges    int
+	// Definitive is true when the answer will not change: a record was
+	// found, or no request for the key arrived at the institution within
+	// its not-found window. A request still in the network has not
+	// arrived, so the caller must also wait NotFoundWindow after it sent
+	// its own request before turning "not found" into "failed".
+	Definitive bool
+	// NotFoundWindow is the window the institution declared; set when
+	// not Found.
+	NotFoundWindow time.Duration
+	// LastAttemptAt is when the last request for the key arrived, if one
+	// did and no record was made.
+	LastAttemptAt time.Time
+}
+
+// Status asks the institution what it knows about externalKey. The errors
+// are ErrStatusUnavailable (503, or no answer), ErrInstitution (another
+// 5xx) and ErrRejected (a 4xx other than the not-found answer).
+func (c *Client) Status(ctx context.Context, externalKey string) (StatusResult, error) {
+	resp, err := c.send(ctx, http.MethodGet, "/v1/approvals/"+url.PathEscape(externalKey), nil, false, nil)
+	if err != nil {
+		return StatusResult{}, fmt.Errorf("%w: %w", ErrStatusUnavailable, err)
+	}
+	data, err := readAll(resp, maxAnswer)
+	if err != nil {
+		return StatusResult{}, fmt.Errorf("%w: reading the answer: %w", ErrStatusUnavailable, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		var rec Record
+		if err := json.Unmarshal(data, &rec); err != nil || (rec.Status != StatusApproved && rec.Status != StatusDeclined) {
+			return StatusResult{}, fmt.Errorf("%w: the 200 answer is not a record: %.200s", ErrStatusUnavailable, data)
+		}
+		return StatusResult{Found: true, Status: rec.Status, ApprovalID: rec.ApprovalID, Amount: rec.Amount,
+			Currency: rec.Currency, Charges: rec.Charges, Definitive: true}, nil
+	case http.StatusNotFound:
+		var nf struct {
+			Error            errorDetail `json:"error"`
+			Definitive       *bool       `json:"definitive"`
+			NotFoundWindowMS *int64      `json:"not_found_window_ms"`
+			LastAttemptAt    time.Time   `json:"last_attempt_at"`
+		}
+		if json.Unmarshal(data, &nf) == nil && nf.Error.Code == CodeNotFound && nf.Definitive != nil && nf.NotFoundWindowMS != nil {
+			return StatusResult{Definitive: *nf.Definitive, NotFoundWindow: time.Duration(*nf.NotFoundWindowMS) * time.Millisecond,
+				LastAttemptAt: nf.LastAttemptAt}, nil
+		}
+	case http.StatusServiceUnavailable:
+		return StatusResult{}, fmt.Errorf("%w: %w", ErrStatusUnavailable, answerError(resp, data))
+	}
+	return StatusResult{}, classify(resp, data, ErrStatusUnavailable)
+}
+
+// Behavior returns the institution's current behaviour.
+func (c *Client) Behavior(ctx context.Context) (Behavior, error) {
+	var b Behavior
+	return b, c.admin(ctx, http.MethodGet, "/admin/behavior", nil, &b)
+}
+
+// SetBehavior replaces the institution's behaviour with b (start from
+// DefaultBehavior) and returns the behaviour now in force.
+func (c *Client) SetBehavior(ctx context.Context, b Behavior) (Behavior, error) {
+	body, err := json.Marshal(b)
+	if err != nil {
+		return Behavior{}, err
+	}
+	var out Behavior
+	return out, c.admin(ctx, http.MethodPut, "/admin/behavior", body, &out)
+}
+
+// Reset clears the institution's ledger, arrivals and attempts, returns it
+// to DefaultBehavior and releases every held request.
+func (c *Client) Reset(ctx context.Context) (ResetResult, error) {
+	var out ResetResult
+	return out, c.admin(ctx, http.MethodPost, "/admin/reset", nil, &out)
+}
+
+// Arrivals returns every approval request the institution received since
+// the last reset, in time order.
+func (c *Client) Arrivals(ctx context.Context) (ArrivalLog, error) {
+	var out ArrivalLog
+	return out, c.admin(ctx, http.MethodGet, "/admin/arrivals", nil, &out)
+}
+
+// Approvals returns the institution's ledger: records, charges per key and
+// totals.
+func (c *Client) Approvals(ctx context.Context) (Ledger, error) {
+	var out Ledger
+	return out, c.admin(ctx, http.MethodGet, "/admin/approvals", nil, &out)
+}
+
+// admin calls an admin endpoint and decodes its 200 answer into out.
+func (c *Client) admin(ctx context.Context, method, path string, body []byte, out any) error {
+	resp, err := c.send(ctx, method, path, body, true, nil)
+	if err != nil {
+		return fmt.Errorf("institution: %s %s: %w", method, path, err)
+	}
+	data, err := readAll(resp, maxAdminAnswer)
+	if err != nil {
+		return fmt.Errorf("institution: %s %s: reading the answer: %w", method, path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %w", method, path, classify(resp, data, ErrInstitution))
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("institution: %s %s: decoding the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// send makes one request. connected, if not nil, is set once the
+// transport has a connection to the institution: before that, no byte of
+// the request can have reached it.
+func (c *Client) send(ctx context.Context, method, path string, body []byte, admin bool, connected *atomic.Bool) (*http.Response, error) {
+	if connected != nil {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+		})
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if admin {
+		req.Header.Set("Authorization", "Bearer "+c.adminToken)
+	}
+	return c.hc.Do(req)
+}
+
+// readAll reads and closes the answer's body, at most limit bytes.
+func readAll(resp *http.Response, limit int64) ([]byte, error) {
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err == nil && int64(len(data)) > limit {
+		err = fmt.Errorf("the answer is over %d bytes", limit)
+	}
+	return data, err
+}
+
+// answerError makes an *Error from an error answer, JSON or not.
+func answerError(resp *http.Response, data []byte) *Error {
+	e := &Error{Status: resp.StatusCode}
+	var body errorBody
+	if json.Unmarshal(data, &body) == nil && body.Error.Code != "" {
+		e.Code, e.Field, e.Message = body.Error.Code, body.Error.Field, body.Error.Message
+		if e.Field != "" {
+			e.Message = strings.TrimPrefix(e.Message, e.Field+": ")
+		}
+		return e
+	}
+	text := strings.TrimSpace(string(data))
+	if len(text) > maxErrorText {
+		text = text[:maxErrorText] + "…"
+	}
+	if text == "" {
+		text = http.StatusText(resp.StatusCode)
+	}
+	e.Message = text
+	return e
+}
+
+// classify wraps an error answer in ErrRejected (4xx), ErrInstitution
+// (5xx) or otherwise.
+func classify(resp *http.Response, data []byte, otherwise error) error {
+	e := answerError(resp, data)
+	switch {
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		return fmt.Errorf("%w: %w", ErrRejected, e)
+	case resp.StatusCode >= 500:
+		return fmt.Errorf("%w: %w", ErrInstitution, e)
+	default:
+		return fmt.Errorf("%w: %w", otherwise, e)
+	}
+}

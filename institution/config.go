@@ -1,0 +1,236 @@
+package institution
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Server. Start from DefaultConfig.
+type Config struct {
+	// AdminToken authorizes the /admin endpoints ("Authorization: Bearer
+	// <AdminToken>"). Required, at least 16 bytes; compared in constant
+	// time.
+	AdminToken string
+	// MaxHung bounds the requests held at once by the hang modes. A
+	// request that would be held beyond it is answered 503 busy at once,
+	// before anything is recorded, so a stampede cannot exhaust the
+	// simulator's memory.
+	MaxHung int
+	// NotFoundWindow is the declared window after which an external key
+	// that has no record is definitively not found: the server never
+	// records a request later than NotFoundWindow after it arrived.
+	NotFoundWindow time.Duration
+	// MaxBody is the largest request body accepted, in bytes.
+	MaxBody int64
+	// MaxArrivals bounds the arrival log; once full, the oldest arrivals
+	// are dropped and counted (GET /admin/arrivals reports "dropped").
+	MaxArrivals int
+	// Now is the clock for arrival times, records and the not-found
+	// window. Nil means time.Now. Hangs use real timers, not Now.
+	Now func() time.Time
+	// Logger receives a Debug line per request, an Info line per
+	// behaviour change or reset, and an Error line per internal error.
+	// Nil means slog.Default().
+	Logger *slog.Logger
+	// Registry receives the server's metrics and is served on /metrics.
+	// Nil means a new registry. A registry serves at most one Server.
+	Registry *prometheus.Registry
+}
+
+// Limits of Config and Behavior.
+const (
+	// MinAdminTokenLen is the shortest admin token accepted.
+	MinAdminTokenLen = 16
+	// MaxHangMS is the longest hang a behaviour may ask for: 10 minutes.
+	MaxHangMS = 600_000
+	// MaxAmount is the largest amount accepted, in minor units: 2^53-1,
+	// the largest integer every JSON client represents exactly.
+	MaxAmount = 1<<53 - 1
+	// MaxExternalKeyLen is the longest external key accepted, in bytes.
+	MaxExternalKeyLen = 128
+)
+
+// DefaultConfig returns at most 2000 held requests, a 2 s not-found
+// window, a 4096-byte body limit, 200,000 remembered arrivals, time.Now
+// and slog.Default(). AdminToken is empty and must be set.
+func DefaultConfig() Config {
+	return Config{
+		MaxHung:        2000,
+		NotFoundWindow: 2 * time.Second,
+		MaxBody:        4096,
+		MaxArrivals:    200_000,
+		Now:            time.Now,
+		Logger:         slog.Default(),
+	}
+}
+
+// Validate reports the first unusable field by name.
+func (c Config) Validate() error {
+	switch {
+	case len(c.AdminToken) < MinAdminTokenLen:
+		return fieldError("AdminToken", "must be at least %d bytes, got %d", MinAdminTokenLen, len(c.AdminToken))
+	case c.MaxHung < 1 || c.MaxHung > 1_000_000:
+		return fieldError("MaxHung", "must be between 1 and 1000000, got %d", c.MaxHung)
+	case c.NotFoundWindow < time.Millisecond || c.NotFoundWindow > 24*time.Hour:
+		return fieldError("NotFoundWindow", "must be between 1ms and 24h, got %s", c.NotFoundWindow)
+	case c.MaxBody < 64 || c.MaxBody > 1<<20:
+		return fieldError("MaxBody", "must be between 64 and 1048576 bytes, got %d", c.MaxBody)
+	case c.MaxArrivals < 1 || c.MaxArrivals > 100_000_000:
+		return fieldError("MaxArrivals", "must be between 1 and 100000000, got %d", c.MaxArrivals)
+	case c.Now == nil:
+		return fieldError("Now", "must not be nil")
+	case c.Logger == nil:
+		return fieldError("Logger", "must not be nil")
+	}
+	return nil
+}
+
+// Mode is what the institution does with an approval request.
+type Mode string
+
+// The behaviour modes.
+const (
+	// ModeNormal approves and charges.
+	ModeNormal Mode = "NORMAL"
+	// ModeDecline declines: recorded as declined, nothing charged.
+	ModeDecline Mode = "DECLINE"
+	// ModeHangBefore holds the request for hang_ms, records nothing and
+	// answers 504: the caller has usually timed out by then, not knowing
+	// that nothing happened.
+	ModeHangBefore Mode = "HANG_BEFORE_PROCESSING"
+	// ModeHangAfter charges at once and holds the answer for hang_ms: the
+	// money moved, and the caller usually times out without knowing it.
+	ModeHangAfter Mode = "HANG_AFTER_PROCESSING"
+	// ModeError answers 500 and records nothing.
+	ModeError Mode = "ERROR"
+)
+
+// Modes lists every Mode.
+var Modes = []Mode{ModeNormal, ModeDecline, ModeHangBefore, ModeHangAfter, ModeError}
+
+// StatusAPI says whether the status inquiry (GET /v1/approvals/{key})
+// answers.
+type StatusAPI string
+
+// The status API states.
+const (
+	StatusAPIUp   StatusAPI = "UP"
+	StatusAPIDown StatusAPI = "DOWN" // every inquiry answers 503
+)
+
+// Behavior is the institution's fault configuration, the body of PUT
+// /admin/behavior.
+type Behavior struct {
+	// Mode decides what an approval request does.
+	Mode Mode `json:"mode"`
+	// HangMS is how long the hang modes hold a request, in milliseconds:
+	// 0 to MaxHangMS.
+	HangMS int64 `json:"hang_ms"`
+	// Idempotent makes a repeated external key return the first result
+	// without charging again. Off, every request that reaches processing
+	// charges again.
+	Idempotent bool `json:"idempotent"`
+	// StatusAPI is UP or DOWN.
+	StatusAPI StatusAPI `json:"status_api"`
+}
+
+// DefaultBehavior is NORMAL, an 8-second hang (the retry-stampede seed's),
+// idempotent, status API up. A reset returns to it.
+func DefaultBehavior() Behavior {
+	return Behavior{Mode: ModeNormal, HangMS: 8000, Idempotent: true, StatusAPI: StatusAPIUp}
+}
+
+// Hang returns HangMS as a duration.
+func (b Behavior) Hang() time.Duration { return time.Duration(b.HangMS) * time.Millisecond }
+
+// Validate reports the first unusable field by its JSON name.
+func (b Behavior) Validate() error {
+	if err := validateMode(b.Mode); err != nil {
+		return err
+	}
+	if err := validateHangMS(b.HangMS); err != nil {
+		return err
+	}
+	return validateStatusAPI(b.StatusAPI)
+}
+
+func validateMode(m Mode) error {
+	if !slices.Contains(Modes, m) {
+		return fieldError("mode", "must be one of %s, got %q", joinQuoted(Modes), m)
+	}
+	return nil
+}
+
+func validateHangMS(ms int64) error {
+	if ms < 0 || ms > MaxHangMS {
+		return fieldError("hang_ms", "must be between 0 and %d, got %d", MaxHangMS, ms)
+	}
+	return nil
+}
+
+func validateStatusAPI(s StatusAPI) error {
+	if s != StatusAPIUp && s != StatusAPIDown {
+		return fieldError("status_api", "must be %q or %q, got %q", StatusAPIUp, StatusAPIDown, s)
+	}
+	return nil
+}
+
+// Currencies lists the currencies the institution accepts.
+var Currencies = []string{"KRW", "USD", "EUR", "JPY", "GBP"}
+
+// externalKeyPattern is what an external key may hold: it appears in a
+// URL path, so no slash, space or percent sign.
+var externalKeyPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+
+// ValidateExternalKey reports whether key is a usable external key: 1 to
+// MaxExternalKeyLen bytes of letters, digits, '.', '_', ':' and '-'.
+func ValidateExternalKey(key string) error {
+	switch {
+	case key == "":
+		return fieldError("external_key", "must not be empty")
+	case len(key) > MaxExternalKeyLen:
+		return fieldError("external_key", "must be at most %d bytes, got %d", MaxExternalKeyLen, len(key))
+	case !externalKeyPattern.MatchString(key):
+		return fieldError("external_key", "may hold only letters, digits, '.', '_', ':' and '-', got %q", key)
+	}
+	return nil
+}
+
+// ApproveRequest is an approval request: the body of POST /v1/approvals.
+type ApproveRequest struct {
+	// ExternalKey is the caller's idempotency key for this approval.
+	ExternalKey string `json:"external_key"`
+	// Amount is in minor units (won, cents): 1 to MaxAmount.
+	Amount int64 `json:"amount"`
+	// Currency is one of Currencies.
+	Currency string `json:"currency"`
+}
+
+// Validate reports the first unusable field by its JSON name.
+func (r ApproveRequest) Validate() error {
+	if err := ValidateExternalKey(r.ExternalKey); err != nil {
+		return err
+	}
+	if r.Amount < 1 || r.Amount > MaxAmount {
+		return fieldError("amount", "must be a whole number of minor units between 1 and %d, got %d", int64(MaxAmount), r.Amount)
+	}
+	if !slices.Contains(Currencies, r.Currency) {
+		return fieldError("currency", "must be one of %s, got %q", joinQuoted(Currencies), r.Currency)
+	}
+	return nil
+}
+
+// joinQuoted lists values as "A", "B", "C".
+func joinQuoted[S ~string](values []S) string {
+	q := make([]string, len(values))
+	for i, v := range values {
+		q[i] = fmt.Sprintf("%q", v)
+	}
+	return strings.Join(q, ", ")
+}

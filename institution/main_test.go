@@ -1,0 +1,105 @@
+package institution
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testToken = "test-admin-token-0123456789"
+
+// fakeClock is a settable clock for Config.Now.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// fixture is a server behind httptest and an admin client for it.
+type fixture struct {
+	srv   *Server
+	ts    *httptest.Server
+	admin *Client
+}
+
+// newFixture starts a server with DefaultConfig changed by mutate (may be
+// nil). Cleanup closes the server (releasing held requests) before the
+// listener, which waits for them.
+func newFixture(t *testing.T, mutate func(*Config)) *fixture {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.AdminToken = testToken
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	t.Cleanup(srv.Close)
+	return &fixture{srv: srv, ts: ts, admin: NewClient(ts.URL, ts.Client()).WithAdminToken(testToken)}
+}
+
+// client returns a client with the given timeout (0: none).
+func (f *fixture) client(timeout time.Duration) *Client {
+	return NewClient(f.ts.URL, &http.Client{Timeout: timeout, Transport: f.ts.Client().Transport})
+}
+
+// setBehavior sets the behaviour or fails the test.
+func (f *fixture) setBehavior(t *testing.T, mode Mode, hangMS int64, idempotent bool) {
+	t.Helper()
+	b := DefaultBehavior()
+	b.Mode, b.HangMS, b.Idempotent = mode, hangMS, idempotent
+	if _, err := f.admin.SetBehavior(context.Background(), b); err != nil {
+		t.Fatalf("SetBehavior(%+v): %v", b, err)
+	}
+}
+
+// ledger returns the ledger or fails the test.
+func (f *fixture) ledger(t *testing.T) Ledger {
+	t.Helper()
+	l, err := f.admin.Approvals(context.Background())
+	if err != nil {
+		t.Fatalf("Approvals: %v", err)
+	}
+	return l
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func req(key string) ApproveRequest {
+	return ApproveRequest{ExternalKey: key, Amount: 15000, Currency: "KRW"}
+}

@@ -1,0 +1,654 @@
+package institution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestNormalApprovesAndChargesOnce(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	res, err := f.admin.Approve(ctx, req("pay-1"))
+	if err != nil {
+		t.Fatalf("Approve: %v", err)
+	}
+	if res.Status != StatusApproved || res.ApprovalID == "" || res.ExternalKey != "pay-1" || res.Replayed {
+		t.Fatalf("result %+v, want a fresh APPROVED with an approval id", res)
+	}
+	st, err := f.admin.Status(ctx, "pay-1")
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if !st.Found || st.Status != StatusApproved || st.Charges != 1 || st.Amount != 15000 || st.Currency != "KRW" || st.ApprovalID != res.ApprovalID || !st.Definitive {
+		t.Fatalf("status %+v", st)
+	}
+	l := f.ledger(t)
+	if l.ChargesTotal != 1 || l.Keys != 1 || l.ApprovedKeys != 1 || l.ChargesByKey["pay-1"] != 1 || l.DoubleChargedKeys != 0 {
+		t.Fatalf("ledger %+v", l)
+	}
+	r := l.Records[0]
+	if r.ApprovedAt.IsZero() || r.ApprovedAt.Location() != time.UTC || r.Requests != 1 {
+		t.Fatalf("record %+v", r)
+	}
+}
+
+func TestDeclineRecordsNoCharge(t *testing.T) {
+	f := newFixture(t, nil)
+	f.setBehavior(t, ModeDecline, 0, true)
+	ctx := context.Background()
+	res, err := f.admin.Approve(ctx, req("pay-d"))
+	if err != nil {
+		t.Fatalf("a decline must be a result, not an error: %v", err)
+	}
+	if res.Status != StatusDeclined || res.ApprovalID != "" {
+		t.Fatalf("result %+v, want DECLINED without an approval id", res)
+	}
+	st, err := f.admin.Status(ctx, "pay-d")
+	if err != nil || !st.Found || st.Status != StatusDeclined || st.Charges != 0 {
+		t.Fatalf("status %+v, %v", st, err)
+	}
+	if l := f.ledger(t); l.ChargesTotal != 0 || l.DeclinedKeys != 1 || l.Records[0].DeclinedAt.IsZero() {
+		t.Fatalf("ledger %+v", l)
+	}
+	// Idempotent: a repeat in NORMAL mode replays the decline.
+	f.setBehavior(t, ModeNormal, 0, true)
+	if res, err := f.admin.Approve(ctx, req("pay-d")); err != nil || res.Status != StatusDeclined || !res.Replayed {
+		t.Fatalf("repeat after a decline: %+v, %v", res, err)
+	}
+}
+
+func TestErrorModeRecordsNothing(t *testing.T) {
+	f := newFixture(t, nil)
+	f.setBehavior(t, ModeError, 0, true)
+	ctx := context.Background()
+	_, err := f.admin.Approve(ctx, req("pay-e"))
+	if !errors.Is(err, ErrInstitution) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("Approve in mode ERROR: %v, want ErrInstitution", err)
+	}
+	if e, ok := errors.AsType[*Error](err); !ok || e.Status != 500 || e.Code != CodeInstitution {
+		t.Fatalf("error %#v, want a 500 institution_error", err)
+	}
+	if l := f.ledger(t); l.Keys != 0 || l.ChargesTotal != 0 {
+		t.Fatalf("mode ERROR recorded %+v", l)
+	}
+	if st, err := f.admin.Status(ctx, "pay-e"); err != nil || st.Found {
+		t.Fatalf("status %+v, %v", st, err)
+	}
+}
+
+func TestHangBeforeIsUnknownAndChargesNothing(t *testing.T) {
+	f := newFixture(t, nil)
+	f.setBehavior(t, ModeHangBefore, 200, true)
+	start := time.Now()
+	_, err := f.client(50*time.Millisecond).Approve(context.Background(), req("pay-hb"))
+	if !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("Approve: %v, want ErrUnknownOutcome", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("the client's 50ms timeout took %s", took)
+	}
+	// The request may reach the server after the client gave up: wait
+	// until it arrived and is no longer held.
+	waitFor(t, "the request arrives and its hang ends", 5*time.Second, func() bool {
+		return f.srv.Arrivals().Count == 1 && f.srv.Hung() == 0
+	})
+	if l := f.ledger(t); l.Keys != 0 || l.ChargesTotal != 0 {
+		t.Fatalf("HANG_BEFORE_PROCESSING recorded %+v", l)
+	}
+	log, err := f.admin.Arrivals(context.Background())
+	if err != nil || log.Count != 1 || log.Arrivals[0].ExternalKey != "pay-hb" || log.Arrivals[0].Mode != ModeHangBefore {
+		t.Fatalf("arrivals %+v, %v", log, err)
+	}
+}
+
+func TestHangBeforeAnswers504WhenTheCallerWaits(t *testing.T) {
+	f := newFixture(t, nil)
+	f.setBehavior(t, ModeHangBefore, 50, true)
+	start := time.Now()
+	_, err := f.client(5*time.Second).Approve(context.Background(), req("pay-hb2"))
+	if !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("Approve: %v, want ErrUnknownOutcome", err)
+	}
+	if e, ok := errors.AsType[*Error](err); !ok || e.Status != http.StatusGatewayTimeout || e.Code != CodeTimeout {
+		t.Fatalf("error %v, want a 504 timeout", err)
+	}
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Fatalf("answered after %s, before the 50ms hang", took)
+	}
+	if l := f.ledger(t); l.ChargesTotal != 0 {
+		t.Fatalf("charged %d", l.ChargesTotal)
+	}
+}
+
+func TestHangAfterIsUnknownAndChargesOnce(t *testing.T) {
+	f := newFixture(t, nil)
+	f.setBehavior(t, ModeHangAfter, 200, true)
+	ctx := context.Background()
+	_, err := f.client(50*time.Millisecond).Approve(ctx, req("pay-ha"))
+	if !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("Approve: %v, want ErrUnknownOutcome", err)
+	}
+	waitFor(t, "the request arrives and its hang ends", 5*time.Second, func() bool {
+		return f.srv.Arrivals().Count == 1 && f.srv.Hung() == 0
+	})
+	if l := f.ledger(t); l.ChargesTotal != 1 || l.ChargesByKey["pay-ha"] != 1 {
+		t.Fatalf("ledger %+v, want one charge: the money moved before the hang", l)
+	}
+	st, err := f.admin.Status(ctx, "pay-ha")
+	if err != nil || !st.Found || st.Status != StatusApproved || st.Charges != 1 {
+		t.Fatalf("status %+v, %v", st, err)
+	}
+}
+
+func TestHangAfterLateAnswerIsTheApproval(t *testing.T) {
+	f := newFixture(t, nil)
+	f.setBehavior(t, ModeHangAfter, 50, true)
+	res, err := f.client(5*time.Second).Approve(context.Background(), req("pay-ha2"))
+	if err != nil || res.Status != StatusApproved || res.ApprovalID == "" {
+		t.Fatalf("Approve: %+v, %v", res, err)
+	}
+}
+
+// TestIdempotencyDecidesDoubleCharges sends one key three times: an
+// idempotent institution charges once, the other three times.
+func TestIdempotencyDecidesDoubleCharges(t *testing.T) {
+	for _, mode := range []Mode{ModeNormal, ModeHangAfter} {
+		for _, idem := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/idempotent=%v", mode, idem), func(t *testing.T) {
+				f := newFixture(t, nil)
+				f.setBehavior(t, mode, 100, idem)
+				c := f.client(30 * time.Millisecond) // the hang mode times out, as a retrying client does
+				ids := map[string]bool{}
+				for range 3 {
+					res, err := c.Approve(context.Background(), req("pay-r"))
+					switch {
+					case mode == ModeHangAfter && !errors.Is(err, ErrUnknownOutcome):
+						t.Fatalf("Approve: %v, want ErrUnknownOutcome", err)
+					case mode == ModeNormal && err != nil:
+						t.Fatalf("Approve: %v", err)
+					case err == nil:
+						ids[res.ApprovalID] = true
+					}
+				}
+				want := 1
+				if !idem {
+					want = 3
+				}
+				waitFor(t, "every request arrives and is answered", 5*time.Second, func() bool {
+					return f.srv.Arrivals().Count == 3 && f.srv.Hung() == 0
+				})
+				l := f.ledger(t)
+				if l.ChargesTotal != want || l.ChargesByKey["pay-r"] != want || l.Keys != 1 || l.Records[0].Requests != 3 {
+					t.Fatalf("ledger %+v, want %d charges of one key from 3 requests", l, want)
+				}
+				if double := l.DoubleChargedKeys; (double == 1) == idem || l.ExtraCharges != want-1 {
+					t.Fatalf("double_charged_keys %d, extra_charges %d", double, l.ExtraCharges)
+				}
+				if mode == ModeNormal && len(ids) != want {
+					t.Fatalf("approval ids %v, want %d distinct", ids, want)
+				}
+			})
+		}
+	}
+}
+
+func TestIdempotentRepeatWithAnotherAmountConflicts(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	if _, err := f.admin.Approve(ctx, req("pay-c")); err != nil {
+		t.Fatal(err)
+	}
+	other := req("pay-c")
+	other.Amount++
+	_, err := f.admin.Approve(ctx, other)
+	e, ok := errors.AsType[*Error](err)
+	if !errors.Is(err, ErrRejected) || !ok || e.Status != http.StatusConflict || e.Field != "external_key" {
+		t.Fatalf("Approve with another amount: %v, want a 409 naming external_key", err)
+	}
+	if l := f.ledger(t); l.ChargesTotal != 1 {
+		t.Fatalf("charged %d", l.ChargesTotal)
+	}
+}
+
+func TestArrivalsAreUTCOrderedAndTakenBeforeTheHang(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			if _, err := f.admin.Approve(ctx, req(fmt.Sprintf("pay-%02d", i))); err != nil {
+				t.Errorf("Approve: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	f.setBehavior(t, ModeHangBefore, 60_000, true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.client(0).Approve(ctx, req("pay-held"))
+		done <- err
+	}()
+	waitFor(t, "the request is held", 2*time.Second, func() bool { return f.srv.Hung() == 1 })
+
+	log, err := f.admin.Arrivals(ctx)
+	if err != nil {
+		t.Fatalf("Arrivals: %v", err)
+	}
+	if log.Count != 21 || len(log.Arrivals) != 21 || log.Dropped != 0 {
+		t.Fatalf("%d arrivals (dropped %d), want 21: the held one counts on arrival", log.Count, log.Dropped)
+	}
+	for i, a := range log.Arrivals {
+		if a.At.Location() != time.UTC || a.At.UnixNano() != a.UnixNano || a.Path != "/v1/approvals" || a.ExternalKey == "" {
+			t.Errorf("arrival %d: %+v", i, a)
+		}
+		if i > 0 && a.UnixNano < log.Arrivals[i-1].UnixNano {
+			t.Errorf("arrival %d at %s is before arrival %d at %s", i, a.At, i-1, log.Arrivals[i-1].At)
+		}
+	}
+	if last := log.Arrivals[20]; last.ExternalKey != "pay-held" || last.Mode != ModeHangBefore {
+		t.Errorf("last arrival %+v, want the held request", last)
+	}
+	// The wire format: RFC 3339 with nanoseconds, in UTC ("Z").
+	resp := adminGet(t, f, "/admin/arrivals")
+	if !strings.Contains(resp, `"at":"`) || !strings.Contains(resp, `Z","unix_nano":`) {
+		t.Errorf("arrivals JSON lacks UTC timestamps: %.300s", resp)
+	}
+	if _, err := f.admin.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+}
+
+func TestArrivalLogDropsTheOldestBeyondItsBound(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.MaxArrivals = 3 })
+	for i := range 5 {
+		if _, err := f.admin.Approve(context.Background(), req(fmt.Sprintf("k%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log, err := f.admin.Arrivals(context.Background())
+	if err != nil || log.Count != 3 || log.Dropped != 2 || log.Arrivals[0].ExternalKey != "k2" || log.Arrivals[2].ExternalKey != "k4" {
+		t.Fatalf("arrivals %+v, %v", log, err)
+	}
+}
+
+// holdRequests starts n approvals that the server holds (with a 60 s hang)
+// and returns their outcomes' channel once all are held.
+func holdRequests(t *testing.T, f *fixture, mode Mode, n int) <-chan error {
+	t.Helper()
+	f.setBehavior(t, mode, 60_000, true)
+	base := f.srv.Hung()
+	out := make(chan error, n)
+	c := f.client(30 * time.Second)
+	for i := range n {
+		go func() {
+			_, err := c.Approve(context.Background(), req(fmt.Sprintf("held-%s-%d", mode, i)))
+			out <- err
+		}()
+	}
+	waitFor(t, fmt.Sprintf("%d more requests are held", n), 5*time.Second, func() bool { return f.srv.Hung() == base+n })
+	return out
+}
+
+// expectReleased waits for n outcomes, each a 504 released, within bound.
+func expectReleased(t *testing.T, out <-chan error, n int, bound time.Duration) {
+	t.Helper()
+	deadline := time.After(bound)
+	for range n {
+		select {
+		case err := <-out:
+			e, ok := errors.AsType[*Error](err)
+			if !errors.Is(err, ErrUnknownOutcome) || !ok || e.Code != CodeReleased || e.Status != http.StatusGatewayTimeout {
+				t.Errorf("released request: %v, want ErrUnknownOutcome with a 504 released", err)
+			}
+		case <-deadline:
+			t.Fatalf("a held request was not released within %s", bound)
+		}
+	}
+}
+
+func TestResetReleasesHeldRequestsPromptly(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	before := holdRequests(t, f, ModeHangBefore, 3)
+	after := holdRequests(t, f, ModeHangAfter, 2)
+	if l := f.ledger(t); l.ChargesTotal != 2 {
+		t.Fatalf("HANG_AFTER charged %d, want 2 before holding", l.ChargesTotal)
+	}
+	start := time.Now()
+	res, err := f.admin.Reset(ctx)
+	if err != nil || res.Released != 5 || res.Behavior != DefaultBehavior() {
+		t.Fatalf("Reset: %+v, %v", res, err)
+	}
+	expectReleased(t, before, 3, 2*time.Second)
+	expectReleased(t, after, 2, 2*time.Second)
+	t.Logf("5 requests held for a 60s hang were released %s after the reset", time.Since(start))
+	waitFor(t, "no request is held", time.Second, func() bool { return f.srv.Hung() == 0 })
+	if l := f.ledger(t); l.Keys != 0 || l.ChargesTotal != 0 {
+		t.Fatalf("ledger after reset %+v", l)
+	}
+	if log, _ := f.admin.Arrivals(ctx); log.Count != 0 {
+		t.Fatalf("%d arrivals after reset", log.Count)
+	}
+	if b, err := f.admin.Behavior(ctx); err != nil || b != DefaultBehavior() {
+		t.Fatalf("behaviour after reset %+v, %v", b, err)
+	}
+	// Served normally afterwards.
+	if res, err := f.admin.Approve(ctx, req("after-reset")); err != nil || res.Status != StatusApproved {
+		t.Fatalf("Approve after reset: %+v, %v", res, err)
+	}
+}
+
+func TestCloseReleasesHeldRequestsAndFailsNewOnesFast(t *testing.T) {
+	f := newFixture(t, nil)
+	out := holdRequests(t, f, ModeHangBefore, 3)
+	f.srv.Close()
+	expectReleased(t, out, 3, 2*time.Second)
+	start := time.Now()
+	_, err := f.admin.Approve(context.Background(), req("late"))
+	e, ok := errors.AsType[*Error](err)
+	if !errors.Is(err, ErrInstitution) || !ok || e.Code != CodeShuttingDown || e.Status != http.StatusServiceUnavailable {
+		t.Fatalf("Approve after Close: %v, want ErrInstitution with a 503 shutting_down", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Approve after Close took %s", took)
+	}
+	if l := f.ledger(t); l.Keys != 0 {
+		t.Fatalf("recorded after Close: %+v", l)
+	}
+	f.srv.Close() // idempotent
+}
+
+func TestMaxHungAnswersBusyAtOnce(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.MaxHung = 2 })
+	out := holdRequests(t, f, ModeHangAfter, 2)
+	start := time.Now()
+	_, err := f.admin.Approve(context.Background(), req("one-too-many"))
+	e, ok := errors.AsType[*Error](err)
+	if !errors.Is(err, ErrInstitution) || !ok || e.Code != CodeBusy || e.Status != http.StatusServiceUnavailable {
+		t.Fatalf("Approve beyond MaxHung: %v, want ErrInstitution with a 503 busy", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("busy took %s", took)
+	}
+	if l := f.ledger(t); l.ChargesTotal != 2 || l.ChargesByKey["one-too-many"] != 0 {
+		t.Fatalf("ledger %+v: a busy request must not be charged", l)
+	}
+	if _, err := f.admin.Reset(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	expectReleased(t, out, 2, 2*time.Second)
+}
+
+func TestStatusAPIDownIsUnavailable(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	if _, err := f.admin.Approve(ctx, req("pay-s")); err != nil {
+		t.Fatal(err)
+	}
+	b := DefaultBehavior()
+	b.StatusAPI = StatusAPIDown
+	if _, err := f.admin.SetBehavior(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"pay-s", "never-seen"} {
+		_, err := f.admin.Status(ctx, key)
+		e, ok := errors.AsType[*Error](err)
+		if !errors.Is(err, ErrStatusUnavailable) || !ok || e.Status != http.StatusServiceUnavailable || e.Code != CodeStatusUnavailable {
+			t.Errorf("Status(%s) with the status API down: %v, want ErrStatusUnavailable", key, err)
+		}
+	}
+	// Approvals keep working.
+	if _, err := f.admin.Approve(ctx, req("pay-s2")); err != nil {
+		t.Fatalf("Approve with the status API down: %v", err)
+	}
+}
+
+func TestNotFoundIsDefinitiveOnlyAfterTheWindow(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	f := newFixture(t, func(c *Config) { c.Now, c.NotFoundWindow = clock.Now, 2*time.Second })
+	ctx := context.Background()
+	status := func(key string) StatusResult {
+		t.Helper()
+		st, err := f.admin.Status(ctx, key)
+		if err != nil {
+			t.Fatalf("Status(%s): %v", key, err)
+		}
+		if st.Found || st.NotFoundWindow != 2*time.Second {
+			t.Fatalf("Status(%s) = %+v, want not found with a 2s window", key, st)
+		}
+		return st
+	}
+	if st := status("never-sent"); !st.Definitive || !st.LastAttemptAt.IsZero() {
+		t.Errorf("a key never attempted: %+v, want definitive", st)
+	}
+	f.setBehavior(t, ModeHangBefore, 0, true)
+	if _, err := f.admin.Approve(ctx, req("pay-w")); !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("Approve: %v", err)
+	}
+	if st := status("pay-w"); st.Definitive || !st.LastAttemptAt.Equal(clock.Now()) {
+		t.Errorf("just attempted: %+v, want not definitive", st)
+	}
+	clock.Advance(1999 * time.Millisecond)
+	if st := status("pay-w"); st.Definitive {
+		t.Errorf("1.999s after the attempt: definitive")
+	}
+	clock.Advance(time.Millisecond)
+	if st := status("pay-w"); !st.Definitive {
+		t.Errorf("2s after the attempt: not definitive")
+	}
+	// A retry opens the window again.
+	if _, err := f.admin.Approve(ctx, req("pay-w")); !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("Approve: %v", err)
+	}
+	if st := status("pay-w"); st.Definitive {
+		t.Errorf("just after a retry: definitive")
+	}
+	// The raw answer is the documented 404.
+	resp, err := http.Get(f.ts.URL + "/v1/approvals/pay-w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`"code":"not_found"`, `"not_found_window_ms":2000`, `"definitive":false`} {
+		if resp.StatusCode != 404 || !strings.Contains(string(body), want) {
+			t.Errorf("404 body lacks %s: %d %s", want, resp.StatusCode, body)
+		}
+	}
+}
+
+func TestApproveNotSentWhenNoConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := NewClient("http://"+addr, &http.Client{Transport: tr, Timeout: 2 * time.Second})
+	if _, err := c.Approve(context.Background(), req("k")); !errors.Is(err, ErrNotSent) || errors.Is(err, ErrUnknownOutcome) {
+		t.Errorf("connection refused: %v, want ErrNotSent", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Approve(ctx, req("k")); !errors.Is(err, ErrNotSent) || !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: %v, want ErrNotSent wrapping context.Canceled", err)
+	}
+	if _, err := NewClient("http://bad host", nil).Approve(context.Background(), req("k")); !errors.Is(err, ErrNotSent) {
+		t.Errorf("malformed URL: %v, want ErrNotSent", err)
+	}
+	if _, err := c.Status(context.Background(), "k"); !errors.Is(err, ErrStatusUnavailable) {
+		t.Errorf("Status, connection refused: %v, want ErrStatusUnavailable", err)
+	}
+}
+
+func TestApproveConnectionLostAfterSendingIsUnknown(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		conn.Close() // the request arrived; the answer never leaves
+	}))
+	defer ts.Close()
+	_, err := NewClient(ts.URL, ts.Client()).Approve(context.Background(), req("k"))
+	if !errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrNotSent) {
+		t.Fatalf("connection closed after the request: %v, want ErrUnknownOutcome", err)
+	}
+}
+
+func TestApproveUnreadable200IsUnknown(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"status":"MAYBE"}`)
+	}))
+	defer ts.Close()
+	if _, err := NewClient(ts.URL, ts.Client()).Approve(context.Background(), req("k")); !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("a 200 with an unknown status: %v, want ErrUnknownOutcome", err)
+	}
+}
+
+func TestAdminNeedsTheToken(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	for _, c := range []*Client{NewClient(f.ts.URL, f.ts.Client()), f.admin.WithAdminToken("wrong-token-wrong-token")} {
+		_, err := c.Reset(ctx)
+		e, ok := errors.AsType[*Error](err)
+		if !errors.Is(err, ErrRejected) || !ok || e.Status != http.StatusUnauthorized || e.Code != CodeUnauthorized {
+			t.Errorf("Reset without the right token: %v, want a 401", err)
+		}
+		if _, err := c.SetBehavior(ctx, DefaultBehavior()); !errors.Is(err, ErrRejected) {
+			t.Errorf("SetBehavior without the right token: %v", err)
+		}
+		if _, err := c.Arrivals(ctx); !errors.Is(err, ErrRejected) {
+			t.Errorf("Arrivals without the right token: %v", err)
+		}
+		if _, err := c.Approvals(ctx); !errors.Is(err, ErrRejected) {
+			t.Errorf("Approvals without the right token: %v", err)
+		}
+	}
+}
+
+func TestPutBehaviorIsPartial(t *testing.T) {
+	f := newFixture(t, nil)
+	code, body := do(t, f, http.MethodPut, "/admin/behavior", testToken, "application/json", `{"status_api":"DOWN"}`)
+	if code != 200 || !strings.Contains(body, `"mode":"NORMAL"`) || !strings.Contains(body, `"status_api":"DOWN"`) || !strings.Contains(body, `"hang_ms":8000`) {
+		t.Fatalf("partial PUT: %d %s", code, body)
+	}
+	if b := f.srv.Behavior(); b.StatusAPI != StatusAPIDown || b.Mode != ModeNormal || !b.Idempotent {
+		t.Fatalf("behaviour %+v", b)
+	}
+}
+
+func TestHealthzMetricsAndRoutes(t *testing.T) {
+	f := newFixture(t, nil)
+	if code, body := do(t, f, http.MethodGet, "/healthz", "", "", ""); code != 200 || !strings.Contains(body, `"ok"`) {
+		t.Errorf("healthz: %d %s", code, body)
+	}
+	ctx := context.Background()
+	f.admin.Approve(ctx, req("m1"))
+	f.admin.Approve(ctx, req("m1"))
+	f.setBehavior(t, ModeDecline, 0, true)
+	f.admin.Approve(ctx, req("m2"))
+	code, body := do(t, f, http.MethodGet, "/metrics", "", "", "")
+	for _, want := range []string{
+		"stampede_institution_arrivals_total 3",
+		`stampede_institution_approvals_total{status="APPROVED"} 1`,
+		`stampede_institution_approvals_total{status="DECLINED"} 1`,
+		"stampede_institution_replays_total 1",
+		"stampede_institution_charges_total 1",
+		"stampede_institution_hung_requests 0",
+		"stampede_institution_busy_total 0",
+	} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if code, body := do(t, f, http.MethodDelete, "/v1/approvals", "", "", ""); code != 405 || !strings.Contains(body, `"method"`) {
+		t.Errorf("DELETE /v1/approvals: %d %s", code, body)
+	}
+	if code, body := do(t, f, http.MethodGet, "/nope", "", "", ""); code != 404 || !strings.Contains(body, `"no_route"`) {
+		t.Errorf("GET /nope: %d %s", code, body)
+	}
+}
+
+func TestConfigValidateNamesTheField(t *testing.T) {
+	cases := []struct {
+		mutate func(*Config)
+		field  string
+	}{
+		{func(c *Config) { c.AdminToken = "short" }, "AdminToken"},
+		{func(c *Config) { c.MaxHung = 0 }, "MaxHung"},
+		{func(c *Config) { c.NotFoundWindow = 0 }, "NotFoundWindow"},
+		{func(c *Config) { c.MaxBody = 10 }, "MaxBody"},
+		{func(c *Config) { c.MaxArrivals = 0 }, "MaxArrivals"},
+	}
+	for _, tc := range cases {
+		cfg := DefaultConfig()
+		cfg.AdminToken = testToken
+		tc.mutate(&cfg)
+		_, err := NewServer(cfg)
+		if e, ok := errors.AsType[*Error](err); !ok || e.Field != tc.field {
+			t.Errorf("%s: error %v, want one naming it", tc.field, err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	cfg := DefaultConfig()
+	cfg.AdminToken, cfg.Registry = testToken, reg
+	if _, err := NewServer(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewServer(cfg); err == nil {
+		t.Error("a second server on one registry was accepted")
+	}
+	for _, b := range []Behavior{{Mode: "FAST", StatusAPI: StatusAPIUp}, {Mode: ModeNormal, HangMS: -1, StatusAPI: StatusAPIUp}, {Mode: ModeNormal}} {
+		if err := b.Validate(); err == nil {
+			t.Errorf("Behavior %+v was accepted", b)
+		}
+	}
+}
+
+// do sends a raw request and returns the status and body.
+func do(t *testing.T, f *fixture, method, path, token, contentType, body string) (int, string) {
+	t.Helper()
+	r, err := http.NewRequest(method, f.ts.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	resp, err := f.ts.Client().Do(r)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(data)
+}
+
+func adminGet(t *testing.T, f *fixture, path string) string {
+	t.Helper()
+	code, body := do(t, f, http.MethodGet, path, testToken, "", "")
+	if code != 200 {
+		t.Fatalf("GET %s: %d %s", path, code, body)
+	}
+	return body
+}
