@@ -23,7 +23,7 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stampede:", err)
-		if errors.Is(err, lab.ErrInvalid) {
+		if errors.Is(err, lab.ErrInvalid) || errors.Is(err, errParity) {
 			os.Exit(2)
 		}
 		os.Exit(1)
@@ -46,5 +46,6 @@ Start with:
 	}
 	root.AddCommand(newLabCmd())
 	root.AddCommand(newServeCmd())
+	root.AddCommand(newPayCmd())
 	return root
 }

@@ -13,5 +13,6 @@ in-process, so every service runs with no set-up.`,
 	}
 	cmd.AddCommand(newServeWaitroomCmd())
 	cmd.AddCommand(newServeInstitutionCmd())
+	cmd.AddCommand(newServePayCmd())
 	return cmd
 }

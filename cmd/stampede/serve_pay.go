@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/pay/institutionclient"
+	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/postgres"
+	"github.com/stampede-lab/stampede/pay/sqlite"
+)
+
+// Environment variables of the payment service's backing services.
+const (
+	envPostgres = "STAMPEDE_POSTGRES_URL"
+	envNATS     = "STAMPEDE_NATS_URL"
+)
+
+// payStoreOptions name the payment database; shared by serve pay and pay
+// parity.
+type payStoreOptions struct {
+	postgres string
+	sqlite   string
+}
+
+func (o *payStoreOptions) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.postgres, "postgres", "", "PostgreSQL URL (default: $"+envPostgres+"; empty: SQLite)")
+	cmd.Flags().StringVar(&o.sqlite, "sqlite", "stampede-pay.db", "SQLite database file, used when no PostgreSQL URL is given")
+}
+
+// open opens the payment store the options name.
+func (o *payStoreOptions) open(cmd *cobra.Command) (pay.Store, string, error) {
+	fromEnv(cmd, "postgres", envPostgres, &o.postgres)
+	if o.postgres != "" {
+		s, err := postgres.Open(cmd.Context(), o.postgres)
+		if err != nil {
+			return nil, "", fmt.Errorf("--postgres: %w", err)
+		}
+		return s, "postgres", nil
+	}
+	if o.sqlite == "" {
+		return nil, "", errors.New("--sqlite must not be empty when no PostgreSQL URL is given")
+	}
+	s, err := sqlite.Open(o.sqlite)
+	if err != nil {
+		return nil, "", fmt.Errorf("--sqlite: %w", err)
+	}
+	return s, "sqlite " + o.sqlite, nil
+}
+
+type payOptions struct {
+	store       payStoreOptions
+	http        string
+	institution string
+	nats        string
+	natsDir     string
+	timeout     time.Duration
+	logLevel    string
+}
+
+func newServePayCmd() *cobra.Command {
+	opts := &payOptions{}
+	cmd := &cobra.Command{
+		Use:   "pay",
+		Short: "Run the payment service: idempotent payments that never charge twice",
+		Long: `Run the payment API (POST /v1/payments, GET /v1/payments/{id}, /healthz,
+/metrics) in front of a payment institution.
+
+An approval that times out is UNKNOWN (202), never retried: a reconciler asks
+the institution for the status and settles it. PENDING payments left by a
+crash become UNKNOWN at start-up. Every change writes an outbox row in the
+same transaction; a relay publishes the rows to NATS JetStream
+(payments.<id>, de-duplicated by <id>-<seq>).
+
+Storage: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite (--sqlite).
+Events: --nats (or $STAMPEDE_NATS_URL), else an embedded nats-server.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runPay(cmd, opts) },
+	}
+	opts.store.flags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&opts.http, "http", "127.0.0.1:8081", "address to listen on")
+	f.StringVar(&opts.institution, "institution", "", "base URL of the payment institution, e.g. http://127.0.0.1:8090 (required)")
+	f.StringVar(&opts.nats, "nats", "", "NATS URL (default: $"+envNATS+"; empty: an embedded nats-server)")
+	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: a temporary directory)")
+	f.DurationVar(&opts.timeout, "timeout", 3*time.Second, "client timeout of one approval call")
+	f.StringVar(&opts.logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func runPay(cmd *cobra.Command, opts *payOptions) error {
+	if opts.institution == "" {
+		return errors.New("--institution is required: the base URL of the payment institution")
+	}
+	level, err := parseLogLevel(opts.logLevel)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	ctx := cmd.Context()
+
+	store, where, err := opts.store.open(cmd)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	fromEnv(cmd, "nats", envNATS, &opts.nats)
+	natsURL := opts.nats
+	if natsURL == "" {
+		dir := opts.natsDir
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "stampede-nats-"); err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+		}
+		emb, err := jetstream.StartEmbedded(filepath.Clean(dir))
+		if err != nil {
+			return err
+		}
+		defer emb.Close()
+		natsURL = emb.URL()
+		log.Info("no --nats given: started an embedded nats-server", "url", natsURL, "dir", dir)
+	}
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return fmt.Errorf("--nats: %w", err)
+	}
+	defer nc.Close()
+	relay, err := jetstream.New(ctx, store, nc, jetstream.DefaultConfig())
+	if err != nil {
+		return err
+	}
+
+	cfg := pay.DefaultConfig()
+	cfg.ApprovalTimeout, cfg.Logger = opts.timeout, log
+	client := institution.NewClient(opts.institution, &http.Client{})
+	svc, err := pay.NewService(store, institutionclient.New(client), cfg)
+	if err != nil {
+		return err
+	}
+	handler, err := pay.NewHandler(svc, store, pay.DefaultHandlerConfig(), nil)
+	if err != nil {
+		return err
+	}
+	// Recover PENDING payments before the first request is served.
+	if n, err := svc.Recover(ctx); err != nil {
+		return fmt.Errorf("recovering PENDING payments: %w", err)
+	} else if n > 0 {
+		log.Warn("recovered PENDING payments as UNKNOWN; the reconciler settles them", "count", n)
+	}
+	ln, err := net.Listen("tcp", opts.http)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan struct{}, 2)
+	go func() { _ = svc.Run(runCtx); done <- struct{}{} }()
+	go func() { _ = relay.Run(runCtx); done <- struct{}{} }()
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info("payment service listening", "addr", ln.Addr().String(), "store", where, "institution", opts.institution)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	_ = hs.Shutdown(shutCtx)
+	stop()
+	<-done
+	<-done
+	return nil
+}

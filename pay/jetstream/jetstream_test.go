@@ -1,0 +1,168 @@
+package jetstream_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/sqlite"
+)
+
+// natsConn connects to the real NATS named by STAMPEDE_NATS_URL, or to an
+// embedded server.
+func natsConn(t *testing.T, real bool) *nats.Conn {
+	t.Helper()
+	url := os.Getenv("STAMPEDE_NATS_URL")
+	if real {
+		if url == "" {
+			t.Skip("STAMPEDE_NATS_URL is not set: no real NATS to test against (.ci/run sets it)")
+		}
+	} else {
+		e, err := jetstream.StartEmbedded(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		url = e.URL()
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// flakyMarks fails MarkPublished once, as a relay that dies after
+// publishing and before recording it.
+type flakyMarks struct {
+	pay.Store
+	failed bool
+}
+
+func (f *flakyMarks) MarkPublished(ctx context.Context, ids []int64, at time.Time) error {
+	if !f.failed {
+		f.failed = true
+		return errors.New("relay died before marking")
+	}
+	return f.Store.MarkPublished(ctx, ids, at)
+}
+
+func TestRelayKeepsOrderAndSurvivesARestart(t *testing.T) {
+	for _, real := range []bool{false, true} {
+		name := "embedded"
+		if real {
+			name = "real"
+		}
+		t.Run(name, func(t *testing.T) {
+			nc := natsConn(t, real)
+			ctx := context.Background()
+			store, err := sqlite.Open(filepath.Join(t.TempDir(), "pay.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+
+			// Three payments, each PENDING → UNKNOWN → APPROVED: 3 events each.
+			var ids []string
+			for i := range 3 {
+				p, err := store.CreatePending(ctx, pay.Payment{ID: pay.NewID(), MerchantID: "7b0a3c5e-1111-4a4a-9b9b-0123456789ab",
+					OrderID: fmt.Sprint("order-", i), Amount: 1000, Currency: "KRW"}, pay.IdempotencyRecord{Key: pay.NewID()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, p.ID)
+			}
+			for _, id := range ids {
+				if _, err := store.Transition(ctx, id, pay.StatusPending, pay.StatusUnknown, "timeout", nil); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := store.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry", nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := jetstream.DefaultConfig()
+			cfg.Stream = fmt.Sprintf("TEST_%d", time.Now().UnixNano())
+			cfg.Subject = "test-" + cfg.Stream
+			cfg.Batch = 4
+
+			flaky := &flakyMarks{Store: store}
+			relay, err := jetstream.New(ctx, flaky, nc, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := relay.RunOnce(ctx); err == nil || n != 1 {
+				t.Fatalf("first pass = %d, %v; want the first row published, then the mark failure", n, err)
+			}
+			// A fresh relay (the restart) publishes everything that is not
+			// marked, including the first row again.
+			relay, err = jetstream.New(ctx, store, nc, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total := 0
+			for {
+				n, err := relay.RunOnce(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				total += n
+				if n == 0 {
+					break
+				}
+			}
+			if total != 9 {
+				t.Fatalf("the restarted relay published %d rows, want all 9", total)
+			}
+			if left, _ := store.PendingOutbox(ctx, 10); len(left) != 0 {
+				t.Fatalf("%d rows left unpublished", len(left))
+			}
+
+			// Downstream: each event exactly once, in per-payment order.
+			js, _ := natsjs.New(nc)
+			t.Cleanup(func() { _ = js.DeleteStream(context.Background(), cfg.Stream) })
+			stream, err := js.Stream(ctx, cfg.Stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := stream.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.Msgs != 9 {
+				t.Fatalf("the stream holds %d messages, want 9 (the re-published row dropped as a duplicate)", info.State.Msgs)
+			}
+			cons, err := stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs := map[string][]int64{}
+			for range 9 {
+				msg, err := cons.Next(natsjs.FetchMaxWait(5 * time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var e pay.Event
+				if err := json.Unmarshal(msg.Data(), &e); err != nil {
+					t.Fatal(err)
+				}
+				seqs[e.PaymentID] = append(seqs[e.PaymentID], e.Seq)
+			}
+			for _, id := range ids {
+				if got := seqs[id]; len(got) != 3 || got[0] != 1 || got[1] != 2 || got[2] != 3 {
+					t.Errorf("payment %s events arrived as %v, want [1 2 3]", id, got)
+				}
+			}
+		})
+	}
+}

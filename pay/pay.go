@@ -1,0 +1,289 @@
+// Package pay is the payment domain: a Payment and its statuses, the
+// append-only status history, idempotency records, the transactional
+// outbox of payment events, the Store interface every storage adapter
+// implements (pay/sqlite, pay/postgres; conformance suite in pay/paytest)
+// and the error type with its HTTP mapping.
+//
+// A payment is created PENDING (persisted before the institution is
+// called) and moves to APPROVED, DECLINED, UNKNOWN (timeout or lost
+// response: the money may have moved) or FAILED (known not processed).
+// UNKNOWN is settled later by a status inquiry; APPROVED, DECLINED and
+// FAILED are final.
+package pay
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Status is a payment's status.
+type Status string
+
+// The payment statuses.
+const (
+	StatusPending  Status = "PENDING"  // persisted, call to the institution in flight
+	StatusApproved Status = "APPROVED" // the institution approved it
+	StatusDeclined Status = "DECLINED" // the institution declined it
+	StatusUnknown  Status = "UNKNOWN"  // timeout or lost response: the money may have moved
+	StatusFailed   Status = "FAILED"   // known not processed
+)
+
+// Statuses returns every status, in lifecycle order.
+func Statuses() []Status {
+	return []Status{StatusPending, StatusApproved, StatusDeclined, StatusUnknown, StatusFailed}
+}
+
+// Valid reports whether s is one of the statuses.
+func (s Status) Valid() bool { return slices.Contains(Statuses(), s) }
+
+// Terminal reports whether s is final: APPROVED, DECLINED or FAILED.
+// PENDING and UNKNOWN still await an answer.
+func (s Status) Terminal() bool {
+	return s == StatusApproved || s == StatusDeclined || s == StatusFailed
+}
+
+// CanTransition reports whether a payment may move from one status to
+// another: a non-terminal status may move to any other status except back
+// to PENDING; a terminal status never moves.
+func CanTransition(from, to Status) bool {
+	return from.Valid() && to.Valid() && !from.Terminal() && from != to && to != StatusPending
+}
+
+// Payment is one payment request of a merchant.
+type Payment struct {
+	ID             string // UUID v4, canonical lower-case form
+	MerchantID     string // UUID, canonical lower-case form
+	OrderID        string // the merchant's order reference
+	Amount         int64  // in minor units of Currency
+	Currency       string // ISO 4217 code, one of Currencies()
+	Status         Status
+	ExternalKey    string // the key sent to the institution; equals ID
+	IdempotencyKey string // the Idempotency-Key that created it
+	ManualReview   bool   // flagged for a person to look at
+	ReviewReason   string // why, when ManualReview
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	History        []StatusChange // oldest first; empty in list results
+}
+
+// StatusChange is one entry of a payment's append-only status history.
+// The first entry of every payment has From "" and To PENDING.
+type StatusChange struct {
+	From   Status
+	To     Status
+	Reason string
+	At     time.Time
+}
+
+// ReasonCreated is the reason of a payment's first history entry.
+const ReasonCreated = "created"
+
+// IdempotencyState is the state of an IdempotencyRecord.
+type IdempotencyState string
+
+// The idempotency record states.
+const (
+	IdempotencyInFlight  IdempotencyState = "in_flight" // the request is being processed
+	IdempotencyCompleted IdempotencyState = "completed" // the response is stored for replay
+)
+
+// IdempotencyRecord remembers one Idempotency-Key: the request it came
+// with, the payment it created and, once completed, the response to replay.
+type IdempotencyRecord struct {
+	Key          string
+	RequestHash  string // hash of the request body; a different hash under the same key is a mismatch
+	PaymentID    string
+	State        IdempotencyState
+	ResponseCode int    // when completed
+	ResponseBody []byte // when completed
+	CreatedAt    time.Time
+	ExpiresAt    time.Time
+}
+
+// Expired reports whether the record has expired at now. An expired
+// record may be deleted (Store.DeleteExpiredIdempotency) or replaced by a
+// new request with the same key.
+func (r IdempotencyRecord) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
+
+// DefaultIdempotencyTTL is how long an idempotency record lives when the
+// caller does not set ExpiresAt.
+const DefaultIdempotencyTTL = 24 * time.Hour
+
+// MaxIdempotencyKeyLen is the longest Idempotency-Key accepted.
+const MaxIdempotencyKeyLen = 255
+
+// OutboxEvent is one row of the transactional outbox: written in the same
+// transaction as the payment change it reports, published later.
+type OutboxEvent struct {
+	ID          int64  // global, increasing in insertion order
+	PaymentID   string // the payment it concerns
+	Seq         int64  // per payment, from 1, without gaps
+	Type        string // EventCreated, EventStatusChanged, EventReviewFlagged
+	Payload     []byte // JSON of an Event
+	CreatedAt   time.Time
+	PublishedAt *time.Time // nil until published
+}
+
+// Outbox event types.
+const (
+	EventCreated       = "payment.created"        // the payment was created PENDING
+	EventStatusChanged = "payment.status_changed" // the payment changed status
+	EventReviewFlagged = "payment.review_flagged" // the payment was flagged for manual review
+)
+
+// Event is the JSON payload of an outbox row: the payment as it stands
+// after the change, and the change.
+type Event struct {
+	Type         string    `json:"type"`
+	PaymentID    string    `json:"payment_id"`
+	Seq          int64     `json:"seq"`
+	MerchantID   string    `json:"merchant_id"`
+	OrderID      string    `json:"order_id"`
+	Amount       int64     `json:"amount"`
+	Currency     string    `json:"currency"`
+	From         Status    `json:"from,omitempty"`
+	Status       Status    `json:"status"`
+	Reason       string    `json:"reason,omitempty"`
+	ManualReview bool      `json:"manual_review"`
+	At           time.Time `json:"at"`
+}
+
+// NewEvent builds the outbox row reporting a change of p (already applied
+// to p): typ is one of the Event* types, seq the payment's event sequence
+// number, from the previous status (for EventStatusChanged), reason why.
+// Storage adapters call it so that every adapter writes the same payload.
+func NewEvent(typ string, p Payment, seq int64, from Status, reason string, at time.Time) OutboxEvent {
+	e := Event{
+		Type: typ, PaymentID: p.ID, Seq: seq,
+		MerchantID: p.MerchantID, OrderID: p.OrderID, Amount: p.Amount, Currency: p.Currency,
+		From: from, Status: p.Status, Reason: reason, ManualReview: p.ManualReview, At: at,
+	}
+	payload, err := json.Marshal(e)
+	if err != nil { // cannot happen: every field marshals
+		panic(fmt.Sprintf("pay: marshal event: %v", err))
+	}
+	return OutboxEvent{PaymentID: p.ID, Seq: seq, Type: typ, Payload: payload, CreatedAt: at}
+}
+
+// Limits of a create request.
+const (
+	MaxOrderIDLen = 64
+	MaxAmount     = 1_000_000_000_000 // in minor units
+)
+
+// Currencies returns the currencies accepted.
+func Currencies() []string { return []string{"KRW", "USD", "EUR", "JPY", "GBP"} }
+
+// NewID returns a new payment ID: a random UUID v4.
+func NewID() string { return uuid.NewString() }
+
+// ValidateCreate checks the fields of a create request. The error is an
+// *Error with CodeInvalid whose Field is the JSON field at fault
+// ("merchant_id", "order_id", "amount" or "currency").
+func ValidateCreate(merchantID, orderID string, amount int64, currency string) error {
+	if _, err := parseUUID(merchantID); err != nil {
+		return Invalid("merchant_id", "must be a UUID")
+	}
+	switch {
+	case orderID == "":
+		return Invalid("order_id", "is required")
+	case len(orderID) > MaxOrderIDLen:
+		return Invalid("order_id", "must be at most %d bytes", MaxOrderIDLen)
+	}
+	switch {
+	case amount <= 0:
+		return Invalid("amount", "must be positive")
+	case amount > MaxAmount:
+		return Invalid("amount", "must be at most %d", int64(MaxAmount))
+	}
+	if !slices.Contains(Currencies(), currency) {
+		return Invalid("currency", "must be one of %v", Currencies())
+	}
+	return nil
+}
+
+// ValidateIdempotencyKey checks an Idempotency-Key header value.
+func ValidateIdempotencyKey(key string) error {
+	switch {
+	case key == "":
+		return Invalid("Idempotency-Key", "is required")
+	case len(key) > MaxIdempotencyKeyLen:
+		return Invalid("Idempotency-Key", "must be at most %d bytes", MaxIdempotencyKeyLen)
+	}
+	return nil
+}
+
+// parseUUID accepts the hyphenated 36-character form only, in either case.
+func parseUUID(s string) (uuid.UUID, error) {
+	if len(s) != 36 {
+		return uuid.UUID{}, fmt.Errorf("not a hyphenated UUID: %q", s)
+	}
+	return uuid.Parse(s)
+}
+
+// PrepareCreate checks and completes a payment and its idempotency record
+// for Store.CreatePending; storage adapters call it so that they all store
+// the same thing. It requires a canonical (lower-case, hyphenated) UUID ID
+// and valid create fields; it lower-cases MerchantID, sets Status PENDING,
+// ExternalKey to ID (unless set), CreatedAt (unless set) and UpdatedAt to
+// now, History to the single created entry, the idempotency record's
+// PaymentID and in-flight state, its CreatedAt (unless set) and ExpiresAt
+// (unless set: DefaultIdempotencyTTL later). Times are UTC, truncated to
+// the microsecond every adapter can store.
+func PrepareCreate(p Payment, idem IdempotencyRecord, now time.Time) (Payment, IdempotencyRecord, error) {
+	if id, err := parseUUID(p.ID); err != nil || id.String() != p.ID {
+		return p, idem, Invalid("id", "must be a lower-case hyphenated UUID")
+	}
+	if err := ValidateCreate(p.MerchantID, p.OrderID, p.Amount, p.Currency); err != nil {
+		return p, idem, err
+	}
+	if p.Status != "" && p.Status != StatusPending {
+		return p, idem, Invalid("status", "a new payment is PENDING, not %s", p.Status)
+	}
+	if err := ValidateIdempotencyKey(idem.Key); err != nil {
+		return p, idem, err
+	}
+	if p.IdempotencyKey != "" && p.IdempotencyKey != idem.Key {
+		return p, idem, Invalid("Idempotency-Key", "the payment's key %q differs from the record's %q", p.IdempotencyKey, idem.Key)
+	}
+	if idem.PaymentID != "" && idem.PaymentID != p.ID {
+		return p, idem, Invalid("payment_id", "the idempotency record names payment %s, not %s", idem.PaymentID, p.ID)
+	}
+	mid, _ := parseUUID(p.MerchantID)
+	p.MerchantID = mid.String()
+	p.Status = StatusPending
+	p.IdempotencyKey = idem.Key
+	if p.ExternalKey == "" {
+		p.ExternalKey = p.ID
+	}
+	if p.CreatedAt.IsZero() {
+		p.CreatedAt = now
+	}
+	p.CreatedAt = StoreTime(p.CreatedAt)
+	p.UpdatedAt = p.CreatedAt
+	p.History = []StatusChange{{From: "", To: StatusPending, Reason: ReasonCreated, At: p.CreatedAt}}
+
+	idem.PaymentID = p.ID
+	idem.State = IdempotencyInFlight
+	idem.ResponseCode, idem.ResponseBody = 0, nil
+	if idem.CreatedAt.IsZero() {
+		idem.CreatedAt = now
+	}
+	idem.CreatedAt = StoreTime(idem.CreatedAt)
+	if idem.ExpiresAt.IsZero() {
+		idem.ExpiresAt = idem.CreatedAt.Add(DefaultIdempotencyTTL)
+	}
+	idem.ExpiresAt = StoreTime(idem.ExpiresAt)
+	if !idem.ExpiresAt.After(idem.CreatedAt) {
+		return p, idem, Invalid("expires_at", "the idempotency record must expire after it is created")
+	}
+	return p, idem, nil
+}
+
+// StoreTime is t as every adapter stores it: UTC, truncated to the
+// microsecond, without a monotonic reading.
+func StoreTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }

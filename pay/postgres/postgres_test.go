@@ -1,0 +1,214 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/pay/paytest"
+	"github.com/stampede-lab/stampede/pay/postgres"
+)
+
+// databaseURL returns STAMPEDE_POSTGRES_URL or skips the test.
+func databaseURL(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("STAMPEDE_POSTGRES_URL")
+	if url == "" {
+		t.Skip("STAMPEDE_POSTGRES_URL is not set: no PostgreSQL to test against (.ci/run sets it)")
+	}
+	return url
+}
+
+// freshSchema returns the name of a schema unique to this test, dropped
+// with everything in it when the test ends.
+func freshSchema(t *testing.T, url string) string {
+	t.Helper()
+	schema := fmt.Sprintf("stampede_test_%016x", rand.Uint64())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// openSchema opens a store on schema, closed when the test ends (before
+// the schema is dropped).
+func openSchema(t *testing.T, url, schema string) *postgres.Store {
+	t.Helper()
+	cfg := postgres.DefaultConfig()
+	cfg.URL, cfg.Schema = url, schema
+	s, err := postgres.OpenConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("OpenConfig: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestConformance runs the suite on the PostgreSQL server named by
+// STAMPEDE_POSTGRES_URL, in a schema of its own shared by every test.
+func TestConformance(t *testing.T) {
+	url := databaseURL(t)
+	s := openSchema(t, url, freshSchema(t, url))
+	paytest.Run(t, func(*testing.T) pay.Store { return s })
+}
+
+// TestConformanceFreshStores runs the suite with a new store (and
+// connections) per test on one schema, migrated again each time.
+func TestConformanceFreshStores(t *testing.T) {
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	paytest.Run(t, func(t *testing.T) pay.Store { return openSchema(t, url, schema) })
+}
+
+// TestConcurrentOpenMigratesOnce: instances starting together on an empty
+// schema all open, and each migration is recorded once.
+func TestConcurrentOpenMigratesOnce(t *testing.T) {
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { openSchema(t, url, schema) })
+	}
+	wg.Wait()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("schema_migrations has %d rows, want 1", n)
+	}
+}
+
+// TestUnreachableIsUnavailable: a server that refuses connections is
+// CodeUnavailable. Runs without a database.
+func TestUnreachableIsUnavailable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = postgres.Open(ctx, "postgres://postgres@"+addr+"/test?sslmode=disable&connect_timeout=2")
+	if pay.ErrorCode(err) != pay.CodeUnavailable || pay.HTTPStatus(err) != 503 {
+		t.Fatalf("Open on a closed port = %v, want unavailable (503)", err)
+	}
+}
+
+// TestClosedStoreIsUnavailable: every call on a closed store fails with
+// CodeUnavailable.
+func TestClosedStoreIsUnavailable(t *testing.T) {
+	url := databaseURL(t)
+	s := openSchema(t, url, freshSchema(t, url))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	p := pay.Payment{ID: pay.NewID(), MerchantID: pay.NewID(), OrderID: "o", Amount: 1, Currency: "USD"}
+	_, errCreate := s.CreatePending(ctx, p, pay.IdempotencyRecord{Key: "k"})
+	_, errGet := s.Get(ctx, p.ID)
+	_, errList := s.List(ctx, "", 10)
+	for name, err := range map[string]error{"Ping": s.Ping(ctx), "CreatePending": errCreate, "Get": errGet, "List": errList} {
+		if pay.ErrorCode(err) != pay.CodeUnavailable {
+			t.Errorf("%s on a closed store = %v, want unavailable", name, err)
+		}
+	}
+}
+
+// TestKilledConnectionIsUnavailableThenRecovers: when the server ends the
+// store's idle connections, the next call fails with CodeUnavailable (or
+// succeeds) and the store recovers; a connection idle for over a second is
+// checked before use, so the call after a longer pause succeeds.
+func TestKilledConnectionIsUnavailableThenRecovers(t *testing.T) {
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	// Tag the store's connections so that only they are terminated: the
+	// database is shared.
+	tagged := url + "&application_name=" + schema
+	if !strings.Contains(url, "?") {
+		tagged = url + "?application_name=" + schema
+	}
+	s := openSchema(t, tagged, schema)
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if killed := terminate(t, c, schema); killed == 0 {
+		t.Fatal("found no connection of the store to terminate")
+	}
+	time.Sleep(50 * time.Millisecond) // let the termination reach the client socket
+	err = s.Ping(ctx)
+	t.Logf("Ping after the server ended the connection: %v", err)
+	if err != nil && pay.ErrorCode(err) != pay.CodeUnavailable {
+		t.Fatalf("Ping after the server ended the connection = %v, want success or unavailable", err)
+	}
+	if _, err := s.List(ctx, "", 1); err != nil {
+		t.Fatalf("List after recovery: %v", err)
+	}
+	// Again, but the store's connection has been idle for longer than a
+	// second: it is checked and replaced, and the caller sees no error.
+	if killed := terminate(t, c, schema); killed == 0 {
+		t.Fatal("found no connection of the store to terminate")
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := s.List(ctx, "", 1); err != nil {
+		t.Fatalf("List after an idle connection was ended: %v", err)
+	}
+}
+
+// terminate ends the server processes of connections named app.
+func terminate(t *testing.T, c *pgx.Conn, app string) int {
+	t.Helper()
+	var killed int
+	if err := c.QueryRow(context.Background(), `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = $1 AND pid <> pg_backend_pid()) k`, app).Scan(&killed); err != nil {
+		t.Fatal(err)
+	}
+	return killed
+}
+
+// TestConfigValidateNamesFields: every invalid field is reported by name.
+func TestConfigValidateNamesFields(t *testing.T) {
+	cfg := postgres.DefaultConfig()
+	cfg.URL = "postgres://localhost/db"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate() = %v", err)
+	}
+	err := postgres.Config{Schema: "Bad-Name", ConnectTimeout: -1}.Validate()
+	for _, field := range []string{"URL", "Schema", "MaxConns", "ConnectTimeout", "Now"} {
+		if err == nil || !strings.Contains(err.Error(), field+":") {
+			t.Errorf("Validate() = %v, want it to name %s", err, field)
+		}
+	}
+}

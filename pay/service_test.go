@@ -1,0 +1,261 @@
+package pay_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/pay/institutionclient"
+	"github.com/stampede-lab/stampede/pay/sqlite"
+	"github.com/stampede-lab/stampede/retry"
+)
+
+const adminToken = "institution-admin-token-for-tests"
+
+// rig is a payment service in front of a real institution simulator over
+// HTTP, on an SQLite store.
+type rig struct {
+	instURL string
+	store   pay.Store
+	svc     *pay.Service
+	inst    *institution.Client // admin client
+	api     *httptest.Server
+}
+
+func newRig(t testing.TB, mutate func(*pay.Config)) *rig {
+	t.Helper()
+	icfg := institution.DefaultConfig()
+	icfg.AdminToken, icfg.NotFoundWindow = adminToken, 200*time.Millisecond
+	isrv, err := institution.NewServer(icfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	its := httptest.NewServer(isrv)
+	t.Cleanup(func() { isrv.Close(); its.Close() })
+	client := institution.NewClient(its.URL, its.Client())
+
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "pay.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	cfg := pay.DefaultConfig()
+	cfg.ApprovalTimeout, cfg.ReconcileEvery = 300*time.Millisecond, 50*time.Millisecond
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	svc, err := pay.NewService(store, institutionclient.New(client), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := pay.NewHandler(svc, store, pay.DefaultHandlerConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(h)
+	t.Cleanup(api.Close)
+	return &rig{instURL: its.URL, store: store, svc: svc, inst: client.WithAdminToken(adminToken), api: api}
+}
+
+func (r *rig) behave(t *testing.T, b institution.Behavior) {
+	t.Helper()
+	if _, err := r.inst.SetBehavior(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const merchant = "7b0a3c5e-1111-4a4a-9b9b-0123456789ab"
+
+func (r *rig) post(t *testing.T, key, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, r.api.URL+"/v1/payments", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("answer is not JSON: %v", err)
+	}
+	return resp.StatusCode, out
+}
+
+func payment(order string, amount int64) string {
+	return fmt.Sprintf(`{"merchant_id":%q,"order_id":%q,"amount":%d,"currency":"KRW"}`, merchant, order, amount)
+}
+
+func TestApprovedDeclinedAndReplayed(t *testing.T) {
+	r := newRig(t, nil)
+	code, body := r.post(t, "key-1", payment("o-1", 5000))
+	if code != http.StatusCreated || body["status"] != "APPROVED" {
+		t.Fatalf("POST = %d %v, want 201 APPROVED", code, body)
+	}
+	again, replay := r.post(t, "key-1", payment("o-1", 5000))
+	if again != code || replay["id"] != body["id"] {
+		t.Fatalf("replay = %d %v, want the stored answer", again, replay)
+	}
+	if code, body := r.post(t, "key-1", payment("o-1", 6000)); code != http.StatusUnprocessableEntity {
+		t.Fatalf("same key, different body = %d %v, want 422", code, body)
+	}
+	r.behave(t, institution.Behavior{Mode: institution.ModeDecline, Idempotent: true, StatusAPI: institution.StatusAPIUp})
+	if code, body := r.post(t, "key-2", payment("o-2", 5000)); code != http.StatusCreated || body["status"] != "DECLINED" {
+		t.Fatalf("declined POST = %d %v", code, body)
+	}
+}
+
+// TestTimeoutIsUnknownThenSettled: a hung institution makes the payment
+// UNKNOWN (202), never retried; the status inquiry settles it.
+func TestTimeoutIsUnknownThenSettled(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := context.Background()
+	// The institution charges, then hangs: the answer is lost.
+	r.behave(t, institution.Behavior{Mode: institution.ModeHangAfter, HangMS: 1000, Idempotent: true, StatusAPI: institution.StatusAPIUp})
+	code, body := r.post(t, "key-h", payment("o-h", 7000))
+	if code != http.StatusAccepted || body["status"] != "UNKNOWN" {
+		t.Fatalf("POST against a hung institution = %d %v, want 202 UNKNOWN", code, body)
+	}
+	arrivals, err := r.inst.Arrivals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(arrivals.Arrivals); n != 1 {
+		t.Fatalf("the institution saw %d approval requests, want 1 (approvals are never retried)", n)
+	}
+	settled, err := r.svc.Reconcile(ctx)
+	if err != nil || settled != 1 {
+		t.Fatalf("Reconcile = %d, %v; want 1 settled", settled, err)
+	}
+	p, err := r.svc.Get(ctx, body["id"].(string))
+	if err != nil || p.Status != pay.StatusApproved {
+		t.Fatalf("after reconciliation: %+v, %v; want APPROVED", p.Status, err)
+	}
+}
+
+// TestHangBeforeProcessingEndsFailed: nothing was processed; after the
+// not-found window the inquiry turns UNKNOWN into FAILED.
+func TestHangBeforeProcessingEndsFailed(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := context.Background()
+	r.behave(t, institution.Behavior{Mode: institution.ModeHangBefore, HangMS: 1000, Idempotent: true, StatusAPI: institution.StatusAPIUp})
+	_, body := r.post(t, "key-b", payment("o-b", 7000))
+	id := body["id"].(string)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := r.svc.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p, err := r.store.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status == pay.StatusFailed {
+			break
+		}
+		if p.Status != pay.StatusUnknown || time.Now().After(deadline) {
+			t.Fatalf("status %s; want UNKNOWN until the not-found window passes, then FAILED", p.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestStatusAPIDownStaysUnknown: no answer is never read as an answer.
+func TestStatusAPIDownStaysUnknown(t *testing.T) {
+	r := newRig(t, func(c *pay.Config) { c.ReviewAfter = 2 })
+	ctx := context.Background()
+	r.behave(t, institution.Behavior{Mode: institution.ModeHangAfter, HangMS: 1000, Idempotent: true, StatusAPI: institution.StatusAPIDown})
+	_, body := r.post(t, "key-d", payment("o-d", 7000))
+	id := body["id"].(string)
+	for range 3 {
+		if _, err := r.svc.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(120 * time.Millisecond) // past the reconciler's backoff
+	}
+	p, err := r.store.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status != pay.StatusUnknown || !p.ManualReview {
+		t.Fatalf("with the status API down: %s, review %v; want UNKNOWN and flagged for review", p.Status, p.ManualReview)
+	}
+}
+
+// TestRetriesAgainstANonIdempotentInstitutionDoubleCharge makes the harm
+// of retrying approvals measurable.
+func TestRetriesAgainstANonIdempotentInstitutionDoubleCharge(t *testing.T) {
+	r := newRig(t, func(c *pay.Config) {
+		rc := retry.DefaultConfig()
+		rc.Name, rc.Base = retry.Exponential, 10*time.Millisecond
+		c.Retry, _ = retry.New(rc, nil)
+	})
+	ctx := context.Background()
+	r.behave(t, institution.Behavior{Mode: institution.ModeHangAfter, HangMS: 1000, Idempotent: false, StatusAPI: institution.StatusAPIUp})
+	r.post(t, "key-x", payment("o-x", 7000))
+	ledger, err := r.inst.Approvals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ledger.ChargesTotal != 3 {
+		t.Fatalf("charges = %d, want 3: one payment, three attempts, each charged", ledger.ChargesTotal)
+	}
+}
+
+func TestBadInputNamesTheField(t *testing.T) {
+	r := newRig(t, nil)
+	cases := []struct {
+		key, body, field string
+		code             int
+	}{
+		{"", payment("o", 1), "Idempotency-Key", 400},
+		{"k1", `{"merchant_id":"MERCHANT-001","order_id":"o","amount":1,"currency":"KRW"}`, "merchant_id", 400},
+		{"k2", payment("o", 0), "amount", 400},
+		{"k3", payment("o", -5), "amount", 400},
+		{"k4", `{"merchant_id":"` + merchant + `","order_id":"o","amount":99999999999999999999,"currency":"KRW"}`, "amount", 400},
+		{"k5", `{"merchant_id":"` + merchant + `","order_id":"o","amount":1,"currency":"XYZ"}`, "currency", 400},
+		{"k6", `{"merchant_id":`, "", 400},
+		{"k7", `{"merchant_id":"` + merchant + `","order_id":"o","amount":1,"currency":"KRW","tip":1}`, "", 400},
+		{"k8", `{"order_id":"o","amount":1,"currency":"KRW"}`, "merchant_id", 400},
+		{"k9", `{"merchant_id":"` + merchant + `","order_id":"` + strings.Repeat("x", 5000) + `","amount":1,"currency":"KRW"}`, "", 413},
+	}
+	for _, tc := range cases {
+		code, body := r.post(t, tc.key, tc.body)
+		e, _ := body["error"].(map[string]any)
+		if code != tc.code || e == nil {
+			t.Errorf("%s: %d %v, want %d with an error", tc.body[:min(40, len(tc.body))], code, body, tc.code)
+			continue
+		}
+		if tc.field != "" && e["field"] != tc.field && !strings.Contains(fmt.Sprint(e["message"]), tc.field) {
+			t.Errorf("%s: error %v does not name %s", tc.key, e, tc.field)
+		}
+	}
+}
+
+// TestDatabaseDownAnswers503 closes the store under the
+// running service.
+func TestDatabaseDownAnswers503(t *testing.T) {
+	r := newRig(t, nil)
+	r.store.Close()
+	code, body := r.post(t, "key-z", payment("o-z", 100))
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("POST with the database down = %d %v, want 503", code, body)
+	}
+	var buf bytes.Buffer
+	_ = json.NewEncoder(&buf).Encode(body)
+	if !strings.Contains(buf.String(), "unavailable") {
+		t.Fatalf("error body %s does not say unavailable", buf.String())
+	}
+}
