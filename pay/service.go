@@ -91,6 +91,8 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the service's logs.
 	Logger *slog.Logger
+	// Metrics, if set, receives the service's metrics.
+	Metrics *Metrics
 }
 
 // DefaultConfig returns a 3-second approval timeout, no retries, a
@@ -206,7 +208,9 @@ func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (Re
 		return Response{}, err
 	}
 
+	start := time.Now()
 	to, reason := s.approve(ctx, p)
+	s.cfg.Metrics.outcome(to, time.Since(start))
 	// The outcome is written even if the client went away meanwhile.
 	wctx := context.WithoutCancel(ctx)
 	code := http.StatusCreated
@@ -317,6 +321,9 @@ func (s *Service) settle(ctx context.Context, p Payment) (Payment, error) {
 		return p, nil // not found yet, within the window: ask again later
 	}
 	settled, err := s.store.Transition(context.WithoutCancel(ctx), p.ID, StatusUnknown, to, reason, nil)
+	if err == nil {
+		s.cfg.Metrics.settle(to)
+	}
 	if errors.Is(err, ErrStaleStatus) {
 		return s.store.Get(ctx, p.ID) // someone else settled it
 	}
@@ -334,6 +341,7 @@ func (s *Service) Recover(ctx context.Context) (int, error) {
 			return n, err
 		}
 		if len(ps) == 0 {
+			s.cfg.Metrics.recover(n)
 			return n, nil
 		}
 		for _, p := range ps {
@@ -387,6 +395,7 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 			if ferr := s.store.FlagReview(ctx, p.ID, reason); ferr != nil {
 				return settled, ferr
 			}
+			s.cfg.Metrics.flag()
 		}
 	}
 	return settled, nil

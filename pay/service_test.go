@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/pay"
@@ -48,8 +51,10 @@ func newRig(t testing.TB, mutate func(*pay.Config)) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
+	reg := prometheus.NewRegistry()
 	cfg := pay.DefaultConfig()
 	cfg.ApprovalTimeout, cfg.ReconcileEvery = 300*time.Millisecond, 50*time.Millisecond
+	cfg.Metrics = pay.NewMetrics(reg)
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -57,7 +62,7 @@ func newRig(t testing.TB, mutate func(*pay.Config)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := pay.NewHandler(svc, store, pay.DefaultHandlerConfig(), nil)
+	h, err := pay.NewHandler(svc, store, pay.DefaultHandlerConfig(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +112,15 @@ func TestApprovedDeclinedAndReplayed(t *testing.T) {
 	again, replay := r.post(t, "key-1", payment("o-1", 5000))
 	if again != code || replay["id"] != body["id"] {
 		t.Fatalf("replay = %d %v, want the stored answer", again, replay)
+	}
+	resp, err := http.Get(r.api.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `stampede_pay_payments_total{status="APPROVED"} 1`) {
+		t.Errorf("/metrics lacks the approved payment:\n%s", metrics)
 	}
 	if code, body := r.post(t, "key-1", payment("o-1", 6000)); code != http.StatusUnprocessableEntity {
 		t.Fatalf("same key, different body = %d %v, want 422", code, body)

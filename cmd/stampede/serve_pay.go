@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/stampede-lab/stampede/institution"
@@ -145,14 +147,16 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 		return err
 	}
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := pay.DefaultConfig()
-	cfg.ApprovalTimeout, cfg.Logger = opts.timeout, log
+	cfg.ApprovalTimeout, cfg.Logger, cfg.Metrics = opts.timeout, log, pay.NewMetrics(reg)
 	client := institution.NewClient(opts.institution, &http.Client{})
 	svc, err := pay.NewService(store, institutionclient.New(client), cfg)
 	if err != nil {
 		return err
 	}
-	handler, err := pay.NewHandler(svc, store, pay.DefaultHandlerConfig(), nil)
+	handler, err := pay.NewHandler(svc, store, pay.DefaultHandlerConfig(), reg)
 	if err != nil {
 		return err
 	}
