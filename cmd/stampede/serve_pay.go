@@ -151,7 +151,10 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := pay.DefaultConfig()
 	cfg.ApprovalTimeout, cfg.Logger, cfg.Metrics = opts.timeout, log, pay.NewMetrics(reg)
-	client := institution.NewClient(opts.institution, &http.Client{})
+	// Keep connections to the institution open for bursts of payments.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256
+	client := institution.NewClient(opts.institution, &http.Client{Transport: tr})
 	svc, err := pay.NewService(store, institutionclient.New(client), cfg)
 	if err != nil {
 		return err

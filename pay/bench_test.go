@@ -1,0 +1,322 @@
+package pay_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, as pay/sqlite uses
+
+	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/pay/institutionclient"
+	"github.com/stampede-lab/stampede/pay/postgres"
+	"github.com/stampede-lab/stampede/pay/sqlite"
+)
+
+// Every identifier of this file starts with "bench" so that it cannot
+// clash with the helpers of the package's other test files. It reuses
+// adminToken and payment from service_test.go.
+
+const (
+	// benchClients is how many clients send at once, in both
+	// measurements.
+	benchClients = 16
+	// benchChunk is the items of one measurement chunk, for payments and
+	// bare transactions alike.
+	benchChunk = 500
+	// benchWarmup is the items each side runs before the timer starts
+	// (connections opened, statements and pages warm).
+	benchWarmup = 4 * benchClients
+)
+
+// benchBare runs one bare transaction for item id: insert a row, update
+// it, commit.
+type benchBare func(ctx context.Context, id string) error
+
+// BenchmarkPaymentsHTTP measures payments per second through the payment
+// API over real HTTP (httptest), 16 clients at once, each POST
+// /v1/payments with a unique Idempotency-Key answered 201 APPROVED by the
+// institution simulator in NORMAL mode (no latency, over HTTP too), on
+// SQLite and on PostgreSQL. Its baseline is the same database doing bare
+// transactions at the same concurrency: per item one transaction that
+// inserts a row into a scratch table and updates it, what the storage of a
+// payment costs at the least (a payment is two write transactions:
+// CreatePending, then Transition). Each iteration runs one chunk of each,
+// alternating which goes first, so that drift weighs on both alike.
+// Metrics: payments/s, bare-tx/s, and x-bare = payments/s ÷ bare-tx/s.
+//
+// The postgres sub-benchmark needs STAMPEDE_POSTGRES_URL and works in a
+// fresh schema stampede_bench_<random>, dropped at the end.
+func BenchmarkPaymentsHTTP(b *testing.B) {
+	b.Run("sqlite", func(b *testing.B) {
+		path := filepath.Join(b.TempDir(), "pay.db")
+		store, err := sqlite.Open(path)
+		if err != nil {
+			b.Fatalf("sqlite.Open: %v", err)
+		}
+		b.Cleanup(func() { store.Close() })
+		benchPaymentsVsBare(b, store, benchSQLiteBare(b, path))
+	})
+	b.Run("postgres", func(b *testing.B) {
+		dbURL := os.Getenv("STAMPEDE_POSTGRES_URL")
+		if dbURL == "" {
+			b.Skip("STAMPEDE_POSTGRES_URL is not set: no PostgreSQL to measure (e.g. STAMPEDE_POSTGRES_URL='postgres://postgres@127.0.0.1:5432/test?sslmode=disable')")
+		}
+		schema := benchSchema(b, dbURL)
+		cfg := postgres.DefaultConfig()
+		cfg.URL, cfg.Schema = dbURL, schema
+		store, err := postgres.OpenConfig(context.Background(), cfg)
+		if err != nil {
+			b.Fatalf("postgres.OpenConfig: %v", err)
+		}
+		b.Cleanup(func() { store.Close() })
+		benchPaymentsVsBare(b, store, benchPostgresBare(b, dbURL, schema, cfg.MaxConns))
+	})
+}
+
+// benchPaymentsVsBare runs the measurement on store, with bare as the
+// baseline on the same database.
+func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare) {
+	b.Helper()
+	ctx := context.Background()
+
+	// Idle connections for every client: the default transport keeps 2
+	// per host, and 16 clients would then open and close a connection
+	// for most requests, measuring TCP set-up and filling TIME_WAIT.
+	tr := &http.Transport{MaxIdleConns: 4 * benchClients, MaxIdleConnsPerHost: 2 * benchClients, IdleConnTimeout: time.Minute}
+	b.Cleanup(tr.CloseIdleConnections)
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+
+	// The institution: NORMAL mode (DefaultBehavior) answers at once.
+	icfg := institution.DefaultConfig()
+	icfg.AdminToken = adminToken
+	isrv, err := institution.NewServer(icfg)
+	if err != nil {
+		b.Fatalf("institution.NewServer: %v", err)
+	}
+	its := httptest.NewServer(isrv)
+	b.Cleanup(func() { its.Close(); isrv.Close() })
+
+	// The payment service, as serve_pay runs it (minus the outbox relay):
+	// DefaultConfig, the reconciler and idempotency expiry running.
+	svc, err := pay.NewService(store, institutionclient.New(institution.NewClient(its.URL, hc)), pay.DefaultConfig())
+	if err != nil {
+		b.Fatalf("pay.NewService: %v", err)
+	}
+	h, err := pay.NewHandler(svc, store, pay.DefaultHandlerConfig(), nil)
+	if err != nil {
+		b.Fatalf("pay.NewHandler: %v", err)
+	}
+	api := httptest.NewServer(h)
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = svc.Run(runCtx) }()
+	// Cleanups run last-in first-out: the API closes, then Run stops,
+	// then (registered earlier) the institution and the store close.
+	b.Cleanup(func() { stop(); <-ran })
+	b.Cleanup(api.Close)
+
+	run := fmt.Sprintf("%016x", rand.Uint64()) // unique across runs on one database
+	var seq atomic.Int64
+	postOne := func() error {
+		n := seq.Add(1)
+		key := fmt.Sprintf("bench-%s-%d", run, n)
+		req, err := http.NewRequest(http.MethodPost, api.URL+"/v1/payments", strings.NewReader(payment("order-"+key, 1000+n%9000)))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		res, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("POST %s: %w", key, err)
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil {
+			return fmt.Errorf("POST %s: reading the answer: %w", key, err)
+		}
+		var got struct {
+			Status string `json:"status"`
+		}
+		if res.StatusCode != http.StatusCreated || json.Unmarshal(body, &got) != nil || got.Status != string(pay.StatusApproved) {
+			return fmt.Errorf("POST %s = %d %s, want 201 APPROVED", key, res.StatusCode, body)
+		}
+		return nil
+	}
+	bareOne := func() error {
+		id := fmt.Sprintf("bare-%s-%d", run, seq.Add(1))
+		if err := bare(ctx, id); err != nil {
+			return fmt.Errorf("bare transaction %s: %w", id, err)
+		}
+		return nil
+	}
+
+	if _, err := benchRun(benchWarmup, postOne); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := benchRun(benchWarmup, bareOne); err != nil {
+		b.Fatal(err)
+	}
+
+	var payTime, bareTime time.Duration
+	var pays, bares int
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		phases := []func() error{
+			func() error {
+				d, err := benchRun(benchChunk, postOne)
+				payTime, pays = payTime+d, pays+benchChunk
+				return err
+			},
+			func() error {
+				d, err := benchRun(benchChunk, bareOne)
+				bareTime, bares = bareTime+d, bares+benchChunk
+				return err
+			},
+		}
+		if i%2 == 1 {
+			phases[0], phases[1] = phases[1], phases[0]
+		}
+		for _, phase := range phases {
+			if err := phase(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	paysPerS := float64(pays) / payTime.Seconds()
+	baresPerS := float64(bares) / bareTime.Seconds()
+	b.ReportMetric(paysPerS, "payments/s")
+	b.ReportMetric(baresPerS, "bare-tx/s")
+	b.ReportMetric(paysPerS/baresPerS, "x-bare")
+}
+
+// benchRun runs n operations on benchClients goroutines and returns how
+// long they took; the first error stops the run.
+func benchRun(n int, op func() error) (time.Duration, error) {
+	var (
+		next    atomic.Int64
+		errOnce sync.Once
+		first   error
+		failed  atomic.Bool
+		wg      sync.WaitGroup
+	)
+	start := time.Now()
+	for range benchClients {
+		wg.Go(func() {
+			for !failed.Load() {
+				if next.Add(1) > int64(n) {
+					return
+				}
+				if err := op(); err != nil {
+					errOnce.Do(func() { first = err })
+					failed.Store(true)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start), first
+}
+
+// benchSQLiteBare opens the SQLite file at path a second time, the way
+// pay/sqlite opens its writer (WAL, synchronous NORMAL, 5 s busy timeout,
+// one connection, BEGIN IMMEDIATE), creates the scratch table bench_bare
+// and returns its bare transaction.
+func benchSQLiteBare(b *testing.B, path string) benchBare {
+	b.Helper()
+	q := url.Values{"_pragma": {"busy_timeout(5000)", "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(1)"}}
+	db, err := sql.Open("sqlite", path+"?"+q.Encode()+"&_txlock=immediate")
+	if err != nil {
+		b.Fatalf("open %s: %v", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	b.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(`CREATE TABLE bench_bare (id TEXT PRIMARY KEY, status TEXT NOT NULL)`); err != nil {
+		b.Fatalf("create bench_bare: %v", err)
+	}
+	return func(ctx context.Context, id string) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+		if _, err := tx.ExecContext(ctx, `INSERT INTO bench_bare (id, status) VALUES (?, 'PENDING')`, id); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE bench_bare SET status = 'APPROVED' WHERE id = ?`, id); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+}
+
+// benchSchema returns a fresh schema name, dropped with everything in it
+// when the benchmark ends (after the pools, closed by later cleanups).
+func benchSchema(b *testing.B, dbURL string) string {
+	b.Helper()
+	schema := fmt.Sprintf("stampede_bench_%016x", rand.Uint64())
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, dbURL)
+		if err != nil {
+			b.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			b.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// benchPostgresBare opens a pgx pool on schema with as many connections as
+// the store's, creates the scratch table bench_bare there and returns its
+// bare transaction.
+func benchPostgresBare(b *testing.B, dbURL, schema string, maxConns int) benchBare {
+	b.Helper()
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		b.Fatalf("STAMPEDE_POSTGRES_URL: %v", err)
+	}
+	pc.ConnConfig.RuntimeParams["search_path"] = schema
+	pc.MaxConns = int32(maxConns)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		b.Fatalf("pgxpool: %v", err)
+	}
+	b.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, `CREATE TABLE bench_bare (id text PRIMARY KEY, status text NOT NULL)`); err != nil {
+		b.Fatalf("create bench_bare: %v", err)
+	}
+	return func(ctx context.Context, id string) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO bench_bare (id, status) VALUES ($1, 'PENDING')`, id); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `UPDATE bench_bare SET status = 'APPROVED' WHERE id = $1`, id)
+			return err
+		})
+	}
+}
