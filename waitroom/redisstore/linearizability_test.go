@@ -71,6 +71,14 @@ func linModel(start, leaseMS int64) porcupine.Model {
 		Step: func(st, in, out interface{}) (bool, interface{}) {
 			m := st.(roomModel).clone()
 			i, o := in.(linInput), out.(linOutput)
+			// Join and leave first expire the user's own run-out lease,
+			// as the scripts do.
+			if i.op == "join" || i.op == "leave" {
+				if exp, ok := m.active[i.user]; ok && exp <= m.now {
+					delete(m.active, i.user)
+					m.state[i.user] = "expired"
+				}
+			}
 			switch i.op {
 			case "advance":
 				m.now += i.advance
