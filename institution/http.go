@@ -1,18 +1,16 @@
 package institution
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
-	"reflect"
 	"strings"
 	"time"
+
+	"github.com/stampede-lab/stampede/internal/jsonbody"
 )
 
 // errorBody is the JSON of every error answer.
@@ -69,82 +67,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // decodeJSON reads a request body holding exactly one JSON object into dst
-// (a pointer to a struct), strictly: the content type must be JSON, the
-// body at most MaxBody bytes, every field known and typed right. allowed
-// lists the fields for the messages.
+// strictly (see package jsonbody) and maps its errors to this package's.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any, allowed string) error {
-	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		return &Error{Code: CodeUnsupported, Message: "Content-Type must be application/json, got none"}
+	err := jsonbody.Decode(w, r, dst, s.cfg.MaxBody, allowed)
+	e, ok := errors.AsType[*jsonbody.Error](err)
+	if !ok {
+		return err
 	}
-	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-		return &Error{Code: CodeUnsupported, Message: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
+	code := CodeInvalid
+	switch e.Kind {
+	case jsonbody.Unsupported:
+		code = CodeUnsupported
+	case jsonbody.TooLarge:
+		code = CodeTooLarge
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return &Error{Code: CodeTooLarge, Message: fmt.Sprintf("request body is over the limit of %d bytes", s.cfg.MaxBody)}
-		}
-		return &Error{Code: CodeInvalid, Message: "cannot read the request body", Err: err}
-	}
-	trimmed := bytes.TrimLeft(data, " \t\r\n")
-	switch {
-	case len(trimmed) == 0:
-		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("request body is empty; want a JSON object with %s", allowed)}
-	case trimmed[0] != '{':
-		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("request body must be a JSON object with %s", allowed)}
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return jsonError(err, allowed)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("malformed JSON: trailing data after the object at byte offset %d", dec.InputOffset())}
-	}
-	return nil
-}
-
-// jsonError turns a json.Decoder error into an invalid-input error that
-// names the field or the problem.
-func jsonError(err error, allowed string) error {
-	if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && e.Field != "" {
-		return &Error{Code: CodeInvalid, Field: e.Field, Message: fmt.Sprintf("must be %s, got %s", describeType(e.Type), e.Value), Err: err}
-	}
-	if e, ok := errors.AsType[*json.SyntaxError](err); ok {
-		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("malformed JSON at byte offset %d: %s", e.Offset, strings.TrimPrefix(e.Error(), "json: ")), Err: err}
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return &Error{Code: CodeInvalid, Message: "malformed JSON: the body ends inside the object", Err: err}
-	}
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		field := strings.Trim(name, `"`)
-		return &Error{Code: CodeInvalid, Field: field, Message: fmt.Sprintf("unknown field; allowed: %s", allowed), Err: err}
-	}
-	return &Error{Code: CodeInvalid, Message: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: "), Err: err}
-}
-
-// describeType names a Go type the way a JSON client thinks of it.
-func describeType(t reflect.Type) string {
-	if t == nil {
-		return "a different type"
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "a whole number (in range)"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	default:
-		return "a JSON " + t.Kind().String()
-	}
+	return &Error{Code: code, Field: e.Field, Message: e.Message, Err: e.Err}
 }
 
 // authAdmin checks the admin bearer token in constant time (hashing first,

@@ -93,7 +93,7 @@ func decodeError(err error, allowed string) error {
 		return &Error{Kind: Invalid, Message: "malformed JSON: the body ends inside the object", Err: err}
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return &Error{Kind: Invalid, Message: fmt.Sprintf("unknown field %s; allowed: %s", name, allowed), Err: err}
+		return &Error{Kind: Invalid, Field: strings.Trim(name, `"`), Message: fmt.Sprintf("unknown field %s; allowed: %s", name, allowed), Err: err}
 	}
 	return &Error{Kind: Invalid, Message: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: "), Err: err}
 }
