@@ -29,6 +29,7 @@ func experiments() []experiment {
 	return []experiment{
 		{"ordering", buildOrdering},
 		{"admission", buildAdmission},
+		{"retry-stampede", buildRetryStampede},
 	}
 }
 
@@ -67,6 +68,7 @@ status 2 (other errors: 1), after the report is written.`,
 	})
 	cmd.AddCommand(newLabOrderingCmd(opts))
 	cmd.AddCommand(newLabAdmissionCmd(opts))
+	cmd.AddCommand(newLabRetryStampedeCmd(opts))
 	return cmd
 }
 
