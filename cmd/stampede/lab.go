@@ -1,7 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/stampede-lab/stampede/lab"
 )
@@ -97,4 +101,40 @@ func runExperiments(cmd *cobra.Command, opts *labOptions, exps ...lab.Experiment
 		cmd.PrintErrf("report written to %s/REPORT.md\n", opts.out)
 	}
 	return err
+}
+
+// explicitFlags applies the flags given explicitly on a command to an
+// experiment's configuration; flags left alone keep the profile's value,
+// and flags the command does not have (under `stampede lab all`) are
+// skipped. The first error is kept, prefixed with the flag's name.
+type explicitFlags struct {
+	cmd *cobra.Command
+	err error
+}
+
+// set runs apply when the flag name was given.
+func (x *explicitFlags) set(name string, apply func(f *pflag.FlagSet) error) {
+	f := x.cmd.Flags()
+	if x.err == nil && f.Lookup(name) != nil && f.Changed(name) {
+		if err := apply(f); err != nil {
+			x.err = fmt.Errorf("--%s: %w", name, err)
+		}
+	}
+}
+
+// common applies --full's profile choice, --seed, --repeat and --seconds.
+// seconds is nil for an experiment without a run length.
+func (o *labOptions) common(seed *uint64, repeat *int, seconds *time.Duration) error {
+	*seed = o.seed
+	if o.repeat != 0 {
+		*repeat = o.repeat
+	}
+	if o.seconds != 0 && seconds != nil {
+		d := time.Duration(o.seconds * float64(time.Second))
+		if d <= 0 {
+			return fmt.Errorf("--seconds: must be positive, got %v", o.seconds)
+		}
+		*seconds = d
+	}
+	return nil
 }

@@ -1,11 +1,10 @@
 package main
 
 import (
-	"fmt"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/lab/admission"
@@ -62,37 +61,22 @@ func buildAdmission(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error
 	if opts.full {
 		cfg = admission.FullConfig()
 	}
-	cfg.Seed = opts.seed
-	if opts.repeat != 0 {
-		cfg.Repeat = opts.repeat
-	}
-	if opts.seconds != 0 {
-		cfg.Duration = time.Duration(opts.seconds * float64(time.Second))
-		if cfg.Duration <= 0 {
-			return nil, fmt.Errorf("--seconds: must be positive, got %v", opts.seconds)
-		}
+	if err := opts.common(&cfg.Seed, &cfg.Repeat, &cfg.Duration); err != nil {
+		return nil, err
 	}
 	cfg.RedisURL = os.Getenv("STAMPEDE_REDIS_URL")
-	f := cmd.Flags()
-	var err error
-	set := func(name string, apply func() error) {
-		if err == nil && f.Lookup(name) != nil && f.Changed(name) {
-			if e := apply(); e != nil {
-				err = fmt.Errorf("--%s: %w", name, e)
-			}
-		}
-	}
-	set("instances", func() (e error) { cfg.Instances, e = f.GetInt("instances"); return })
-	set("capacity", func() (e error) { cfg.Capacity, e = f.GetInt("capacity"); return })
-	set("users", func() (e error) { cfg.Users, e = f.GetInt("users"); return })
-	set("arrival", func() (e error) { cfg.Arrival, e = f.GetString("arrival"); return })
-	set("rate", func() (e error) { cfg.Rate, e = f.GetFloat64("rate"); return })
-	set("hold", func() (e error) { cfg.Hold, e = f.GetDuration("hold"); return })
-	set("abandon", func() (e error) { cfg.Abandon, e = f.GetFloat64("abandon"); return })
-	set("lease", func() (e error) { cfg.Lease, e = f.GetDuration("lease"); return })
-	set("ticks", func() (e error) { cfg.Ticks, e = f.GetDurationSlice("ticks"); return })
-	set("redis", func() (e error) { cfg.RedisURL, e = f.GetString("redis"); return })
-	set("modes", func() error {
+	x := &explicitFlags{cmd: cmd}
+	x.set("instances", func(f *pflag.FlagSet) (e error) { cfg.Instances, e = f.GetInt("instances"); return })
+	x.set("capacity", func(f *pflag.FlagSet) (e error) { cfg.Capacity, e = f.GetInt("capacity"); return })
+	x.set("users", func(f *pflag.FlagSet) (e error) { cfg.Users, e = f.GetInt("users"); return })
+	x.set("arrival", func(f *pflag.FlagSet) (e error) { cfg.Arrival, e = f.GetString("arrival"); return })
+	x.set("rate", func(f *pflag.FlagSet) (e error) { cfg.Rate, e = f.GetFloat64("rate"); return })
+	x.set("hold", func(f *pflag.FlagSet) (e error) { cfg.Hold, e = f.GetDuration("hold"); return })
+	x.set("abandon", func(f *pflag.FlagSet) (e error) { cfg.Abandon, e = f.GetFloat64("abandon"); return })
+	x.set("lease", func(f *pflag.FlagSet) (e error) { cfg.Lease, e = f.GetDuration("lease"); return })
+	x.set("ticks", func(f *pflag.FlagSet) (e error) { cfg.Ticks, e = f.GetDurationSlice("ticks"); return })
+	x.set("redis", func(f *pflag.FlagSet) (e error) { cfg.RedisURL, e = f.GetString("redis"); return })
+	x.set("modes", func(f *pflag.FlagSet) error {
 		names, e := f.GetStringSlice("modes")
 		if e != nil {
 			return e
@@ -100,7 +84,7 @@ func buildAdmission(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error
 		cfg.Modes, e = admission.ParseModes(names)
 		return e
 	})
-	set("immediate", func() error {
+	x.set("immediate", func(f *pflag.FlagSet) error {
 		names, e := f.GetStringSlice("immediate")
 		if e != nil {
 			return e
@@ -108,8 +92,8 @@ func buildAdmission(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error
 		cfg.Immediate, e = admission.ParseOnOff(names)
 		return e
 	})
-	if err != nil {
-		return nil, err
+	if x.err != nil {
+		return nil, x.err
 	}
 	return admission.New(cfg)
 }

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"fmt"
-	"time"
-
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/lab/ordering"
@@ -60,35 +58,20 @@ func buildOrdering(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error)
 	if opts.full {
 		cfg = ordering.FullConfig()
 	}
-	cfg.Seed = opts.seed
-	if opts.repeat != 0 {
-		cfg.Repeat = opts.repeat
+	if err := opts.common(&cfg.Seed, &cfg.Repeat, &cfg.Duration); err != nil {
+		return nil, err
 	}
-	if opts.seconds != 0 {
-		cfg.Duration = time.Duration(opts.seconds * float64(time.Second))
-		if cfg.Duration <= 0 {
-			return nil, fmt.Errorf("--seconds: must be positive, got %v", opts.seconds)
-		}
-	}
-	f := cmd.Flags()
-	var err error
-	set := func(name string, apply func() error) {
-		if err == nil && f.Lookup(name) != nil && f.Changed(name) {
-			if e := apply(); e != nil {
-				err = fmt.Errorf("--%s: %w", name, e)
-			}
-		}
-	}
-	set("workers", func() (e error) { cfg.Workers, e = f.GetInt("workers"); return })
-	set("rate", func() (e error) { cfg.Rate, e = f.GetFloat64("rate"); return })
-	set("keys", func() (e error) { cfg.Keys, e = f.GetInt("keys"); return })
-	set("hot-loads", func() (e error) { cfg.HotLoads, e = f.GetFloat64Slice("hot-loads"); return })
-	set("normal-cost", func() (e error) { cfg.NormalCost, e = f.GetDuration("normal-cost"); return })
-	set("hot-cost", func() (e error) { cfg.HotCost, e = f.GetDuration("hot-cost"); return })
-	set("jitter", func() (e error) { cfg.Jitter, e = f.GetFloat64("jitter"); return })
-	set("steal-after", func() (e error) { cfg.StealAfter, e = f.GetDuration("steal-after"); return })
-	set("hot-arrivals", func() (e error) { cfg.HotArrivals, e = f.GetString("hot-arrivals"); return })
-	set("strategies", func() error {
+	x := &explicitFlags{cmd: cmd}
+	x.set("workers", func(f *pflag.FlagSet) (e error) { cfg.Workers, e = f.GetInt("workers"); return })
+	x.set("rate", func(f *pflag.FlagSet) (e error) { cfg.Rate, e = f.GetFloat64("rate"); return })
+	x.set("keys", func(f *pflag.FlagSet) (e error) { cfg.Keys, e = f.GetInt("keys"); return })
+	x.set("hot-loads", func(f *pflag.FlagSet) (e error) { cfg.HotLoads, e = f.GetFloat64Slice("hot-loads"); return })
+	x.set("normal-cost", func(f *pflag.FlagSet) (e error) { cfg.NormalCost, e = f.GetDuration("normal-cost"); return })
+	x.set("hot-cost", func(f *pflag.FlagSet) (e error) { cfg.HotCost, e = f.GetDuration("hot-cost"); return })
+	x.set("jitter", func(f *pflag.FlagSet) (e error) { cfg.Jitter, e = f.GetFloat64("jitter"); return })
+	x.set("steal-after", func(f *pflag.FlagSet) (e error) { cfg.StealAfter, e = f.GetDuration("steal-after"); return })
+	x.set("hot-arrivals", func(f *pflag.FlagSet) (e error) { cfg.HotArrivals, e = f.GetString("hot-arrivals"); return })
+	x.set("strategies", func(f *pflag.FlagSet) error {
 		names, e := f.GetStringSlice("strategies")
 		if e != nil {
 			return e
@@ -96,8 +79,8 @@ func buildOrdering(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error)
 		cfg.Strategies, e = ordering.ParseStrategies(names)
 		return e
 	})
-	if err != nil {
-		return nil, err
+	if x.err != nil {
+		return nil, x.err
 	}
 	return ordering.New(cfg)
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/lab/retrystampede"
@@ -86,32 +87,23 @@ func buildRetryStampede(cmd *cobra.Command, opts *labOptions) (lab.Experiment, e
 	if opts.full {
 		cfg = retrystampede.FullConfig()
 	}
-	cfg.Seed = opts.seed
-	if opts.repeat != 0 {
-		cfg.Repeat = opts.repeat
+	if err := opts.common(&cfg.Seed, &cfg.Repeat, nil); err != nil {
+		return nil, err
 	}
 	if opts.seconds != 0 && cmd.Name() == "retry-stampede" {
 		return nil, fmt.Errorf("--seconds: retry-stampede has no run length (a run lasts as long as its retry schedule); use --payments, --hang, --timeout, --attempts, --base")
 	}
-	f := cmd.Flags()
-	var err error
-	set := func(name string, apply func() error) {
-		if err == nil && f.Lookup(name) != nil && f.Changed(name) {
-			if e := apply(); e != nil {
-				err = fmt.Errorf("--%s: %w", name, e)
-			}
-		}
-	}
-	set("payments", func() (e error) { cfg.Payments, e = f.GetInt("payments"); return })
-	set("hang", func() (e error) { cfg.Hang, e = f.GetDuration("hang"); return })
-	set("timeout", func() (e error) { cfg.Timeout, e = f.GetDuration("timeout"); return })
-	set("attempts", func() (e error) { cfg.Attempts, e = f.GetInt("attempts"); return })
-	set("base", func() (e error) { cfg.Base, e = f.GetDuration("base"); return })
-	set("budget-policy", func() (e error) { cfg.BudgetPolicy, e = f.GetString("budget-policy"); return })
-	set("exclude-first", func() (e error) { cfg.ExcludeFirst, e = f.GetDuration("exclude-first"); return })
-	set("not-found-window", func() (e error) { cfg.NotFoundWindow, e = f.GetDuration("not-found-window"); return })
-	set("reconcile-timeout", func() (e error) { cfg.ReconcileTimeout, e = f.GetDuration("reconcile-timeout"); return })
-	set("policies", func() error {
+	x := &explicitFlags{cmd: cmd}
+	x.set("payments", func(f *pflag.FlagSet) (e error) { cfg.Payments, e = f.GetInt("payments"); return })
+	x.set("hang", func(f *pflag.FlagSet) (e error) { cfg.Hang, e = f.GetDuration("hang"); return })
+	x.set("timeout", func(f *pflag.FlagSet) (e error) { cfg.Timeout, e = f.GetDuration("timeout"); return })
+	x.set("attempts", func(f *pflag.FlagSet) (e error) { cfg.Attempts, e = f.GetInt("attempts"); return })
+	x.set("base", func(f *pflag.FlagSet) (e error) { cfg.Base, e = f.GetDuration("base"); return })
+	x.set("budget-policy", func(f *pflag.FlagSet) (e error) { cfg.BudgetPolicy, e = f.GetString("budget-policy"); return })
+	x.set("exclude-first", func(f *pflag.FlagSet) (e error) { cfg.ExcludeFirst, e = f.GetDuration("exclude-first"); return })
+	x.set("not-found-window", func(f *pflag.FlagSet) (e error) { cfg.NotFoundWindow, e = f.GetDuration("not-found-window"); return })
+	x.set("reconcile-timeout", func(f *pflag.FlagSet) (e error) { cfg.ReconcileTimeout, e = f.GetDuration("reconcile-timeout"); return })
+	x.set("policies", func(f *pflag.FlagSet) error {
 		names, e := f.GetStringSlice("policies")
 		if e != nil {
 			return e
@@ -119,7 +111,7 @@ func buildRetryStampede(cmd *cobra.Command, opts *labOptions) (lab.Experiment, e
 		cfg.Policies, e = retrystampede.ParsePolicies(names)
 		return e
 	})
-	set("scenarios", func() error {
+	x.set("scenarios", func(f *pflag.FlagSet) error {
 		names, e := f.GetStringSlice("scenarios")
 		if e != nil {
 			return e
@@ -127,8 +119,8 @@ func buildRetryStampede(cmd *cobra.Command, opts *labOptions) (lab.Experiment, e
 		cfg.Scenarios, e = retrystampede.ParseScenarios(names)
 		return e
 	})
-	if err != nil {
-		return nil, err
+	if x.err != nil {
+		return nil, x.err
 	}
 	if p, e := retrystampede.ParsePolicy(cfg.BudgetPolicy); e == nil {
 		cfg.BudgetPolicy = p
