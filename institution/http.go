@@ -5,11 +5,10 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
+	"github.com/stampede-lab/stampede/internal/httplog"
 	"github.com/stampede-lab/stampede/internal/jsonbody"
 )
 
@@ -100,51 +99,10 @@ func (s *Server) authAdmin(r *http.Request) error {
 	return nil
 }
 
-// statusRecorder remembers the status a handler wrote.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-// WriteHeader remembers the first status.
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-// Write remembers 200 if no status was written.
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// logRequests logs every request at Debug and turns a panic into a 500.
+// logRequests logs every request at Debug and turns a panic into a JSON
+// 500 (see package httplog).
 func (s *Server) logRequests(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
-		defer func() {
-			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler {
-					panic(p)
-				}
-				err := &Error{Code: CodeInternal, Message: "handler panicked", Err: fmt.Errorf("panic: %v", p)}
-				if rec.status == 0 {
-					s.writeError(rec, r, err)
-				} else {
-					s.log.Error("institution: http: handler panicked after answering", "method", r.Method, "path", r.URL.Path, "err", err)
-				}
-			}
-			s.log.Debug("institution: http request", "method", r.Method, "path", r.URL.Path,
-				"status", rec.status, "took", time.Since(start), "remote", r.RemoteAddr)
-		}()
-		next.ServeHTTP(rec, r)
+	return httplog.Wrap(s.log, "institution", next, func(w http.ResponseWriter, r *http.Request, err error) {
+		s.writeError(w, r, &Error{Code: CodeInternal, Message: "handler panicked", Err: err})
 	})
 }

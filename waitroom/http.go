@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/stampede-lab/stampede/internal/httplog"
 	"github.com/stampede-lab/stampede/internal/jsonbody"
 )
 
@@ -170,50 +171,11 @@ func (h *handler) api(fn func(w http.ResponseWriter, r *http.Request) error) htt
 	}
 }
 
-// statusRecorder remembers the status a handler wrote.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// logRequests logs every request at Debug and turns a panic into a 500.
+// logRequests logs every request at Debug and turns a panic into a JSON
+// 500 (see package httplog).
 func (h *handler) logRequests(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
-		defer func() {
-			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler {
-					panic(p)
-				}
-				err := &Error{Code: CodeInternal, Message: "handler panicked", Err: fmt.Errorf("panic: %v", p)}
-				if rec.status == 0 {
-					h.writeError(rec, r, err)
-				} else {
-					h.log.Error("waitroom: http: handler panicked after answering", "method", r.Method, "path", r.URL.Path, "err", err)
-				}
-			}
-			h.log.Debug("waitroom: http request", "method", r.Method, "path", r.URL.Path,
-				"status", rec.status, "took", time.Since(start), "remote", r.RemoteAddr)
-		}()
-		next.ServeHTTP(rec, r)
+	return httplog.Wrap(h.log, "waitroom", next, func(w http.ResponseWriter, r *http.Request, err error) {
+		h.writeError(w, r, &Error{Code: CodeInternal, Message: "handler panicked", Err: err})
 	})
 }
 
