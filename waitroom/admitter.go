@@ -60,6 +60,7 @@ func (a *admitter) run(ctx context.Context) {
 	expiry := time.NewTimer(time.Hour)
 	expiry.Stop()
 	defer expiry.Stop()
+	armed := false // the expiry timer waits for a lease
 	for {
 		select {
 		case <-ctx.Done():
@@ -71,14 +72,19 @@ func (a *admitter) run(ctx context.Context) {
 		case <-tick.C:
 		case <-a.pokes:
 		case <-expiry.C:
+			armed = false
 		}
-		a.pass(ctx, cfg, expiry)
+		armed = a.pass(ctx, cfg, expiry, armed)
 	}
 }
 
 // pass runs one admission pass and, with immediate admission on, arms the
-// expiry timer for the room's earliest lease.
-func (a *admitter) pass(ctx context.Context, cfg RoomConfig, expiry *time.Timer) {
+// expiry timer for the room's earliest lease; it reports whether the timer
+// is armed. A lease admitted later expires later (the tick covers a lease
+// shortened meanwhile), so an armed timer stays
+// right until a pass reclaims leases: only then, or when the timer is not
+// armed, does pass ask the store for the earliest expiry again.
+func (a *admitter) pass(ctx context.Context, cfg RoomConfig, expiry *time.Timer, armed bool) bool {
 	log := a.svc.cfg.Logger
 	// A pass that has begun runs to its end even when the service is
 	// stopping: the multi-step modes would otherwise drop a user popped
@@ -94,19 +100,21 @@ func (a *admitter) pass(ctx context.Context, cfg RoomConfig, expiry *time.Timer)
 		if ctx.Err() == nil {
 			log.Warn("waitroom: admission pass failed", "room", a.room, "err", err)
 		}
-		return
+		return armed
 	}
 	if len(res.Admitted) > 0 || res.Expired > 0 {
 		log.Debug("waitroom: admitted", "room", a.room, "admitted", len(res.Admitted), "expired", res.Expired)
 	}
-	if !a.svc.cfg.Immediate {
-		return
+	if !a.svc.cfg.Immediate || (armed && res.Expired == 0) {
+		return armed
 	}
 	next, ok, err := a.svc.store.NextExpiry(pctx, a.room)
 	if err != nil || !ok {
-		return
+		expiry.Stop()
+		return false
 	}
 	// Redis server time and this host's clock may differ a little; an
 	// early pass reclaims nothing and the tick covers the rest.
 	expiry.Reset(max(time.Until(next), time.Millisecond))
+	return true
 }
