@@ -26,12 +26,14 @@ import (
 const (
 	// benchConcurrency is how many clients send at once.
 	benchConcurrency = 64
-	// benchJoinChunk and benchZaddChunk are the operations of one
-	// measurement chunk. The ZADD chunk is larger because a ZADD is much
-	// cheaper: both chunks then take a similar time, so that drift of the
-	// machine weighs on both alike.
-	benchJoinChunk = 3000
-	benchZaddChunk = 15000
+	// The bench…Chunk constants are the operations of one measurement
+	// chunk of each phase. Cheaper operations get larger chunks, so that
+	// every chunk takes a similar time and drift of the machine weighs on
+	// all phases alike.
+	benchJoinChunk  = 3000
+	benchZaddChunk  = 15000
+	benchStoreChunk = 8000
+	benchNoopChunk  = 6000
 )
 
 // benchRedisOptions returns the options of STAMPEDE_REDIS_URL moved to the
@@ -86,9 +88,16 @@ func benchRun(n int, op func(i int) error) (time.Duration, error) {
 // BenchmarkHTTPJoin measures joins per second through the HTTP API of three
 // instances on one real Redis, 64 clients at once, against a raw go-redis
 // ZADD loop at the same concurrency (what one queue insert costs without
-// the service). Each iteration runs one chunk of each, alternating which
-// goes first. Metrics: joins/s, zadd/s, and x-zadd = joins/s ÷ zadd/s
-// (target ≥ 0.5).
+// the service). Each iteration runs one chunk of every phase, rotating
+// which goes first.
+//
+// Metrics: joins/s, zadd/s and x-zadd = joins/s ÷ zadd/s (target ≥ 0.5),
+// and, to show where a join's cost lies, three more ratios to zadd/s from
+// the same run: store-x-zadd (Store.Join called directly, no HTTP, with
+// auto-pipelining as the service runs it), store-plain-x-zadd (the same
+// without auto-pipelining) and noop-x-zadd (the same HTTP client and
+// server machinery posting to a handler that does nothing: the ceiling
+// that HTTP/1.1 itself puts on any endpoint on this machine).
 func BenchmarkHTTPJoin(b *testing.B) {
 	opts := benchRedisOptions(b)
 	ctx := context.Background()
@@ -119,7 +128,20 @@ func BenchmarkHTTPJoin(b *testing.B) {
 		})
 		urls = append(urls, ts.URL)
 	}
-	tr := &http.Transport{MaxIdleConns: 4 * benchConcurrency, MaxIdleConnsPerHost: benchConcurrency, IdleConnTimeout: time.Minute}
+	// The no-op endpoint: three servers like the instances, each reading
+	// the body and answering a ticket-sized JSON.
+	var noopURLs []string
+	for range 3 {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"room":"r","user_id":"u","state":"waiting","position":1,"ticket_token":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
+		}))
+		b.Cleanup(ts.Close)
+		noopURLs = append(noopURLs, ts.URL)
+	}
+	tr := &http.Transport{MaxIdleConns: 8 * benchConcurrency, MaxIdleConnsPerHost: benchConcurrency, IdleConnTimeout: time.Minute}
 	b.Cleanup(tr.CloseIdleConnections)
 	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 
@@ -136,15 +158,7 @@ func BenchmarkHTTPJoin(b *testing.B) {
 		res.Body.Close()
 	}
 
-	baseline := redis.NewClient(opts)
-	b.Cleanup(func() { baseline.Close() })
-	scratch := "{bench-zadd-" + faultRand() + "}:z"
-	b.Cleanup(func() { baseline.Del(context.Background(), scratch) })
-
-	var users atomic.Int64 // unique user ids across chunks and runs
-	join := func(int) error {
-		id := users.Add(1)
-		url := urls[id%int64(len(urls))] + "/v1/rooms/" + room + "/tickets"
+	post := func(url string, id int64, want int) error {
 		res, err := hc.Post(url, "application/json", strings.NewReader(fmt.Sprintf(`{"user_id":"u%d"}`, id)))
 		if err != nil {
 			return err
@@ -154,59 +168,88 @@ func BenchmarkHTTPJoin(b *testing.B) {
 		if err != nil {
 			return err
 		}
-		if res.StatusCode != http.StatusCreated {
-			return fmt.Errorf("join u%d = %d %s", id, res.StatusCode, body)
+		if res.StatusCode != want {
+			return fmt.Errorf("POST %s u%d = %d %s", url, id, res.StatusCode, body)
 		}
 		return nil
 	}
+	var users atomic.Int64 // unique user ids across phases, chunks and runs
+	join := func(int) error {
+		id := users.Add(1)
+		return post(urls[id%int64(len(urls))]+"/v1/rooms/"+room+"/tickets", id, http.StatusCreated)
+	}
+	noop := func(i int) error {
+		return post(noopURLs[i%len(noopURLs)]+"/v1/rooms/"+room+"/tickets", int64(i), http.StatusCreated)
+	}
+	// The store phases run on clients of their own, so that the HTTP
+	// instances' pools stay as they are.
+	storeJoin := func(store *redisstore.Store) func(int) error {
+		return func(int) error {
+			id := users.Add(1)
+			t, err := store.Join(ctx, room, fmt.Sprintf("u%d", id))
+			if err == nil && !t.Created {
+				err = fmt.Errorf("Store.Join u%d: not a new ticket", id)
+			}
+			return err
+		}
+	}
+	piped := redis.NewClient(opts)
+	b.Cleanup(func() { piped.Close() })
+	pipedStore := redisstore.New(piped)
+	plain := redis.NewClient(opts)
+	b.Cleanup(func() { plain.Close() })
+	plainStore, err := redisstore.NewWithConfig(plain, redisstore.Config{AutoPipeline: false})
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	baseline := redis.NewClient(opts)
+	b.Cleanup(func() { baseline.Close() })
+	scratch := "{bench-zadd-" + faultRand() + "}:z"
+	b.Cleanup(func() { baseline.Del(context.Background(), scratch) })
 	var members atomic.Int64
 	zadd := func(int) error {
 		m := members.Add(1)
 		return baseline.ZAdd(ctx, scratch, redis.Z{Score: float64(m), Member: fmt.Sprintf("u%d", m)}).Err()
 	}
 
-	// Warm up: connections open, scripts loaded.
-	if _, err := benchRun(4*benchConcurrency, join); err != nil {
-		b.Fatal(err)
+	phases := []*benchPhase{
+		{name: "joins/s", chunk: benchJoinChunk, op: join},
+		{name: "zadd/s", chunk: benchZaddChunk, op: zadd},
+		{name: "store", chunk: benchStoreChunk, op: storeJoin(pipedStore)},
+		{name: "store-plain", chunk: benchStoreChunk, op: storeJoin(plainStore)},
+		{name: "noop", chunk: benchNoopChunk, op: noop},
 	}
-	if _, err := benchRun(4*benchConcurrency, zadd); err != nil {
-		b.Fatal(err)
+	// Warm up: connections open, scripts loaded.
+	for _, p := range phases {
+		if _, err := benchRun(4*benchConcurrency, p.op); err != nil {
+			b.Fatalf("warm-up of %s: %v", p.name, err)
+		}
 	}
 
-	var joinTime, zaddTime time.Duration
-	var joins, zadds int
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		phases := []func() error{
-			func() error {
-				d, err := benchRun(benchJoinChunk, join)
-				joinTime, joins = joinTime+d, joins+benchJoinChunk
-				return err
-			},
-			func() error {
-				d, err := benchRun(benchZaddChunk, zadd)
-				zaddTime, zadds = zaddTime+d, zadds+benchZaddChunk
-				return err
-			},
-		}
-		if i%2 == 1 {
-			phases[0], phases[1] = phases[1], phases[0]
-		}
-		for _, phase := range phases {
-			if err := phase(); err != nil {
-				b.Fatal(err)
+		for k := range phases {
+			p := phases[(i+k)%len(phases)]
+			d, err := benchRun(p.chunk, p.op)
+			if err != nil {
+				b.Fatalf("%s: %v", p.name, err)
 			}
+			p.time += d
+			p.ops += p.chunk
 		}
 	}
 	b.StopTimer()
 
-	joinRate := float64(joins) / joinTime.Seconds()
-	zaddRate := float64(zadds) / zaddTime.Seconds()
-	b.ReportMetric(joinRate, "joins/s")
+	zaddRate := phases[1].rate()
+	b.ReportMetric(phases[0].rate(), "joins/s")
 	b.ReportMetric(zaddRate, "zadd/s")
-	b.ReportMetric(joinRate/zaddRate, "x-zadd")
+	b.ReportMetric(phases[0].rate()/zaddRate, "x-zadd")
+	b.ReportMetric(phases[2].rate()/zaddRate, "store-x-zadd")
+	b.ReportMetric(phases[3].rate()/zaddRate, "store-plain-x-zadd")
+	b.ReportMetric(phases[4].rate()/zaddRate, "noop-x-zadd")
 
-	// The joins really are in the room.
+	// Every join really is in the room.
 	st, err := stores[0].Stats(ctx, room)
 	if err != nil {
 		b.Fatalf("Stats: %v", err)
@@ -215,3 +258,16 @@ func BenchmarkHTTPJoin(b *testing.B) {
 		b.Fatalf("the room counts %d joins, the benchmark sent %d", st.JoinedTotal, want)
 	}
 }
+
+// benchPhase is one kind of operation of BenchmarkHTTPJoin and the time
+// its chunks took.
+type benchPhase struct {
+	name  string
+	chunk int
+	op    func(int) error
+	time  time.Duration
+	ops   int
+}
+
+// rate is the phase's operations per second over all its chunks.
+func (p *benchPhase) rate() float64 { return float64(p.ops) / p.time.Seconds() }

@@ -34,12 +34,62 @@ const MaxBatch = 1000
 // Store is a waitroom.Store on Redis.
 type Store struct {
 	client redis.UniversalClient
+	// users runs the per-user scripts (join, ticket, leave): the client's
+	// auto-pipeliner when Config.AutoPipeline is on, else the client.
+	users redis.Scripter
 }
 
 var _ waitroom.Store = (*Store)(nil)
 
-// New returns a Store on client. The client's lifetime is the caller's.
-func New(client redis.UniversalClient) *Store { return &Store{client: client} }
+// Config tunes a Store.
+type Config struct {
+	// AutoPipeline sends the per-user scripts (join, ticket, leave) of
+	// concurrent requests through go-redis automatic pipelining: while one
+	// batch is on the wire the next ones queue up and go out together, one
+	// write and one read for many scripts instead of one each. Every script
+	// still runs atomically on its own; a lone request goes out at once.
+	// Admission and the other room-wide commands always use the plain
+	// client. The scripts are idempotent, so the auto-pipeliner re-sending
+	// one after a broken connection changes nothing.
+	AutoPipeline bool
+}
+
+// DefaultConfig returns the production configuration: auto-pipelining on.
+func DefaultConfig() Config { return Config{AutoPipeline: true} }
+
+// Validate reports a configuration error; every Config is valid today, the
+// method keeps the house pattern so that New callers need not change when
+// a field gains limits.
+func (c Config) Validate() error { return nil }
+
+// New returns a Store on client with DefaultConfig. The client's lifetime
+// is the caller's; closing it also stops the auto-pipeliner. Should the
+// client refuse auto-pipelining (an invalid Options.AutoPipelineOptions),
+// the Store runs every script on the plain client; NewWithConfig reports
+// that error instead.
+func New(client redis.UniversalClient) *Store {
+	s, err := NewWithConfig(client, DefaultConfig())
+	if err != nil {
+		return &Store{client: client, users: client}
+	}
+	return s
+}
+
+// NewWithConfig returns a Store on client configured by cfg.
+func NewWithConfig(client redis.UniversalClient, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{client: client, users: client}
+	if cfg.AutoPipeline {
+		ap, err := client.AutoPipeline()
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
+		}
+		s.users = ap
+	}
+	return s, nil
+}
 
 // Keys names the Redis keys of one room.
 type Keys struct {
@@ -130,7 +180,7 @@ func (s *Store) Rooms(ctx context.Context) ([]string, error) {
 
 // Join implements waitroom.Store.
 func (s *Store) Join(ctx context.Context, room, user string) (waitroom.Ticket, error) {
-	res, err := joinScript.Run(ctx, s.client, KeysFor(room).scriptKeys(), user).Slice()
+	res, err := joinScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
 	if err != nil {
 		return waitroom.Ticket{}, storeError(err)
 	}
@@ -144,7 +194,7 @@ func (s *Store) Join(ctx context.Context, room, user string) (waitroom.Ticket, e
 
 // Ticket implements waitroom.Store.
 func (s *Store) Ticket(ctx context.Context, room, user string) (waitroom.Ticket, error) {
-	res, err := ticketScript.Run(ctx, s.client, KeysFor(room).scriptKeys(), user).Slice()
+	res, err := ticketScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
 	if err != nil {
 		return waitroom.Ticket{}, storeError(err)
 	}
@@ -153,7 +203,7 @@ func (s *Store) Ticket(ctx context.Context, room, user string) (waitroom.Ticket,
 
 // Leave implements waitroom.Store.
 func (s *Store) Leave(ctx context.Context, room, user string) (waitroom.Ticket, error) {
-	res, err := leaveScript.Run(ctx, s.client, KeysFor(room).scriptKeys(), user).Slice()
+	res, err := leaveScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
 	if err != nil {
 		return waitroom.Ticket{}, storeError(err)
 	}
