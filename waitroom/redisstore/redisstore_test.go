@@ -14,22 +14,43 @@ import (
 	"github.com/stampede-lab/stampede/waitroom/storetest"
 )
 
+// configs are the Store configurations every conformance run covers: the
+// default (auto-pipelined per-user scripts) and the plain client.
+var configs = map[string]redisstore.Config{
+	"autopipeline": redisstore.DefaultConfig(),
+	"plain":        {AutoPipeline: false},
+}
+
+// newStore returns a Store on client configured by cfg.
+func newStore(t *testing.T, client redis.UniversalClient, cfg redisstore.Config) waitroom.Store {
+	t.Helper()
+	s, err := redisstore.NewWithConfig(client, cfg)
+	if err != nil {
+		t.Fatalf("NewWithConfig(%+v): %v", cfg, err)
+	}
+	return s
+}
+
 // TestConformanceEmbedded runs the suite on miniredis, the embedded
 // default, with its clock under the test's control.
 func TestConformanceEmbedded(t *testing.T) {
-	m := miniredis.RunT(t)
-	now := time.Now()
-	m.SetTime(now)
-	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { client.Close() })
-	storetest.Run(t, storetest.Harness{
-		Store: func(t *testing.T) waitroom.Store { return redisstore.New(client) },
-		Advance: func(t *testing.T, d time.Duration) {
-			now = now.Add(d)
+	for name, cfg := range configs {
+		t.Run(name, func(t *testing.T) {
+			m := miniredis.RunT(t)
+			now := time.Now()
 			m.SetTime(now)
-			m.FastForward(d) // key TTLs
-		},
-	})
+			client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			t.Cleanup(func() { client.Close() })
+			storetest.Run(t, storetest.Harness{
+				Store: func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) },
+				Advance: func(t *testing.T, d time.Duration) {
+					now = now.Add(d)
+					m.SetTime(now)
+					m.FastForward(d) // key TTLs
+				},
+			})
+		})
+	}
 }
 
 // TestConformanceRealRedis runs the suite on the Redis server named by
@@ -45,10 +66,14 @@ func TestConformanceRealRedis(t *testing.T) {
 	}
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
-	storetest.Run(t, storetest.Harness{
-		Store:   func(t *testing.T) waitroom.Store { return redisstore.New(client) },
-		Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
-	})
+	for name, cfg := range configs {
+		t.Run(name, func(t *testing.T) {
+			storetest.Run(t, storetest.Harness{
+				Store:   func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) },
+				Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
+			})
+		})
+	}
 }
 
 // TestEmbeddedExpiresKeys: the embedded server expires keys with the wall
