@@ -1,8 +1,11 @@
 package retrystampede
 
 import (
+	"math"
 	"slices"
 	"time"
+
+	"github.com/stampede-lab/stampede/retry"
 )
 
 // FixedPeak returns the largest number of arrivals in one window of width
@@ -69,4 +72,59 @@ func Histogram(offsets []time.Duration, w time.Duration) []int {
 		out[k]++
 	}
 	return out
+}
+
+// PeakModel is what a retry policy's schedule alone gives for the sliding
+// peak over w after ExcludeFirst: payments released at once, every attempt
+// timing out after exactly timeout, attempt k+1 starting when attempt k
+// timed out plus the policy's wait, no network time at all. It is the
+// yardstick for a measured peak: a jittered policy's peak is a random
+// number whose spread is set by the payments and the jitter window, not
+// by the implementation.
+type PeakModel struct {
+	// Trials is how many stampedes were drawn.
+	Trials int
+	// P05, P50 and P95 are percentiles of the peak over the trials.
+	P05, P50, P95 int
+	// peaks holds every trial's peak, sorted.
+	peaks []int
+}
+
+// AtMost returns the fraction of trials whose peak was at most n.
+func (m PeakModel) AtMost(n float64) float64 {
+	if len(m.peaks) == 0 {
+		return 0
+	}
+	k, _ := slices.BinarySearch(m.peaks, int(math.Floor(n))+1)
+	return float64(k) / float64(len(m.peaks))
+}
+
+// ModelPeaks draws trials stampedes of payments operations retried by
+// policy (each attempt timing out after timeout) and returns the sliding
+// peaks over w, counting arrivals later than after.
+func ModelPeaks(policy retry.Policy, payments, trials int, timeout, w, after time.Duration) PeakModel {
+	peaks := make([]int, 0, trials)
+	offsets := make([]time.Duration, 0, 4*payments)
+	for range trials {
+		offsets = offsets[:0]
+		for range payments {
+			seq, at := policy.Start(), time.Duration(0)
+			for {
+				offsets = append(offsets, at)
+				wait, ok := seq.Next()
+				if !ok {
+					break
+				}
+				at += timeout + wait
+			}
+		}
+		peaks = append(peaks, SlidingPeak(offsets, w, after))
+	}
+	slices.Sort(peaks)
+	m := PeakModel{Trials: trials, peaks: peaks}
+	if trials > 0 {
+		pick := func(q float64) int { return peaks[min(int(q*float64(trials)), trials-1)] }
+		m.P05, m.P50, m.P95 = pick(0.05), pick(0.5), pick(0.95)
+	}
+	return m
 }

@@ -3,6 +3,7 @@ package retrystampede
 import (
 	"context"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -176,6 +177,55 @@ func TestPeaks(t *testing.T) {
 	}
 	if h := Histogram(msOffsets(0, 50, 100), w100); len(h) != 2 || h[0] != 2 || h[1] != 1 {
 		t.Errorf("Histogram(100ms) = %v, want [2 1]", h)
+	}
+}
+
+// TestModelPeaks checks the schedule model on the seed parameters (150
+// payments, timeout 3 s, 3 attempts, base 500 ms, peaks after 1 s).
+func TestModelPeaks(t *testing.T) {
+	const payments, trials = 150, 500
+	c := DefaultConfig()
+	newPolicy := func(name string, seed uint64) retry.Policy {
+		p, err := retry.New(c.retryConfig(name), rand.New(rand.NewPCG(seed, seed)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	model := func(name string, seed uint64) PeakModel {
+		return ModelPeaks(newPolicy(name, seed), payments, trials, 3*time.Second, FineWindow, time.Second)
+	}
+
+	// No retries: nothing arrives after the first second.
+	if m := model(retry.None, 1); m.P95 != 0 {
+		t.Errorf("none: P95 = %d, want 0", m.P95)
+	}
+	// Exponential has no randomness: each retry wave lands as one burst
+	// of every payment.
+	if m := model(retry.Exponential, 1); m.P05 != payments || m.P95 != payments {
+		t.Errorf("exponential: P05..P95 = %d..%d, want %d", m.P05, m.P95, payments)
+	}
+	// Full jitter spreads the first retry wave uniformly over 500 ms, so a
+	// 100 ms window holds a fifth of it on average (30) and the largest
+	// window a few standard deviations (√(150·0.2·0.8) ≈ 4.9) more.
+	fj := model(retry.FullJitter, 1)
+	if fj.P50 < 30 || fj.P50 > 50 || fj.P05 > fj.P50 || fj.P50 > fj.P95 {
+		t.Errorf("full-jitter: P05/P50/P95 = %d/%d/%d, want an ordered spread with the median in [30, 50]", fj.P05, fj.P50, fj.P95)
+	}
+	if again := model(retry.FullJitter, 1); again.P50 != fj.P50 || again.P05 != fj.P05 || again.P95 != fj.P95 {
+		t.Errorf("the same seed drew %d/%d/%d, then %d/%d/%d", fj.P05, fj.P50, fj.P95, again.P05, again.P50, again.P95)
+	}
+	if got := fj.AtMost(float64(fj.P95)); got < 0.95 {
+		t.Errorf("AtMost(P95) = %.3f, want ≥ 0.95", got)
+	}
+	if got := fj.AtMost(float64(fj.P05) - 1); got > 0.05 {
+		t.Errorf("AtMost(P05-1) = %.3f, want ≤ 0.05", got)
+	}
+	if got := fj.AtMost(payments); got != 1 {
+		t.Errorf("AtMost(payments) = %.3f, want 1", got)
+	}
+	if got := (PeakModel{}).AtMost(10); got != 0 {
+		t.Errorf("empty model: AtMost = %.3f, want 0", got)
 	}
 }
 
