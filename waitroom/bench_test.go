@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,7 +98,11 @@ func benchRun(n int, op func(i int) error) (time.Duration, error) {
 // auto-pipelining as the service runs it), store-plain-x-zadd (the same
 // without auto-pipelining) and noop-x-zadd (the same HTTP client and
 // server machinery posting to a handler that does nothing: the ceiling
-// that HTTP/1.1 itself puts on any endpoint on this machine).
+// that HTTP/1.1 itself puts on any endpoint on this machine). Where the
+// CPU time can be read, cpu-µs/join, cpu-µs/zadd and cpu-µs/noop are the
+// CPU time one operation of each costs on this process and the Redis
+// server together (getrusage and INFO cpu): when the machine's cores are
+// all busy, the throughput ratios follow these costs.
 func BenchmarkHTTPJoin(b *testing.B) {
 	opts := benchRedisOptions(b)
 	ctx := context.Background()
@@ -231,12 +236,16 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for k := range phases {
 			p := phases[(i+k)%len(phases)]
+			cpu0, cpuOK0 := benchCPU(ctx, baseline)
 			d, err := benchRun(p.chunk, p.op)
 			if err != nil {
 				b.Fatalf("%s: %v", p.name, err)
 			}
+			cpu1, cpuOK1 := benchCPU(ctx, baseline)
 			p.time += d
 			p.ops += p.chunk
+			p.cpu += cpu1 - cpu0
+			p.cpuOK = cpuOK0 && cpuOK1 && (p.cpuOK || p.ops == p.chunk)
 		}
 	}
 	b.StopTimer()
@@ -248,6 +257,14 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	b.ReportMetric(phases[2].rate()/zaddRate, "store-x-zadd")
 	b.ReportMetric(phases[3].rate()/zaddRate, "store-plain-x-zadd")
 	b.ReportMetric(phases[4].rate()/zaddRate, "noop-x-zadd")
+	for _, p := range []struct {
+		phase *benchPhase
+		unit  string
+	}{{phases[0], "cpu-µs/join"}, {phases[1], "cpu-µs/zadd"}, {phases[4], "cpu-µs/noop"}} {
+		if p.phase.cpuOK {
+			b.ReportMetric(float64(p.phase.cpu.Microseconds())/float64(p.phase.ops), p.unit)
+		}
+	}
 
 	// Every join really is in the room.
 	st, err := stores[0].Stats(ctx, room)
@@ -267,6 +284,40 @@ type benchPhase struct {
 	op    func(int) error
 	time  time.Duration
 	ops   int
+	// cpu is the CPU time of this process and the Redis server during the
+	// phase's chunks; cpuOK says whether every reading succeeded.
+	cpu   time.Duration
+	cpuOK bool
+}
+
+// benchCPU returns the CPU time used so far by this process and by the
+// Redis server client talks to, and whether both could be read.
+func benchCPU(ctx context.Context, client *redis.Client) (time.Duration, bool) {
+	self, ok := benchProcessCPU()
+	if !ok {
+		return 0, false
+	}
+	info, err := client.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, false
+	}
+	var seconds float64
+	found := 0
+	for line := range strings.Lines(info) {
+		name, value, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return 0, false
+			}
+			seconds += v
+			found++
+		}
+	}
+	if found != 2 {
+		return 0, false
+	}
+	return self + time.Duration(seconds*float64(time.Second)), true
 }
 
 // rate is the phase's operations per second over all its chunks.

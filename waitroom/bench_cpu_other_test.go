@@ -1,0 +1,8 @@
+//go:build !unix
+
+package waitroom_test
+
+import "time"
+
+// benchProcessCPU cannot read the process's CPU time on this system.
+func benchProcessCPU() (time.Duration, bool) { return 0, false }
