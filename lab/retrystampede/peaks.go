@@ -74,8 +74,8 @@ func Histogram(offsets []time.Duration, w time.Duration) []int {
 	return out
 }
 
-// PeakModel is what a retry policy's schedule alone gives for the sliding
-// peak over w after ExcludeFirst: payments released at once, every attempt
+// PeakModel is what a retry policy's schedule alone gives for the peak
+// over w after ExcludeFirst: payments released at once, every attempt
 // timing out after exactly timeout, attempt k+1 starting when attempt k
 // timed out plus the policy's wait, no network time at all. It is the
 // yardstick for a measured peak: a jittered policy's peak is a random
@@ -99,10 +99,16 @@ func (m PeakModel) AtMost(n float64) float64 {
 	return float64(k) / float64(len(m.peaks))
 }
 
+// PeakFunc reads the peak over windows of width w of the arrivals later
+// than after: SlidingPeak or FixedPeak.
+type PeakFunc func(offsets []time.Duration, w, after time.Duration) int
+
 // ModelPeaks draws trials stampedes of payments operations retried by
-// policy (each attempt timing out after timeout) and returns the sliding
-// peaks over w, counting arrivals later than after.
-func ModelPeaks(policy retry.Policy, payments, trials int, timeout, w, after time.Duration) PeakModel {
+// policy (each attempt timing out after timeout) and returns their peaks
+// as peak reads them over w, counting arrivals later than after. In the
+// model the first wave leaves at 0 exactly, so fixed windows line up with
+// the retry waves, the case where they split a wave least.
+func ModelPeaks(policy retry.Policy, payments, trials int, timeout, w, after time.Duration, peak PeakFunc) PeakModel {
 	peaks := make([]int, 0, trials)
 	offsets := make([]time.Duration, 0, 4*payments)
 	for range trials {
@@ -118,7 +124,7 @@ func ModelPeaks(policy retry.Policy, payments, trials int, timeout, w, after tim
 				at += timeout + wait
 			}
 		}
-		peaks = append(peaks, SlidingPeak(offsets, w, after))
+		peaks = append(peaks, peak(offsets, w, after))
 	}
 	slices.Sort(peaks)
 	m := PeakModel{Trials: trials, peaks: peaks}

@@ -200,7 +200,7 @@ func (e *Experiment) expectations(r *lab.Result) string {
 	fj100, okF := median(r, hb, retry.FullJitter, "peak_100ms")
 	var model PeakModel
 	if okF {
-		model = e.fullJitterModel()
+		model = e.fullJitterModel(SlidingPeak)
 		add(fmt.Sprintf("full-jitter: peak_100ms what its schedule alone gives, within the 5–95 %% range of %d model stampedes (no network time; median %d)",
 			model.Trials, model.P50),
 			fmt.Sprintf("%.0f in [%d, %d]", fj100, model.P05, model.P95), float64(model.P05) <= fj100 && fj100 <= float64(model.P95))
@@ -210,6 +210,16 @@ func (e *Experiment) expectations(r *lab.Result) string {
 			fmt.Sprintf("%.0f vs %.0f (%.2f×); the schedule alone stays at or under %.1f in %.0f %% of model stampedes",
 				fj100, exp100, fj100/math.Max(exp100, 1), 0.25*exp100, 100*model.AtMost(0.25*exp100)),
 			fj100 <= 0.25*exp100)
+	}
+	// The seed read its peaks off a histogram: fixed windows.
+	expFixed, okEF := median(r, hb, retry.Exponential, "peak_100ms_fixed")
+	fjFixed, okFF := median(r, hb, retry.FullJitter, "peak_100ms_fixed")
+	if okEF && okFF {
+		fixed := e.fullJitterModel(FixedPeak)
+		add("full-jitter, read as the seed read it (fixed 100 ms windows from the start signal): peak_100ms_fixed a quarter of exponential's or less",
+			fmt.Sprintf("%.0f vs %.0f (%.2f×); the schedule alone, its waves lined up with the windows, stays at or under %.1f in %.0f %% of model stampedes",
+				fjFixed, expFixed, fjFixed/math.Max(expFixed, 1), 0.25*expFixed, 100*fixed.AtMost(0.25*expFixed)),
+			fjFixed <= 0.25*expFixed)
 	}
 	exp1s, ok1 := median(r, hb, retry.Exponential, "peak_1s")
 	fj1s, ok2 := median(r, hb, retry.FullJitter, "peak_1s")
@@ -283,13 +293,13 @@ const modelTrials = 2000
 // fullJitterModel draws the full-jitter peaks of this configuration's
 // schedule alone, from a fixed seed, so the same configuration always
 // reports the same model.
-func (e *Experiment) fullJitterModel() PeakModel {
+func (e *Experiment) fullJitterModel(peak PeakFunc) PeakModel {
 	c := e.cfg
 	p, err := retry.New(c.retryConfig(retry.FullJitter), rand.New(rand.NewPCG(1, 2)))
 	if err != nil { // the configuration was validated before the run
 		return PeakModel{}
 	}
-	return ModelPeaks(p, c.Payments, modelTrials, c.Timeout, FineWindow, c.ExcludeFirst)
+	return ModelPeaks(p, c.Payments, modelTrials, c.Timeout, FineWindow, c.ExcludeFirst, peak)
 }
 
 // schedule is the time the retry schedule alone takes when every attempt

@@ -193,7 +193,7 @@ func TestModelPeaks(t *testing.T) {
 		return p
 	}
 	model := func(name string, seed uint64) PeakModel {
-		return ModelPeaks(newPolicy(name, seed), payments, trials, 3*time.Second, FineWindow, time.Second)
+		return ModelPeaks(newPolicy(name, seed), payments, trials, 3*time.Second, FineWindow, time.Second, SlidingPeak)
 	}
 
 	// No retries: nothing arrives after the first second.
@@ -223,6 +223,12 @@ func TestModelPeaks(t *testing.T) {
 	}
 	if got := fj.AtMost(payments); got != 1 {
 		t.Errorf("AtMost(payments) = %.3f, want 1", got)
+	}
+	// Fixed windows can only cut a burst, never join two: their peak is
+	// never above the sliding one of the same draws.
+	fixed := ModelPeaks(newPolicy(retry.FullJitter, 1), payments, trials, 3*time.Second, FineWindow, time.Second, FixedPeak)
+	if fixed.P05 > fj.P05 || fixed.P50 > fj.P50 || fixed.P95 > fj.P95 {
+		t.Errorf("full-jitter fixed P05/P50/P95 = %d/%d/%d, above the sliding %d/%d/%d", fixed.P05, fixed.P50, fixed.P95, fj.P05, fj.P50, fj.P95)
 	}
 	if got := (PeakModel{}).AtMost(10); got != 0 {
 		t.Errorf("empty model: AtMost = %.3f, want 0", got)
