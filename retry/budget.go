@@ -47,8 +47,10 @@ func (c BudgetConfig) Validate() error {
 	if !(c.TokenRatio >= 0.001 && c.TokenRatio <= maxBudgetTokens) {
 		errs = append(errs, fmt.Errorf("retry: TokenRatio: must be at least 0.001 (a budget that never refills stops retrying for good), got %v", c.TokenRatio))
 	}
-	if !(c.Reserve >= 0 && c.Reserve+1 <= c.MaxTokens) {
-		errs = append(errs, fmt.Errorf("retry: Reserve: must be at least 0 and at most MaxTokens-1 (%v) so that one retry can be paid, got %v", c.MaxTokens-1, c.Reserve))
+	// Compared in milli-tokens, as NewBudget rounds them: in float64,
+	// 1.253-1 is 0.25299999999999989 and would refuse Reserve 0.253.
+	if !(c.Reserve >= 0 && c.Reserve <= maxBudgetTokens && toMilli(c.Reserve)+milli <= toMilli(c.MaxTokens)) {
+		errs = append(errs, fmt.Errorf("retry: Reserve: must be at least 0 and at most MaxTokens-1 (%v) so that one retry can be paid, got %v", float64(toMilli(c.MaxTokens)-milli)/milli, c.Reserve))
 	}
 	return errors.Join(errs...)
 }
@@ -77,12 +79,14 @@ type Budget struct {
 	tokens int64
 }
 
+// toMilli rounds a token amount to whole milli-tokens.
+func toMilli(f float64) int64 { return int64(math.Round(f * milli)) }
+
 // NewBudget returns a full budget, or the error of cfg.Validate.
 func NewBudget(cfg BudgetConfig) (*Budget, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	toMilli := func(f float64) int64 { return int64(math.Round(f * milli)) }
 	b := &Budget{
 		maxTokens: toMilli(cfg.MaxTokens),
 		ratio:     toMilli(cfg.TokenRatio),

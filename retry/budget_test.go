@@ -37,6 +37,8 @@ func TestBudgetConfigValidate(t *testing.T) {
 		{"Reserve", func(c *BudgetConfig) { c.Reserve = -1 }},
 		{"Reserve", func(c *BudgetConfig) { c.Reserve = 9.5 }},
 		{"Reserve", func(c *BudgetConfig) { c.Reserve = math.NaN() }},
+		{"Reserve", func(c *BudgetConfig) { c.MaxTokens, c.Reserve = 1.253, 0.254 }},
+		{"Reserve", func(c *BudgetConfig) { c.Reserve = math.Inf(1) }},
 	}
 	for _, tt := range tests {
 		c := DefaultBudgetConfig()
@@ -47,6 +49,26 @@ func TestBudgetConfigValidate(t *testing.T) {
 		}
 		if b, err := NewBudget(c); err == nil || b != nil {
 			t.Errorf("NewBudget(%+v) = %v, %v; want an error", c, b, err)
+		}
+	}
+}
+
+// TestBudgetReserveAtTheLimit: Reserve = MaxTokens-1 is valid whatever
+// float64 makes of the subtraction (rapid found 1.253-1 < 0.253), and such
+// a budget pays exactly one retry.
+func TestBudgetReserveAtTheLimit(t *testing.T) {
+	for _, c := range []BudgetConfig{
+		{MaxTokens: 1.253, TokenRatio: 0.001, Reserve: 0.253},
+		{MaxTokens: 10.1, TokenRatio: 0.1, Reserve: 9.1},
+		{MaxTokens: 1, TokenRatio: 0.1, Reserve: 0},
+	} {
+		b, err := NewBudget(c)
+		if err != nil {
+			t.Errorf("NewBudget(%+v): %v", c, err)
+			continue
+		}
+		if !b.TryRetry() || b.TryRetry() {
+			t.Errorf("NewBudget(%+v) does not pay exactly one retry", c)
 		}
 	}
 }
