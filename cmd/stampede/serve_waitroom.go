@@ -27,6 +27,7 @@ type waitroomOptions struct {
 	adminToken string
 	instance   string
 	immediate  bool
+	pipeline   bool
 	logLevel   string
 }
 
@@ -77,6 +78,8 @@ STAMPEDE_SECRET, STAMPEDE_ADMIN_TOKEN.`,
 	f.StringVar(&opts.adminToken, "admin-token", "", "bearer token for PUT /v1/rooms/{room}, at least 16 bytes (env "+envAdminToken+"; required)")
 	f.StringVar(&opts.instance, "instance", "", "this instance's name in leader elections (default: host-pid)")
 	f.BoolVar(&opts.immediate, "immediate", true, "admit right after a release and when a lease runs out, not only on the tick")
+	f.BoolVar(&opts.pipeline, "autopipeline", true, "send the join, ticket and leave scripts of concurrent requests to Redis in shared pipelines\n"+
+		"(go-redis automatic pipelining, an experimental go-redis feature; false: one round trip each)")
 	f.StringVar(&opts.logLevel, "log-level", "info", "log level: debug (logs every request), info, warn or error")
 	return cmd
 }
@@ -200,7 +203,13 @@ func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
 	sopts := waitroom.DefaultServerOptions()
 	sopts.Instance, sopts.Immediate = opts.instance, opts.immediate
 	sopts.Secret, sopts.AdminToken, sopts.Logger = secret, opts.adminToken, log
-	srv, err := waitroom.NewServer(ctx, redisstore.New(client), sopts)
+	scfg := redisstore.DefaultConfig()
+	scfg.AutoPipeline = opts.pipeline
+	store, err := redisstore.NewWithConfig(client, scfg)
+	if err != nil {
+		return err
+	}
+	srv, err := waitroom.NewServer(ctx, store, sopts)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,9 @@ type Config struct {
 	// still runs atomically on its own; a lone request goes out at once.
 	// Admission and the other room-wide commands always use the plain
 	// client. The scripts are idempotent, so the auto-pipeliner re-sending
-	// one after a broken connection changes nothing.
+	// one after a broken connection changes nothing. go-redis marks
+	// automatic pipelining experimental; turning this off (stampede serve
+	// waitroom --autopipeline=false) falls back to one round trip each.
 	AutoPipeline bool
 }
 
