@@ -73,14 +73,7 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any, all
 	if !ok {
 		return err
 	}
-	code := CodeInvalid
-	switch e.Kind {
-	case jsonbody.Unsupported:
-		code = CodeUnsupported
-	case jsonbody.TooLarge:
-		code = CodeTooLarge
-	}
-	return &Error{Code: code, Field: e.Field, Message: e.Message, Err: e.Err}
+	return &Error{Code: Code(e.Kind.Code()), Field: e.Field, Message: e.Message, Err: e.Err}
 }
 
 // authAdmin checks the admin bearer token in constant time (hashing first,

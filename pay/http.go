@@ -141,14 +141,7 @@ func decodeError(err error) error {
 	if !ok {
 		return err
 	}
-	code := CodeInvalid
-	switch e.Kind {
-	case jsonbody.Unsupported:
-		code = CodeUnsupportedMedia
-	case jsonbody.TooLarge:
-		code = CodeTooLarge
-	}
-	return &Error{Code: code, Field: e.Field, Message: e.Message, Err: e.Err}
+	return &Error{Code: Code(e.Kind.Code()), Field: e.Field, Message: e.Message, Err: e.Err}
 }
 
 func (h *handler) get(w http.ResponseWriter, r *http.Request) error {

@@ -238,14 +238,7 @@ func (h *handler) decodeJSON(w http.ResponseWriter, r *http.Request, dst any, al
 	if !ok {
 		return err
 	}
-	code := CodeInvalid
-	switch e.Kind {
-	case jsonbody.Unsupported:
-		code = CodeUnsupported
-	case jsonbody.TooLarge:
-		code = CodeTooLarge
-	}
-	return &Error{Code: code, Field: e.Field, Message: e.Message, Err: e.Err}
+	return &Error{Code: Code(e.Kind.Code()), Field: e.Field, Message: e.Message, Err: e.Err}
 }
 
 // roomParam returns the validated {room} of the path.

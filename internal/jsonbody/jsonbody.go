@@ -27,6 +27,20 @@ const (
 	TooLarge                // over the size limit: 413
 )
 
+// Code returns the wire code the services answer for the kind: "invalid",
+// "unsupported" or "too_large". Every service's error codes use these
+// strings, so a decoding error reads the same from all of them.
+func (k Kind) Code() string {
+	switch k {
+	case Unsupported:
+		return "unsupported"
+	case TooLarge:
+		return "too_large"
+	default:
+		return "invalid"
+	}
+}
+
 // Error is a decoding error.
 type Error struct {
 	Kind    Kind

@@ -50,3 +50,12 @@ func TestDecodeClassifiesAndNames(t *testing.T) {
 		}
 	}
 }
+
+// TestKindCode: each kind's wire code, as every service answers it.
+func TestKindCode(t *testing.T) {
+	for k, want := range map[Kind]string{Invalid: "invalid", Unsupported: "unsupported", TooLarge: "too_large"} {
+		if got := k.Code(); got != want {
+			t.Errorf("Kind(%d).Code() = %q, want %q", k, got, want)
+		}
+	}
+}
