@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/stampede-lab/stampede/internal/routes"
 )
 
 // Server is the institution simulator. It implements http.Handler (see
@@ -150,21 +150,14 @@ func (s *Server) Arrivals() ArrivalLog {
 // routes builds the router.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	route := func(path string, methods map[string]http.HandlerFunc) {
-		allowed := make([]string, 0, len(methods)+1)
-		for method, fn := range methods {
-			mux.HandleFunc(method+" "+path, fn)
-			allowed = append(allowed, method)
-			if method == http.MethodGet {
-				allowed = append(allowed, http.MethodHead)
-			}
-		}
-		slices.Sort(allowed)
-		allow := strings.Join(allowed, ", ")
-		mux.HandleFunc(path, s.api(func(w http.ResponseWriter, r *http.Request) error {
+	notAllowed := func(allow string) http.HandlerFunc {
+		return s.api(func(w http.ResponseWriter, r *http.Request) error {
 			w.Header().Set("Allow", allow)
 			return &Error{Code: CodeMethod, Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)}
-		}))
+		})
+	}
+	route := func(path string, methods map[string]http.HandlerFunc) {
+		routes.Handle(mux, path, methods, notAllowed)
 	}
 	admin := func(fn func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
 		return s.api(func(w http.ResponseWriter, r *http.Request) error {

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/stampede-lab/stampede/internal/httplog"
 	"github.com/stampede-lab/stampede/internal/jsonbody"
+	"github.com/stampede-lab/stampede/internal/routes"
 )
 
 // HandlerConfig configures the HTTP handler made by NewHandler.
@@ -110,16 +110,7 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 
 	mux := http.NewServeMux()
 	route := func(path string, methods map[string]http.HandlerFunc) {
-		allowed := make([]string, 0, len(methods)+1)
-		for method, fn := range methods {
-			mux.HandleFunc(method+" "+path, fn)
-			allowed = append(allowed, method)
-			if method == http.MethodGet {
-				allowed = append(allowed, http.MethodHead)
-			}
-		}
-		slices.Sort(allowed)
-		mux.HandleFunc(path, methodNotAllowed(h, allowed))
+		routes.Handle(mux, path, methods, h.methodNotAllowed)
 	}
 	route("/v1/rooms/{room}", map[string]http.HandlerFunc{
 		http.MethodGet: h.api(h.getRoom),
@@ -152,8 +143,7 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 }
 
 // methodNotAllowed answers 405 with the allowed methods.
-func methodNotAllowed(h *handler, allowed []string) http.HandlerFunc {
-	allow := strings.Join(allowed, ", ")
+func (h *handler) methodNotAllowed(allow string) http.HandlerFunc {
 	return h.api(func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Allow", allow)
 		return &Error{Code: CodeMethod, Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)}
