@@ -14,13 +14,7 @@ import (
 
 // median returns a summary's median metric for one condition.
 func median(r *lab.Result, mode waitroom.Mode, tickMS float64, immediate, metric string) (float64, bool) {
-	for _, s := range r.Summary {
-		if s.Condition["mode"] == string(mode) && s.Condition["tick_ms"] == tickMS && s.Condition["immediate"] == immediate && s.ValidRuns > 0 {
-			v, ok := s.Median[metric].(float64)
-			return v, ok
-		}
-	}
-	return 0, false
+	return r.Median(metric, map[string]any{"mode": string(mode), "tick_ms": tickMS, "immediate": immediate})
 }
 
 // Render implements lab.Experiment: occupancy over time against capacity
@@ -86,14 +80,8 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 // expectations checks the claims against the medians.
 func (e *Experiment) expectations(r *lab.Result) string {
 	c := e.cfg
-	var rows []string
-	add := func(expect, measured string, ok bool) {
-		verdict := "holds"
-		if !ok {
-			verdict = "**does not hold**"
-		}
-		rows = append(rows, fmt.Sprintf("| %s | %s | %s |", expect, measured, verdict))
-	}
+	var x lab.Expectations
+	add := x.Check
 	// Over-capacity is judged on every run, not on medians.
 	maxBy := map[string]float64{}
 	for _, run := range r.Runs {
@@ -112,7 +100,7 @@ func (e *Experiment) expectations(r *lab.Result) string {
 		case waitroom.ModeAtomic:
 			add("atomic never goes over capacity, in any run", fmt.Sprintf("max %.0f in a room of %d", v, c.Capacity), v <= float64(c.Capacity))
 		default:
-			rows = append(rows, fmt.Sprintf("| %s: reported, no claim | max %.0f in a room of %d | — |", m, v, c.Capacity))
+			x.Report(fmt.Sprintf("%s: reported, no claim", m), fmt.Sprintf("max %.0f in a room of %d", v, c.Capacity))
 		}
 	}
 	for _, tick := range c.Ticks {
@@ -140,10 +128,7 @@ func (e *Experiment) expectations(r *lab.Result) string {
 			add("immediate off: a shorter tick admits more per second (the seed: 2 s → 15/s, 200 ms → 19/s)", strings.Join(parts, ", "), increasing)
 		}
 	}
-	if len(rows) == 0 {
-		return ""
-	}
-	return "### Expectations checked\n\n| expectation | measured | verdict |\n|---|---|---|\n" + strings.Join(rows, "\n") + "\n\n"
+	return x.Markdown("Expectations checked")
 }
 
 // sortedDesc returns the ticks from the longest to the shortest.

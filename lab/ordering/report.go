@@ -35,13 +35,7 @@ var seedTable = []seedFigure{
 
 // median returns a summary's median metric for one strategy and load.
 func median(r *lab.Result, s dispatch.Strategy, load float64, metric string) (float64, bool) {
-	for _, sum := range r.Summary {
-		if sum.Condition["strategy"] == string(s) && sum.Condition["hot_load"] == load && sum.ValidRuns > 0 {
-			v, ok := sum.Median[metric].(float64)
-			return v, ok
-		}
-	}
-	return 0, false
+	return r.Median(metric, map[string]any{"strategy": string(s), "hot_load": load})
 }
 
 // Render implements lab.Experiment: the victim p99 chart, one latency
@@ -147,14 +141,8 @@ func nines(p float64) float64 { return -math.Log10(1 - p/100) }
 // Each row says what was expected, what we measured and whether it held;
 // none of them tunes anything.
 func (e *Experiment) expectations(r *lab.Result) string {
-	var rows [][]string
-	add := func(expect, measured string, ok bool) {
-		verdict := "holds"
-		if !ok {
-			verdict = "**does not hold**"
-		}
-		rows = append(rows, []string{expect, measured, verdict})
-	}
+	var x lab.Expectations
+	add := x.Check
 	has := func(s dispatch.Strategy) bool { return slices.Contains(e.cfg.Strategies, s) }
 	loads := e.cfg.HotLoads
 	for _, load := range loads {
@@ -234,16 +222,7 @@ func (e *Experiment) expectations(r *lab.Result) string {
 			}
 		}
 	}
-	if len(rows) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString("### Expectations checked against the medians\n\n| expectation | measured | verdict |\n|---|---|---|\n")
-	for _, row := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", row[0], row[1], row[2])
-	}
-	b.WriteString("\n")
-	return b.String()
+	return x.Markdown("Expectations checked against the medians")
 }
 
 // seedComparison puts the seed's figures beside ours.

@@ -35,13 +35,7 @@ const seedTimeout = 3 * time.Second
 
 // median returns a summary's median metric for one scenario and policy.
 func median(r *lab.Result, s Scenario, policy, metric string) (float64, bool) {
-	for _, sum := range r.Summary {
-		if sum.Condition["scenario"] == string(s) && sum.Condition["policy"] == policy && sum.ValidRuns > 0 {
-			v, ok := sum.Median[metric].(float64)
-			return v, ok
-		}
-	}
-	return 0, false
+	return r.Median(metric, map[string]any{"scenario": string(s), "policy": policy})
 }
 
 // chartScenario is the scenario whose arrivals are drawn: hang-before if it
@@ -167,14 +161,8 @@ func (e *Experiment) settlement(r *lab.Result) string {
 func (e *Experiment) expectations(r *lab.Result) string {
 	c := e.cfg
 	n, att := float64(c.Payments), float64(c.Attempts)
-	var rows [][3]string
-	add := func(expect, measured string, ok bool) {
-		verdict := "holds"
-		if !ok {
-			verdict = "**does not hold**"
-		}
-		rows = append(rows, [3]string{expect, measured, verdict})
-	}
+	var x lab.Expectations
+	add := x.Check
 	hb := HangBefore
 	if v, ok := median(r, hb, retry.None, "amplification"); ok {
 		add("none: 1.00× (seed: 150 requests for 150 payments)", fmt.Sprintf("%.2f×", v), v == 1)
@@ -279,16 +267,7 @@ func (e *Experiment) expectations(r *lab.Result) string {
 			add(fmt.Sprintf("none (%s): parity with the institution's ledger, 0 mismatches", s), fmt.Sprintf("%.0f", v), v == 0)
 		}
 	}
-	if len(rows) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString("### Expectations checked against the medians\n\n| expectation | measured | verdict |\n|---|---|---|\n")
-	for _, row := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", row[0], row[1], row[2])
-	}
-	b.WriteString("\n")
-	return b.String()
+	return x.Markdown("Expectations checked against the medians")
 }
 
 // modelTrials is how many stampedes fullJitterModel draws.
