@@ -1,0 +1,325 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
+)
+
+const testSpec = `
+openapi: 3.0.3
+info: {title: test, version: "1"}
+paths:
+  /v1/things/{id}:
+    parameters:
+      - {name: id, in: path, required: true, schema: {type: string}}
+    get:
+      responses:
+        "200":
+          description: a thing
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [id]
+                properties: {id: {type: string}}
+        "404": {$ref: "#/components/responses/Problem"}
+        "500": {$ref: "#/components/responses/Problem"}
+        "503": {$ref: "#/components/responses/Problem"}
+    put:
+      requestBody:
+        content:
+          application/json:
+            schema: {type: object}
+      responses:
+        "200": {description: stored}
+        "400": {$ref: "#/components/responses/Problem"}
+        "413": {$ref: "#/components/responses/Problem"}
+        "415": {$ref: "#/components/responses/Problem"}
+`
+
+var errGone = errors.New("gone")
+
+func newTestAPI(t *testing.T, reg *prometheus.Registry) (*httpapi.API, *httpapi.Spec) {
+	t.Helper()
+	spec, err := httpapi.LoadSpec([]byte(testSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := httpapi.New(httpapi.Config{
+		Name: "test", Logger: slog.New(slog.DiscardHandler), Registry: reg, Spec: spec.JSON,
+		MapError: func(_ *http.Request, err error) error {
+			if errors.Is(err, errGone) {
+				return &httpapi.Error{Code: httpapi.CodeNotFound, Message: "no such thing", Err: err}
+			}
+			return err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Handle("/v1/things/{id}", httpapi.Methods{
+		http.MethodGet: func(w http.ResponseWriter, r *http.Request) error {
+			switch r.PathValue("id") {
+			case "gone":
+				return errGone
+			case "slow":
+				return fmt.Errorf("store: %w", context.DeadlineExceeded)
+			case "boom":
+				panic("boom")
+			case "secret":
+				return errors.New("dial tcp 10.0.0.7:5432: connection refused")
+			}
+			httpapi.WriteJSON(w, http.StatusOK, map[string]string{"id": r.PathValue("id")})
+			return nil
+		},
+		http.MethodPut: func(w http.ResponseWriter, r *http.Request) error {
+			var body struct {
+				Name string `json:"name"`
+			}
+			if err := httpapi.DecodeJSON(w, r, &body, 64, `"name"`); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusOK)
+			return nil
+		},
+	})
+	return a, spec
+}
+
+func problem(t *testing.T, resp *http.Response) httpapi.Problem {
+	t.Helper()
+	if ct := resp.Header.Get("Content-Type"); ct != httpapi.ProblemContentType {
+		t.Fatalf("Content-Type = %q, want %s", ct, httpapi.ProblemContentType)
+	}
+	var p httpapi.Problem
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status != resp.StatusCode || p.Type != httpapi.ProblemType+string(p.Code) || p.Title == "" || p.Detail == "" {
+		t.Fatalf("problem %+v does not match status %d", p, resp.StatusCode)
+	}
+	return p
+}
+
+func TestErrorsAnswerAsProblems(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, spec := newTestAPI(t, reg)
+	srv := httptest.NewServer(a)
+	defer srv.Close()
+	client := apitest.New(t, spec).Client(t)
+
+	cases := []struct {
+		method, path, ctype, body string
+		status                    int
+		code                      httpapi.Code
+		field                     string
+	}{
+		{"GET", "/v1/things/a", "", "", 200, "", ""},
+		{"GET", "/v1/things/gone", "", "", 404, httpapi.CodeNotFound, ""},
+		{"GET", "/nowhere", "", "", 404, httpapi.CodeNotFound, ""},
+		{"DELETE", "/v1/things/a", "", "", 405, httpapi.CodeMethod, ""},
+		{"GET", "/v1/things/slow", "", "", 503, httpapi.CodeUnavailable, ""},
+		{"GET", "/v1/things/boom", "", "", 500, httpapi.CodeInternal, ""},
+		{"PUT", "/v1/things/a", "application/json", `{"name": 3}`, 400, httpapi.CodeInvalid, "name"},
+		{"PUT", "/v1/things/a", "application/json", `{"nme": "x"}`, 400, httpapi.CodeInvalid, "nme"},
+		{"PUT", "/v1/things/a", "text/plain", `{}`, 415, httpapi.CodeUnsupported, ""},
+		{"PUT", "/v1/things/a", "application/json", `{"name":"` + strings.Repeat("x", 100) + `"}`, 413, httpapi.CodeTooLarge, ""},
+	}
+	for _, c := range cases {
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(c.body))
+		if c.ctype != "" {
+			req.Header.Set("Content-Type", c.ctype)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != c.status {
+			t.Errorf("%s %s: status %d, want %d", c.method, c.path, resp.StatusCode, c.status)
+		}
+		if c.status >= 400 {
+			p := problem(t, resp)
+			if p.Code != c.code || p.Field != c.field {
+				t.Errorf("%s %s: code %q field %q, want %q %q", c.method, c.path, p.Code, p.Field, c.code, c.field)
+			}
+		}
+		switch c.status {
+		case 405:
+			if got := resp.Header.Get("Allow"); got != "GET, HEAD, PUT" {
+				t.Errorf("Allow = %q", got)
+			}
+		case 503:
+			if resp.Header.Get("Retry-After") == "" {
+				t.Errorf("503 without Retry-After")
+			}
+		}
+		resp.Body.Close()
+	}
+
+	// Internals never reach the client.
+	resp, err := client.Get(srv.URL + "/v1/things/secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 500 || strings.Contains(string(b), "10.0.0.7") || strings.Contains(string(b), "dial") {
+		t.Errorf("internal error leaked: %d %s", resp.StatusCode, b)
+	}
+
+	// Metrics are labelled by route pattern, never the raw path.
+	if got := testutil.ToFloat64(counter(t, reg, "/v1/things/{id}", "GET", "404")); got != 1 {
+		t.Errorf("http_requests_total{route=/v1/things/{id},GET,404} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(counter(t, reg, "unmatched", "GET", "404")); got != 1 {
+		t.Errorf("unmatched 404s = %v, want 1", got)
+	}
+}
+
+// counter finds one http_requests_total series in reg.
+func counter(t *testing.T, reg *prometheus.Registry, route, method, code string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "http_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["route"] == route && labels["method"] == method && labels["code"] == code {
+				return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x"}, func() float64 { return m.GetCounter().GetValue() })
+			}
+		}
+	}
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x"}, func() float64 { return 0 })
+}
+
+func TestReadyzReportsEachDependency(t *testing.T) {
+	a, _ := newTestAPI(t, nil)
+	frozen := make(chan struct{})
+	defer close(frozen)
+	a.AddCheck(httpapi.Check{Name: "fine", Ping: func(context.Context) error { return nil }})
+	a.AddCheck(httpapi.Check{Name: "frozen", Ping: func(context.Context) error { <-frozen; return nil }}) // ignores its context
+	srv := httptest.NewServer(a)
+	defer srv.Close()
+
+	resp, err := http.Get(srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := problem(t, resp)
+	resp.Body.Close()
+	checks, _ := p.Extra["checks"].(map[string]any)
+	if resp.StatusCode != 503 || checks == nil || checks["fine"].(map[string]any)["status"] != "ok" || checks["frozen"].(map[string]any)["status"] != "failed" {
+		t.Fatalf("readyz: %d %+v", resp.StatusCode, p)
+	}
+	resp, err = http.Get(srv.URL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("healthz: %d while a dependency is down", resp.StatusCode)
+	}
+}
+
+func TestReadProblemRoundTrips(t *testing.T) {
+	rec := httptest.NewRecorder()
+	httpapi.WriteProblem(rec, &httpapi.Error{Code: httpapi.CodeOrderExists, Message: "order o1 already has a payment", Extra: map[string]any{"payment_id": "p1"}}, "")
+	e := httpapi.ReadProblem(rec.Result())
+	if e.Status != 409 || e.Code != httpapi.CodeOrderExists || e.Extra["payment_id"] != "p1" || e.Message != "order o1 already has a payment" {
+		t.Fatalf("round trip: %+v", e)
+	}
+	rec = httptest.NewRecorder()
+	rec.WriteHeader(502)
+	rec.WriteString("<html>bad gateway</html>")
+	if e := httpapi.ReadProblem(rec.Result()); e.Code != httpapi.CodeInternal || e.Status != 502 {
+		t.Fatalf("non-problem answer: %+v", e)
+	}
+}
+
+func TestEveryCodeHasAStatus(t *testing.T) {
+	for _, c := range httpapi.Codes() {
+		if s := c.Status(); s < 400 || s > 599 {
+			t.Errorf("code %s → %d", c, s)
+		}
+	}
+	if httpapi.Code("nonsense").Status() != 500 {
+		t.Error("unknown code is not 500")
+	}
+}
+
+// TestServerClosesStalledAndIdleConnections drives a real listener: a body
+// that never finishes and an idle keep-alive connection are both closed by
+// the server's own timeouts.
+func TestServerClosesStalledAndIdleConnections(t *testing.T) {
+	a, _ := newTestAPI(t, nil)
+	cfg := httpapi.DefaultServerConfig()
+	cfg.ReadHeaderTimeout, cfg.ReadTimeout, cfg.IdleTimeout = 200*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- httpapi.Serve(ctx, ln, a, cfg, slog.New(slog.DiscardHandler)) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+
+	closedWithin := func(t *testing.T, c net.Conn, limit time.Duration) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(limit))
+		_, err := io.Copy(io.Discard, c)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("connection still open after %s", limit)
+		}
+	}
+	// A stalled body.
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "PUT /v1/things/a HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"na")
+	closedWithin(t, c, cfg.ReadTimeout+time.Second)
+
+	// An idle keep-alive connection after one answered request.
+	c2, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	fmt.Fprintf(c2, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c2), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	closedWithin(t, c2, cfg.IdleTimeout+time.Second)
+}
