@@ -235,7 +235,7 @@ func (s *Service) replay(rec IdempotencyRecord, hash string) (Response, error) {
 	case rec.RequestHash != hash:
 		return Response{}, &Error{Code: CodeMismatch, Field: "Idempotency-Key", Message: "this key was used with a different request body"}
 	case rec.State == IdempotencyInFlight:
-		return Response{}, &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "a request with this key is still in flight; retry later"}
+		return Response{}, &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "a request with this key is still in flight; retry later", RetryAfter: time.Second}
 	default:
 		return Response{Code: rec.ResponseCode, Body: rec.ResponseBody}, nil
 	}
