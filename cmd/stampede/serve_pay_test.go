@@ -21,9 +21,10 @@ import (
 )
 
 // servePay runs `stampede serve pay` in-process on SQLite and the
-// embedded NATS, waits until /healthz answers and returns its address;
-// the test's cleanup stops it as SIGINT does and checks that it stopped.
-func servePay(t *testing.T, institutionURL string, args ...string) string {
+// embedded NATS, waits until /healthz answers and returns its address
+// and its log; the test's cleanup stops it as SIGINT does and checks that
+// it stopped.
+func servePay(t *testing.T, institutionURL string, args ...string) (string, *syncBuffer) {
 	t.Helper()
 	t.Setenv(envPostgres, "")
 	t.Setenv(envNATS, "")
@@ -62,7 +63,7 @@ func servePay(t *testing.T, institutionURL string, args ...string) string {
 		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return addr
+				return addr, logs
 			}
 		}
 		if time.Now().After(deadline) {
@@ -89,7 +90,7 @@ func TestServePayAnswersThroughHTTPAPI(t *testing.T) {
 	if _, err := admin.SetBehavior(context.Background(), institution.Behavior{Mode: institution.ModeHangBefore, HangMS: 3000, Idempotent: true, StatusAPI: institution.StatusAPIUp}); err != nil {
 		t.Fatal(err)
 	}
-	addr := servePay(t, its.URL, "--timeout", "300ms")
+	addr, logs := servePay(t, its.URL, "--timeout", "300ms")
 	base := "http://" + addr
 	c := apitest.New(t, pay.OpenAPI()).Client(t)
 
@@ -126,6 +127,11 @@ func TestServePayAnswersThroughHTTPAPI(t *testing.T) {
 			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, want)
 		}
 	}
+	for _, want := range []string{"route=/v1/payments path=/v1/payments status=202", "route=/readyz path=/readyz status=200", "route=unmatched path=/v1/nothing status=404"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the request log lacks %q", want)
+		}
+	}
 	resp, err = c.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +160,7 @@ func TestServePayClosesStalledAndIdleConnections(t *testing.T) {
 		read       = time.Second
 		idle       = time.Second
 	)
-	addr := servePay(t, "http://127.0.0.1:1", "--read-header-timeout", readHeader.String(), "--read-timeout", read.String(), "--idle-timeout", idle.String())
+	addr, _ := servePay(t, "http://127.0.0.1:1", "--read-header-timeout", readHeader.String(), "--read-timeout", read.String(), "--idle-timeout", idle.String())
 
 	// closedWithin reads conn until the server closes it and fails if
 	// that takes longer than limit from start.
