@@ -150,6 +150,8 @@ institution: outcome unknown, the request may have been processed: Post "` + r.i
 		"not sent: dial tcp: refused":    "not_sent: the request could not be sent to the institution; nothing was charged",
 		"something else entirely: oops":  "withheld: the stored reason is not shown; see the service's logs",
 		"declined: the institution said": "declined: the institution said",
+		"outcome unknown after 1 attempt(s): pay: the approval's outcome is unknown (timeout or lost answer)\ninstitution: the institution answered an error: HTTP 500: boom":   "outcome_unknown: the institution's answer was lost (after 1 attempt(s)); the money may have moved",
+		"outcome unknown after 2 attempt(s): pay: the approval's outcome is unknown (timeout or lost answer)\nPost \"http://10.1.1.1/v1/approvals\": context deadline exceeded": "approval_timeout: the institution did not answer in time (after 2 attempt(s)); the money may have moved",
 	} {
 		if got := pay.SafeReason(in); got != want {
 			t.Errorf("SafeReason(%q) = %q, want %q", in, got, want)

@@ -62,7 +62,7 @@ var legacyReasons = []struct {
 	{regexp.MustCompile(`^bulkhead full`), ReasonBulkheadFull, "too many approvals were in flight; the request was not sent"},
 	{regexp.MustCompile(`^not sent`), ReasonNotSent, "the request could not be sent to the institution; nothing was charged"},
 	{regexp.MustCompile(`^rejected by the institution`), ReasonRejected, "the institution refused the request without processing it"},
-	{regexp.MustCompile(`(?i)^outcome unknown after (\d+) attempt\(s\):.*(deadline exceeded|timeout)`), ReasonApprovalTimeout, "the institution did not answer in time (after $1 attempt(s)); the money may have moved"},
+	{regexp.MustCompile(`(?s)^outcome unknown after (\d+) attempt\(s\):.*(context deadline exceeded|Client\.Timeout exceeded|i/o timeout)`), ReasonApprovalTimeout, "the institution did not answer in time (after $1 attempt(s)); the money may have moved"},
 	{regexp.MustCompile(`^outcome unknown after (\d+) attempt\(s\)`), ReasonOutcomeUnknown, "the institution's answer was lost (after $1 attempt(s)); the money may have moved"},
 	{regexp.MustCompile(`^status inquiry: approved`), ReasonInquiryApproved, "a status inquiry found it approved"},
 	{regexp.MustCompile(`^status inquiry: declined`), ReasonInquiryDeclined, "a status inquiry found it declined"},

@@ -15,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/pay/jetstream"
 )
 
 // servePay runs `stampede serve pay` in-process on SQLite and the
@@ -256,5 +259,29 @@ func TestServePayRejectsBadServerFlags(t *testing.T) {
 	}
 	if _, err := os.Stat(db); err == nil {
 		t.Errorf("a bad flag still opened the database")
+	}
+}
+
+// TestNATSReadiness: the NATS check passes on a live connection and fails
+// once the connection is closed.
+func TestNATSReadiness(t *testing.T) {
+	emb, err := jetstream.StartEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	nc, err := nats.Connect(emb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := natsReady(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := ready(ctx); err != nil {
+		t.Fatalf("a live connection: %v", err)
+	}
+	nc.Close()
+	if err := ready(ctx); err == nil {
+		t.Fatal("a closed connection passed the readiness check")
 	}
 }
