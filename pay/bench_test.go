@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -119,7 +120,9 @@ func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare) {
 	if err != nil {
 		b.Fatalf("pay.NewService: %v", err)
 	}
-	h, err := pay.NewHandler(svc, store, pay.DefaultHandlerConfig(), nil)
+	hcfg := pay.DefaultHandlerConfig()
+	hcfg.Logger = slog.New(slog.DiscardHandler) // no request log in the timed loop
+	h, err := pay.NewHandler(svc, store, hcfg, nil)
 	if err != nil {
 		b.Fatalf("pay.NewHandler: %v", err)
 	}

@@ -3,49 +3,30 @@ package pay
 import (
 	"errors"
 	"fmt"
-	"net/http"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
-// Code classifies an Error for clients; each code maps to one HTTP status
-// (see HTTPStatus).
-type Code string
+// Error is the payment service's error: the error type every Stampede API
+// shares (package httpapi), with a code, the field at fault and a message
+// safe to show a client. Its cause, Err, is logged only.
+type Error = httpapi.Error
+
+// Code classifies an Error for clients; httpapi maps each code to one
+// HTTP status.
+type Code = httpapi.Code
 
 // The error codes the payment service returns.
 const (
-	CodeInvalid     Code = "invalid"     // a field of the request is wrong
-	CodeNotFound    Code = "not_found"   // no such payment or idempotency key
-	CodeConflict    Code = "conflict"    // the idempotency key is in flight, or the status moved on
-	CodeMismatch    Code = "mismatch"    // the idempotency key was used with a different request
-	CodeUnavailable Code = "unavailable" // the store cannot be reached
-	CodeInternal    Code = "internal"    // a bug
-
-	CodeTooLarge         Code = "too_large"   // request body over the limit
-	CodeUnsupportedMedia Code = "unsupported" // wrong media type
+	CodeInvalid          = httpapi.CodeInvalid     // 400: a field or header of the request is wrong
+	CodeNotFound         = httpapi.CodeNotFound    // 404: no such payment, idempotency key or path
+	CodeConflict         = httpapi.CodeConflict    // 409: the idempotency key is in flight, or the status moved on
+	CodeMismatch         = httpapi.CodeMismatch    // 422: the idempotency key was used with a different request
+	CodeUnavailable      = httpapi.CodeUnavailable // 503: the store cannot be reached or did not answer in time
+	CodeInternal         = httpapi.CodeInternal    // 500: a bug
+	CodeTooLarge         = httpapi.CodeTooLarge    // 413: request body over the limit
+	CodeUnsupportedMedia = httpapi.CodeUnsupported // 415: wrong media type
 )
-
-// Error is the payment service's error: a code, the field it concerns (if
-// any) and a message for people.
-type Error struct {
-	Code    Code
-	Field   string // the JSON field (or header) at fault, for CodeInvalid
-	Message string
-	Err     error // the cause, if any; never shown to clients
-}
-
-// Error implements error.
-func (e *Error) Error() string {
-	msg := e.Message
-	if e.Field != "" {
-		msg = e.Field + ": " + msg
-	}
-	if e.Err != nil {
-		return fmt.Sprintf("pay: %s: %v", msg, e.Err)
-	}
-	return "pay: " + msg
-}
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
 
 // Sentinel errors of the Store. Test for them with errors.Is.
 var (
@@ -71,65 +52,46 @@ func (e *IdempotencyConflict) Error() string {
 }
 
 // Invalid returns a CodeInvalid error naming field.
-func Invalid(field, format string, args ...any) error {
-	return &Error{Code: CodeInvalid, Field: field, Message: fmt.Sprintf(format, args...)}
+func Invalid(field, format string, args ...any) *Error {
+	return httpapi.Invalid(field, format, args...)
 }
 
 // Unavailable wraps a storage failure that a retry may cure (connection
-// refused or lost, database busy, store closed).
-func Unavailable(err error) error {
+// refused or lost, database busy, store closed): 503 with Retry-After.
+func Unavailable(err error) *Error {
 	return &Error{Code: CodeUnavailable, Message: "the payment store is unavailable, try again shortly", Err: err}
 }
 
-// Internal wraps an unexpected failure.
-func Internal(err error) error {
-	return &Error{Code: CodeInternal, Message: "internal error", Err: err}
-}
+// Internal wraps an unexpected failure: 500, the cause logged only.
+func Internal(err error) *Error { return httpapi.Internal(err) }
 
-// ErrorCode returns err's code: an *Error's own; not_found for
-// ErrNotFound; conflict for ErrStaleStatus and *IdempotencyConflict; the
-// empty code for nil; internal otherwise.
-func ErrorCode(err error) Code {
-	var (
-		e *Error
-		c *IdempotencyConflict
-	)
-	switch {
-	case err == nil:
-		return ""
-	case errors.As(err, &e):
-		return e.Code
-	case errors.Is(err, ErrNotFound):
-		return CodeNotFound
-	case errors.Is(err, ErrStaleStatus), errors.As(err, &c):
-		return CodeConflict
-	default:
-		return CodeInternal
-	}
-}
-
-// HTTPStatus maps an error to its HTTP status. It is the only place that
-// does.
-func HTTPStatus(err error) int {
+// MapError is the one place that turns the Store's sentinel errors into
+// an *Error: ErrNotFound is not_found, ErrStaleStatus and
+// *IdempotencyConflict are conflict. An *Error, and nil, pass through;
+// anything else is left to httpapi.As (a deadline is unavailable, the
+// rest internal).
+func MapError(err error) error {
 	if err == nil {
-		return http.StatusOK
+		return nil
 	}
-	switch ErrorCode(err) {
-	case CodeInvalid:
-		return http.StatusBadRequest
-	case CodeNotFound:
-		return http.StatusNotFound
-	case CodeConflict:
-		return http.StatusConflict
-	case CodeMismatch:
-		return http.StatusUnprocessableEntity
-	case CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case CodeUnsupportedMedia:
-		return http.StatusUnsupportedMediaType
-	default:
-		return http.StatusInternalServerError
+	if _, ok := errors.AsType[*Error](err); ok {
+		return err
 	}
+	if c, ok := errors.AsType[*IdempotencyConflict](err); ok {
+		return &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "this key already names a payment", Err: c}
+	}
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return &Error{Code: CodeNotFound, Message: "no such payment", Err: err}
+	case errors.Is(err, ErrStaleStatus):
+		return &Error{Code: CodeConflict, Message: "the payment's status changed meanwhile; read it again", Err: err}
+	}
+	return httpapi.As(err)
 }
+
+// ErrorCode returns err's code (see MapError); the empty code for nil.
+func ErrorCode(err error) Code { return httpapi.CodeOf(MapError(err)) }
+
+// HTTPStatus returns the HTTP status err answers with (see MapError);
+// 200 for nil.
+func HTTPStatus(err error) int { return httpapi.StatusOf(MapError(err)) }

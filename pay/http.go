@@ -1,21 +1,31 @@
 package pay
 
 import (
-	"errors"
+	_ "embed"
 	"log/slog"
 	"net/http"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/stampede-lab/stampede/internal/jsonbody"
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
+
+//go:embed openapi.yaml
+var openapiYAML []byte
+
+// openAPI loads the embedded description once.
+var openAPI = sync.OnceValue(func() *httpapi.Spec { return httpapi.MustLoadSpec(openapiYAML) })
+
+// OpenAPI returns the payment API's OpenAPI 3 description (openapi.yaml,
+// embedded), as served on /openapi.json.
+func OpenAPI() *httpapi.Spec { return openAPI() }
 
 // HandlerConfig configures the payment API.
 type HandlerConfig struct {
 	// MaxBody is the request body limit in bytes.
 	MaxBody int64
-	// Logger receives request logs.
+	// Logger receives the request log and the causes of 5xx answers.
 	Logger *slog.Logger
 }
 
@@ -36,63 +46,33 @@ func (c HandlerConfig) Validate() error {
 }
 
 type handler struct {
-	svc   *Service
-	store Store
-	cfg   HandlerConfig
+	svc *Service
+	cfg HandlerConfig
 }
 
-// NewHandler returns the payment API of DESIGN.md: POST /v1/payments,
-// GET /v1/payments/{id}, /healthz and /metrics (from reg; nil: a new
-// registry).
-func NewHandler(svc *Service, store Store, cfg HandlerConfig, reg *prometheus.Registry) (http.Handler, error) {
+// NewHandler returns the payment API of DESIGN.md on httpapi:
+// POST /v1/payments, GET /v1/payments/{id}, /healthz, /readyz (with the
+// store's Ping as check "store"; add more with AddCheck), /metrics (from
+// reg; nil: a new registry) and /openapi.json. Errors are problem+json.
+func NewHandler(svc *Service, store Store, cfg HandlerConfig, reg *prometheus.Registry) (*httpapi.API, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if reg == nil {
-		reg = prometheus.NewRegistry()
+	api, err := httpapi.New(httpapi.Config{
+		Name:     "pay",
+		Logger:   cfg.Logger,
+		Registry: reg,
+		MapError: func(_ *http.Request, err error) error { return MapError(err) },
+		Spec:     OpenAPI().JSON,
+	})
+	if err != nil {
+		return nil, err
 	}
-	h := &handler{svc: svc, store: store, cfg: cfg}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/payments", h.api(h.create))
-	mux.HandleFunc("GET /v1/payments/{id}", h.api(h.get))
-	mux.HandleFunc("/v1/", h.api(func(w http.ResponseWriter, r *http.Request) error {
-		return &Error{Code: CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path}
-	}))
-	mux.HandleFunc("GET /healthz", h.api(h.healthz))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return mux, nil
-}
-
-// api turns a handler's error into the JSON error answer.
-func (h *handler) api(fn func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
-		if err := fn(w, r); err != nil {
-			h.fail(w, r, err)
-		}
-	}
-}
-
-type errorDetail struct {
-	Code    Code   `json:"code"`
-	Field   string `json:"field,omitempty"`
-	Message string `json:"message"`
-}
-
-func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status := HTTPStatus(err)
-	d := errorDetail{Code: ErrorCode(err), Message: "internal error"}
-	var e *Error
-	switch {
-	case errors.As(err, &e):
-		d.Field, d.Message = e.Field, e.Message
-	case errors.Is(err, ErrNotFound):
-		d.Message = "no such payment"
-	}
-	if status >= 500 {
-		h.cfg.Logger.Error("pay: http request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
-	}
-	jsonbody.Write(w, status, map[string]errorDetail{"error": d})
+	h := &handler{svc: svc, cfg: cfg}
+	api.Handle("/v1/payments", httpapi.Methods{http.MethodPost: h.create})
+	api.Handle("/v1/payments/{id}", httpapi.Methods{http.MethodGet: h.get})
+	api.AddCheck(httpapi.Check{Name: "store", Ping: store.Ping})
+	return api, nil
 }
 
 // createBody is POST /v1/payments's body; pointers tell missing from zero.
@@ -114,8 +94,8 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var b createBody
-	if err := jsonbody.Decode(w, r, &b, h.cfg.MaxBody, createFields); err != nil {
-		return decodeError(err)
+	if err := httpapi.DecodeJSON(w, r, &b, h.cfg.MaxBody, createFields); err != nil {
+		return err
 	}
 	switch {
 	case b.MerchantID == nil:
@@ -131,17 +111,8 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	jsonbody.WriteRaw(w, resp.Code, resp.Body)
+	httpapi.WriteRawJSON(w, resp.Code, resp.Body)
 	return nil
-}
-
-// decodeError maps a body decoding error to this package's error.
-func decodeError(err error) error {
-	e, ok := errors.AsType[*jsonbody.Error](err)
-	if !ok {
-		return err
-	}
-	return &Error{Code: Code(e.Kind.Code()), Field: e.Field, Message: e.Message, Err: e.Err}
 }
 
 func (h *handler) get(w http.ResponseWriter, r *http.Request) error {
@@ -149,14 +120,6 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	jsonbody.Write(w, http.StatusOK, ViewOf(p))
-	return nil
-}
-
-func (h *handler) healthz(w http.ResponseWriter, r *http.Request) error {
-	if err := h.store.Ping(r.Context()); err != nil {
-		return Unavailable(err)
-	}
-	jsonbody.Write(w, http.StatusOK, map[string]string{"status": "ok"})
+	httpapi.WriteJSON(w, http.StatusOK, ViewOf(p))
 	return nil
 }

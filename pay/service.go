@@ -6,10 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -237,20 +235,21 @@ func (s *Service) replay(rec IdempotencyRecord, hash string) (Response, error) {
 	case rec.RequestHash != hash:
 		return Response{}, &Error{Code: CodeMismatch, Field: "Idempotency-Key", Message: "this key was used with a different request body"}
 	case rec.State == IdempotencyInFlight:
-		return Response{}, &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "a request with this key is still in flight; retry later"}
+		return Response{}, &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "a request with this key is still in flight; retry later", RetryAfter: time.Second}
 	default:
 		return Response{Code: rec.ResponseCode, Body: rec.ResponseBody}, nil
 	}
 }
 
 // approve calls the institution (with the configured retry policy, none
-// by default) and returns the status the payment moves to and why.
+// by default) and returns the status the payment moves to and the public
+// reason why (see SafeReason); the raw error goes to the log.
 func (s *Service) approve(ctx context.Context, p Payment) (Status, string) {
 	select {
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
 	default:
-		return StatusFailed, "bulkhead full: not sent"
+		return StatusFailed, reason(ReasonBulkheadFull, "%d approvals were in flight; the request was not sent", s.cfg.MaxInFlight)
 	}
 	var verdict Verdict
 	sent := false
@@ -264,17 +263,29 @@ func (s *Service) approve(ctx context.Context, p Payment) (Status, string) {
 		verdict = v
 		return err
 	}, func(err error) bool { return errors.Is(err, ErrOutcomeUnknown) })
+	if err == nil {
+		if verdict.Approved {
+			return StatusApproved, reason(ReasonApproved, "the institution approved it (attempt %d)", attempts)
+		}
+		return StatusDeclined, reason(ReasonDeclined, "the institution declined it (attempt %d)", attempts)
+	}
+	to, why := approvalFailure(err, sent, attempts, s.cfg.ApprovalTimeout)
+	s.cfg.Logger.Warn("pay: approval failed", "payment", p.ID, "status", to, "reason", ReasonCode(why), "attempts", attempts, "err", err)
+	return to, why
+}
+
+// approvalFailure classifies a failed approval: the status the payment
+// moves to and its public reason, without the error's text.
+func approvalFailure(err error, sent bool, attempts int, timeout time.Duration) (Status, string) {
 	switch {
-	case err == nil && verdict.Approved:
-		return StatusApproved, fmt.Sprintf("approved (attempt %d)", attempts)
-	case err == nil:
-		return StatusDeclined, fmt.Sprintf("declined (attempt %d)", attempts)
 	case !sent:
-		return StatusFailed, "not sent: " + err.Error()
+		return StatusFailed, reason(ReasonNotSent, "the request could not be sent to the institution; nothing was charged")
 	case errors.Is(err, ErrRejected):
-		return StatusFailed, "rejected by the institution: " + err.Error()
+		return StatusFailed, reason(ReasonRejected, "the institution refused the request without processing it")
+	case errors.Is(err, context.DeadlineExceeded):
+		return StatusUnknown, reason(ReasonApprovalTimeout, "the institution did not answer within %s (%d attempt(s)); the money may have moved", timeout, attempts)
 	default:
-		return StatusUnknown, fmt.Sprintf("outcome unknown after %d attempt(s): %v", attempts, err)
+		return StatusUnknown, reason(ReasonOutcomeUnknown, "the institution's answer was lost or an error (%d attempt(s)); the money may have moved", attempts)
 	}
 }
 
@@ -306,21 +317,23 @@ func (s *Service) settle(ctx context.Context, p Payment) (Payment, error) {
 	if err != nil {
 		return p, err
 	}
-	var to Status
-	var reason string
+	var (
+		to  Status
+		why string
+	)
 	switch {
 	case q.Found && q.Approved:
-		to, reason = StatusApproved, "status inquiry: approved"
+		to, why = StatusApproved, reason(ReasonInquiryApproved, "a status inquiry found it approved")
 	case q.Found:
-		to, reason = StatusDeclined, "status inquiry: declined"
+		to, why = StatusDeclined, reason(ReasonInquiryDeclined, "a status inquiry found it declined")
 	case q.Definitive && !s.cfg.Now().Before(p.UpdatedAt.Add(q.NotFoundWindow)):
 		// p.UpdatedAt is when the payment became UNKNOWN: after its last
 		// approval request.
-		to, reason = StatusFailed, "status inquiry: not found after the institution's not-found window"
+		to, why = StatusFailed, reason(ReasonInquiryNotFound, "a status inquiry did not find it %s after our last request (the institution's not-found window)", q.NotFoundWindow)
 	default:
 		return p, nil // not found yet, within the window: ask again later
 	}
-	settled, err := s.store.Transition(context.WithoutCancel(ctx), p.ID, StatusUnknown, to, reason, nil)
+	settled, err := s.store.Transition(context.WithoutCancel(ctx), p.ID, StatusUnknown, to, why, nil)
 	if err == nil {
 		s.cfg.Metrics.settle(to)
 	}
@@ -347,7 +360,7 @@ func (s *Service) Recover(ctx context.Context) (int, error) {
 		for _, p := range ps {
 			p.Status = StatusUnknown
 			body, _ := json.Marshal(ViewOf(p))
-			_, err := s.store.Transition(ctx, p.ID, StatusPending, StatusUnknown, "recovered at start-up: the call may have reached the institution",
+			_, err := s.store.Transition(ctx, p.ID, StatusPending, StatusUnknown, reason(ReasonRecovered, "PENDING when the service started; the call may have reached the institution"),
 				&StoredResponse{Code: http.StatusAccepted, Body: body})
 			if err != nil && !errors.Is(err, ErrStaleStatus) {
 				return n, err
@@ -388,11 +401,12 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 		s.inquired[p.ID] = st
 		s.mu.Unlock()
 		if st.count == s.cfg.ReviewAfter && !p.ManualReview {
-			reason := "still UNKNOWN after " + strconv.Itoa(st.count) + " status inquiries"
-			if err != nil {
-				reason += ": " + err.Error()
+			why := reason(ReasonReviewUnsettled, "still UNKNOWN after %d status inquiries", st.count)
+			if errors.Is(err, ErrInquiryUnavailable) {
+				why += "; the institution's status API is unavailable"
 			}
-			if ferr := s.store.FlagReview(ctx, p.ID, reason); ferr != nil {
+			s.cfg.Logger.Warn("pay: payment flagged for manual review", "payment", p.ID, "inquiries", st.count, "err", err)
+			if ferr := s.store.FlagReview(ctx, p.ID, why); ferr != nil {
 				return settled, ferr
 			}
 			s.cfg.Metrics.flag()
@@ -445,20 +459,28 @@ type View struct {
 	History      []ChangeView `json:"history,omitempty"`
 }
 
-// ChangeView is one status change as the API shows it.
+// ChangeView is one status change as the API shows it: Code is the
+// reason's code (such as approval_timeout), Reason the code with safe
+// text.
 type ChangeView struct {
 	From   Status    `json:"from,omitempty"`
 	To     Status    `json:"to"`
+	Code   string    `json:"code"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
 }
 
-// ViewOf renders p for the API.
+// ViewOf renders p for the API. Reasons pass through SafeReason, so that
+// reasons stored before they were made safe show no internals either.
 func ViewOf(p Payment) View {
 	v := View{ID: p.ID, MerchantID: p.MerchantID, OrderID: p.OrderID, Amount: p.Amount, Currency: p.Currency,
-		Status: p.Status, ManualReview: p.ManualReview, ReviewReason: p.ReviewReason, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+		Status: p.Status, ManualReview: p.ManualReview, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+	if p.ReviewReason != "" {
+		v.ReviewReason = SafeReason(p.ReviewReason)
+	}
 	for _, h := range p.History {
-		v.History = append(v.History, ChangeView{From: h.From, To: h.To, Reason: h.Reason, At: h.At})
+		r := SafeReason(h.Reason)
+		v.History = append(v.History, ChangeView{From: h.From, To: h.To, Code: ReasonCode(r), Reason: r, At: h.At})
 	}
 	return v
 }

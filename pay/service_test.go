@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/sqlite"
@@ -32,6 +33,11 @@ type rig struct {
 	svc     *pay.Service
 	inst    *institution.Client // admin client
 	api     *httptest.Server
+	reg     *prometheus.Registry
+	// v checks every answer against the OpenAPI description; client is
+	// its validating client for the test that made the rig.
+	v      *apitest.Validator
+	client *http.Client
 }
 
 func newRig(t testing.TB, mutate func(*pay.Config)) *rig {
@@ -68,7 +74,33 @@ func newRig(t testing.TB, mutate func(*pay.Config)) *rig {
 	}
 	api := httptest.NewServer(h)
 	t.Cleanup(api.Close)
-	return &rig{instURL: its.URL, store: store, svc: svc, inst: client.WithAdminToken(adminToken), api: api}
+	v := apitest.New(t, pay.OpenAPI())
+	return &rig{instURL: its.URL, store: store, svc: svc, inst: client.WithAdminToken(adminToken), api: api, reg: reg, v: v, client: v.Client(t)}
+}
+
+// do sends a request through the validating client and decodes a JSON
+// answer (nil for another kind).
+func (r *rig) do(t *testing.T, req *http.Request) (*http.Response, map[string]any) {
+	t.Helper()
+	resp, err := r.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if strings.Contains(resp.Header.Get("Content-Type"), "json") {
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatalf("%s %s: the answer is not JSON: %v", req.Method, req.URL.Path, err)
+		}
+	}
+	return resp, out
+}
+
+// get GETs path through the validating client.
+func (r *rig) get(t *testing.T, path string) (*http.Response, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, r.api.URL+path, nil)
+	return r.do(t, req)
 }
 
 func (r *rig) behave(t *testing.T, b institution.Behavior) {
@@ -87,14 +119,9 @@ func (r *rig) post(t *testing.T, key, body string) (int, map[string]any) {
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatalf("answer is not JSON: %v", err)
+	resp, out := r.do(t, req)
+	if out == nil {
+		t.Fatalf("POST answered %d with Content-Type %q, want JSON", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	return resp.StatusCode, out
 }
@@ -113,14 +140,16 @@ func TestApprovedDeclinedAndReplayed(t *testing.T) {
 	if again != code || replay["id"] != body["id"] {
 		t.Fatalf("replay = %d %v, want the stored answer", again, replay)
 	}
-	resp, err := http.Get(r.api.URL + "/metrics")
+	resp, err := r.client.Get(r.api.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(metrics), `stampede_pay_payments_total{status="APPROVED"} 1`) {
-		t.Errorf("/metrics lacks the approved payment:\n%s", metrics)
+	for _, want := range []string{`stampede_pay_payments_total{status="APPROVED"} 1`, `http_requests_total{code="201",method="POST",route="/v1/payments"} 2`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, metrics)
+		}
 	}
 	if code, body := r.post(t, "key-1", payment("o-1", 6000)); code != http.StatusUnprocessableEntity {
 		t.Fatalf("same key, different body = %d %v, want 422", code, body)
@@ -247,13 +276,12 @@ func TestBadInputNamesTheField(t *testing.T) {
 	}
 	for _, tc := range cases {
 		code, body := r.post(t, tc.key, tc.body)
-		e, _ := body["error"].(map[string]any)
-		if code != tc.code || e == nil {
-			t.Errorf("%s: %d %v, want %d with an error", tc.body[:min(40, len(tc.body))], code, body, tc.code)
+		if code != tc.code || body["status"] != float64(tc.code) || body["code"] == nil {
+			t.Errorf("%s: %d %v, want a %d problem", tc.body[:min(40, len(tc.body))], code, body, tc.code)
 			continue
 		}
-		if tc.field != "" && e["field"] != tc.field && !strings.Contains(fmt.Sprint(e["message"]), tc.field) {
-			t.Errorf("%s: error %v does not name %s", tc.key, e, tc.field)
+		if tc.field != "" && body["field"] != tc.field {
+			t.Errorf("%s: problem %v does not name %s", tc.key, body, tc.field)
 		}
 	}
 }

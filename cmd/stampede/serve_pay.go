@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/jetstream"
@@ -70,15 +71,32 @@ type payOptions struct {
 	natsDir     string
 	timeout     time.Duration
 	logLevel    string
+	server      httpapi.ServerConfig
 }
 
+// writeTimeoutMargin is what the default --write-timeout adds to the
+// approval timeout: the longest handler, POST /v1/payments, also reads
+// the body and writes to the store twice.
+const writeTimeoutMargin = 10 * time.Second
+
 func newServePayCmd() *cobra.Command {
-	opts := &payOptions{}
+	opts := &payOptions{server: httpapi.DefaultServerConfig()}
+	opts.server.WriteTimeout = 0 // the approval timeout plus writeTimeoutMargin
 	cmd := &cobra.Command{
 		Use:   "pay",
 		Short: "Run the payment service: idempotent payments that never charge twice",
-		Long: `Run the payment API (POST /v1/payments, GET /v1/payments/{id}, /healthz,
-/metrics) in front of a payment institution.
+		Long: `Run the payment API in front of a payment institution:
+
+  POST /v1/payments        Idempotency-Key header; {"merchant_id","order_id","amount","currency"}
+                           → 201 APPROVED/DECLINED/FAILED, 202 UNKNOWN, 400, 409, 413, 415, 422, 503
+  GET  /v1/payments/{id}   the payment with its status history (codes and safe text)
+  GET  /healthz            alive (asks no dependency)
+  GET  /readyz             the store and NATS, each within 1 s
+  GET  /metrics            Prometheus, with http_requests_total{route,method,code}
+  GET  /openapi.json       the OpenAPI 3 description
+
+Errors are RFC 9457 application/problem+json with a code and, for a field at
+fault, the field.
 
 An approval that times out is UNKNOWN (202), never retried: a reconciler asks
 the institution for the status and settles it. PENDING payments left by a
@@ -87,7 +105,10 @@ same transaction; a relay publishes the rows to NATS JetStream
 (payments.<id>, de-duplicated by <id>-<seq>).
 
 Storage: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite (--sqlite).
-Events: --nats (or $STAMPEDE_NATS_URL), else an embedded nats-server.`,
+Events: --nats (or $STAMPEDE_NATS_URL), else an embedded nats-server.
+The server closes a connection whose headers or body stall past
+--read-header-timeout or --read-timeout, and keep-alive connections idle
+past --idle-timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runPay(cmd, opts) },
 	}
@@ -99,7 +120,36 @@ Events: --nats (or $STAMPEDE_NATS_URL), else an embedded nats-server.`,
 	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: a temporary directory)")
 	f.DurationVar(&opts.timeout, "timeout", 3*time.Second, "client timeout of one approval call")
 	f.StringVar(&opts.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
+	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
+	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", 0, "longest time from a request's headers to the end of its answer (0: --timeout plus "+writeTimeoutMargin.String()+"); must exceed --timeout")
+	f.DurationVar(&opts.server.IdleTimeout, "idle-timeout", opts.server.IdleTimeout, "close keep-alive connections idle this long")
+	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", shutdownTimeout, "on SIGINT or SIGTERM, how long running requests may finish")
 	return cmd
+}
+
+// serverConfig checks the server flags, naming the flag, and returns the
+// server's limits.
+func (o *payOptions) serverConfig() (httpapi.ServerConfig, error) {
+	cfg := o.server
+	if o.timeout <= 0 {
+		return cfg, fmt.Errorf("--timeout must be positive, got %s", o.timeout)
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = o.timeout + writeTimeoutMargin
+	}
+	if cfg.WriteTimeout <= o.timeout {
+		return cfg, fmt.Errorf("--write-timeout must exceed --timeout (%s), the longest approval call, got %s", o.timeout, cfg.WriteTimeout)
+	}
+	if err := cfg.Validate(); err != nil {
+		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
+			"WriteTimeout": "--write-timeout", "IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
+		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
+		}
+		return cfg, err
+	}
+	return cfg, nil
 }
 
 func runPay(cmd *cobra.Command, opts *payOptions) error {
@@ -107,6 +157,10 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 		return errors.New("--institution is required: the base URL of the payment institution")
 	}
 	level, err := parseLogLevel(opts.logLevel)
+	if err != nil {
+		return err
+	}
+	scfg, err := opts.serverConfig()
 	if err != nil {
 		return err
 	}
@@ -159,10 +213,13 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	if err != nil {
 		return err
 	}
-	handler, err := pay.NewHandler(svc, store, pay.DefaultHandlerConfig(), reg)
+	hcfg := pay.DefaultHandlerConfig()
+	hcfg.Logger = log
+	api, err := pay.NewHandler(svc, store, hcfg, reg)
 	if err != nil {
 		return err
 	}
+	api.AddCheck(httpapi.Check{Name: "nats", Ping: natsReady(nc)})
 	// Recover PENDING payments before the first request is served.
 	if n, err := svc.Recover(ctx); err != nil {
 		return fmt.Errorf("recovering PENDING payments: %w", err)
@@ -173,26 +230,33 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan struct{}, 2)
 	go func() { _ = svc.Run(runCtx); done <- struct{}{} }()
 	go func() { _ = relay.Run(runCtx); done <- struct{}{} }()
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	log.Info("payment service listening", "addr", ln.Addr().String(), "store", where, "institution", opts.institution)
+	log.Info("payment service listening", "addr", ln.Addr().String(), "store", where, "institution", opts.institution,
+		"read_timeout", scfg.ReadTimeout, "write_timeout", scfg.WriteTimeout, "idle_timeout", scfg.IdleTimeout)
 
-	select {
-	case err := <-served:
-		return fmt.Errorf("http server: %w", err)
-	case <-ctx.Done():
-	}
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-	defer cancel()
-	_ = hs.Shutdown(shutCtx)
+	// Serve until ctx ends, then shut down within --shutdown-timeout.
+	err = httpapi.Serve(ctx, ln, api, scfg, log)
 	stop()
 	<-done
 	<-done
+	if err != nil {
+		return fmt.Errorf("http server: %w", err)
+	}
+	log.Info("stopped")
 	return nil
+}
+
+// natsReady is the readiness check of the NATS connection: connected, and
+// a round trip to the server within the check's deadline.
+func natsReady(nc *nats.Conn) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if st := nc.Status(); st != nats.CONNECTED {
+			return fmt.Errorf("nats: connection %s", st)
+		}
+		return nc.FlushWithContext(ctx)
+	}
 }

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
+	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/pay/jetstream"
+)
+
+// servePay runs `stampede serve pay` in-process on SQLite and the
+// embedded NATS, waits until /healthz answers and returns its address
+// and its log; the test's cleanup stops it as SIGINT does and checks that
+// it stopped.
+func servePay(t *testing.T, institutionURL string, args ...string) (string, *syncBuffer) {
+	t.Helper()
+	t.Setenv(envPostgres, "")
+	t.Setenv(envNATS, "")
+	addr := freeAddr(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := newRootCmd()
+	logs := &syncBuffer{}
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(logs)
+	cmd.SetArgs(append([]string{"serve", "pay", "--http", addr, "--institution", institutionURL,
+		"--sqlite", filepath.Join(dir, "pay.db"), "--nats-dir", filepath.Join(dir, "nats")}, args...))
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve pay: %v\n%s", err, logs.String())
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("serve pay did not stop within 15s of the cancel")
+		}
+		if t.Failed() {
+			t.Logf("serve pay's log:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("serve pay stopped: %v\n%s", err, logs.String())
+		default:
+		}
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return addr, logs
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve pay did not come up on %s:\n%s", addr, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestServePayAnswersThroughHTTPAPI: the real server's endpoints, checked
+// against the OpenAPI description, and /readyz naming each dependency.
+func TestServePayAnswersThroughHTTPAPI(t *testing.T) {
+	icfg := institution.DefaultConfig()
+	icfg.AdminToken = "institution-admin-token-for-tests"
+	isrv, err := institution.NewServer(icfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	its := httptest.NewServer(isrv)
+	t.Cleanup(func() { isrv.Close(); its.Close() })
+	admin := institution.NewClient(its.URL, its.Client()).WithAdminToken(icfg.AdminToken)
+	// Hang past the approval timeout: the answer (202) must still come,
+	// since --write-timeout defaults to --timeout plus a margin.
+	if _, err := admin.SetBehavior(context.Background(), institution.Behavior{Mode: institution.ModeHangBefore, HangMS: 3000, Idempotent: true, StatusAPI: institution.StatusAPIUp}); err != nil {
+		t.Fatal(err)
+	}
+	addr, logs := servePay(t, its.URL, "--timeout", "300ms")
+	base := "http://" + addr
+	c := apitest.New(t, pay.OpenAPI()).Client(t)
+
+	resp, err := c.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"store":{"status":"ok"`) || !strings.Contains(string(body), `"nats":{"status":"ok"`) {
+		t.Errorf("/readyz = %d %s, want 200 with the store and NATS ok", resp.StatusCode, body)
+	}
+
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(`{"merchant_id":"7b0a3c5e-1111-4a4a-9b9b-0123456789ab","order_id":"serve-1","amount":1000,"currency":"KRW"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "serve-key-1")
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || !strings.Contains(string(body), `"UNKNOWN"`) {
+		t.Errorf("POST against a hung institution = %d %s, want 202 UNKNOWN", resp.StatusCode, body)
+	}
+
+	for path, want := range map[string]int{"/v1/payments": 405, "/v1/nothing": 404, "/openapi.json": 200, "/healthz": 200} {
+		resp, err := c.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	for _, want := range []string{"route=/v1/payments path=/v1/payments status=202", "route=/readyz path=/readyz status=200", "route=unmatched path=/v1/nothing status=404"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the request log lacks %q", want)
+		}
+	}
+	resp, err = c.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`http_requests_total{code="202",method="POST",route="/v1/payments"} 1`,
+		`http_requests_total{code="405",method="GET",route="/v1/payments"} 1`,
+		`http_requests_total{code="200",method="GET",route="/readyz"} 1`,
+		`http_request_duration_seconds_count{method="POST",route="/v1/payments"} 1`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// TestServePayClosesStalledAndIdleConnections opens raw TCP connections
+// to the real server: one whose body stalls, one that never sends its
+// headers, and keep-alive connections left idle. Each must be closed by
+// the server within its timeout plus a second.
+func TestServePayClosesStalledAndIdleConnections(t *testing.T) {
+	const (
+		readHeader = 500 * time.Millisecond
+		read       = time.Second
+		idle       = time.Second
+	)
+	addr, _ := servePay(t, "http://127.0.0.1:1", "--read-header-timeout", readHeader.String(), "--read-timeout", read.String(), "--idle-timeout", idle.String())
+
+	// closedWithin reads conn until the server closes it and fails if
+	// that takes longer than limit from start.
+	closedWithin := func(name string, conn net.Conn, r io.Reader, start time.Time, limit time.Duration) {
+		t.Helper()
+		_ = conn.SetReadDeadline(start.Add(limit + 3*time.Second))
+		_, err := io.Copy(io.Discard, r)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Errorf("%s: still open %s after it started; want closed within %s", name, time.Since(start).Round(time.Millisecond), limit)
+			return
+		}
+		t.Logf("%s: closed after %s (%v)", name, time.Since(start), err)
+		if took := time.Since(start); took > limit {
+			t.Errorf("%s: closed after %s, want within %s", name, took.Round(time.Millisecond), limit)
+		}
+	}
+	dial := func() net.Conn {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() { // headers, then a body that stops half-way
+		conn := dial()
+		start := time.Now()
+		if _, err := io.WriteString(conn, "POST /v1/payments HTTP/1.1\r\nHost: pay\r\nContent-Type: application/json\r\n"+
+			"Idempotency-Key: stalled-1\r\nContent-Length: 200\r\n\r\n{\"merchant_id\":"); err != nil {
+			t.Error(err)
+			return
+		}
+		closedWithin("stalled body", conn, conn, start, read+time.Second)
+	})
+	wg.Go(func() { // headers that never end
+		conn := dial()
+		start := time.Now()
+		if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: pay\r\n"); err != nil {
+			t.Error(err)
+			return
+		}
+		closedWithin("stalled headers", conn, conn, start, readHeader+time.Second)
+	})
+	for i := range 3 { // keep-alive connections left idle after an answer
+		wg.Go(func() {
+			conn := dial()
+			if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: pay\r\n\r\n"); err != nil {
+				t.Error(err)
+				return
+			}
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Errorf("idle %d: %v", i, err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.Close {
+				t.Errorf("idle %d: /healthz = %d (close %v), want 200 keep-alive", i, resp.StatusCode, resp.Close)
+			}
+			closedWithin("idle keep-alive", conn, br, time.Now(), idle+time.Second)
+		})
+	}
+	wg.Wait()
+}
+
+// TestServePayRejectsBadServerFlags: each timeout flag is checked, and
+// named, before anything starts.
+func TestServePayRejectsBadServerFlags(t *testing.T) {
+	t.Setenv(envPostgres, "")
+	t.Setenv(envNATS, "")
+	db := filepath.Join(t.TempDir(), "pay.db")
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--timeout", "3s", "--write-timeout", "2s"}, "--write-timeout must exceed --timeout"},
+		{[]string{"--read-header-timeout", "0s"}, "--read-header-timeout"},
+		{[]string{"--read-timeout", "1ms"}, "--read-timeout"},
+		{[]string{"--idle-timeout", "-1s"}, "--idle-timeout"},
+		{[]string{"--timeout", "0s"}, "--timeout"},
+	}
+	for _, tc := range cases {
+		_, _, err := execute(t, append([]string{"serve", "pay", "--institution", "http://127.0.0.1:1", "--sqlite", db}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+	if _, err := os.Stat(db); err == nil {
+		t.Errorf("a bad flag still opened the database")
+	}
+}
+
+// TestNATSReadiness: the NATS check passes on a live connection and fails
+// once the connection is closed.
+func TestNATSReadiness(t *testing.T) {
+	emb, err := jetstream.StartEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	nc, err := nats.Connect(emb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := natsReady(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := ready(ctx); err != nil {
+		t.Fatalf("a live connection: %v", err)
+	}
+	nc.Close()
+	if err := ready(ctx); err == nil {
+		t.Fatal("a closed connection passed the readiness check")
+	}
+}
