@@ -33,11 +33,12 @@ func TestExitCode(t *testing.T) {
 // TestLabStrictExitsOnAFailedExpectation runs a tiny retry stampede whose
 // flags make one expectation impossible: the budget policy claims at most
 // 1.20× against the institution, but its budget pays for 10 retries, and
-// with 10 payments that hang past their timeout every token is spent:
-// 20 requests for 10 payments, 2.00×. Every run is valid. Without
-// --strict the command succeeds and says which expectation failed; with
-// --strict it fails with lab.ErrExpectation, which main maps to exit
-// status 2.
+// with 10 payments that hang past their timeout every token is spent: 20
+// requests for 10 payments, 2.00× (fewer only if retries never reach the
+// institution, and 1.20× would need 8 of the 10 lost). Every run is valid.
+// Without --strict the command succeeds and says how many expectations
+// failed; with --strict it fails with lab.ErrExpectation, which main maps
+// to exit status 2.
 func TestLabStrictExitsOnAFailedExpectation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a real stampede twice, a few seconds each")
@@ -52,21 +53,15 @@ func TestLabStrictExitsOnAFailedExpectation(t *testing.T) {
 		if strict {
 			args = append(args, "--strict")
 		}
-		_, stderr, err := execute(t, args...)
+		_, stderr, runErr := execute(t, args...)
 		name := fmt.Sprintf("strict=%v", strict)
 
 		if strict {
-			if !errors.Is(err, lab.ErrExpectation) || errors.Is(err, lab.ErrInvalid) || exitCode(err) != 2 {
-				t.Fatalf("%s: error %v (exit status %d), want only lab.ErrExpectation, exit status 2\n%s", name, err, exitCode(err), stderr)
+			if !errors.Is(runErr, lab.ErrExpectation) || errors.Is(runErr, lab.ErrInvalid) || exitCode(runErr) != 2 {
+				t.Fatalf("%s: error %v (exit status %d), want only lab.ErrExpectation, exit status 2\n%s", name, runErr, exitCode(runErr), stderr)
 			}
-			if !strings.Contains(err.Error(), "retry-stampede: 1 of 2") {
-				t.Errorf("%s: error %q does not say how many expectations failed", name, err)
-			}
-		} else if err != nil {
-			t.Fatalf("%s: %v; a failed expectation without --strict is no error\n%s", name, err, stderr)
-		}
-		if !strings.Contains(stderr, "lab retry-stampede: VALID, 1 expectation does not hold") {
-			t.Errorf("%s: stderr lacks the verdict with the failed expectation:\n%s", name, stderr)
+		} else if runErr != nil {
+			t.Fatalf("%s: %v; a failed expectation without --strict is no error\n%s", name, runErr, stderr)
 		}
 
 		var res struct {
@@ -80,26 +75,36 @@ func TestLabStrictExitsOnAFailedExpectation(t *testing.T) {
 		if err := json.Unmarshal(data, &res); err != nil {
 			t.Fatal(err)
 		}
-		found := false
+		failed, found := 0, false
 		for _, x := range res.Expectations {
-			if x.Claim == claim {
-				found = true
-				if x.Holds || x.Figure != "2.00×" {
-					t.Errorf("%s: %q: figure %q, holds %v; want 2.00×, false", name, claim, x.Figure, x.Holds)
-				}
-			} else if !x.Holds {
-				t.Errorf("%s: unexpected failure: %+v", name, x)
+			if !x.Holds {
+				failed++
+			}
+			if x.Claim != claim {
+				continue
+			}
+			found = true
+			var amp float64
+			if _, err := fmt.Sscanf(x.Figure, "%f×", &amp); err != nil || x.Holds || amp <= 1.2 {
+				t.Errorf("%s: %q: figure %q, holds %v; want more than 1.20×, not holding", name, claim, x.Figure, x.Holds)
 			}
 		}
 		if !res.Valid || !found {
-			t.Errorf("%s: valid %v, expectations %+v; want valid with %q", name, res.Valid, res.Expectations, claim)
+			t.Fatalf("%s: valid %v, expectations %+v; want valid with %q", name, res.Valid, res.Expectations, claim)
+		}
+		verdict := fmt.Sprintf("VALID, %d expectation", failed)
+		if !strings.Contains(stderr, "lab retry-stampede: "+verdict) {
+			t.Errorf("%s: stderr lacks %q:\n%s", name, verdict, stderr)
+		}
+		if strict && !strings.Contains(runErr.Error(), fmt.Sprintf("retry-stampede: %d of %d", failed, len(res.Expectations))) {
+			t.Errorf("%s: error %q does not say how many expectations failed", name, runErr)
 		}
 		report, err := os.ReadFile(filepath.Join(out, "REPORT.md"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(string(report), "| retry-stampede | VALID, 1 expectation does not hold | 1 of 1 | 1 of 2 |") {
-			t.Errorf("%s: REPORT.md's summary lacks the verdict:\n%s", name, report)
+		if !strings.Contains(string(report), "| retry-stampede | "+verdict) || !strings.Contains(string(report), "- "+claim+" — measured ") {
+			t.Errorf("%s: REPORT.md's summary lacks the verdict or the failed claim:\n%s", name, report)
 		}
 	}
 }
