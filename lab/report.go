@@ -40,7 +40,9 @@ func writeReport(path string, generated time.Time, sections []reportSection) err
 	var b strings.Builder
 	b.WriteString("# Stampede lab report\n\n")
 	fmt.Fprintf(&b, "Generated %s UTC.\n\n", generated.UTC().Format(time.DateTime))
-	writeSummary(&b, sections)
+	var summary strings.Builder
+	writeSummary(&summary, sections)
+	b.WriteString(strings.TrimRight(summary.String(), "\n") + "\n")
 	for _, s := range sections {
 		b.WriteString("\n")
 		writeSection(&b, s)
