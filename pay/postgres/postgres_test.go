@@ -96,11 +96,11 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 	}
 	defer c.Close(ctx)
 	var n int
-	if err := c.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&n); err != nil {
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "goose_db_version"}.Sanitize()+` WHERE version_id = 1`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 1 {
-		t.Fatalf("schema_migrations has %d rows, want 1", n)
+		t.Fatalf("goose_db_version records migration 1 %d times, want once", n)
 	}
 }
 
@@ -206,7 +206,7 @@ func TestConfigValidateNamesFields(t *testing.T) {
 		t.Fatalf("Validate() = %v", err)
 	}
 	err := postgres.Config{Schema: "Bad-Name", ConnectTimeout: -1}.Validate()
-	for _, field := range []string{"URL", "Schema", "MaxConns", "ConnectTimeout", "Now"} {
+	for _, field := range []string{"URL", "Schema", "MaxConns", "ConnectTimeout", "OpTimeout", "Now"} {
 		if err == nil || !strings.Contains(err.Error(), field+":") {
 			t.Errorf("Validate() = %v, want it to name %s", err, field)
 		}

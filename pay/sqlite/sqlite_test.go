@@ -132,7 +132,7 @@ func TestConfigValidateNamesFields(t *testing.T) {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
 	err := sqlite.Config{Path: "a?b", BusyTimeout: -1}.Validate()
-	for _, field := range []string{"Path", "BusyTimeout", "MaxReadConns", "Now"} {
+	for _, field := range []string{"Path", "OpTimeout", "BusyTimeout", "MaxReadConns", "Now"} {
 		if err == nil || !strings.Contains(err.Error(), field+":") {
 			t.Errorf("Validate() = %v, want it to name %s", err, field)
 		}
