@@ -87,13 +87,14 @@ func (c Config) Validate() error {
 	if c.ConnectTimeout < 0 {
 		errs = append(errs, fmt.Errorf("postgres: ConnectTimeout: must not be negative, got %s", c.ConnectTimeout))
 	}
-	if c.OpTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("postgres: OpTimeout: must be positive, got %s", c.OpTimeout))
-	}
-	if c.Now == nil {
-		errs = append(errs, errors.New("postgres: Now: must not be nil (use time.Now)"))
-	}
+	// OpTimeout and Now are the shared store's.
+	errs = append(errs, c.store().Validate())
 	return errors.Join(errs...)
+}
+
+// store returns the configuration of the shared store.
+func (c Config) store() sqlstore.Config {
+	return sqlstore.Config{OpTimeout: c.OpTimeout, Now: c.Now}
 }
 
 // Store is the PostgreSQL pay.Store.
@@ -142,7 +143,7 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 		db.Close()
 		return nil, sqlstore.MapError(Dialect{}, err)
 	}
-	s, err := sqlstore.New(Dialect{}, db, nil, sqlstore.Config{OpTimeout: cfg.OpTimeout, Now: cfg.Now})
+	s, err := sqlstore.New(Dialect{}, db, nil, cfg.store())
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -78,19 +78,20 @@ func (c Config) Validate() error {
 	} else if strings.ContainsAny(c.Path, "?#") {
 		errs = append(errs, fmt.Errorf("sqlite: Path: must not contain '?' or '#', got %q", c.Path))
 	}
-	if c.OpTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("sqlite: OpTimeout: must be positive, got %s", c.OpTimeout))
-	}
 	if c.BusyTimeout < 0 {
 		errs = append(errs, fmt.Errorf("sqlite: BusyTimeout: must not be negative, got %s", c.BusyTimeout))
 	}
 	if c.MaxReadConns < 1 {
 		errs = append(errs, fmt.Errorf("sqlite: MaxReadConns: must be at least 1, got %d", c.MaxReadConns))
 	}
-	if c.Now == nil {
-		errs = append(errs, errors.New("sqlite: Now: must not be nil (use time.Now)"))
-	}
+	// OpTimeout and Now are the shared store's.
+	errs = append(errs, c.store().Validate())
 	return errors.Join(errs...)
+}
+
+// store returns the configuration of the shared store.
+func (c Config) store() sqlstore.Config {
+	return sqlstore.Config{OpTimeout: c.OpTimeout, Now: c.Now}
 }
 
 // Store is the SQLite pay.Store.
@@ -147,7 +148,7 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 		r.SetMaxIdleConns(cfg.MaxReadConns)
 		read = r
 	}
-	s, err := sqlstore.New(Dialect{}, write, read, sqlstore.Config{OpTimeout: cfg.OpTimeout, Now: cfg.Now})
+	s, err := sqlstore.New(Dialect{}, write, read, cfg.store())
 	if err != nil {
 		write.Close()
 		if read != write {
