@@ -115,9 +115,6 @@ func New(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
 	return &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d)}, nil
 }
 
-// Config returns the store's configuration.
-func (s *Store) Config() Config { return s.cfg }
-
 // errClosed is the cause of every error of a closed store.
 var errClosed = errors.New("store is closed")
 
