@@ -134,7 +134,7 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 		w.SetMaxIdleConns(1)
 		write = w
 	}
-	if err := migrate(ctx, write); err != nil {
+	if err := migrate(ctx, write, cfg.Path); err != nil {
 		write.Close()
 		return nil, err
 	}
@@ -169,16 +169,54 @@ func dsn(path string, pragmas ...string) string {
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// migrate applies the pending migrations. The first one creates every
-// table and index only if missing, so that a database created before
-// goose (recorded in the old schema_migrations table, left in place) is
-// taken over as it is.
-func migrate(ctx context.Context, db *sql.DB) error {
+// migrate applies the pending migrations to the database at path, one
+// process at a time (see lockMigrations). The first migration creates
+// every table and index only if missing, so that a database created
+// before goose (recorded in the old schema_migrations table, left in
+// place) is taken over as it is.
+func migrate(ctx context.Context, db *sql.DB, path string) error {
 	fsys, err := fs.Sub(migrations, "migrations")
 	if err != nil {
 		return pay.Internal(err)
 	}
+	if path != Memory {
+		unlock, err := lockMigrations(ctx, path)
+		if err != nil {
+			return sqlstore.MapError(Dialect{}, fmt.Errorf("lock migrations: %w", err))
+		}
+		defer unlock()
+	}
 	return sqlstore.Migrate(ctx, db, Dialect{}, goose.DialectSQLite3, fsys)
+}
+
+// lockMigrations serialises the processes that migrate the database at
+// path, so that each migration is applied and recorded once: goose checks
+// the version and applies a migration in two transactions, and two
+// processes opening a new file together would otherwise both apply it.
+// The lock is an exclusive transaction on a side file, path+"-migrate",
+// held until unlock or the end of the process; a process waits for it up
+// to a minute, or until ctx is done.
+func lockMigrations(ctx context.Context, path string) (unlock func(), err error) {
+	db, err := sql.Open("sqlite", dsn(path+"-migrate", "busy_timeout(60000)"))
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	conn, err := db.Conn(ctx)
+	if err == nil {
+		if _, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+			conn.Close()
+		}
+	}
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return func() {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		conn.Close()
+		db.Close()
+	}, nil
 }
 
 // Dialect is the SQLite sqlstore.Dialect: numbered ?NNN placeholders,

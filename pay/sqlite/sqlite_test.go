@@ -282,3 +282,34 @@ func schema(t *testing.T, path string) []string {
 	}
 	return out
 }
+
+// TestConcurrentOpenMigratesOnce: processes opening a new file together
+// all open it, and each migration is applied and recorded once.
+func TestConcurrentOpenMigratesOnce(t *testing.T) {
+	t.Parallel()
+	for range 5 {
+		path := filepath.Join(t.TempDir(), "pay.db")
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				s, err := sqlite.Open(path)
+				if err != nil {
+					t.Errorf("Open: %v", err)
+					return
+				}
+				s.Close()
+			})
+		}
+		wg.Wait()
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		err = db.QueryRow(`SELECT count(*) FROM goose_db_version WHERE version_id = 1`).Scan(&n)
+		db.Close()
+		if err != nil || n != 1 {
+			t.Fatalf("goose_db_version records migration 1 %d times (%v), want once", n, err)
+		}
+	}
+}
