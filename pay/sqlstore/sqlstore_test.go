@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -50,15 +49,15 @@ func TestMapError(t *testing.T) {
 		want pay.Code
 	}{
 		{"nil", nil, ""},
-		{"deadline", fmt.Errorf("read: %w", ctx.Err()), pay.CodeUnavailable},
+		{"deadline", errors.Join(errors.New("read"), ctx.Err()), pay.CodeUnavailable},
 		{"cancelled", context.Canceled, pay.CodeUnavailable},
 		{"connection done", sql.ErrConnDone, pay.CodeUnavailable},
 		{"bad connection", driver.ErrBadConn, pay.CodeUnavailable},
 		{"pool closed", errors.New("sql: database is closed"), pay.CodeUnavailable},
-		{"dialect: unavailable", fmt.Errorf("exec: %w", errBusy), pay.CodeUnavailable},
+		{"dialect: unavailable", errors.Join(errors.New("exec"), errBusy), pay.CodeUnavailable},
 		{"dialect: unique", errUnique, pay.CodeConflict},
 		{"anything else", errors.New("syntax error"), pay.CodeInternal},
-		{"not found passes", fmt.Errorf("x: %w", pay.ErrNotFound), pay.CodeNotFound},
+		{"not found passes", errors.Join(errors.New("x"), pay.ErrNotFound), pay.CodeNotFound},
 		{"stale passes", pay.ErrStaleStatus, pay.CodeConflict},
 		{"conflict passes", conflict, pay.CodeConflict},
 		{"invalid passes", pay.Invalid("limit", "bad"), pay.CodeInvalid},
