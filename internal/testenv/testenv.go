@@ -42,9 +42,15 @@ const (
 // like CI's, shown in the reason for a skip.
 var examples = map[string]string{
 	RedisURL:        "redis://127.0.0.1:6379/0",
-	RedisClusterURL: "redis-cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 (.ci/redis-cluster starts one)",
+	RedisClusterURL: "redis-cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003",
 	PostgresURL:     "'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'",
 	NATSURL:         "nats://127.0.0.1:4222",
+}
+
+// starters say what starts a service locally, when .ci/run has a helper
+// for it.
+var starters = map[string]string{
+	RedisClusterURL: ".ci/redis-cluster starts one",
 }
 
 // debianChromium is where Debian's chromium package installs Chromium
@@ -69,7 +75,11 @@ func URL(t testing.TB, name string) string {
 	}
 	why := name + " is not set: no real service to test against"
 	if ex, ok := examples[name]; ok {
-		why += " (e.g. " + name + "=" + ex + "; .ci/run sets it)"
+		why += " (e.g. " + name + "=" + ex
+		if st, ok := starters[name]; ok {
+			why += "; " + st
+		}
+		why += "; .ci/run sets it)"
 	}
 	Missing(t, why)
 	return ""
