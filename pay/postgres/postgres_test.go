@@ -14,19 +14,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/paytest"
 	"github.com/stampede-lab/stampede/pay/postgres"
 )
 
-// databaseURL returns STAMPEDE_POSTGRES_URL or skips the test.
+// databaseURL returns STAMPEDE_POSTGRES_URL, or skips the test (fails it in
+// CI) when it is not set.
 func databaseURL(t *testing.T) string {
 	t.Helper()
-	url := os.Getenv("STAMPEDE_POSTGRES_URL")
-	if url == "" {
-		t.Skip("STAMPEDE_POSTGRES_URL is not set: no PostgreSQL to test against (.ci/run sets it)")
-	}
-	return url
+	return testenv.URL(t, testenv.PostgresURL)
 }
 
 // freshSchema returns the name of a schema unique to this test, dropped
