@@ -686,6 +686,21 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	}
 }
 
+// TestServerConfigOutlastsTheLongestHang: a request held for MaxHangMS is
+// answered before the write timeout cuts it.
+func TestServerConfigOutlastsTheLongestHang(t *testing.T) {
+	c := ServerConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.WriteTimeout <= MaxHang || MaxHang != time.Duration(MaxHangMS)*time.Millisecond {
+		t.Fatalf("WriteTimeout %s does not outlast the longest hang, %s", c.WriteTimeout, MaxHang)
+	}
+	if err := DefaultBehavior().Validate(); err != nil || validateHangMS(MaxHangMS) != nil || validateHangMS(MaxHangMS+1) == nil {
+		t.Fatalf("hang_ms is not bounded by MaxHangMS")
+	}
+}
+
 // do sends a raw request and returns the status and body.
 func do(t *testing.T, f *fixture, method, path, token, contentType, body string) (int, string) {
 	t.Helper()
