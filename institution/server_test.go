@@ -731,3 +731,35 @@ func adminGet(t *testing.T, f *fixture, path string) string {
 	}
 	return body
 }
+
+// TestClientReadsAnswersThatAreNotProblems plays a proxy in front of the
+// institution, whose error answers are not problems: the Client keeps its
+// sentinel errors and the status, and a 404 that is not the status
+// inquiry's problem is not read as "not found".
+func TestClientReadsAnswersThatAreNotProblems(t *testing.T) {
+	status := http.StatusBadGateway
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(status)
+		io.WriteString(w, "<html>proxy error</html>")
+	}))
+	defer ts.Close()
+	c := NewClient(ts.URL, ts.Client())
+	_, err := c.Approve(context.Background(), req("k"))
+	e, ok := errors.AsType[*Error](err)
+	if !errors.Is(err, ErrInstitution) || !ok || e.Status != http.StatusBadGateway || !strings.Contains(e.Message, "proxy error") {
+		t.Errorf("a proxy's 502: %v, want ErrInstitution with status 502 quoting the body", err)
+	}
+	status = http.StatusNotFound
+	if _, err := c.Status(context.Background(), "k"); !errors.Is(err, ErrRejected) {
+		t.Errorf("a 404 that is no not-found problem: %v, want ErrRejected", err)
+	}
+	status = http.StatusServiceUnavailable
+	if _, err := c.Status(context.Background(), "k"); !errors.Is(err, ErrStatusUnavailable) {
+		t.Errorf("a proxy's 503 to a status inquiry: %v, want ErrStatusUnavailable", err)
+	}
+	status = http.StatusGatewayTimeout
+	if _, err := c.Approve(context.Background(), req("k")); !errors.Is(err, ErrUnknownOutcome) {
+		t.Errorf("a proxy's 504: %v, want ErrUnknownOutcome", err)
+	}
+}
