@@ -52,7 +52,7 @@ func runInstitutionCmd(ctx context.Context, args ...string) (*syncBuffer, <-chan
 func listeningAddr(t *testing.T, errOut *syncBuffer) string {
 	t.Helper()
 	addrRE := regexp.MustCompile(`addr=(\S+)`)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if m := addrRE.FindStringSubmatch(errOut.String()); m != nil {
 			return m[1]
 		} else if time.Now().After(deadline) {
@@ -129,7 +129,7 @@ func TestServeInstitutionServesAndReleasesOnShutdown(t *testing.T) {
 		_, err := c.Approve(bg, institution.ApproveRequest{ExternalKey: "cli-2", Amount: 100, Currency: "USD"})
 		held <- err
 	}()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if log, err := c.Arrivals(bg); err == nil && log.Count == 2 {
 			break
 		} else if time.Now().After(deadline) {
