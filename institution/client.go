@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 // The errors of the Client. Each wraps the cause (a transport error, or an
@@ -48,7 +51,6 @@ var (
 const (
 	maxAnswer      = 1 << 20 // an approval, a status, a behaviour
 	maxAdminAnswer = 1 << 30 // the arrival log and the ledger
-	maxErrorText   = 200     // of a non-JSON error body kept in Error.Message
 	defaultTimeout = 30 * time.Second
 )
 
@@ -163,15 +165,8 @@ func (c *Client) Status(ctx context.Context, externalKey string) (StatusResult, 
 		return StatusResult{Found: true, Status: rec.Status, ApprovalID: rec.ApprovalID, Amount: rec.Amount,
 			Currency: rec.Currency, Charges: rec.Charges, Definitive: true}, nil
 	case http.StatusNotFound:
-		var nf struct {
-			Error            errorDetail `json:"error"`
-			Definitive       *bool       `json:"definitive"`
-			NotFoundWindowMS *int64      `json:"not_found_window_ms"`
-			LastAttemptAt    time.Time   `json:"last_attempt_at"`
-		}
-		if json.Unmarshal(data, &nf) == nil && nf.Error.Code == CodeNotFound && nf.Definitive != nil && nf.NotFoundWindowMS != nil {
-			return StatusResult{Definitive: *nf.Definitive, NotFoundWindow: time.Duration(*nf.NotFoundWindowMS) * time.Millisecond,
-				LastAttemptAt: nf.LastAttemptAt}, nil
+		if res, ok := notFound(answerError(resp, data)); ok {
+			return res, nil
 		}
 	case http.StatusServiceUnavailable:
 		return StatusResult{}, fmt.Errorf("%w: %w", ErrStatusUnavailable, answerError(resp, data))
@@ -253,7 +248,7 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte, adm
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", "application/json, "+httpapi.ProblemContentType)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -273,26 +268,38 @@ func readAll(resp *http.Response, limit int64) ([]byte, error) {
 	return data, err
 }
 
-// answerError makes an *Error from an error answer, JSON or not.
+// answerError makes an *Error from an error answer whose body was read
+// into data: the problem's code, field, detail and extension members, or
+// the start of a body that is not a problem (httpapi.ReadProblem).
 func answerError(resp *http.Response, data []byte) *Error {
-	e := &Error{Status: resp.StatusCode}
-	var body errorBody
-	if json.Unmarshal(data, &body) == nil && body.Error.Code != "" {
-		e.Code, e.Field, e.Message = body.Error.Code, body.Error.Field, body.Error.Message
-		if e.Field != "" {
-			e.Message = strings.TrimPrefix(e.Message, e.Field+": ")
+	r := *resp
+	r.Body = io.NopCloser(bytes.NewReader(data))
+	return httpapi.ReadProblem(&r)
+}
+
+// maxWindowMS is the longest not-found window in milliseconds that a
+// time.Duration holds.
+const maxWindowMS = float64(math.MaxInt64 / int64(time.Millisecond))
+
+// notFound reads the status inquiry's 404 problem: code not_found with
+// the members "definitive" and "not_found_window_ms", and
+// "last_attempt_at" when a request for the key arrived. ok is false for
+// any other 404 (a wrong base URL, say).
+func notFound(e *Error) (res StatusResult, ok bool) {
+	definitive, okD := e.Extra[memberDefinitive].(bool)
+	window, okW := e.Extra[memberNotFoundWindow].(float64)
+	if e.Code != httpapi.CodeNotFound || !okD || !okW || window < 0 || window > maxWindowMS || window != math.Trunc(window) {
+		return StatusResult{}, false
+	}
+	res = StatusResult{Definitive: definitive, NotFoundWindow: time.Duration(window) * time.Millisecond}
+	if last, isString := e.Extra[memberLastAttempt].(string); isString {
+		t, err := time.Parse(time.RFC3339Nano, last)
+		if err != nil {
+			return StatusResult{}, false
 		}
-		return e
+		res.LastAttemptAt = t
 	}
-	text := strings.TrimSpace(string(data))
-	if len(text) > maxErrorText {
-		text = text[:maxErrorText] + "…"
-	}
-	if text == "" {
-		text = http.StatusText(resp.StatusCode)
-	}
-	e.Message = text
-	return e
+	return res, true
 }
 
 // classify wraps an error answer in ErrRejected (4xx), ErrInstitution

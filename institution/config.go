@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 // Config configures a Server. Start from DefaultConfig.
@@ -34,12 +36,14 @@ type Config struct {
 	// Now is the clock for arrival times, records and the not-found
 	// window. Nil means time.Now. Hangs use real timers, not Now.
 	Now func() time.Time
-	// Logger receives a Debug line per request, an Info line per
-	// behaviour change or reset, and an Error line per internal error.
+	// Logger receives an Info line per request (package httpapi's
+	// request log; an Error line, with the code, for every 5xx answer,
+	// the simulated faults included) and per behaviour change or reset.
 	// Nil means slog.Default().
 	Logger *slog.Logger
-	// Registry receives the server's metrics and is served on /metrics.
-	// Nil means a new registry. A registry serves at most one Server.
+	// Registry receives the server's metrics and httpapi's request
+	// metrics, and is served on /metrics. Nil means a new registry. A
+	// registry serves at most one Server.
 	Registry *prometheus.Registry
 }
 
@@ -55,6 +59,20 @@ const (
 	// MaxExternalKeyLen is the longest external key accepted, in bytes.
 	MaxExternalKeyLen = 128
 )
+
+// MaxHang is MaxHangMS as a duration: the longest the simulator holds a
+// request.
+const MaxHang = MaxHangMS * time.Millisecond
+
+// ServerConfig returns the limits to serve the simulator with:
+// httpapi.DefaultServerConfig, except that WriteTimeout is MaxHang plus
+// the default WriteTimeout, so that a request held for the longest hang a
+// behaviour may ask for is still answered, never cut off.
+func ServerConfig() httpapi.ServerConfig {
+	c := httpapi.DefaultServerConfig()
+	c.WriteTimeout += MaxHang
+	return c
+}
 
 // DefaultConfig returns at most 2000 held requests, a 2 s not-found
 // window, a 4096-byte body limit, 200,000 remembered arrivals, time.Now
@@ -74,19 +92,19 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	switch {
 	case len(c.AdminToken) < MinAdminTokenLen:
-		return fieldError("AdminToken", "must be at least %d bytes, got %d", MinAdminTokenLen, len(c.AdminToken))
+		return httpapi.Invalid("AdminToken", "must be at least %d bytes, got %d", MinAdminTokenLen, len(c.AdminToken))
 	case c.MaxHung < 1 || c.MaxHung > 1_000_000:
-		return fieldError("MaxHung", "must be between 1 and 1000000, got %d", c.MaxHung)
+		return httpapi.Invalid("MaxHung", "must be between 1 and 1000000, got %d", c.MaxHung)
 	case c.NotFoundWindow < time.Millisecond || c.NotFoundWindow > 24*time.Hour:
-		return fieldError("NotFoundWindow", "must be between 1ms and 24h, got %s", c.NotFoundWindow)
+		return httpapi.Invalid("NotFoundWindow", "must be between 1ms and 24h, got %s", c.NotFoundWindow)
 	case c.MaxBody < 64 || c.MaxBody > 1<<20:
-		return fieldError("MaxBody", "must be between 64 and 1048576 bytes, got %d", c.MaxBody)
+		return httpapi.Invalid("MaxBody", "must be between 64 and 1048576 bytes, got %d", c.MaxBody)
 	case c.MaxArrivals < 1 || c.MaxArrivals > 100_000_000:
-		return fieldError("MaxArrivals", "must be between 1 and 100000000, got %d", c.MaxArrivals)
+		return httpapi.Invalid("MaxArrivals", "must be between 1 and 100000000, got %d", c.MaxArrivals)
 	case c.Now == nil:
-		return fieldError("Now", "must not be nil")
+		return httpapi.Invalid("Now", "must not be nil")
 	case c.Logger == nil:
-		return fieldError("Logger", "must not be nil")
+		return httpapi.Invalid("Logger", "must not be nil")
 	}
 	return nil
 }
@@ -162,21 +180,21 @@ func (b Behavior) Validate() error {
 
 func validateMode(m Mode) error {
 	if !slices.Contains(Modes, m) {
-		return fieldError("mode", "must be one of %s, got %q", joinQuoted(Modes), m)
+		return httpapi.Invalid("mode", "must be one of %s, got %q", joinQuoted(Modes), m)
 	}
 	return nil
 }
 
 func validateHangMS(ms int64) error {
 	if ms < 0 || ms > MaxHangMS {
-		return fieldError("hang_ms", "must be between 0 and %d, got %d", MaxHangMS, ms)
+		return httpapi.Invalid("hang_ms", "must be between 0 and %d, got %d", MaxHangMS, ms)
 	}
 	return nil
 }
 
 func validateStatusAPI(s StatusAPI) error {
 	if s != StatusAPIUp && s != StatusAPIDown {
-		return fieldError("status_api", "must be %q or %q, got %q", StatusAPIUp, StatusAPIDown, s)
+		return httpapi.Invalid("status_api", "must be %q or %q, got %q", StatusAPIUp, StatusAPIDown, s)
 	}
 	return nil
 }
@@ -193,11 +211,11 @@ var externalKeyPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
 func ValidateExternalKey(key string) error {
 	switch {
 	case key == "":
-		return fieldError("external_key", "must not be empty")
+		return httpapi.Invalid("external_key", "must not be empty")
 	case len(key) > MaxExternalKeyLen:
-		return fieldError("external_key", "must be at most %d bytes, got %d", MaxExternalKeyLen, len(key))
+		return httpapi.Invalid("external_key", "must be at most %d bytes, got %d", MaxExternalKeyLen, len(key))
 	case !externalKeyPattern.MatchString(key):
-		return fieldError("external_key", "may hold only letters, digits, '.', '_', ':' and '-', got %q", key)
+		return httpapi.Invalid("external_key", "may hold only letters, digits, '.', '_', ':' and '-', got %q", key)
 	}
 	return nil
 }
@@ -218,10 +236,10 @@ func (r ApproveRequest) Validate() error {
 		return err
 	}
 	if r.Amount < 1 || r.Amount > MaxAmount {
-		return fieldError("amount", "must be a whole number of minor units between 1 and %d, got %d", int64(MaxAmount), r.Amount)
+		return httpapi.Invalid("amount", "must be a whole number of minor units between 1 and %d, got %d", int64(MaxAmount), r.Amount)
 	}
 	if !slices.Contains(Currencies, r.Currency) {
-		return fieldError("currency", "must be one of %s, got %q", joinQuoted(Currencies), r.Currency)
+		return httpapi.Invalid("currency", "must be one of %s, got %q", joinQuoted(Currencies), r.Currency)
 	}
 	return nil
 }

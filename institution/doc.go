@@ -12,7 +12,13 @@
 //	GET  /admin/arrivals                every approval request received, with its arrival time
 //	GET  /admin/approvals               the ledger: records, charges per key, totals
 //	POST /admin/reset                   clear everything, back to NORMAL, release hung requests
-//	GET  /healthz, GET /metrics
+//	GET  /healthz, /readyz, /metrics, /openapi.json
+//
+// It answers through package internal/httpapi, like every Stampede
+// service: errors are RFC 9457 application/problem+json bodies whose code
+// decides the status (see Error), an unknown path is a 404, a wrong
+// method a 405 with Allow, and /openapi.json serves the description in
+// openapi.yaml (see OpenAPI).
 //
 // Its behaviour (see Behavior) decides what an approval does: NORMAL
 // approves and charges, DECLINE declines, ERROR answers 500,

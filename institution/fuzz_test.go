@@ -8,12 +8,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 )
 
 // FuzzApprovalBody posts arbitrary bodies under every mode: the answer is
 // never a 5xx except the mode's own (500 for ERROR, 504 for a hang that
-// ended), a 200 is a well-formed result, every error is the JSON error
-// shape, and an idempotent institution never charges a key twice.
+// ended), a 200 is a well-formed result, every error is a problem, every
+// answer matches the OpenAPI description, and an idempotent institution
+// never charges a key twice.
 func FuzzApprovalBody(f *testing.F) {
 	for _, seed := range []string{
 		`{"external_key":"k1","amount":1000,"currency":"KRW"}`,
@@ -41,6 +45,7 @@ func FuzzApprovalBody(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer srv.Close()
+	spec := apitest.New(f, OpenAPI())
 	f.Fuzz(func(t *testing.T, body []byte, modeSel byte) {
 		b := DefaultBehavior()
 		b.Mode, b.HangMS = Modes[int(modeSel)%len(Modes)], 0
@@ -73,10 +78,13 @@ func FuzzApprovalBody(f *testing.F) {
 				t.Fatalf("body %q: key %q has %d charges on an idempotent institution", body, res.ExternalKey, charges)
 			}
 		}
+		if err := spec.Check(r, w.Result(), w.Body.Bytes()); err != nil {
+			t.Fatalf("mode %s, body %q: %v", b.Mode, body, err)
+		}
 		if code != http.StatusOK {
-			var e errorBody
-			if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
-				t.Fatalf("mode %s, body %q: %d with a body that is not the error shape: %s", b.Mode, body, code, w.Body)
+			var p httpapi.Problem
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Code == "" || p.Detail == "" || p.Status != code {
+				t.Fatalf("mode %s, body %q: %d with a body that is not a problem: %s", b.Mode, body, code, w.Body)
 			}
 		}
 		if srv.Hung() != 0 {

@@ -5,11 +5,14 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 // TestBadInputIsA4xxNamingTheField sends every kind of client mistake and
-// checks the answer: the right 4xx, the JSON error shape, and the field
-// (or the problem) named — never a 5xx.
+// checks the answer: the right 4xx, a problem+json body (the fixture's
+// client validates it against the description), and the field (or the
+// problem) named — never a 5xx.
 func TestBadInputIsA4xxNamingTheField(t *testing.T) {
 	const ct = "application/json"
 	big := `{"external_key":"` + strings.Repeat("k", 5000) + `","amount":1,"currency":"KRW"}`
@@ -25,46 +28,46 @@ func TestBadInputIsA4xxNamingTheField(t *testing.T) {
 		field       string // the error's "field", if it names one
 		mention     string // what the message must mention
 	}{
-		{"malformed JSON", "POST", "/v1/approvals", "", ct, `{"external_key":`, 400, CodeInvalid, "", "malformed JSON"},
-		{"not an object", "POST", "/v1/approvals", "", ct, `["k",1,"KRW"]`, 400, CodeInvalid, "", `"external_key"`},
-		{"empty body", "POST", "/v1/approvals", "", ct, ``, 400, CodeInvalid, "", "empty"},
-		{"null body", "POST", "/v1/approvals", "", ct, `null`, 400, CodeInvalid, "", "JSON object"},
-		{"trailing data", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1,"currency":"KRW"} {}`, 400, CodeInvalid, "", "trailing"},
-		{"unknown field", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1,"currency":"KRW","merchant":"m"}`, 400, CodeInvalid, "merchant", "merchant"},
-		{"missing external_key", "POST", "/v1/approvals", "", ct, `{"amount":1,"currency":"KRW"}`, 400, CodeInvalid, "external_key", "required"},
-		{"null external_key", "POST", "/v1/approvals", "", ct, `{"external_key":null,"amount":1,"currency":"KRW"}`, 400, CodeInvalid, "external_key", "required"},
-		{"empty external_key", "POST", "/v1/approvals", "", ct, `{"external_key":"","amount":1,"currency":"KRW"}`, 400, CodeInvalid, "external_key", "empty"},
-		{"external_key with a slash", "POST", "/v1/approvals", "", ct, `{"external_key":"a/b","amount":1,"currency":"KRW"}`, 400, CodeInvalid, "external_key", "letters"},
-		{"external_key too long", "POST", "/v1/approvals", "", ct, `{"external_key":"` + strings.Repeat("k", 129) + `","amount":1,"currency":"KRW"}`, 400, CodeInvalid, "external_key", "128"},
-		{"external_key a number", "POST", "/v1/approvals", "", ct, `{"external_key":7,"amount":1,"currency":"KRW"}`, 400, CodeInvalid, "external_key", "string"},
-		{"missing amount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","currency":"KRW"}`, 400, CodeInvalid, "amount", "required"},
-		{"zero amount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":0,"currency":"KRW"}`, 400, CodeInvalid, "amount", "between 1"},
-		{"negative amount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":-5,"currency":"KRW"}`, 400, CodeInvalid, "amount", "between 1"},
-		{"amount over int64", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":99999999999999999999,"currency":"KRW"}`, 400, CodeInvalid, "amount", "whole number"},
-		{"amount over MaxAmount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":9007199254740992,"currency":"KRW"}`, 400, CodeInvalid, "amount", "9007199254740991"},
-		{"fractional amount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1.5,"currency":"KRW"}`, 400, CodeInvalid, "amount", "whole number"},
-		{"exponent amount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1e3,"currency":"KRW"}`, 400, CodeInvalid, "amount", "whole number"},
-		{"amount a string", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":"100","currency":"KRW"}`, 400, CodeInvalid, "amount", "whole number"},
-		{"missing currency", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1}`, 400, CodeInvalid, "currency", "required"},
-		{"lower-case currency", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1,"currency":"krw"}`, 400, CodeInvalid, "currency", `"KRW"`},
-		{"unknown currency", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1,"currency":"XYZ"}`, 400, CodeInvalid, "currency", "XYZ"},
-		{"oversized body", "POST", "/v1/approvals", "", ct, big, 413, CodeTooLarge, "", "4096"},
-		{"no content type", "POST", "/v1/approvals", "", "", `{"external_key":"k","amount":1,"currency":"KRW"}`, 415, CodeUnsupported, "", "Content-Type"},
-		{"form content type", "POST", "/v1/approvals", "", "application/x-www-form-urlencoded", `external_key=k`, 415, CodeUnsupported, "", "Content-Type"},
-		{"status: bad key", "GET", "/v1/approvals/bad%20key", "", "", "", 400, CodeInvalid, "external_key", "letters"},
-		{"behavior: bad mode", "PUT", "/admin/behavior", testToken, ct, `{"mode":"FAST"}`, 400, CodeInvalid, "mode", "HANG_BEFORE_PROCESSING"},
-		{"behavior: mode a number", "PUT", "/admin/behavior", testToken, ct, `{"mode":3}`, 400, CodeInvalid, "mode", "string"},
-		{"behavior: negative hang_ms", "PUT", "/admin/behavior", testToken, ct, `{"hang_ms":-1}`, 400, CodeInvalid, "hang_ms", "between 0"},
-		{"behavior: huge hang_ms", "PUT", "/admin/behavior", testToken, ct, `{"hang_ms":600001}`, 400, CodeInvalid, "hang_ms", "600000"},
-		{"behavior: hang_ms a string", "PUT", "/admin/behavior", testToken, ct, `{"hang_ms":"8s"}`, 400, CodeInvalid, "hang_ms", "whole number"},
-		{"behavior: idempotent a string", "PUT", "/admin/behavior", testToken, ct, `{"idempotent":"yes"}`, 400, CodeInvalid, "idempotent", "true or false"},
-		{"behavior: bad status_api", "PUT", "/admin/behavior", testToken, ct, `{"status_api":"SIDEWAYS"}`, 400, CodeInvalid, "status_api", `"UP"`},
-		{"behavior: unknown field", "PUT", "/admin/behavior", testToken, ct, `{"mode":"NORMAL","hang":5}`, 400, CodeInvalid, "hang", "allowed"},
-		{"behavior: malformed", "PUT", "/admin/behavior", testToken, ct, `{"mode":`, 400, CodeInvalid, "", "malformed"},
-		{"behavior: bad admin token", "PUT", "/admin/behavior", "not-the-token-at-all", ct, `{"mode":"ERROR"}`, 401, CodeUnauthorized, "", "admin token"},
-		{"behavior: no admin token", "PUT", "/admin/behavior", "", ct, `{"mode":"ERROR"}`, 401, CodeUnauthorized, "", "Bearer"},
-		{"reset: bad admin token", "POST", "/admin/reset", "not-the-token-at-all", "", "", 401, CodeUnauthorized, "", "admin token"},
-		{"arrivals: no admin token", "GET", "/admin/arrivals", "", "", "", 401, CodeUnauthorized, "", "Bearer"},
+		{"malformed JSON", "POST", "/v1/approvals", "", ct, `{"external_key":`, 400, httpapi.CodeInvalid, "", "malformed JSON"},
+		{"not an object", "POST", "/v1/approvals", "", ct, `["k",1,"KRW"]`, 400, httpapi.CodeInvalid, "", `"external_key"`},
+		{"empty body", "POST", "/v1/approvals", "", ct, ``, 400, httpapi.CodeInvalid, "", "empty"},
+		{"null body", "POST", "/v1/approvals", "", ct, `null`, 400, httpapi.CodeInvalid, "", "JSON object"},
+		{"trailing data", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1,"currency":"KRW"} {}`, 400, httpapi.CodeInvalid, "", "trailing"},
+		{"unknown field", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1,"currency":"KRW","merchant":"m"}`, 400, httpapi.CodeInvalid, "merchant", "merchant"},
+		{"missing external_key", "POST", "/v1/approvals", "", ct, `{"amount":1,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "external_key", "required"},
+		{"null external_key", "POST", "/v1/approvals", "", ct, `{"external_key":null,"amount":1,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "external_key", "required"},
+		{"empty external_key", "POST", "/v1/approvals", "", ct, `{"external_key":"","amount":1,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "external_key", "empty"},
+		{"external_key with a slash", "POST", "/v1/approvals", "", ct, `{"external_key":"a/b","amount":1,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "external_key", "letters"},
+		{"external_key too long", "POST", "/v1/approvals", "", ct, `{"external_key":"` + strings.Repeat("k", 129) + `","amount":1,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "external_key", "128"},
+		{"external_key a number", "POST", "/v1/approvals", "", ct, `{"external_key":7,"amount":1,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "external_key", "string"},
+		{"missing amount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","currency":"KRW"}`, 400, httpapi.CodeInvalid, "amount", "required"},
+		{"zero amount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":0,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "amount", "between 1"},
+		{"negative amount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":-5,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "amount", "between 1"},
+		{"amount over int64", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":99999999999999999999,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "amount", "whole number"},
+		{"amount over MaxAmount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":9007199254740992,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "amount", "9007199254740991"},
+		{"fractional amount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1.5,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "amount", "whole number"},
+		{"exponent amount", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1e3,"currency":"KRW"}`, 400, httpapi.CodeInvalid, "amount", "whole number"},
+		{"amount a string", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":"100","currency":"KRW"}`, 400, httpapi.CodeInvalid, "amount", "whole number"},
+		{"missing currency", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1}`, 400, httpapi.CodeInvalid, "currency", "required"},
+		{"lower-case currency", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1,"currency":"krw"}`, 400, httpapi.CodeInvalid, "currency", `"KRW"`},
+		{"unknown currency", "POST", "/v1/approvals", "", ct, `{"external_key":"k","amount":1,"currency":"XYZ"}`, 400, httpapi.CodeInvalid, "currency", "XYZ"},
+		{"oversized body", "POST", "/v1/approvals", "", ct, big, 413, httpapi.CodeTooLarge, "", "4096"},
+		{"no content type", "POST", "/v1/approvals", "", "", `{"external_key":"k","amount":1,"currency":"KRW"}`, 415, httpapi.CodeUnsupported, "", "Content-Type"},
+		{"form content type", "POST", "/v1/approvals", "", "application/x-www-form-urlencoded", `external_key=k`, 415, httpapi.CodeUnsupported, "", "Content-Type"},
+		{"status: bad key", "GET", "/v1/approvals/bad%20key", "", "", "", 400, httpapi.CodeInvalid, "external_key", "letters"},
+		{"behavior: bad mode", "PUT", "/admin/behavior", testToken, ct, `{"mode":"FAST"}`, 400, httpapi.CodeInvalid, "mode", "HANG_BEFORE_PROCESSING"},
+		{"behavior: mode a number", "PUT", "/admin/behavior", testToken, ct, `{"mode":3}`, 400, httpapi.CodeInvalid, "mode", "string"},
+		{"behavior: negative hang_ms", "PUT", "/admin/behavior", testToken, ct, `{"hang_ms":-1}`, 400, httpapi.CodeInvalid, "hang_ms", "between 0"},
+		{"behavior: huge hang_ms", "PUT", "/admin/behavior", testToken, ct, `{"hang_ms":600001}`, 400, httpapi.CodeInvalid, "hang_ms", "600000"},
+		{"behavior: hang_ms a string", "PUT", "/admin/behavior", testToken, ct, `{"hang_ms":"8s"}`, 400, httpapi.CodeInvalid, "hang_ms", "whole number"},
+		{"behavior: idempotent a string", "PUT", "/admin/behavior", testToken, ct, `{"idempotent":"yes"}`, 400, httpapi.CodeInvalid, "idempotent", "true or false"},
+		{"behavior: bad status_api", "PUT", "/admin/behavior", testToken, ct, `{"status_api":"SIDEWAYS"}`, 400, httpapi.CodeInvalid, "status_api", `"UP"`},
+		{"behavior: unknown field", "PUT", "/admin/behavior", testToken, ct, `{"mode":"NORMAL","hang":5}`, 400, httpapi.CodeInvalid, "hang", "allowed"},
+		{"behavior: malformed", "PUT", "/admin/behavior", testToken, ct, `{"mode":`, 400, httpapi.CodeInvalid, "", "malformed"},
+		{"behavior: bad admin token", "PUT", "/admin/behavior", "not-the-token-at-all", ct, `{"mode":"ERROR"}`, 401, httpapi.CodeUnauthorized, "", "admin token"},
+		{"behavior: no admin token", "PUT", "/admin/behavior", "", ct, `{"mode":"ERROR"}`, 401, httpapi.CodeUnauthorized, "", "Bearer"},
+		{"reset: bad admin token", "POST", "/admin/reset", "not-the-token-at-all", "", "", 401, httpapi.CodeUnauthorized, "", "admin token"},
+		{"arrivals: no admin token", "GET", "/admin/arrivals", "", "", "", 401, httpapi.CodeUnauthorized, "", "Bearer"},
 	}
 	// Validation comes before the mode: a client's mistake is a 4xx even
 	// while the institution is set to fail.
@@ -73,15 +76,13 @@ func TestBadInputIsA4xxNamingTheField(t *testing.T) {
 		f.setBehavior(t, mode, 60_000, true)
 		for _, tc := range cases {
 			code, body := do(t, f, tc.method, tc.path, tc.token, tc.contentType, tc.body)
-			var got struct {
-				Error errorDetail `json:"error"`
-			}
+			var got httpapi.Problem
 			if err := json.Unmarshal([]byte(body), &got); err != nil {
 				t.Errorf("%s/%s: body is not JSON: %s", mode, tc.name, body)
 				continue
 			}
-			if code != tc.status || got.Error.Code != tc.code || got.Error.Field != tc.field ||
-				!strings.Contains(got.Error.Message, tc.mention) || (tc.field != "" && !strings.Contains(got.Error.Message, tc.field)) {
+			if code != tc.status || got.Status != code || got.Code != tc.code || got.Field != tc.field ||
+				!strings.Contains(got.Detail, tc.mention) || (tc.field != "" && !strings.Contains(got.Detail, tc.field)) {
 				t.Errorf("%s/%s: %d %s\nwant %d, code %s, field %q, a message mentioning %q", mode, tc.name, code, body, tc.status, tc.code, tc.field, tc.mention)
 			}
 		}

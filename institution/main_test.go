@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -35,10 +37,13 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// fixture is a server behind httptest and an admin client for it.
+// fixture is a server behind httptest, an HTTP client that validates
+// every answer against the OpenAPI description, and an admin client over
+// it.
 type fixture struct {
 	srv   *Server
 	ts    *httptest.Server
+	hc    *http.Client
 	admin *Client
 }
 
@@ -60,12 +65,21 @@ func newFixture(t *testing.T, mutate func(*Config)) *fixture {
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	t.Cleanup(srv.Close)
-	return &fixture{srv: srv, ts: ts, admin: NewClient(ts.URL, ts.Client()).WithAdminToken(testToken)}
+	hc := &http.Client{Transport: validating(t, ts.Client().Transport)}
+	return &fixture{srv: srv, ts: ts, hc: hc, admin: NewClient(ts.URL, hc).WithAdminToken(testToken)}
 }
 
-// client returns a client with the given timeout (0: none).
+// validating wraps base (nil: http.DefaultTransport) in a transport that
+// checks every answer against the simulator's OpenAPI description,
+// failing t on a mismatch.
+func validating(t testing.TB, base http.RoundTripper) http.RoundTripper {
+	return apitest.New(t, OpenAPI()).Transport(t, base)
+}
+
+// client returns a client with the given timeout (0: none) whose answers
+// are validated.
 func (f *fixture) client(timeout time.Duration) *Client {
-	return NewClient(f.ts.URL, &http.Client{Timeout: timeout, Transport: f.ts.Client().Transport})
+	return NewClient(f.ts.URL, &http.Client{Timeout: timeout, Transport: f.hc.Transport})
 }
 
 // setBehavior sets the behaviour or fails the test.

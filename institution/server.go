@@ -11,9 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/stampede-lab/stampede/internal/routes"
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 // Server is the institution simulator. It implements http.Handler (see
@@ -25,7 +24,7 @@ type Server struct {
 	now       func() time.Time
 	adminHash [sha256.Size]byte
 	metrics   *metrics
-	handler   http.Handler
+	api       *httpapi.API
 
 	// hung counts the requests held right now; at most cfg.MaxHung.
 	hung atomic.Int64
@@ -74,12 +73,14 @@ func NewServer(cfg Config) (*Server, error) {
 		state:     newLedgerState(),
 		release:   make(chan struct{}),
 	}
-	s.handler = s.logRequests(s.routes())
+	if s.api, err = s.newAPI(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 // ServeHTTP serves the simulator's API.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.api.ServeHTTP(w, r) }
 
 // Close releases every held request (each answers 504 released) and makes
 // every later approval request fail at once with 503 shutting_down,
@@ -147,57 +148,24 @@ func (s *Server) Arrivals() ArrivalLog {
 	return s.state.arrivalLog()
 }
 
-// routes builds the router.
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	notAllowed := func(allow string) http.HandlerFunc {
-		return s.api(func(w http.ResponseWriter, r *http.Request) error {
-			w.Header().Set("Allow", allow)
-			return &Error{Code: CodeMethod, Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)}
-		})
+// newAPI builds the simulator's HTTP API on httpapi: its routes, plus
+// /healthz, /readyz (no dependencies: ready once serving), /metrics and
+// /openapi.json.
+func (s *Server) newAPI() (*httpapi.API, error) {
+	a, err := httpapi.New(httpapi.Config{Name: "institution", Logger: s.log, Registry: s.cfg.Registry, Spec: OpenAPI().JSON})
+	if err != nil {
+		return nil, err
 	}
-	route := func(path string, methods map[string]http.HandlerFunc) {
-		routes.Handle(mux, path, methods, notAllowed)
-	}
-	admin := func(fn func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
-		return s.api(func(w http.ResponseWriter, r *http.Request) error {
-			if err := s.authAdmin(r); err != nil {
-				return err
-			}
-			return fn(w, r)
-		})
-	}
-	route("/v1/approvals", map[string]http.HandlerFunc{http.MethodPost: s.api(s.approve)})
-	route("/v1/approvals/{external_key}", map[string]http.HandlerFunc{http.MethodGet: s.api(s.status)})
-	route("/admin/behavior", map[string]http.HandlerFunc{
-		http.MethodGet: admin(s.getBehavior),
-		http.MethodPut: admin(s.putBehavior),
+	a.Handle("/v1/approvals", httpapi.Methods{http.MethodPost: s.approve})
+	a.Handle("/v1/approvals/{external_key}", httpapi.Methods{http.MethodGet: s.status})
+	a.Handle("/admin/behavior", httpapi.Methods{
+		http.MethodGet: s.admin(s.getBehavior),
+		http.MethodPut: s.admin(s.putBehavior),
 	})
-	route("/admin/arrivals", map[string]http.HandlerFunc{http.MethodGet: admin(s.getArrivals)})
-	route("/admin/approvals", map[string]http.HandlerFunc{http.MethodGet: admin(s.getApprovals)})
-	route("/admin/reset", map[string]http.HandlerFunc{http.MethodPost: admin(s.postReset)})
-	route("/healthz", map[string]http.HandlerFunc{
-		http.MethodGet: s.api(func(w http.ResponseWriter, r *http.Request) error {
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-			return nil
-		}),
-	})
-	metrics := promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)})
-	route("/metrics", map[string]http.HandlerFunc{http.MethodGet: metrics.ServeHTTP})
-	mux.HandleFunc("/", s.api(func(w http.ResponseWriter, r *http.Request) error {
-		return &Error{Code: CodeNoRoute, Message: fmt.Sprintf("no such path: %s %s", r.Method, r.URL.Path)}
-	}))
-	return mux
-}
-
-// api adapts an API handler: a returned error becomes the JSON error
-// answer.
-func (s *Server) api(fn func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := fn(w, r); err != nil {
-			s.writeError(w, r, err)
-		}
-	}
+	a.Handle("/admin/arrivals", httpapi.Methods{http.MethodGet: s.admin(s.getArrivals)})
+	a.Handle("/admin/approvals", httpapi.Methods{http.MethodGet: s.admin(s.getApprovals)})
+	a.Handle("/admin/reset", httpapi.Methods{http.MethodPost: s.admin(s.postReset)})
+	return a, nil
 }
 
 // approveFields lists the fields of POST /v1/approvals.
@@ -240,11 +208,11 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	if closed {
-		return &Error{Code: CodeShuttingDown, Message: "the institution is shutting down; nothing was recorded"}
+		return &Error{Code: httpapi.CodeShuttingDown, Message: "the institution is shutting down; nothing was recorded"}
 	}
 	switch b.Mode {
 	case ModeError:
-		return &Error{Code: CodeInstitution, Message: "the institution failed (mode ERROR); nothing was recorded"}
+		return &Error{Code: httpapi.CodeInstitution, Message: "the institution failed (mode ERROR); nothing was recorded"}
 	case ModeHangBefore:
 		if !s.acquireHung() {
 			return s.busy()
@@ -253,7 +221,7 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) error {
 		if err := s.hold(r.Context(), b.Hang(), release); err != nil {
 			return err
 		}
-		return &Error{Code: CodeTimeout, Message: fmt.Sprintf("held for %d ms before processing (mode HANG_BEFORE_PROCESSING); nothing was recorded", b.HangMS)}
+		return &Error{Code: httpapi.CodeTimeout, Message: fmt.Sprintf("held for %d ms before processing (mode HANG_BEFORE_PROCESSING); nothing was recorded", b.HangMS)}
 	case ModeHangAfter:
 		if !s.acquireHung() {
 			return s.busy()
@@ -266,14 +234,14 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) error {
 		if err := s.hold(r.Context(), b.Hang(), release); err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, res)
+		httpapi.WriteJSON(w, http.StatusOK, res)
 		return nil
 	default: // ModeNormal, ModeDecline
 		res, err := s.process(req, b)
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, res)
+		httpapi.WriteJSON(w, http.StatusOK, res)
 		return nil
 	}
 }
@@ -283,17 +251,17 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) error {
 func validateApproveBody(key *string, amount *int64, currency *string) error {
 	switch {
 	case key == nil:
-		return fieldError("external_key", "is required")
+		return httpapi.Invalid("external_key", "is required")
 	case amount == nil:
 		if err := ValidateExternalKey(*key); err != nil {
 			return err
 		}
-		return fieldError("amount", "is required")
+		return httpapi.Invalid("amount", "is required")
 	case currency == nil:
 		if err := (ApproveRequest{ExternalKey: *key, Amount: *amount, Currency: Currencies[0]}).Validate(); err != nil {
 			return err
 		}
-		return fieldError("currency", "is required")
+		return httpapi.Invalid("currency", "is required")
 	}
 	return ApproveRequest{ExternalKey: *key, Amount: *amount, Currency: *currency}.Validate()
 }
@@ -301,7 +269,7 @@ func validateApproveBody(key *string, amount *int64, currency *string) error {
 // busy is the answer when MaxHung requests are held.
 func (s *Server) busy() error {
 	s.metrics.busy.Inc()
-	return &Error{Code: CodeBusy, Message: fmt.Sprintf("the institution is holding %d requests, its limit; nothing was recorded", s.cfg.MaxHung)}
+	return &Error{Code: httpapi.CodeBusy, Message: fmt.Sprintf("the institution is holding %d requests, its limit; nothing was recorded", s.cfg.MaxHung)}
 }
 
 // acquireHung takes one of the MaxHung slots, or reports that none is
@@ -330,11 +298,11 @@ func (s *Server) hold(ctx context.Context, d time.Duration, release <-chan struc
 	case <-t.C:
 		return nil
 	case <-release:
-		return &Error{Code: CodeReleased, Message: "the held request was released by a reset"}
+		return &Error{Code: httpapi.CodeReleased, Message: "the held request was released by a reset"}
 	case <-s.done:
-		return &Error{Code: CodeReleased, Message: "the held request was released: the institution is shutting down"}
+		return &Error{Code: httpapi.CodeReleased, Message: "the held request was released: the institution is shutting down"}
 	case <-ctx.Done():
-		return &Error{Code: CodeTimeout, Message: "the caller left while the request was held"}
+		return &Error{Code: httpapi.CodeTimeout, Message: "the caller left while the request was held"}
 	}
 }
 
@@ -348,7 +316,7 @@ func (s *Server) process(req ApproveRequest, b Behavior) (ApprovalResult, error)
 	switch {
 	case seen && b.Idempotent:
 		if rec.Amount != req.Amount || rec.Currency != req.Currency {
-			return ApprovalResult{}, &Error{Code: CodeConflict, Field: "external_key",
+			return ApprovalResult{}, &Error{Code: httpapi.CodeConflict, Field: "external_key",
 				Message: fmt.Sprintf("already used for %d %s; a repeat must carry the same amount and currency", rec.Amount, rec.Currency)}
 		}
 		rec.Requests++
@@ -380,17 +348,18 @@ func (s *Server) process(req ApproveRequest, b Behavior) (ApprovalResult, error)
 	return ApprovalResult{ExternalKey: req.ExternalKey, Status: StatusApproved, ApprovalID: id}, nil
 }
 
-// notFoundBody is the 404 answer of the status inquiry.
-type notFoundBody struct {
-	Error       errorDetail `json:"error"`
-	ExternalKey string      `json:"external_key"`
-	// Definitive is true when no request for the key arrived within the
-	// last NotFoundWindow: it will never be recorded.
-	Definitive       bool      `json:"definitive"`
-	NotFoundWindowMS int64     `json:"not_found_window_ms"`
-	FirstAttemptAt   time.Time `json:"first_attempt_at,omitzero"`
-	LastAttemptAt    time.Time `json:"last_attempt_at,omitzero"`
-}
+// The extension members of the status inquiry's 404 problem, beside
+// code "not_found": the key; whether not-found is definitive (no request
+// for the key arrived within the last NotFoundWindow, so it will never be
+// recorded); the window in milliseconds; and, when requests for the key
+// arrived, the first and the last arrival (RFC 3339, UTC).
+const (
+	memberExternalKey    = "external_key"
+	memberDefinitive     = "definitive"
+	memberNotFoundWindow = "not_found_window_ms"
+	memberFirstAttempt   = "first_attempt_at"
+	memberLastAttempt    = "last_attempt_at"
+)
 
 // status serves GET /v1/approvals/{external_key}.
 func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
@@ -410,38 +379,37 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	s.mu.Unlock()
 	switch {
 	case down:
-		return &Error{Code: CodeStatusUnavailable, Message: "the status API is down (status_api DOWN); try again later and do not read this as not found"}
+		return &Error{Code: httpapi.CodeStatusDown, Message: "the status API is down (status_api DOWN); try again later and do not read this as not found"}
 	case found:
-		writeJSON(w, http.StatusOK, rec)
+		httpapi.WriteJSON(w, http.StatusOK, rec)
 		return nil
 	}
-	body := notFoundBody{
-		ExternalKey:      key,
-		Definitive:       !attempted || now.Sub(a.last) >= s.cfg.NotFoundWindow,
-		NotFoundWindowMS: s.cfg.NotFoundWindow.Milliseconds(),
-		FirstAttemptAt:   a.first,
-		LastAttemptAt:    a.last,
+	definitive := !attempted || now.Sub(a.last) >= s.cfg.NotFoundWindow
+	extra := map[string]any{
+		memberExternalKey:    key,
+		memberDefinitive:     definitive,
+		memberNotFoundWindow: s.cfg.NotFoundWindow.Milliseconds(),
 	}
 	msg := fmt.Sprintf("no record for external key %q", key)
-	if body.Definitive {
-		if attempted {
-			msg += fmt.Sprintf("; definitive: its last request arrived over %s ago", s.cfg.NotFoundWindow)
-		} else {
-			msg += "; no request for it arrived (one still in the network is not covered: wait not_found_window_ms after sending it)"
-		}
-	} else {
+	switch {
+	case definitive && attempted:
+		msg += fmt.Sprintf("; definitive: its last request arrived over %s ago", s.cfg.NotFoundWindow)
+	case definitive:
+		msg += "; no request for it arrived (one still in the network is not covered: wait not_found_window_ms after sending it)"
+	default:
 		msg += fmt.Sprintf("; not definitive: a request for it arrived %s ago, within the %s not-found window", now.Sub(a.last).Round(time.Millisecond), s.cfg.NotFoundWindow)
 	}
-	body.Error = errorDetail{Code: CodeNotFound, Message: msg}
-	writeJSON(w, http.StatusNotFound, body)
-	return nil
+	if attempted {
+		extra[memberFirstAttempt], extra[memberLastAttempt] = a.first, a.last
+	}
+	return &Error{Code: httpapi.CodeNotFound, Message: msg, Extra: extra}
 }
 
 // behaviorFields lists the fields of PUT /admin/behavior.
 const behaviorFields = `"mode", "hang_ms", "idempotent", "status_api"`
 
 func (s *Server) getBehavior(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, s.Behavior())
+	httpapi.WriteJSON(w, http.StatusOK, s.Behavior())
 	return nil
 }
 
@@ -489,17 +457,17 @@ func (s *Server) putBehavior(w http.ResponseWriter, r *http.Request) error {
 	s.behavior = b
 	s.mu.Unlock()
 	s.log.Info("institution: behaviour set", "mode", b.Mode, "hang_ms", b.HangMS, "idempotent", b.Idempotent, "status_api", b.StatusAPI)
-	writeJSON(w, http.StatusOK, b)
+	httpapi.WriteJSON(w, http.StatusOK, b)
 	return nil
 }
 
 func (s *Server) getArrivals(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, s.Arrivals())
+	httpapi.WriteJSON(w, http.StatusOK, s.Arrivals())
 	return nil
 }
 
 func (s *Server) getApprovals(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, s.Ledger())
+	httpapi.WriteJSON(w, http.StatusOK, s.Ledger())
 	return nil
 }
 
@@ -513,6 +481,6 @@ type ResetResult struct {
 
 func (s *Server) postReset(w http.ResponseWriter, r *http.Request) error {
 	n := s.Reset()
-	writeJSON(w, http.StatusOK, ResetResult{Released: n, Behavior: s.Behavior()})
+	httpapi.WriteJSON(w, http.StatusOK, ResetResult{Released: n, Behavior: s.Behavior()})
 	return nil
 }

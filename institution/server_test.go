@@ -2,6 +2,7 @@ package institution
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 func TestNormalApprovesAndChargesOnce(t *testing.T) {
@@ -76,7 +79,7 @@ func TestErrorModeRecordsNothing(t *testing.T) {
 	if !errors.Is(err, ErrInstitution) || errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("Approve in mode ERROR: %v, want ErrInstitution", err)
 	}
-	if e, ok := errors.AsType[*Error](err); !ok || e.Status != 500 || e.Code != CodeInstitution {
+	if e, ok := errors.AsType[*Error](err); !ok || e.Status != 500 || e.Code != httpapi.CodeInstitution {
 		t.Fatalf("error %#v, want a 500 institution_error", err)
 	}
 	if l := f.ledger(t); l.Keys != 0 || l.ChargesTotal != 0 {
@@ -120,7 +123,7 @@ func TestHangBeforeAnswers504WhenTheCallerWaits(t *testing.T) {
 	if !errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("Approve: %v, want ErrUnknownOutcome", err)
 	}
-	if e, ok := errors.AsType[*Error](err); !ok || e.Status != http.StatusGatewayTimeout || e.Code != CodeTimeout {
+	if e, ok := errors.AsType[*Error](err); !ok || e.Status != http.StatusGatewayTimeout || e.Code != httpapi.CodeTimeout {
 		t.Fatalf("error %v, want a 504 timeout", err)
 	}
 	if took := time.Since(start); took < 50*time.Millisecond {
@@ -309,7 +312,7 @@ func expectReleased(t *testing.T, out <-chan error, n int, bound time.Duration) 
 		select {
 		case err := <-out:
 			e, ok := errors.AsType[*Error](err)
-			if !errors.Is(err, ErrUnknownOutcome) || !ok || e.Code != CodeReleased || e.Status != http.StatusGatewayTimeout {
+			if !errors.Is(err, ErrUnknownOutcome) || !ok || e.Code != httpapi.CodeReleased || e.Status != http.StatusGatewayTimeout {
 				t.Errorf("released request: %v, want ErrUnknownOutcome with a 504 released", err)
 			}
 		case <-deadline:
@@ -358,7 +361,7 @@ func TestCloseReleasesHeldRequestsAndFailsNewOnesFast(t *testing.T) {
 	start := time.Now()
 	_, err := f.admin.Approve(context.Background(), req("late"))
 	e, ok := errors.AsType[*Error](err)
-	if !errors.Is(err, ErrInstitution) || !ok || e.Code != CodeShuttingDown || e.Status != http.StatusServiceUnavailable {
+	if !errors.Is(err, ErrInstitution) || !ok || e.Code != httpapi.CodeShuttingDown || e.Status != http.StatusServiceUnavailable {
 		t.Fatalf("Approve after Close: %v, want ErrInstitution with a 503 shutting_down", err)
 	}
 	if took := time.Since(start); took > time.Second {
@@ -376,7 +379,7 @@ func TestMaxHungAnswersBusyAtOnce(t *testing.T) {
 	start := time.Now()
 	_, err := f.admin.Approve(context.Background(), req("one-too-many"))
 	e, ok := errors.AsType[*Error](err)
-	if !errors.Is(err, ErrInstitution) || !ok || e.Code != CodeBusy || e.Status != http.StatusServiceUnavailable {
+	if !errors.Is(err, ErrInstitution) || !ok || e.Code != httpapi.CodeBusy || e.Status != http.StatusServiceUnavailable {
 		t.Fatalf("Approve beyond MaxHung: %v, want ErrInstitution with a 503 busy", err)
 	}
 	if took := time.Since(start); took > time.Second {
@@ -405,7 +408,7 @@ func TestStatusAPIDownIsUnavailable(t *testing.T) {
 	for _, key := range []string{"pay-s", "never-seen"} {
 		_, err := f.admin.Status(ctx, key)
 		e, ok := errors.AsType[*Error](err)
-		if !errors.Is(err, ErrStatusUnavailable) || !ok || e.Status != http.StatusServiceUnavailable || e.Code != CodeStatusUnavailable {
+		if !errors.Is(err, ErrStatusUnavailable) || !ok || e.Status != http.StatusServiceUnavailable || e.Code != httpapi.CodeStatusDown {
 			t.Errorf("Status(%s) with the status API down: %v, want ErrStatusUnavailable", key, err)
 		}
 	}
@@ -456,13 +459,16 @@ func TestNotFoundIsDefinitiveOnlyAfterTheWindow(t *testing.T) {
 		t.Errorf("just after a retry: definitive")
 	}
 	// The raw answer is the documented 404.
-	resp, err := http.Get(f.ts.URL + "/v1/approvals/pay-w")
+	resp, err := f.hc.Get(f.ts.URL + "/v1/approvals/pay-w")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`"code":"not_found"`, `"not_found_window_ms":2000`, `"definitive":false`} {
+	if ct := resp.Header.Get("Content-Type"); ct != httpapi.ProblemContentType {
+		t.Errorf("404 Content-Type %q, want %s", ct, httpapi.ProblemContentType)
+	}
+	for _, want := range []string{`"code":"not_found"`, `"status":404`, `"type":"urn:stampede:problem:not_found"`, `"not_found_window_ms":2000`, `"definitive":false`, `"last_attempt_at":"2026-03-01T12:00:02Z"`} {
 		if resp.StatusCode != 404 || !strings.Contains(string(body), want) {
 			t.Errorf("404 body lacks %s: %d %s", want, resp.StatusCode, body)
 		}
@@ -478,7 +484,7 @@ func TestApproveNotSentWhenNoConnection(t *testing.T) {
 	ln.Close()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	c := NewClient("http://"+addr, &http.Client{Transport: tr, Timeout: 2 * time.Second})
+	c := NewClient("http://"+addr, &http.Client{Transport: validating(t, tr), Timeout: 2 * time.Second})
 	if _, err := c.Approve(context.Background(), req("k")); !errors.Is(err, ErrNotSent) || errors.Is(err, ErrUnknownOutcome) {
 		t.Errorf("connection refused: %v, want ErrNotSent", err)
 	}
@@ -495,6 +501,9 @@ func TestApproveNotSentWhenNoConnection(t *testing.T) {
 	}
 }
 
+// TestApproveConnectionLostAfterSendingIsUnknown and the next test play
+// a broken institution, so their answers are not validated against the
+// description.
 func TestApproveConnectionLostAfterSendingIsUnknown(t *testing.T) {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -525,10 +534,10 @@ func TestApproveUnreadable200IsUnknown(t *testing.T) {
 func TestAdminNeedsTheToken(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	for _, c := range []*Client{NewClient(f.ts.URL, f.ts.Client()), f.admin.WithAdminToken("wrong-token-wrong-token")} {
+	for _, c := range []*Client{NewClient(f.ts.URL, f.hc), f.admin.WithAdminToken("wrong-token-wrong-token")} {
 		_, err := c.Reset(ctx)
 		e, ok := errors.AsType[*Error](err)
-		if !errors.Is(err, ErrRejected) || !ok || e.Status != http.StatusUnauthorized || e.Code != CodeUnauthorized {
+		if !errors.Is(err, ErrRejected) || !ok || e.Status != http.StatusUnauthorized || e.Code != httpapi.CodeUnauthorized {
 			t.Errorf("Reset without the right token: %v, want a 401", err)
 		}
 		if _, err := c.SetBehavior(ctx, DefaultBehavior()); !errors.Is(err, ErrRejected) {
@@ -578,11 +587,66 @@ func TestHealthzMetricsAndRoutes(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	if code, body := do(t, f, http.MethodDelete, "/v1/approvals", "", "", ""); code != 405 || !strings.Contains(body, `"method"`) {
-		t.Errorf("DELETE /v1/approvals: %d %s", code, body)
+}
+
+// TestRoutesAnswerProblems checks the answers every Stampede service
+// shares: JSON 404 and 405 (with Allow) problems, /readyz and
+// /openapi.json.
+func TestRoutesAnswerProblems(t *testing.T) {
+	f := newFixture(t, nil)
+	cases := []struct {
+		method, path string
+		status       int
+		code         Code
+		allow        string
+	}{
+		{http.MethodDelete, "/v1/approvals", 405, httpapi.CodeMethod, "POST"},
+		{http.MethodGet, "/v1/approvals", 405, httpapi.CodeMethod, "POST"},
+		{http.MethodPost, "/v1/approvals/k", 405, httpapi.CodeMethod, "GET, HEAD"},
+		{http.MethodDelete, "/admin/behavior", 405, httpapi.CodeMethod, "GET, HEAD, PUT"},
+		{http.MethodGet, "/admin/reset", 405, httpapi.CodeMethod, "POST"},
+		{http.MethodPost, "/healthz", 405, httpapi.CodeMethod, "GET, HEAD"},
+		{http.MethodGet, "/nope", 404, httpapi.CodeNotFound, ""},
+		{http.MethodGet, "/v1/approvals/a/b", 404, httpapi.CodeNotFound, ""},
+		{http.MethodPost, "/admin", 404, httpapi.CodeNotFound, ""},
 	}
-	if code, body := do(t, f, http.MethodGet, "/nope", "", "", ""); code != 404 || !strings.Contains(body, `"no_route"`) {
-		t.Errorf("GET /nope: %d %s", code, body)
+	for _, tc := range cases {
+		r, err := http.NewRequest(tc.method, f.ts.URL+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := f.hc.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := httpapi.ReadProblem(resp)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || p.Code != tc.code || resp.Header.Get("Allow") != tc.allow ||
+			resp.Header.Get("Content-Type") != httpapi.ProblemContentType {
+			t.Errorf("%s %s: %d %s, Allow %q, Content-Type %q; want %d %s, Allow %q", tc.method, tc.path,
+				resp.StatusCode, p.Code, resp.Header.Get("Allow"), resp.Header.Get("Content-Type"), tc.status, tc.code, tc.allow)
+		}
+	}
+	if code, body := do(t, f, http.MethodGet, "/readyz", "", "", ""); code != 200 || !strings.Contains(body, `"ready"`) {
+		t.Errorf("readyz: %d %s", code, body)
+	}
+	code, body := do(t, f, http.MethodGet, "/openapi.json", "", "", "")
+	var doc struct {
+		OpenAPI string         `json:"openapi"`
+		Paths   map[string]any `json:"paths"`
+	}
+	if err := json.Unmarshal([]byte(body), &doc); code != 200 || err != nil || doc.OpenAPI != "3.0.3" {
+		t.Fatalf("openapi.json: %d %v %.200s", code, err, body)
+	}
+	for _, path := range []string{"/v1/approvals", "/v1/approvals/{external_key}", "/admin/behavior", "/admin/arrivals",
+		"/admin/approvals", "/admin/reset", "/healthz", "/readyz", "/metrics", "/openapi.json"} {
+		if doc.Paths[path] == nil {
+			t.Errorf("openapi.json lacks %s", path)
+		}
+	}
+	// The request metrics count by route pattern, method and status.
+	if code, body := do(t, f, http.MethodGet, "/metrics", "", "", ""); code != 200 || !strings.Contains(body, `http_requests_total{code="405",method="DELETE",route="/v1/approvals"} 1`) {
+		t.Errorf("metrics lack the request counter: %d", code)
 	}
 }
 
@@ -622,6 +686,21 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	}
 }
 
+// TestServerConfigOutlastsTheLongestHang: a request held for MaxHangMS is
+// answered before the write timeout cuts it.
+func TestServerConfigOutlastsTheLongestHang(t *testing.T) {
+	c := ServerConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.WriteTimeout <= MaxHang || MaxHang != time.Duration(MaxHangMS)*time.Millisecond {
+		t.Fatalf("WriteTimeout %s does not outlast the longest hang, %s", c.WriteTimeout, MaxHang)
+	}
+	if err := DefaultBehavior().Validate(); err != nil || validateHangMS(MaxHangMS) != nil || validateHangMS(MaxHangMS+1) == nil {
+		t.Fatalf("hang_ms is not bounded by MaxHangMS")
+	}
+}
+
 // do sends a raw request and returns the status and body.
 func do(t *testing.T, f *fixture, method, path, token, contentType, body string) (int, string) {
 	t.Helper()
@@ -635,7 +714,7 @@ func do(t *testing.T, f *fixture, method, path, token, contentType, body string)
 	if contentType != "" {
 		r.Header.Set("Content-Type", contentType)
 	}
-	resp, err := f.ts.Client().Do(r)
+	resp, err := f.hc.Do(r)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -651,4 +730,36 @@ func adminGet(t *testing.T, f *fixture, path string) string {
 		t.Fatalf("GET %s: %d %s", path, code, body)
 	}
 	return body
+}
+
+// TestClientReadsAnswersThatAreNotProblems plays a proxy in front of the
+// institution, whose error answers are not problems: the Client keeps its
+// sentinel errors and the status, and a 404 that is not the status
+// inquiry's problem is not read as "not found".
+func TestClientReadsAnswersThatAreNotProblems(t *testing.T) {
+	status := http.StatusBadGateway
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(status)
+		io.WriteString(w, "<html>proxy error</html>")
+	}))
+	defer ts.Close()
+	c := NewClient(ts.URL, ts.Client())
+	_, err := c.Approve(context.Background(), req("k"))
+	e, ok := errors.AsType[*Error](err)
+	if !errors.Is(err, ErrInstitution) || !ok || e.Status != http.StatusBadGateway || !strings.Contains(e.Message, "proxy error") {
+		t.Errorf("a proxy's 502: %v, want ErrInstitution with status 502 quoting the body", err)
+	}
+	status = http.StatusNotFound
+	if _, err := c.Status(context.Background(), "k"); !errors.Is(err, ErrRejected) {
+		t.Errorf("a 404 that is no not-found problem: %v, want ErrRejected", err)
+	}
+	status = http.StatusServiceUnavailable
+	if _, err := c.Status(context.Background(), "k"); !errors.Is(err, ErrStatusUnavailable) {
+		t.Errorf("a proxy's 503 to a status inquiry: %v, want ErrStatusUnavailable", err)
+	}
+	status = http.StatusGatewayTimeout
+	if _, err := c.Approve(context.Background(), req("k")); !errors.Is(err, ErrUnknownOutcome) {
+		t.Errorf("a proxy's 504: %v, want ErrUnknownOutcome", err)
+	}
 }

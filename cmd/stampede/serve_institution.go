@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 // institutionOptions are the flags of `stampede serve institution`.
@@ -23,11 +24,14 @@ type institutionOptions struct {
 	notFoundWindow time.Duration
 	maxHung        int
 	logLevel       string
+	// server holds the server timeouts; WriteTimeout is derived (see
+	// institution.ServerConfig), not a flag.
+	server httpapi.ServerConfig
 }
 
 func newServeInstitutionCmd() *cobra.Command {
 	defaults := institution.DefaultConfig()
-	opts := &institutionOptions{}
+	opts := &institutionOptions{server: institution.ServerConfig()}
 	cmd := &cobra.Command{
 		Use:   "institution",
 		Short: "Run the payment-institution simulator",
@@ -40,11 +44,15 @@ after the money moves. State is in memory and lost on exit.
   PUT  /admin/behavior               {"mode","hang_ms","idempotent","status_api"} (Bearer admin token)
   GET  /admin/behavior, /admin/arrivals, /admin/approvals   (Bearer admin token)
   POST /admin/reset                  clear, back to NORMAL, release every held request
-  GET  /healthz, /metrics
+  GET  /healthz, /readyz, /metrics, /openapi.json
 
+Errors are RFC 9457 application/problem+json bodies with a stable "code".
 Modes: NORMAL, DECLINE, HANG_BEFORE_PROCESSING, HANG_AFTER_PROCESSING, ERROR.
-A hang holds the request for hang_ms (default 8000); at most --max-hung
-requests are held at once, the rest are answered 503 busy at once.
+A hang holds the request for hang_ms (default 8000, at most 600000); at most
+--max-hung requests are held at once, the rest are answered 503 busy at once.
+The server's write timeout is the longest hang plus 30 s, so that a held
+request is always answered; the read, header and idle timeouts close stalled
+and idle connections.
 
 The admin token is read from STAMPEDE_ADMIN_TOKEN when --admin-token is not
 given.`,
@@ -60,7 +68,11 @@ given.`,
 	f.DurationVar(&opts.notFoundWindow, "not-found-window", defaults.NotFoundWindow,
 		"declared window after a request's arrival past which an unrecorded external key is definitively not found (1ms to 24h)")
 	f.IntVar(&opts.maxHung, "max-hung", defaults.MaxHung, "most requests held at once by the hang modes; beyond it answer 503 busy")
-	f.StringVar(&opts.logLevel, "log-level", "info", "log level: debug (logs every request), info, warn or error")
+	f.StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info (logs every request), warn or error")
+	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "longest time to read a request's headers")
+	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "longest time to read a whole request, body included (at least --read-header-timeout)")
+	f.DurationVar(&opts.server.IdleTimeout, "idle-timeout", opts.server.IdleTimeout, "close keep-alive connections idle this long")
+	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", opts.server.ShutdownTimeout, "on SIGINT or SIGTERM, cut requests still running after this long")
 	return cmd
 }
 
@@ -75,6 +87,14 @@ func (o *institutionOptions) config(log *slog.Logger) (institution.Config, error
 		return cfg, errors.New("--http must not be empty")
 	}
 	cfg.AdminToken, cfg.NotFoundWindow, cfg.MaxHung, cfg.Logger = o.adminToken, o.notFoundWindow, o.maxHung, log
+	if err := o.server.Validate(); err != nil {
+		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
+			"IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
+		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+			return cfg, fmt.Errorf("%s %s", flag[e.Field], strings.ReplaceAll(e.Message, "ReadHeaderTimeout", "--read-header-timeout"))
+		}
+		return cfg, err
+	}
 	if err := cfg.Validate(); err != nil {
 		flag := map[string]string{"AdminToken": "--admin-token", "NotFoundWindow": "--not-found-window", "MaxHung": "--max-hung"}
 		if e, ok := errors.AsType[*institution.Error](err); ok && flag[e.Field] != "" {
@@ -111,33 +131,22 @@ func runInstitution(cmd *cobra.Command, opts *institutionOptions) error {
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		// A held request answers after up to MaxHangMS: let it.
-		WriteTimeout: institution.MaxHangMS*time.Millisecond + 30*time.Second,
-		IdleTimeout:  2 * time.Minute,
-		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
 	log.Info("institution simulator listening", "addr", ln.Addr().String(),
-		"not_found_window", cfg.NotFoundWindow, "max_hung", cfg.MaxHung)
+		"not_found_window", cfg.NotFoundWindow, "max_hung", cfg.MaxHung,
+		"read_header_timeout", opts.server.ReadHeaderTimeout, "read_timeout", opts.server.ReadTimeout,
+		"write_timeout", opts.server.WriteTimeout, "idle_timeout", opts.server.IdleTimeout)
 
-	select {
-	case err := <-served:
+	// On SIGINT or SIGTERM release the held requests first, then shut
+	// down: a graceful shutdown waits for them.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	defer context.AfterFunc(ctx, func() {
+		log.Info("shutting down", "held_requests_released", srv.Hung())
+		srv.Close()
+		stopServing()
+	})()
+	if err := httpapi.Serve(serveCtx, ln, srv, opts.server, log); err != nil {
 		return fmt.Errorf("http server: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down", "held_requests_released", srv.Hung())
-	// Release the held requests first: Shutdown waits for them.
-	srv.Close()
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-	defer cancel()
-	if err := hs.Shutdown(shutCtx); err != nil {
-		log.Warn("requests still running after the shutdown timeout were cut off", "timeout", shutdownTimeout, "err", err)
-		hs.Close()
 	}
 	log.Info("stopped")
 	return nil
