@@ -22,7 +22,6 @@ type institutionOptions struct {
 	adminToken     string
 	notFoundWindow time.Duration
 	maxHung        int
-	logLevel       string
 }
 
 func newServeInstitutionCmd() *cobra.Command {
@@ -46,8 +45,7 @@ Modes: NORMAL, DECLINE, HANG_BEFORE_PROCESSING, HANG_AFTER_PROCESSING, ERROR.
 A hang holds the request for hang_ms (default 8000); at most --max-hung
 requests are held at once, the rest are answered 503 busy at once.
 
-The admin token is read from STAMPEDE_ADMIN_TOKEN when --admin-token is not
-given.`,
+Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN.`,
 		Example: `  stampede serve institution --admin-token "$(openssl rand -hex 16)"
   curl -X PUT -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
     -d '{"mode":"HANG_BEFORE_PROCESSING","hang_ms":8000}' http://127.0.0.1:8090/admin/behavior`,
@@ -56,11 +54,10 @@ given.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.http, "http", "127.0.0.1:8090", "address to listen on for HTTP")
-	f.StringVar(&opts.adminToken, "admin-token", "", fmt.Sprintf("bearer token for /admin, at least %d bytes (env %s; required)", institution.MinAdminTokenLen, envAdminToken))
+	f.StringVar(&opts.adminToken, "admin-token", "", fmt.Sprintf("bearer token for /admin, at least %d bytes (required)", institution.MinAdminTokenLen))
 	f.DurationVar(&opts.notFoundWindow, "not-found-window", defaults.NotFoundWindow,
 		"declared window after a request's arrival past which an unrecorded external key is definitively not found (1ms to 24h)")
 	f.IntVar(&opts.maxHung, "max-hung", defaults.MaxHung, "most requests held at once by the hang modes; beyond it answer 503 busy")
-	f.StringVar(&opts.logLevel, "log-level", "info", "log level: debug (logs every request), info, warn or error")
 	return cmd
 }
 
@@ -86,12 +83,7 @@ func (o *institutionOptions) config(log *slog.Logger) (institution.Config, error
 }
 
 func runInstitution(cmd *cobra.Command, opts *institutionOptions) error {
-	fromEnv(cmd, "admin-token", envAdminToken, &opts.adminToken)
-	level, err := parseLogLevel(opts.logLevel)
-	if err != nil {
-		return err
-	}
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	log := loggerOf(cmd)
 	cfg, err := opts.config(log)
 	if err != nil {
 		return err

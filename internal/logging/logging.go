@@ -113,8 +113,10 @@ type NATSLogger struct {
 }
 
 // NATS returns a logger for an embedded nats-server (server.SetLoggerV2)
-// that writes to log with component=nats-server: notices at Info, warnings
-// at Warn, errors at Error, debug at Debug, traces at LevelTrace. A fatal
+// that writes to log with component=nats-server: warnings at Warn, errors
+// at Error, notices and debug lines at Debug, traces at LevelTrace. The
+// notices are the server's start-up banner (some thirty lines) and its
+// life-cycle; the embedding command logs its own line at Info. A fatal
 // message is logged at Error with fatal=true and does not exit the
 // process: the embedding program decides what to do when its server stops.
 func NATS(log *slog.Logger) *NATSLogger {
@@ -134,8 +136,8 @@ func (l *NATSLogger) logf(level slog.Level, format string, v []any, attrs ...any
 	}
 }
 
-// Noticef implements server.Logger.
-func (l *NATSLogger) Noticef(format string, v ...any) { l.logf(slog.LevelInfo, format, v) }
+// Noticef implements server.Logger, at Debug.
+func (l *NATSLogger) Noticef(format string, v ...any) { l.logf(slog.LevelDebug, format, v) }
 
 // Warnf implements server.Logger.
 func (l *NATSLogger) Warnf(format string, v ...any) { l.logf(slog.LevelWarn, format, v) }

@@ -89,7 +89,7 @@ func TestSetupJSON(t *testing.T) {
 		{"from slog", "INFO", ""},
 		{"from the log package", "INFO", ""},
 		{"minimal supported value is 1ms", "WARN", "go-redis"},
-		{"Server is ready on 127.0.0.1:4222", "INFO", "nats-server"},
+		{"Server is ready on 127.0.0.1:4222", "DEBUG", "nats-server"},
 		{"slow consumer 7", "WARN", "nats-server"},
 		{`error "x"`, "ERROR", "nats-server"},
 		{"fatal y", "ERROR", "nats-server"},

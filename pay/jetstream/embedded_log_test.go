@@ -32,10 +32,11 @@ func (b *lockedBuffer) String() string {
 }
 
 // TestEmbeddedLogsThroughSlog starts the embedded nats-server with a JSON
-// logger: its start-up lines arrive as JSON, tagged component=nats-server.
+// logger at Debug: its start-up lines arrive as JSON, tagged
+// component=nats-server.
 func TestEmbeddedLogsThroughSlog(t *testing.T) {
 	var out lockedBuffer
-	e, err := jetstream.StartEmbeddedWithLogger(t.TempDir(), logging.New(&out, logging.FormatJSON, slog.LevelInfo))
+	e, err := jetstream.StartEmbeddedWithLogger(t.TempDir(), logging.New(&out, logging.FormatJSON, slog.LevelDebug))
 	if err != nil {
 		t.Fatal(err)
 	}
