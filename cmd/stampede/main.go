@@ -68,6 +68,6 @@ given on the command line wins over the environment.`,
 	serve, pay := newServeCmd(), newPayCmd()
 	bindEnv(serve)
 	bindEnv(pay)
-	root.AddCommand(newLabCmd(), serve, pay)
+	root.AddCommand(newLabCmd(), serve, pay, newProbeCmd())
 	return root
 }
