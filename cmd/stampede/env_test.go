@@ -210,3 +210,23 @@ func TestServeLogsJSON(t *testing.T) {
 		t.Errorf("STAMPEDE_LOG_FORMAT=text: got:\n%s", out)
 	}
 }
+
+// TestOnlyTheRootHasAPersistentHook guards the one hook that applies the
+// environment and makes the logger: cobra runs only the nearest
+// PersistentPreRun, so a subcommand with its own would silently skip both.
+func TestOnlyTheRootHasAPersistentHook(t *testing.T) {
+	root := newRootCmd()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if sub.PersistentPreRun != nil || sub.PersistentPreRunE != nil {
+				t.Errorf("%s has its own PersistentPreRun: the root's (environment, logger) would not run for it", sub.CommandPath())
+			}
+			walk(sub)
+		}
+	}
+	walk(root)
+	if root.PersistentPreRunE == nil {
+		t.Error("the root has no PersistentPreRunE")
+	}
+}
