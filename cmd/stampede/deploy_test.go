@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"debug/elf"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v4"
@@ -46,6 +49,24 @@ func (d composeService) dependsOn() []string {
 	return names
 }
 
+// composeFile is the part of deploy/compose.yaml the tests read.
+type composeFile struct {
+	Services map[string]composeService `yaml:"services"`
+}
+
+func readCompose(t *testing.T) composeFile {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose composeFile
+	if err := yaml.Unmarshal(b, &compose); err != nil {
+		t.Fatalf("compose.yaml: %v", err)
+	}
+	return compose
+}
+
 // interpolateRE matches compose's ${VAR}, ${VAR:-default} and ${VAR:?error}.
 var interpolateRE = regexp.MustCompile(`\$\{(\w+)(?::?([-?])([^}]*))?\}`)
 
@@ -70,16 +91,7 @@ func interpolate(s string) string {
 // and with the values it requires; ports and health checks use the port
 // the service listens on.
 func TestComposeFile(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "compose.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var compose struct {
-		Services map[string]composeService `yaml:"services"`
-	}
-	if err := yaml.Unmarshal(b, &compose); err != nil {
-		t.Fatalf("compose.yaml: %v", err)
-	}
+	compose := readCompose(t)
 	// The service each stampede service runs, and the flags it must be
 	// given (on the command line or in the environment).
 	stampede := map[string]string{
@@ -342,5 +354,102 @@ func TestDockerfile(t *testing.T) {
 	// And it runs: the health check the compose file uses is there.
 	if out, err := exec.Command(bin, "probe", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "probe URL") {
 		t.Errorf("%s probe --help: %v\n%s", bin, err, out)
+	}
+}
+
+// TestComposeServicesStart runs compose.yaml's stampede services in this
+// process with their commands and environment, as far as they can run
+// without Docker: Redis, PostgreSQL and NATS are the embedded defaults
+// (the URL flags and variables are left out), --http is a free loopback
+// port and pay calls the institution started here. Each must pass its own
+// health check (`stampede probe`, as compose runs it) and stop cleanly.
+func TestComposeServicesStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts five services")
+	}
+	compose := readCompose(t)
+	backing := map[string]bool{"--redis": true, "--postgres": true, "--nats": true}
+	for _, env := range []string{envRedis, envPostgres, envNATS, "STAMPEDE_REDIS", "STAMPEDE_POSTGRES", "STAMPEDE_NATS"} {
+		t.Setenv(env, "")
+	}
+	institutionURL := ""
+	for _, name := range []string{"institution", "pay", "waitroom-1", "waitroom-2", "waitroom-3"} {
+		svc, ok := compose.Services[name]
+		if !ok {
+			t.Fatalf("compose.yaml has no %s service", name)
+		}
+		addr := freeAddr(t)
+		var args []string
+		for i := 0; i < len(svc.Command); i++ {
+			a := interpolate(svc.Command[i])
+			switch {
+			case backing[a]:
+				i++ // the embedded default instead
+				continue
+			case a == "--http" || a == "--institution":
+				args = append(args, a)
+				if a == "--http" {
+					args = append(args, addr)
+				} else {
+					args = append(args, institutionURL)
+				}
+				i++
+				continue
+			}
+			args = append(args, a)
+		}
+		if name == "pay" {
+			dir := t.TempDir()
+			args = append(args, "--sqlite", filepath.Join(dir, "pay.db"), "--nats-dir", filepath.Join(dir, "nats"))
+		}
+		for env, v := range svc.Environment {
+			if !slices.Contains([]string{envRedis, envPostgres, envNATS}, env) {
+				t.Setenv(env, interpolate(v))
+			}
+		}
+		logs := &syncBuffer{}
+		ctx, cancel := context.WithCancel(context.Background())
+		cmd := newRootCmd()
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(logs)
+		cmd.SetArgs(args)
+		done := make(chan error, 1)
+		go func() { done <- cmd.ExecuteContext(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("%s: %v\n%s", name, err, logs.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("%s did not stop within 15s", name)
+			}
+		})
+
+		// The health check compose runs, against where the service listens.
+		hc := svc.Healthcheck.Test
+		if len(hc) != 4 || hc[1] != "/stampede" || hc[2] != "probe" {
+			t.Fatalf("%s: health check %v is not /stampede probe URL", name, hc)
+		}
+		port := args[slices.Index(args, "--http")+1]
+		url := regexp.MustCompile(`//[^/]+`).ReplaceAllString(hc[3], "//"+port)
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			_, _, err := execute(t, "probe", url)
+			if err == nil {
+				break
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("%s exited: %v\n%s", name, err, logs.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v\n%s", name, err, logs.String())
+			}
+		}
+		if name == "institution" {
+			institutionURL = "http://" + addr
+		}
 	}
 }
