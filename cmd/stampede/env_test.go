@@ -213,7 +213,8 @@ func TestServeLogsJSON(t *testing.T) {
 
 // TestOnlyTheRootHasAPersistentHook guards the one hook that applies the
 // environment and makes the logger: cobra runs only the nearest
-// PersistentPreRun, so a subcommand with its own would silently skip both.
+// PersistentPreRun, so a subcommand with its own would silently skip both;
+// and a subcommand's own --log-level would shadow the root's.
 func TestOnlyTheRootHasAPersistentHook(t *testing.T) {
 	root := newRootCmd()
 	var walk func(c *cobra.Command)
@@ -221,6 +222,11 @@ func TestOnlyTheRootHasAPersistentHook(t *testing.T) {
 		for _, sub := range c.Commands() {
 			if sub.PersistentPreRun != nil || sub.PersistentPreRunE != nil {
 				t.Errorf("%s has its own PersistentPreRun: the root's (environment, logger) would not run for it", sub.CommandPath())
+			}
+			for _, name := range []string{"log-level", "log-format"} {
+				if sub.LocalNonPersistentFlags().Lookup(name) != nil || sub.PersistentFlags().Lookup(name) != nil {
+					t.Errorf("%s defines its own --%s, shadowing the root's", sub.CommandPath(), name)
+				}
 			}
 			walk(sub)
 		}
