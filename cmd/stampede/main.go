@@ -42,6 +42,7 @@ func exitCode(err error) int {
 }
 
 func newRootCmd() *cobra.Command {
+	logOpts := &logOptions{}
 	root := &cobra.Command{
 		Use:   "stampede",
 		Short: "Survive a ticket-sale rush: waiting room, payments, keyed dispatch, and the lab that measures them",
@@ -51,12 +52,22 @@ the invariant it promises.
 
 Start with:
   stampede lab            run every experiment on embedded defaults (a few minutes)
-  stampede lab --help     the experiments and their flags`,
+  stampede lab --help     the experiments and their flags
+
+Every flag of the serve and pay commands, and --log-format and --log-level,
+can also be set with an environment variable: STAMPEDE_ and the flag's name
+in upper case with '-' as '_' (--admin-token: STAMPEDE_ADMIN_TOKEN). A flag
+given on the command line wins over the environment.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// The one hook of every command: the environment, then the logger.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return logOpts.setup(cmd) },
 	}
-	root.AddCommand(newLabCmd())
-	root.AddCommand(newServeCmd())
-	root.AddCommand(newPayCmd())
+	logOpts.flags(root.PersistentFlags())
+	bindEnvFlags(root.PersistentFlags())
+	serve, pay := newServeCmd(), newPayCmd()
+	bindEnv(serve)
+	bindEnv(pay)
+	root.AddCommand(newLabCmd(), serve, pay, newProbeCmd())
 	return root
 }

@@ -34,7 +34,6 @@ there, not APPROVED here), amount mismatch, and double charges. Exits with
 status 2 on any mismatch.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fromEnv(cmd, "admin-token", envAdminToken, &adminToken)
 			if instURL == "" {
 				return errors.New("--institution is required")
 			}
@@ -68,7 +67,7 @@ status 2 on any mismatch.`,
 	}
 	store.flags(cmd)
 	cmd.Flags().StringVar(&instURL, "institution", "", "base URL of the payment institution (required)")
-	cmd.Flags().StringVar(&adminToken, "admin-token", "", "the institution's admin token (default: $"+envAdminToken+")")
+	cmd.Flags().StringVar(&adminToken, "admin-token", "", "the institution's admin token")
 	cmd.Flags().BoolVar(&showJSON, "json", false, "print the report as JSON")
 	return cmd
 }

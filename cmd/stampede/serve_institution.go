@@ -23,7 +23,6 @@ type institutionOptions struct {
 	adminToken     string
 	notFoundWindow time.Duration
 	maxHung        int
-	logLevel       string
 	// server holds the server timeouts; WriteTimeout is derived (see
 	// institution.ServerConfig), not a flag.
 	server httpapi.ServerConfig
@@ -54,8 +53,7 @@ The server's write timeout is the longest hang plus 30 s, so that a held
 request is always answered; the read, header and idle timeouts close stalled
 and idle connections.
 
-The admin token is read from STAMPEDE_ADMIN_TOKEN when --admin-token is not
-given.`,
+Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN.`,
 		Example: `  stampede serve institution --admin-token "$(openssl rand -hex 16)"
   curl -X PUT -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
     -d '{"mode":"HANG_BEFORE_PROCESSING","hang_ms":8000}' http://127.0.0.1:8090/admin/behavior`,
@@ -64,11 +62,10 @@ given.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.http, "http", "127.0.0.1:8090", "address to listen on for HTTP")
-	f.StringVar(&opts.adminToken, "admin-token", "", fmt.Sprintf("bearer token for /admin, at least %d bytes (env %s; required)", institution.MinAdminTokenLen, envAdminToken))
+	f.StringVar(&opts.adminToken, "admin-token", "", fmt.Sprintf("bearer token for /admin, at least %d bytes (required)", institution.MinAdminTokenLen))
 	f.DurationVar(&opts.notFoundWindow, "not-found-window", defaults.NotFoundWindow,
 		"declared window after a request's arrival past which an unrecorded external key is definitively not found (1ms to 24h)")
 	f.IntVar(&opts.maxHung, "max-hung", defaults.MaxHung, "most requests held at once by the hang modes; beyond it answer 503 busy")
-	f.StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info (logs every request), warn or error")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "longest time to read a request's headers")
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "longest time to read a whole request, body included (at least --read-header-timeout)")
 	f.DurationVar(&opts.server.IdleTimeout, "idle-timeout", opts.server.IdleTimeout, "close keep-alive connections idle this long")
@@ -106,12 +103,7 @@ func (o *institutionOptions) config(log *slog.Logger) (institution.Config, error
 }
 
 func runInstitution(cmd *cobra.Command, opts *institutionOptions) error {
-	fromEnv(cmd, "admin-token", envAdminToken, &opts.adminToken)
-	level, err := parseLogLevel(opts.logLevel)
-	if err != nil {
-		return err
-	}
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	log := loggerOf(cmd)
 	cfg, err := opts.config(log)
 	if err != nil {
 		return err

@@ -36,13 +36,15 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// runInstitutionCmd runs `serve institution` with args until ctx ends.
+// runInstitutionCmd runs `serve institution` with args until ctx ends,
+// through the root command (whose hook reads the environment and makes the
+// logger), logging text lines.
 func runInstitutionCmd(ctx context.Context, args ...string) (*syncBuffer, <-chan error) {
-	cmd := newServeInstitutionCmd()
+	cmd := newRootCmd()
 	errOut := &syncBuffer{}
 	cmd.SetOut(&bytes.Buffer{})
 	cmd.SetErr(errOut)
-	cmd.SetArgs(args)
+	cmd.SetArgs(append([]string{"serve", "institution", "--log-format", "text"}, args...))
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 	return errOut, done

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -25,7 +24,8 @@ import (
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
-// Environment variables of the payment service's backing services.
+// Environment variables of the payment service's backing services, read
+// by --postgres and --nats besides STAMPEDE_<FLAG> (see env.go).
 const (
 	envPostgres = "STAMPEDE_POSTGRES_URL"
 	envNATS     = "STAMPEDE_NATS_URL"
@@ -39,13 +39,12 @@ type payStoreOptions struct {
 }
 
 func (o *payStoreOptions) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&o.postgres, "postgres", "", "PostgreSQL URL (default: $"+envPostgres+"; empty: SQLite)")
+	cmd.Flags().StringVar(&o.postgres, "postgres", "", "PostgreSQL URL (empty: SQLite)")
 	cmd.Flags().StringVar(&o.sqlite, "sqlite", "stampede-pay.db", "SQLite database file, used when no PostgreSQL URL is given")
 }
 
 // open opens the payment store the options name.
 func (o *payStoreOptions) open(cmd *cobra.Command) (pay.Store, string, error) {
-	fromEnv(cmd, "postgres", envPostgres, &o.postgres)
 	if o.postgres != "" {
 		s, err := postgres.Open(cmd.Context(), o.postgres)
 		if err != nil {
@@ -70,7 +69,6 @@ type payOptions struct {
 	nats        string
 	natsDir     string
 	timeout     time.Duration
-	logLevel    string
 	server      httpapi.ServerConfig
 }
 
@@ -108,7 +106,8 @@ Storage: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite (--sqlite).
 Events: --nats (or $STAMPEDE_NATS_URL), else an embedded nats-server.
 The server closes a connection whose headers or body stall past
 --read-header-timeout or --read-timeout, and keep-alive connections idle
-past --idle-timeout.`,
+past --idle-timeout.
+Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_INSTITUTION.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runPay(cmd, opts) },
 	}
@@ -116,10 +115,9 @@ past --idle-timeout.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.http, "http", "127.0.0.1:8081", "address to listen on")
 	f.StringVar(&opts.institution, "institution", "", "base URL of the payment institution, e.g. http://127.0.0.1:8090 (required)")
-	f.StringVar(&opts.nats, "nats", "", "NATS URL (default: $"+envNATS+"; empty: an embedded nats-server)")
+	f.StringVar(&opts.nats, "nats", "", "NATS URL (empty: an embedded nats-server)")
 	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: a temporary directory)")
 	f.DurationVar(&opts.timeout, "timeout", 3*time.Second, "client timeout of one approval call")
-	f.StringVar(&opts.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
 	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", 0, "longest time from a request's headers to the end of its answer (0: --timeout plus "+writeTimeoutMargin.String()+"); must exceed --timeout")
@@ -156,15 +154,11 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	if opts.institution == "" {
 		return errors.New("--institution is required: the base URL of the payment institution")
 	}
-	level, err := parseLogLevel(opts.logLevel)
-	if err != nil {
-		return err
-	}
 	scfg, err := opts.serverConfig()
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	log := loggerOf(cmd)
 	ctx := cmd.Context()
 
 	store, where, err := opts.store.open(cmd)
@@ -173,7 +167,6 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	}
 	defer store.Close()
 
-	fromEnv(cmd, "nats", envNATS, &opts.nats)
 	natsURL := opts.nats
 	if natsURL == "" {
 		dir := opts.natsDir
@@ -183,7 +176,7 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 			}
 			defer os.RemoveAll(dir)
 		}
-		emb, err := jetstream.StartEmbedded(filepath.Clean(dir))
+		emb, err := jetstream.StartEmbeddedWithLogger(filepath.Clean(dir), log)
 		if err != nil {
 			return err
 		}

@@ -25,7 +25,7 @@ import (
 
 // servePay runs `stampede serve pay` in-process on SQLite and the
 // embedded NATS, waits until /healthz answers and returns its address
-// and its log; the test's cleanup stops it as SIGINT does and checks that
+// and its log (text lines); the test's cleanup stops it as SIGINT does and checks that
 // it stopped.
 func servePay(t *testing.T, institutionURL string, args ...string) (string, *syncBuffer) {
 	t.Helper()
@@ -38,7 +38,7 @@ func servePay(t *testing.T, institutionURL string, args ...string) (string, *syn
 	logs := &syncBuffer{}
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(logs)
-	cmd.SetArgs(append([]string{"serve", "pay", "--http", addr, "--institution", institutionURL,
+	cmd.SetArgs(append([]string{"serve", "pay", "--log-format", "text", "--http", addr, "--institution", institutionURL,
 		"--sqlite", filepath.Join(dir, "pay.db"), "--nats-dir", filepath.Join(dir, "nats")}, args...))
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -28,11 +27,10 @@ type waitroomOptions struct {
 	instance   string
 	immediate  bool
 	pipeline   bool
-	logLevel   string
 }
 
-// The environment variables `stampede serve waitroom` reads when the flag
-// is not given.
+// Environment variables named in messages; every flag reads STAMPEDE_<FLAG>
+// (see env.go), and --redis reads STAMPEDE_REDIS_URL too.
 const (
 	envRedis      = "STAMPEDE_REDIS_URL"
 	envSecret     = "STAMPEDE_SECRET"
@@ -62,8 +60,8 @@ State lives in Redis (--redis); without one, an in-process Redis-protocol
 server (miniredis) is started and its address logged: its state is lost on
 exit. Run several instances on one Redis with one --secret to scale out.
 
-Flags that are not given are read from the environment: STAMPEDE_REDIS_URL,
-STAMPEDE_SECRET, STAMPEDE_ADMIN_TOKEN.`,
+Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN;
+--redis also reads STAMPEDE_REDIS_URL.`,
 		Example: `  stampede serve waitroom --admin-token "$(openssl rand -hex 16)"
   STAMPEDE_REDIS_URL=redis://localhost:6379/0 STAMPEDE_SECRET=... STAMPEDE_ADMIN_TOKEN=... stampede serve waitroom --http :8080`,
 		Args: cobra.NoArgs,
@@ -71,26 +69,16 @@ STAMPEDE_SECRET, STAMPEDE_ADMIN_TOKEN.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.http, "http", "127.0.0.1:8080", "address to listen on for HTTP")
-	f.StringVar(&opts.redis, "redis", "", "Redis URL (env "+envRedis+"): redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path, or\n"+
+	f.StringVar(&opts.redis, "redis", "", "Redis URL: redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path, or\n"+
 		"redis-cluster://[user:pass@]host1:port,host2:port,... for Redis Cluster; empty: start an in-process miniredis")
-	f.StringVar(&opts.secret, "secret", "", "token signing secret, at least 32 bytes, the same on every instance (env "+envSecret+");\n"+
+	f.StringVar(&opts.secret, "secret", "", "token signing secret, at least 32 bytes, the same on every instance;\n"+
 		"empty: a random one, so tokens do not survive a restart nor verify on other instances")
-	f.StringVar(&opts.adminToken, "admin-token", "", "bearer token for PUT /v1/rooms/{room}, at least 16 bytes (env "+envAdminToken+"; required)")
+	f.StringVar(&opts.adminToken, "admin-token", "", "bearer token for PUT /v1/rooms/{room}, at least 16 bytes (required)")
 	f.StringVar(&opts.instance, "instance", "", "this instance's name in leader elections (default: host-pid)")
 	f.BoolVar(&opts.immediate, "immediate", true, "admit right after a release and when a lease runs out, not only on the tick")
 	f.BoolVar(&opts.pipeline, "autopipeline", true, "send the join, ticket and leave scripts of concurrent requests to Redis in shared pipelines\n"+
 		"(go-redis automatic pipelining, an experimental go-redis feature; false: one round trip each)")
-	f.StringVar(&opts.logLevel, "log-level", "info", "log level: debug (logs every request), info, warn or error")
 	return cmd
-}
-
-// fromEnv fills a flag that was not given from the environment.
-func fromEnv(cmd *cobra.Command, flag, env string, dst *string) {
-	if !cmd.Flags().Changed(flag) {
-		if v, ok := os.LookupEnv(env); ok {
-			*dst = v
-		}
-	}
 }
 
 // validate checks the options before anything starts, naming the flag.
@@ -107,9 +95,6 @@ func (o *waitroomOptions) validate() error {
 	if o.http == "" {
 		return errors.New("--http must not be empty")
 	}
-	if _, err := parseLogLevel(o.logLevel); err != nil {
-		return err
-	}
 	if o.redis != "" {
 		client, err := redisClient(o.redis)
 		if err != nil {
@@ -118,14 +103,6 @@ func (o *waitroomOptions) validate() error {
 		client.Close()
 	}
 	return nil
-}
-
-func parseLogLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("--log-level: want debug, info, warn or error, got %q", s)
-	}
-	return l, nil
 }
 
 // redisClient makes a client for a redis://, rediss://, unix:// or
@@ -159,14 +136,10 @@ func redisClient(url string) (redis.UniversalClient, error) {
 }
 
 func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
-	fromEnv(cmd, "redis", envRedis, &opts.redis)
-	fromEnv(cmd, "secret", envSecret, &opts.secret)
-	fromEnv(cmd, "admin-token", envAdminToken, &opts.adminToken)
 	if err := opts.validate(); err != nil {
 		return err
 	}
-	level, _ := parseLogLevel(opts.logLevel)
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	log := loggerOf(cmd)
 	ctx := cmd.Context()
 
 	var client redis.UniversalClient

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stampede-lab/stampede/internal/logging"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -149,11 +150,20 @@ type Embedded struct {
 }
 
 // StartEmbedded starts an embedded nats-server on a free loopback port,
-// keeping JetStream data in dir.
-func StartEmbedded(dir string) (*Embedded, error) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+// keeping JetStream data in dir. The server logs nothing.
+func StartEmbedded(dir string) (*Embedded, error) { return StartEmbeddedWithLogger(dir, nil) }
+
+// StartEmbeddedWithLogger is StartEmbedded with the server's logs written
+// to log (nil: none), tagged component=nats-server; its debug and trace
+// lines are produced only when log is enabled at their level.
+func StartEmbeddedWithLogger(dir string, log *slog.Logger) (*Embedded, error) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: log == nil, NoSigs: true})
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: embedded nats-server: %w", err)
+	}
+	if log != nil {
+		nl := logging.NATS(log)
+		srv.SetLoggerV2(nl, nl.Enabled(slog.LevelDebug), nl.Enabled(logging.LevelTrace), false)
 	}
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
