@@ -203,7 +203,7 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	pipedStore := redisstore.New(piped)
 	plain := redis.NewClient(opts)
 	b.Cleanup(func() { plain.Close() })
-	plainStore, err := redisstore.NewWithConfig(plain, redisstore.Config{AutoPipeline: false})
+	plainStore, err := redisstore.NewWithConfig(plain, redisstore.Config{AutoPipeline: false, OpTimeout: redisstore.DefaultConfig().OpTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -67,6 +68,7 @@ func browserChromium(t *testing.T) string {
 // httptest server.
 type browserServer struct {
 	url string
+	hc  *http.Client // checks every answer against the OpenAPI description
 }
 
 func newBrowserServer(t *testing.T) *browserServer {
@@ -92,7 +94,7 @@ func newBrowserServer(t *testing.T) *browserServer {
 	t.Cleanup(srv.Close)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	return &browserServer{url: ts.URL}
+	return &browserServer{url: ts.URL, hc: apitest.New(t, waitroom.OpenAPI()).Client(t)}
 }
 
 // call sends one API request and decodes the JSON answer; it fails the
@@ -113,7 +115,7 @@ func (s *browserServer) call(ctx context.Context, t *testing.T, want int, method
 	if auth != "" {
 		r.Header.Set("Authorization", "Bearer "+auth)
 	}
-	res, err := http.DefaultClient.Do(r)
+	res, err := s.hc.Do(r)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

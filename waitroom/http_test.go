@@ -19,6 +19,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -77,6 +78,10 @@ type env struct {
 	store *redisstore.Store
 	srv   *waitroom.Server
 	url   string // of an httptest server; empty when handler-only
+	// api checks every answer against the OpenAPI description; hc is its
+	// validating client.
+	api *apitest.Validator
+	hc  *http.Client
 }
 
 func newEnv(t testing.TB, b backend, network bool) *env {
@@ -92,7 +97,8 @@ func newEnv(t testing.TB, b backend, network bool) *env {
 		t.Fatalf("NewServer: %v", err)
 	}
 	t.Cleanup(srv.Close)
-	e := &env{b: b, store: store, srv: srv}
+	api := apitest.New(t, waitroom.OpenAPI())
+	e := &env{b: b, store: store, srv: srv, api: api, hc: api.Client(t)}
 	if network {
 		ts := httptest.NewServer(srv.Handler())
 		t.Cleanup(ts.Close)
@@ -117,18 +123,10 @@ type answer struct {
 
 func (a answer) str(key string) string { s, _ := a.json[key].(string); return s }
 
-// errCode and errMessage read {"error":{"code","message"}}.
-func (a answer) errCode() string {
-	e, _ := a.json["error"].(map[string]any)
-	s, _ := e["code"].(string)
-	return s
-}
+// errCode and errMessage read the code and detail of a problem answer.
+func (a answer) errCode() string { return a.str("code") }
 
-func (a answer) errMessage() string {
-	e, _ := a.json["error"].(map[string]any)
-	s, _ := e["message"].(string)
-	return s
-}
+func (a answer) errMessage() string { return a.str("detail") }
 
 // req describes a request.
 type req struct {
@@ -164,7 +162,7 @@ func (e *env) do(t testing.TB, r req) answer {
 	}
 	var a answer
 	if e.url != "" {
-		res, err := http.DefaultClient.Do(hr)
+		res, err := e.hc.Do(hr)
 		if err != nil {
 			t.Fatalf("%s %s: %v", r.method, r.path, err)
 		}
@@ -175,8 +173,11 @@ func (e *env) do(t testing.TB, r req) answer {
 		rec := httptest.NewRecorder()
 		e.srv.Handler().ServeHTTP(rec, hr)
 		a.status, a.header, a.raw = rec.Code, rec.Header(), rec.Body.Bytes()
+		if err := e.api.Check(hr, rec.Result(), a.raw); err != nil {
+			t.Errorf("apitest: %v", err)
+		}
 	}
-	if strings.HasPrefix(a.header.Get("Content-Type"), "application/json") {
+	if ct := a.header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") || strings.HasPrefix(ct, "application/problem+json") {
 		if err := json.Unmarshal(a.raw, &a.json); err != nil {
 			t.Fatalf("%s %s: answer is not JSON: %v\n%s", r.method, r.path, err, a.raw)
 		}
@@ -422,11 +423,11 @@ func TestBadRequests(t *testing.T) {
 			{"wrong content type", req{method: "POST", path: tickets, body: `{"user_id":"a"}`, contentType: "text/plain"}, 415, "unsupported", []string{"application/json", "text/plain"}},
 			{"no content type", req{method: "POST", path: tickets, body: `{"user_id":"a"}`, contentType: "-"}, 415, "unsupported", []string{"application/json"}},
 			{"form content type", req{method: "PUT", path: cfgPath, body: `capacity=1`, contentType: "application/x-www-form-urlencoded", auth: admin}, 415, "unsupported", []string{"application/json"}},
-			{"wrong method on room", req{method: "PATCH", path: cfgPath, body: `{}`}, 405, "method", []string{"PATCH", "GET, HEAD, PUT"}},
-			{"wrong method on tickets", req{method: "GET", path: tickets}, 405, "method", []string{"GET", "POST"}},
-			{"wrong method on ticket", req{method: "POST", path: ticketPath(room, "alice")}, 405, "method", []string{"DELETE"}},
-			{"wrong method on healthz", req{method: "DELETE", path: "/healthz"}, 405, "method", []string{"DELETE"}},
-			{"wrong method on page", req{method: "POST", path: "/rooms/" + room}, 405, "method", []string{"POST"}},
+			{"wrong method on room", req{method: "PATCH", path: cfgPath, body: `{}`}, 405, "method_not_allowed", []string{"PATCH", "GET, HEAD, PUT"}},
+			{"wrong method on tickets", req{method: "GET", path: tickets}, 405, "method_not_allowed", []string{"GET", "POST"}},
+			{"wrong method on ticket", req{method: "POST", path: ticketPath(room, "alice")}, 405, "method_not_allowed", []string{"DELETE"}},
+			{"wrong method on healthz", req{method: "DELETE", path: "/healthz"}, 405, "method_not_allowed", []string{"DELETE"}},
+			{"wrong method on page", req{method: "POST", path: "/rooms/" + room}, 405, "method_not_allowed", []string{"POST"}},
 			{"unknown path", req{method: "GET", path: "/v2/nothing"}, 404, "not_found", []string{"/v2/nothing"}},
 		}
 		for _, tc := range cases {
@@ -517,10 +518,13 @@ func TestMetricsHealthzAndPage(t *testing.T) {
 
 	m := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"})
 	for _, want := range []string{
-		`stampede_waitroom_waiting{room="` + room + `"} 2`,
-		`stampede_waitroom_active{room="` + room + `"} 0`,
-		`stampede_waitroom_capacity{room="` + room + `"} 3`,
+		`stampede_waitroom_room_waiting{room="` + room + `"} 2`,
+		`stampede_waitroom_room_active{room="` + room + `"} 0`,
+		`stampede_waitroom_room_capacity{room="` + room + `"} 3`,
+		`stampede_waitroom_room_oldest_wait_seconds{room="` + room + `"}`,
 		`stampede_waitroom_store_up 1`,
+		`http_requests_total{code="201",method="POST",route="/v1/rooms/{room}/tickets"} 2`,
+		`http_request_duration_seconds_bucket{method="POST",route="/v1/rooms/{room}/tickets",le=`,
 		`go_goroutines`,
 	} {
 		if !bytes.Contains(m.raw, []byte(want)) {

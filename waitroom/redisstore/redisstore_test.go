@@ -18,7 +18,7 @@ import (
 // default (auto-pipelined per-user scripts) and the plain client.
 var configs = map[string]redisstore.Config{
 	"autopipeline": redisstore.DefaultConfig(),
-	"plain":        {AutoPipeline: false},
+	"plain":        {AutoPipeline: false, OpTimeout: redisstore.DefaultConfig().OpTimeout},
 }
 
 // newStore returns a Store on client configured by cfg.
