@@ -628,6 +628,12 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 					// both are final and counted.
 					outcomes[i].final = a.str("state")
 					return
+				case "expired":
+					// Admitted and expired between two polls: the
+					// one-second lease ran out before the user looked
+					// (a loaded machine, the race detector). Final and
+					// counted, like a release.
+					return
 				default:
 					t.Errorf("%s: state %q while it waits for admission", user, state)
 					return
@@ -719,7 +725,7 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 		switch {
 		case o.action == "release" && o.final != "released" && o.final != "expired",
 			o.action == "leave" && o.final != "left" && o.final != "released" && o.final != "expired",
-			o.action == "abandon" && o.final != "admitted":
+			o.action == "abandon" && o.final != "admitted" && o.final != "expired":
 			t.Errorf("user-%03d (%s) ended with its last answer %q", i, o.action, o.final)
 		}
 	}
