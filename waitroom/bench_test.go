@@ -53,6 +53,8 @@ func benchRedisOptions(b *testing.B) *redis.Options {
 	}
 	opts.DB = (opts.DB + 2) % 16
 	opts.PoolSize = benchConcurrency
+	// As `stampede serve waitroom` configures its client.
+	redisstore.DefaultConfig().ApplyTimeouts(opts)
 	return opts
 }
 

@@ -39,6 +39,9 @@ type Store struct {
 	users redis.Scripter
 	// opTimeout bounds every call (Config.OpTimeout).
 	opTimeout time.Duration
+	// direct is set when the client honours context deadlines itself
+	// (ContextTimeoutEnabled): calls then run on the caller's goroutine.
+	direct bool
 }
 
 var _ waitroom.Store = (*Store)(nil)
@@ -101,9 +104,21 @@ func New(client redis.UniversalClient) *Store {
 	cfg := DefaultConfig()
 	s, err := NewWithConfig(client, cfg)
 	if err != nil {
-		return &Store{client: client, users: client, opTimeout: cfg.OpTimeout}
+		return &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client)}
 	}
 	return s
+}
+
+// honoursDeadlines reports whether client ends its socket reads and writes
+// at a context's deadline (ContextTimeoutEnabled).
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // NewWithConfig returns a Store on client configured by cfg.
@@ -111,25 +126,92 @@ func NewWithConfig(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, users: client, opTimeout: cfg.OpTimeout}
+	s := &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client)}
 	if cfg.AutoPipeline {
-		ap, err := client.AutoPipeline()
+		ap, err := client.AsyncAutoPipeline()
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
 		}
-		s.users = ap
+		s.users = waitingScripter{ap}
 	}
 	return s, nil
 }
 
-// call runs fn under a deadline of OpTimeout and returns when fn does or
-// the deadline passes, whichever is first: a Redis that accepts the
+// waitingScripter runs scripts through an auto-pipeliner and stops waiting
+// for one at its context's deadline. (The auto-pipeliner itself runs a
+// queued command on its own context: a plain call would wait for the
+// batch however long it takes.) A script abandoned this way may still run
+// on the server; the per-user scripts are idempotent.
+type waitingScripter struct {
+	ap *redis.AutoPipeliner
+}
+
+var _ redis.Scripter = waitingScripter{}
+
+func (w waitingScripter) run(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, body, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if err := w.ap.Submit(ctx, cmd).WaitContext(ctx); err != nil {
+		// cmd may still be written by its batch: answer with another.
+		late := redis.NewCmd(ctx, cmdArgs...)
+		late.SetErr(err)
+		return late
+	}
+	return cmd
+}
+
+// Eval implements redis.Scripter.
+func (w waitingScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return w.run(ctx, "eval", script, keys, args)
+}
+
+// EvalSha implements redis.Scripter.
+func (w waitingScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return w.run(ctx, "evalsha", sha1, keys, args)
+}
+
+// EvalRO implements redis.Scripter.
+func (w waitingScripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return w.run(ctx, "eval_ro", script, keys, args)
+}
+
+// EvalShaRO implements redis.Scripter.
+func (w waitingScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return w.run(ctx, "evalsha_ro", sha1, keys, args)
+}
+
+// ScriptExists implements redis.Scripter.
+func (w waitingScripter) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return w.ap.ScriptExists(ctx, hashes...)
+}
+
+// ScriptLoad implements redis.Scripter.
+func (w waitingScripter) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return w.ap.ScriptLoad(ctx, script)
+}
+
+// call runs fn under a deadline of OpTimeout: a Redis that accepts the
 // request but never answers (frozen, SIGSTOP) costs the caller OpTimeout,
-// not a hang. fn's result is dropped when it comes too late. Errors go
-// through storeError.
+// not a hang. When the client honours deadlines itself (see
+// Config.ApplyTimeouts) fn runs on the caller's goroutine; otherwise on
+// one of its own, abandoned (its result dropped) when the deadline passes
+// first. Errors go through storeError.
 func call[T any](s *Store, ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
+	if s.direct {
+		v, err := fn(ctx)
+		if err != nil && ctx.Err() != nil {
+			// Whatever the client made of the deadline, it is one.
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		return v, storeError(err)
+	}
 	type result struct {
 		v   T
 		err error
