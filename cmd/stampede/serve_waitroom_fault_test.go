@@ -135,7 +135,9 @@ func wrStart(t *testing.T, name string, args ...string) *wrInstance {
 	all := append([]string{"serve", "waitroom", "--http", addr, "--instance", name,
 		"--admin-token", wrAdminToken, "--secret", wrSecret}, args...)
 	child := exec.Command(os.Args[0], "-test.run=^TestWaitroomChildProcess$")
-	child.Env = append(os.Environ(), wrChildEnv+"="+strings.Join(all, "\x1f"))
+	// An empty STAMPEDE_REDIS_URL: the embedded Redis unless --redis is
+	// among args, never a Redis of the environment.
+	child.Env = append(os.Environ(), wrChildEnv+"="+strings.Join(all, "\x1f"), envRedis+"=")
 	child.Stdout, child.Stderr = logf, logf
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
