@@ -236,6 +236,18 @@ func call0(s *Store, ctx context.Context, fn func(ctx context.Context) error) er
 	return err
 }
 
+// inPass runs one round trip of a multi-step admission pass under the
+// caller's context, on the caller's goroutine. It imposes no deadline of
+// its own: a step cut short after Redis ran it (a ZPOPMIN whose answer
+// came late, say) would drop the users it popped, so the whole pass shares
+// the caller's deadline instead.
+func inPass[T any](ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
+	return fn(ctx)
+}
+
+// inPass0 is inPass for functions without a result.
+func inPass0(ctx context.Context, fn func(ctx context.Context) error) error { return fn(ctx) }
+
 // Ping implements waitroom.Store: a PING within OpTimeout.
 func (s *Store) Ping(ctx context.Context) error {
 	return call0(s, ctx, func(ctx context.Context) error { return s.client.Ping(ctx).Err() })
@@ -384,7 +396,9 @@ func ticketFrom(room, user string, res []any) (waitroom.Ticket, error) {
 }
 
 // Admit implements waitroom.Store. The atomic mode is one call, bounded
-// by OpTimeout; the multi-step modes bound each of their round trips.
+// by OpTimeout. The multi-step modes (kept to be measured, never for
+// production) run under the caller's deadline (the admitter's pass
+// deadline) and are never abandoned halfway: see inPass.
 func (s *Store) Admit(ctx context.Context, room string, mode waitroom.Mode, instance string) (waitroom.AdmitResult, error) {
 	var (
 		res waitroom.AdmitResult
@@ -428,7 +442,7 @@ func (s *Store) admitAtomic(ctx context.Context, room string) (waitroom.AdmitRes
 // reclaim runs the reclaim script and returns the expired count and the
 // server time, for the modes that admit in several steps.
 func (s *Store) reclaim(ctx context.Context, room string) (int, int64, error) {
-	out, err := call(s, ctx, func(ctx context.Context) ([]int64, error) {
+	out, err := inPass(ctx, func(ctx context.Context) ([]int64, error) {
 		return reclaimScript.Run(ctx, s.client, KeysFor(room).scriptKeys()).Int64Slice()
 	})
 	if err != nil {
@@ -439,7 +453,7 @@ func (s *Store) reclaim(ctx context.Context, room string) (int, int64, error) {
 
 // capacityAndLease reads the two configuration fields admission needs.
 func (s *Store) capacityAndLease(ctx context.Context, k Keys) (int64, int64, error) {
-	vals, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
+	vals, err := inPass(ctx, func(ctx context.Context) ([]any, error) {
 		return s.client.HMGet(ctx, k.Config, "capacity", "lease_ms").Result()
 	})
 	if err != nil {
@@ -455,7 +469,7 @@ func (s *Store) capacityAndLease(ctx context.Context, k Keys) (int64, int64, err
 
 // zcard counts a sorted set: one round trip.
 func (s *Store) zcard(ctx context.Context, key string) (int64, error) {
-	return call(s, ctx, func(ctx context.Context) (int64, error) { return s.client.ZCard(ctx, key).Result() })
+	return inPass(ctx, func(ctx context.Context) (int64, error) { return s.client.ZCard(ctx, key).Result() })
 }
 
 // admitNaive is the seed's first design, kept to be measured: count, pop
@@ -510,7 +524,7 @@ type popped struct {
 // popWithTime pops up to n users and reads the server clock in the same
 // round trip, just before the pop: the moment these users left the queue.
 func (s *Store) popWithTime(ctx context.Context, k Keys, n int64) ([]redis.Z, time.Time, error) {
-	p, err := call(s, ctx, func(ctx context.Context) (popped, error) {
+	p, err := inPass(ctx, func(ctx context.Context) (popped, error) {
 		var (
 			now *redis.TimeCmd
 			pop *redis.ZSliceCmd
@@ -530,7 +544,7 @@ func (s *Store) popWithTime(ctx context.Context, k Keys, n int64) ([]redis.Z, ti
 
 // enter adds one popped user to the room: one round trip.
 func (s *Store) enter(ctx context.Context, k Keys, user string, expiresMS int64) error {
-	return call0(s, ctx, func(ctx context.Context) error {
+	return inPass0(ctx, func(ctx context.Context) error {
 		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			p.ZAdd(ctx, k.Active, redis.Z{Score: float64(expiresMS), Member: user})
 			p.HSet(ctx, k.State, user, string(waitroom.StateAdmitted))
@@ -546,14 +560,14 @@ func (s *Store) enter(ctx context.Context, k Keys, user string, expiresMS int64)
 // every pass, so one instance leads while it is alive.
 func (s *Store) admitLeader(ctx context.Context, room, instance string) (waitroom.AdmitResult, error) {
 	k := KeysFor(room)
-	interval, err := call(s, ctx, func(ctx context.Context) (int64, error) { return s.client.HGet(ctx, k.Config, "interval_ms").Int64() })
+	interval, err := inPass(ctx, func(ctx context.Context) (int64, error) { return s.client.HGet(ctx, k.Config, "interval_ms").Int64() })
 	if errors.Is(err, redis.Nil) {
 		return waitroom.AdmitResult{RoundTrips: 1}, waitroom.ErrNoRoom
 	}
 	if err != nil {
 		return waitroom.AdmitResult{RoundTrips: 1}, err
 	}
-	leads, err := call(s, ctx, func(ctx context.Context) (int64, error) {
+	leads, err := inPass(ctx, func(ctx context.Context) (int64, error) {
 		return leaderScript.Run(ctx, s.client, []string{k.Leader}, instance, 2*interval).Int64()
 	})
 	if err != nil {
@@ -592,7 +606,7 @@ func (s *Store) admitOptimistic(ctx context.Context, room string) (waitroom.Admi
 			return res, err
 		}
 		user := fmt.Sprint(popped[0].Member)
-		err = call0(s, ctx, func(ctx context.Context) error {
+		err = inPass0(ctx, func(ctx context.Context) error {
 			return s.client.ZAdd(ctx, k.Active, redis.Z{Score: float64(at.UnixMilli() + lease), Member: user}).Err()
 		})
 		if err != nil {
@@ -606,7 +620,7 @@ func (s *Store) admitOptimistic(ctx context.Context, room string) (waitroom.Admi
 		}
 		if active > capacity {
 			// Over: undo and restore the user at their place in line.
-			err := call0(s, ctx, func(ctx context.Context) error {
+			err := inPass0(ctx, func(ctx context.Context) error {
 				_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 					p.ZRem(ctx, k.Active, user)
 					p.ZAdd(ctx, k.Queue, popped[0])
@@ -617,7 +631,7 @@ func (s *Store) admitOptimistic(ctx context.Context, room string) (waitroom.Admi
 			res.RoundTrips++
 			return res, err
 		}
-		err = call0(s, ctx, func(ctx context.Context) error {
+		err = inPass0(ctx, func(ctx context.Context) error {
 			_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 				p.HSet(ctx, k.State, user, string(waitroom.StateAdmitted))
 				p.HIncrBy(ctx, k.Stats, "admitted", 1)
