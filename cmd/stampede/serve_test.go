@@ -30,6 +30,7 @@ func TestServeWaitroomRejectsBadFlags(t *testing.T) {
 		{[]string{long, "--read-timeout", "1ms"}, "--read-timeout"},
 		{[]string{long, "--idle-timeout", "0s"}, "--idle-timeout"},
 		{[]string{long, "--write-timeout", "-1s"}, "--write-timeout"},
+		{[]string{long, "--write-timeout", "1s", "--redis-timeout", "2s"}, "--write-timeout"},
 	}
 	for _, tc := range cases {
 		_, _, err := execute(t, append([]string{"serve", "waitroom"}, tc.args...)...)

@@ -158,6 +158,11 @@ func (o *waitroomOptions) validate() error {
 	if _, err := parseLogLevel(o.logLevel); err != nil {
 		return err
 	}
+	// The slowest answer reads Redis twice (GET /v1/rooms/{room}); /readyz
+	// waits up to 1 s.
+	if longest := max(2*o.redisTimeout, time.Second); o.server.WriteTimeout <= longest {
+		return fmt.Errorf("--write-timeout must exceed %s (twice --redis-timeout, at least 1s), got %s", longest, o.server.WriteTimeout)
+	}
 	if o.redis != "" {
 		client, err := redisClient(o.redis, o.storeConfig())
 		if err != nil {
