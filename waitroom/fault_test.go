@@ -544,6 +544,7 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 	var (
 		joined, joinsAfterKill atomic.Int64
 		killNow                = make(chan struct{})
+		killDone               = make(chan struct{}) // closed once the instance is dead (or the kill gave up)
 		killOnce               sync.Once
 		wg                     sync.WaitGroup
 	)
@@ -558,6 +559,12 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 		outcomes[i].action = action
 		wg.Go(func() {
 			time.Sleep(time.Duration(i) * 4 * time.Millisecond)
+			if i >= 2*nUsers/3 {
+				// The last third joins once the instance is dead, so
+				// that the run goes on after the kill however long
+				// closing it takes on a loaded machine.
+				<-killDone
+			}
 			user := fmt.Sprintf("user-%03d", i)
 			home := i % len(insts)
 			a, k, err := send(home, "POST", path+"/tickets", `{"user_id":"`+user+`"}`, "")
@@ -646,7 +653,6 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 	// The kill: once a third of the users have joined, instance 0 dies at
 	// once: its Redis connections, its clients' connections, its listener
 	// and its admitter.
-	killDone := make(chan struct{})
 	go func() {
 		defer close(killDone)
 		select {
