@@ -450,6 +450,22 @@ func TestBadRequests(t *testing.T) {
 			})
 		}
 
+		// A field at fault is named in the problem's "field" member.
+		for _, fc := range []struct {
+			r     req
+			field string
+		}{
+			{req{method: "POST", path: tickets, body: `{"user_id":42}`}, "user_id"},
+			{req{method: "POST", path: tickets, body: `{}`}, "user_id"},
+			{req{method: "PUT", path: cfgPath, body: `{"capacity":"ten"}`, auth: admin}, "capacity"},
+			{req{method: "PUT", path: cfgPath, body: `{"admit_interval_ms":1}`, auth: admin}, "admit_interval_ms"},
+			{req{method: "GET", path: "/v1/rooms/bad.room"}, "room"},
+		} {
+			if a := e.do(t, fc.r); a.status != http.StatusBadRequest || a.str("field") != fc.field {
+				t.Errorf("%s %s %s = %d field %q, want 400 naming %s\n%s", fc.r.method, fc.r.path, fc.r.body, a.status, a.str("field"), fc.field, a.raw)
+			}
+		}
+
 		// None of it changed the room.
 		st := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room})
 		if st.json["joined_total"] != 2.0 || st.json["capacity"] != 2.0 {
