@@ -518,6 +518,11 @@ func TestStoreDownIs503(t *testing.T) {
 			t.Errorf("the 503 shows the cause to the client: %s", a.raw)
 		}
 	}
+	// Not ready, naming Redis; still alive.
+	if a := e.do(t, req{method: "GET", path: "/readyz"}); a.status != http.StatusServiceUnavailable || !strings.Contains(string(a.raw), `"redis"`) || a.header.Get("Retry-After") == "" {
+		t.Errorf("/readyz with Redis down = %d %s, want 503 naming redis, with Retry-After", a.status, a.raw)
+	}
+	e.must(t, http.StatusOK, req{method: "GET", path: "/healthz"})
 	// A scrape still answers, reporting the store down.
 	scrape := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"})
 	if !bytes.Contains(scrape.raw, []byte("stampede_waitroom_store_up 0")) {
@@ -548,6 +553,12 @@ func TestMetricsHealthzAndPage(t *testing.T) {
 		}
 	}
 
+	if r := e.must(t, http.StatusOK, req{method: "GET", path: "/readyz"}); r.str("status") != "ready" {
+		t.Errorf("/readyz = %s", r.raw)
+	}
+	if o := e.must(t, http.StatusOK, req{method: "GET", path: "/openapi.json"}); !bytes.Equal(o.raw, waitroom.OpenAPI().JSON) || o.str("openapi") != "3.0.3" {
+		t.Errorf("/openapi.json does not serve the description: %.200s", o.raw)
+	}
 	h := e.must(t, http.StatusOK, req{method: "GET", path: "/healthz"})
 	if h.str("status") != "ok" {
 		t.Errorf("/healthz = %s", h.raw)
