@@ -50,6 +50,8 @@ func benchRedisOptions(b *testing.B) *redis.Options {
 	}
 	opts.DB = (opts.DB + 2) % 16
 	opts.PoolSize = benchConcurrency
+	// As `stampede serve waitroom` configures its client.
+	redisstore.DefaultConfig().ApplyTimeouts(opts)
 	return opts
 }
 
@@ -200,7 +202,7 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	pipedStore := redisstore.New(piped)
 	plain := redis.NewClient(opts)
 	b.Cleanup(func() { plain.Close() })
-	plainStore, err := redisstore.NewWithConfig(plain, redisstore.Config{AutoPipeline: false})
+	plainStore, err := redisstore.NewWithConfig(plain, redisstore.Config{AutoPipeline: false, OpTimeout: redisstore.DefaultConfig().OpTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}

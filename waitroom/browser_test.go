@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
@@ -42,6 +43,7 @@ var browserSecret = []byte("browser-test-secret-0123456789abcdef-0123")
 // httptest server.
 type browserServer struct {
 	url string
+	hc  *http.Client // checks every answer against the OpenAPI description
 }
 
 func newBrowserServer(t *testing.T) *browserServer {
@@ -67,7 +69,7 @@ func newBrowserServer(t *testing.T) *browserServer {
 	t.Cleanup(srv.Close)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	return &browserServer{url: ts.URL}
+	return &browserServer{url: ts.URL, hc: apitest.New(t, waitroom.OpenAPI()).Client(t)}
 }
 
 // call sends one API request and decodes the JSON answer; it fails the
@@ -88,7 +90,7 @@ func (s *browserServer) call(ctx context.Context, t *testing.T, want int, method
 	if auth != "" {
 		r.Header.Set("Authorization", "Bearer "+auth)
 	}
-	res, err := http.DefaultClient.Do(r)
+	res, err := s.hc.Do(r)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -4,91 +4,66 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
-// Code classifies an Error for clients; each code maps to one HTTP status.
-type Code string
+// Error is the waiting room's error: the one error type of every Stampede
+// API (package httpapi), with a code, the field it concerns (if any) and a
+// message safe to show clients.
+type Error = httpapi.Error
+
+// Code classifies an Error for clients; Code.Status maps each code to its
+// one HTTP status.
+type Code = httpapi.Code
 
 // The error codes the waiting room returns.
 const (
-	CodeInvalid      Code = "invalid"      // a field of the request is wrong
-	CodeUnauthorized Code = "unauthorized" // missing or bad token
-	CodeForbidden    Code = "forbidden"    // a token for someone else
-	CodeNotFound     Code = "not_found"    // no such room or ticket
-	CodeTooLarge     Code = "too_large"    // request body over the limit
-	CodeUnavailable  Code = "unavailable"  // the store cannot be reached
-	CodeInternal     Code = "internal"     // a bug
-	CodeUnsupported  Code = "unsupported"  // wrong media type
-	CodeMethod       Code = "method"       // wrong HTTP method
+	CodeInvalid      = httpapi.CodeInvalid      // 400: a field of the request is wrong
+	CodeUnauthorized = httpapi.CodeUnauthorized // 401: missing or bad token
+	CodeForbidden    = httpapi.CodeForbidden    // 403: a token for someone else
+	CodeNotFound     = httpapi.CodeNotFound     // 404: no such room, ticket or path
+	CodeMethod       = httpapi.CodeMethod       // 405: wrong HTTP method
+	CodeTooLarge     = httpapi.CodeTooLarge     // 413: request body over the limit
+	CodeUnsupported  = httpapi.CodeUnsupported  // 415: wrong media type
+	CodeInternal     = httpapi.CodeInternal     // 500: a bug
+	CodeUnavailable  = httpapi.CodeUnavailable  // 503: the store cannot be reached in time
 )
-
-// Error is the waiting room's error: a code, the field it concerns (if any)
-// and a message for people.
-type Error struct {
-	Code    Code
-	Field   string
-	Message string
-	Err     error // the cause, if any; never shown to clients
-}
-
-func (e *Error) Error() string {
-	msg := e.Message
-	if e.Field != "" {
-		msg = e.Field + ": " + msg
-	}
-	if e.Err != nil {
-		return fmt.Sprintf("waitroom: %s: %v", msg, e.Err)
-	}
-	return "waitroom: " + msg
-}
-
-func (e *Error) Unwrap() error { return e.Err }
 
 // fieldError is an invalid-input error naming field.
 func fieldError(field, format string, args ...any) error {
-	return &Error{Code: CodeInvalid, Field: field, Message: fmt.Sprintf(format, args...)}
+	return httpapi.Invalid(field, format, args...)
 }
 
-// Unavailable wraps a store failure.
+// Unavailable wraps a store failure (unreachable, frozen, too slow): 503
+// with Retry-After; the cause is logged, never shown.
 func Unavailable(err error) error {
-	return &Error{Code: CodeUnavailable, Message: "the waiting room's store is unavailable, try again shortly", Err: err}
+	return httpapi.Unavailable("the waiting room's store", err)
 }
 
 // ErrorCode returns err's code: an *Error's own, not_found for ErrNoRoom
-// and ErrNoTicket, internal otherwise.
+// and ErrNoTicket, unavailable for a context deadline or cancellation,
+// internal otherwise.
 func ErrorCode(err error) Code {
-	var e *Error
 	switch {
-	case errors.As(err, &e):
-		return e.Code
 	case errors.Is(err, ErrNoRoom), errors.Is(err, ErrNoTicket):
-		return CodeNotFound
-	default:
-		return CodeInternal
+		if _, ok := errors.AsType[*Error](err); !ok {
+			return CodeNotFound
+		}
 	}
+	return httpapi.CodeOf(err)
 }
 
-// HTTPStatus maps an error to its HTTP status. It is the only place that
-// does.
-func HTTPStatus(err error) int {
-	switch ErrorCode(err) {
-	case CodeInvalid:
-		return http.StatusBadRequest
-	case CodeUnauthorized:
-		return http.StatusUnauthorized
-	case CodeForbidden:
-		return http.StatusForbidden
-	case CodeNotFound:
-		return http.StatusNotFound
-	case CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case CodeUnsupported:
-		return http.StatusUnsupportedMediaType
-	case CodeMethod:
-		return http.StatusMethodNotAllowed
-	default:
-		return http.StatusInternalServerError
+// mapError is the API's httpapi.Config.MapError: the store's sentinel
+// errors become not-found problems naming the room or user of the path.
+func mapError(r *http.Request, err error) error {
+	switch {
+	case errors.Is(err, ErrNoRoom):
+		return &Error{Code: CodeNotFound, Err: err,
+			Message: fmt.Sprintf("room %q does not exist; an admin creates it with PUT /v1/rooms/{room}", r.PathValue("room"))}
+	case errors.Is(err, ErrNoTicket):
+		return &Error{Code: CodeNotFound, Err: err,
+			Message: fmt.Sprintf("user %q has no ticket in room %q; join first", r.PathValue("user"), r.PathValue("room"))}
 	}
+	return err
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -58,11 +59,12 @@ func faultStart(t *testing.T, store waitroom.Store, instance string, onPass func
 }
 
 // faultHTTPClient is an HTTP client of its own (so that closing one
-// test's servers never touches another test's pooled connections).
+// test's servers never touches another test's pooled connections) that
+// checks every answer against the OpenAPI description.
 func faultHTTPClient(t *testing.T) *http.Client {
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	return &http.Client{Transport: apitest.New(t, waitroom.OpenAPI()).Transport(t, tr), Timeout: 10 * time.Second}
 }
 
 func faultRand() string {
@@ -73,25 +75,19 @@ func faultRand() string {
 
 // faultAnswer is one HTTP answer.
 type faultAnswer struct {
-	status int
-	ctype  string
-	raw    []byte
-	json   map[string]any
+	status     int
+	ctype      string
+	retryAfter string
+	raw        []byte
+	json       map[string]any
 }
 
 func (a faultAnswer) str(key string) string { s, _ := a.json[key].(string); return s }
 
-func (a faultAnswer) errCode() string {
-	e, _ := a.json["error"].(map[string]any)
-	s, _ := e["code"].(string)
-	return s
-}
+// errCode and errMessage read the code and detail of a problem answer.
+func (a faultAnswer) errCode() string { return a.str("code") }
 
-func (a faultAnswer) errMessage() string {
-	e, _ := a.json["error"].(map[string]any)
-	s, _ := e["message"].(string)
-	return s
-}
+func (a faultAnswer) errMessage() string { return a.str("detail") }
 
 // faultDo sends one request. An error is a transport failure (no answer);
 // an answer whose body is not JSON is returned with json nil.
@@ -115,11 +111,11 @@ func faultDo(hc *http.Client, method, url, body, auth string) (faultAnswer, erro
 		return faultAnswer{}, err
 	}
 	defer res.Body.Close()
-	a := faultAnswer{status: res.StatusCode, ctype: res.Header.Get("Content-Type")}
+	a := faultAnswer{status: res.StatusCode, ctype: res.Header.Get("Content-Type"), retryAfter: res.Header.Get("Retry-After")}
 	if a.raw, err = io.ReadAll(res.Body); err != nil {
 		return faultAnswer{}, err
 	}
-	if strings.HasPrefix(a.ctype, "application/json") {
+	if strings.HasPrefix(a.ctype, "application/json") || strings.HasPrefix(a.ctype, "application/problem+json") {
 		_ = json.Unmarshal(a.raw, &a.json)
 	}
 	return a, nil
@@ -220,7 +216,7 @@ func faultCheckAccounting(t *testing.T, store *redisstore.Store, room string) wa
 }
 
 // faultCheck503 checks the answer of an API call made while the store is
-// down: 503 with {"error":{"code":"unavailable","message"}}, a message that
+// down: a 503 problem with code unavailable and Retry-After, a detail that
 // says what is wrong, and nothing of the cause's internals.
 func faultCheck503(t *testing.T, what string, a faultAnswer) {
 	t.Helper()
@@ -231,6 +227,9 @@ func faultCheck503(t *testing.T, what string, a faultAnswer) {
 	if a.status != http.StatusServiceUnavailable || a.errCode() != string(waitroom.CodeUnavailable) {
 		t.Errorf("%s with Redis down = %d %s, want 503 with code unavailable", what, a.status, a.raw)
 		return
+	}
+	if a.ctype != "application/problem+json" || a.retryAfter == "" {
+		t.Errorf("%s with Redis down: Content-Type %q, Retry-After %q; want application/problem+json with Retry-After", what, a.ctype, a.retryAfter)
 	}
 	msg := a.errMessage()
 	if !strings.Contains(msg, "unavailable") || !strings.Contains(msg, "try again") {

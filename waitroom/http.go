@@ -1,10 +1,8 @@
 package waitroom
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -13,11 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/stampede-lab/stampede/internal/httplog"
-	"github.com/stampede-lab/stampede/internal/jsonbody"
-	"github.com/stampede-lab/stampede/internal/routes"
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 // HandlerConfig configures the HTTP handler made by NewHandler.
@@ -30,8 +25,9 @@ type HandlerConfig struct {
 	TicketTTL time.Duration
 	// MaxBody is the largest request body accepted, in bytes.
 	MaxBody int64
-	// Logger receives a Debug line per request and an Error line per
-	// answer with a 5xx status. Nil means slog.Default().
+	// Logger receives an Info line per request and an Error line per
+	// answer with a 5xx status (package httpapi). Nil means
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -57,13 +53,13 @@ func (c HandlerConfig) Validate() error {
 	return nil
 }
 
-// handler serves the waiting room's HTTP API, its waiting page, /healthz
-// and /metrics.
+// handler serves the waiting room's HTTP API and its waiting page, on an
+// httpapi.API that adds /healthz, /readyz, /metrics and /openapi.json.
 type handler struct {
 	svc       *Service
 	signer    *Signer
 	cfg       HandlerConfig
-	log       *slog.Logger
+	api       *httpapi.API
 	adminHash [sha256.Size]byte
 }
 
@@ -75,18 +71,22 @@ type handler struct {
 //	GET    /v1/rooms/{room}/tickets/{user}  the ticket (ticket token); admission_token once admitted
 //	DELETE /v1/rooms/{room}/tickets/{user}  leave the queue or release the slot (ticket token)
 //	GET    /rooms/{room}                    the waiting page (HTML)
-//	GET    /healthz                         {"status":"ok"}
+//	GET    /healthz                         {"status":"ok"}: the process is alive
+//	GET    /readyz                          200 when the store answers a ping within 1 s, else 503
 //	GET    /metrics                         Prometheus metrics from reg
+//	GET    /openapi.json                    the OpenAPI description (OpenAPI)
 //
-// Every API answer is JSON; errors are {"error":{"code","message"}} with
-// the status of HTTPStatus. signer signs ticket and admission tokens.
+// Every API answer is JSON; errors are RFC 9457 application/problem+json
+// with the status of their code (package httpapi). signer signs ticket
+// and admission tokens.
 //
-// reg is served on /metrics, and NewHandler registers on it a collector
-// that reads every room's active, waiting and capacity gauges from the
-// store at scrape time; nil means a new registry holding only those. A
-// registry serves at most one handler. To expose the admission counters
-// too, register NewMetrics on the same registry and set
-// ServiceConfig.OnPass to its OnPass (NewServer does all of this).
+// reg is served on /metrics and receives the HTTP request metrics
+// (http_requests_total, http_request_duration_seconds) and a collector
+// that reads every room's gauges from the store at scrape time; nil means
+// a new registry holding only those. A registry serves at most one
+// handler. To expose the admission counters too, register NewMetrics on
+// the same registry and set ServiceConfig.OnPass to its OnPass (NewServer
+// does all of this).
 func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus.Registry) (http.Handler, error) {
 	if svc == nil {
 		return nil, fieldError("svc", "must not be nil")
@@ -106,129 +106,39 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 	if err := reg.Register(newRoomCollector(svc, cfg.Logger)); err != nil {
 		return nil, fmt.Errorf("waitroom: registering the room gauges: %w (use one registry per handler)", err)
 	}
-	h := &handler{svc: svc, signer: signer, cfg: cfg, log: cfg.Logger, adminHash: sha256.Sum256([]byte(cfg.AdminToken))}
-
-	mux := http.NewServeMux()
-	route := func(path string, methods map[string]http.HandlerFunc) {
-		routes.Handle(mux, path, methods, h.methodNotAllowed)
+	api, err := httpapi.New(httpapi.Config{
+		Name: "waitroom", Logger: cfg.Logger, Registry: reg, MapError: mapError, Spec: OpenAPI().JSON,
+	})
+	if err != nil {
+		return nil, err
 	}
-	route("/v1/rooms/{room}", map[string]http.HandlerFunc{
-		http.MethodGet: h.api(h.getRoom),
-		http.MethodPut: h.api(h.putRoom),
-	})
-	route("/v1/rooms/{room}/tickets", map[string]http.HandlerFunc{
-		http.MethodPost: h.api(h.join),
-	})
-	route("/v1/rooms/{room}/tickets/{user}", map[string]http.HandlerFunc{
-		http.MethodGet:    h.api(h.getTicket),
-		http.MethodDelete: h.api(h.leave),
-	})
-	route("/rooms/{room}", map[string]http.HandlerFunc{
-		http.MethodGet: h.page,
-	})
-	route("/healthz", map[string]http.HandlerFunc{
-		http.MethodGet: h.api(func(w http.ResponseWriter, r *http.Request) error {
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-			return nil
-		}),
-	})
-	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelError)})
-	route("/metrics", map[string]http.HandlerFunc{
-		http.MethodGet: metrics.ServeHTTP,
-	})
-	mux.HandleFunc("/", h.api(func(w http.ResponseWriter, r *http.Request) error {
-		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("no such path: %s %s", r.Method, r.URL.Path)}
-	}))
-	return h.logRequests(mux), nil
-}
+	api.AddCheck(httpapi.Check{Name: "redis", Ping: svc.store.Ping})
+	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken))}
 
-// methodNotAllowed answers 405 with the allowed methods.
-func (h *handler) methodNotAllowed(allow string) http.HandlerFunc {
-	return h.api(func(w http.ResponseWriter, r *http.Request) error {
-		w.Header().Set("Allow", allow)
-		return &Error{Code: CodeMethod, Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)}
+	api.Handle("/v1/rooms/{room}", httpapi.Methods{
+		http.MethodGet: h.getRoom,
+		http.MethodPut: h.putRoom,
 	})
-}
-
-// api adapts an API handler: no caching, and a returned error becomes the
-// JSON error answer.
-func (h *handler) api(fn func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
-		if err := fn(w, r); err != nil {
-			h.writeError(w, r, err)
-		}
-	}
-}
-
-// logRequests logs every request at Debug and turns a panic into a JSON
-// 500 (see package httplog).
-func (h *handler) logRequests(next http.Handler) http.Handler {
-	return httplog.Wrap(h.log, "waitroom", next, func(w http.ResponseWriter, r *http.Request, err error) {
-		h.writeError(w, r, &Error{Code: CodeInternal, Message: "handler panicked", Err: err})
+	api.Handle("/v1/rooms/{room}/tickets", httpapi.Methods{
+		http.MethodPost: h.join,
 	})
-}
-
-// errorBody is the JSON of every error answer.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code    Code   `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-}
-
-// writeError answers err as JSON with its HTTPStatus. Only codes meant for
-// clients show their message; internal errors are logged, not shown.
-func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		var we *Error
-		if !errors.As(err, &we) {
-			err = Unavailable(err)
-		}
-	}
-	status, code := HTTPStatus(err), ErrorCode(err)
-	detail := errorDetail{Code: code}
-	var we *Error
-	switch {
-	case code == CodeInternal:
-		detail.Message = "internal error; the server logged the details"
-	case errors.As(err, &we):
-		detail.Message, detail.Field = we.Message, we.Field
-		if we.Field != "" {
-			detail.Message = we.Field + ": " + we.Message
-		}
-	case errors.Is(err, ErrNoRoom):
-		detail.Message = fmt.Sprintf("room %q does not exist; an admin creates it with PUT /v1/rooms/{room}", r.PathValue("room"))
-	case errors.Is(err, ErrNoTicket):
-		detail.Message = fmt.Sprintf("user %q has no ticket in room %q; join first", r.PathValue("user"), r.PathValue("room"))
-	default:
-		detail.Message = err.Error()
-	}
-	if status >= 500 {
-		h.log.Error("waitroom: http request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
-	}
-	if status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="stampede-waitroom"`)
-	}
-	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, status, errorBody{Error: detail})
+	api.Handle("/v1/rooms/{room}/tickets/{user}", httpapi.Methods{
+		http.MethodGet:    h.getTicket,
+		http.MethodDelete: h.leave,
+	})
+	api.HandleHTTP("/rooms/{room}", map[string]http.Handler{
+		http.MethodGet: http.HandlerFunc(h.page),
+	})
+	return api, nil
 }
 
 // writeJSON answers v as JSON with status.
-func writeJSON(w http.ResponseWriter, status int, v any) { jsonbody.Write(w, status, v) }
+func writeJSON(w http.ResponseWriter, status int, v any) { httpapi.WriteJSON(w, status, v) }
 
 // decodeJSON reads a request body holding exactly one JSON object into dst
-// strictly (see package jsonbody) and maps its errors to this package's.
+// strictly (see httpapi.DecodeJSON).
 func (h *handler) decodeJSON(w http.ResponseWriter, r *http.Request, dst any, allowed string) error {
-	err := jsonbody.Decode(w, r, dst, h.cfg.MaxBody, allowed)
-	e, ok := errors.AsType[*jsonbody.Error](err)
-	if !ok {
-		return err
-	}
-	return &Error{Code: Code(e.Kind.Code()), Field: e.Field, Message: e.Message, Err: e.Err}
+	return httpapi.DecodeJSON(w, r, dst, h.cfg.MaxBody, allowed)
 }
 
 // roomParam returns the validated {room} of the path.

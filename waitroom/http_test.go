@@ -18,6 +18,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
@@ -74,6 +75,10 @@ type env struct {
 	store *redisstore.Store
 	srv   *waitroom.Server
 	url   string // of an httptest server; empty when handler-only
+	// api checks every answer against the OpenAPI description; hc is its
+	// validating client.
+	api *apitest.Validator
+	hc  *http.Client
 }
 
 func newEnv(t testing.TB, b backend, network bool) *env {
@@ -89,7 +94,8 @@ func newEnv(t testing.TB, b backend, network bool) *env {
 		t.Fatalf("NewServer: %v", err)
 	}
 	t.Cleanup(srv.Close)
-	e := &env{b: b, store: store, srv: srv}
+	api := apitest.New(t, waitroom.OpenAPI())
+	e := &env{b: b, store: store, srv: srv, api: api, hc: api.Client(t)}
 	if network {
 		ts := httptest.NewServer(srv.Handler())
 		t.Cleanup(ts.Close)
@@ -114,18 +120,10 @@ type answer struct {
 
 func (a answer) str(key string) string { s, _ := a.json[key].(string); return s }
 
-// errCode and errMessage read {"error":{"code","message"}}.
-func (a answer) errCode() string {
-	e, _ := a.json["error"].(map[string]any)
-	s, _ := e["code"].(string)
-	return s
-}
+// errCode and errMessage read the code and detail of a problem answer.
+func (a answer) errCode() string { return a.str("code") }
 
-func (a answer) errMessage() string {
-	e, _ := a.json["error"].(map[string]any)
-	s, _ := e["message"].(string)
-	return s
-}
+func (a answer) errMessage() string { return a.str("detail") }
 
 // req describes a request.
 type req struct {
@@ -161,7 +159,7 @@ func (e *env) do(t testing.TB, r req) answer {
 	}
 	var a answer
 	if e.url != "" {
-		res, err := http.DefaultClient.Do(hr)
+		res, err := e.hc.Do(hr)
 		if err != nil {
 			t.Fatalf("%s %s: %v", r.method, r.path, err)
 		}
@@ -172,8 +170,11 @@ func (e *env) do(t testing.TB, r req) answer {
 		rec := httptest.NewRecorder()
 		e.srv.Handler().ServeHTTP(rec, hr)
 		a.status, a.header, a.raw = rec.Code, rec.Header(), rec.Body.Bytes()
+		if err := e.api.Check(hr, rec.Result(), a.raw); err != nil {
+			t.Errorf("apitest: %v", err)
+		}
 	}
-	if strings.HasPrefix(a.header.Get("Content-Type"), "application/json") {
+	if ct := a.header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") || strings.HasPrefix(ct, "application/problem+json") {
 		if err := json.Unmarshal(a.raw, &a.json); err != nil {
 			t.Fatalf("%s %s: answer is not JSON: %v\n%s", r.method, r.path, err, a.raw)
 		}
@@ -419,11 +420,11 @@ func TestBadRequests(t *testing.T) {
 			{"wrong content type", req{method: "POST", path: tickets, body: `{"user_id":"a"}`, contentType: "text/plain"}, 415, "unsupported", []string{"application/json", "text/plain"}},
 			{"no content type", req{method: "POST", path: tickets, body: `{"user_id":"a"}`, contentType: "-"}, 415, "unsupported", []string{"application/json"}},
 			{"form content type", req{method: "PUT", path: cfgPath, body: `capacity=1`, contentType: "application/x-www-form-urlencoded", auth: admin}, 415, "unsupported", []string{"application/json"}},
-			{"wrong method on room", req{method: "PATCH", path: cfgPath, body: `{}`}, 405, "method", []string{"PATCH", "GET, HEAD, PUT"}},
-			{"wrong method on tickets", req{method: "GET", path: tickets}, 405, "method", []string{"GET", "POST"}},
-			{"wrong method on ticket", req{method: "POST", path: ticketPath(room, "alice")}, 405, "method", []string{"DELETE"}},
-			{"wrong method on healthz", req{method: "DELETE", path: "/healthz"}, 405, "method", []string{"DELETE"}},
-			{"wrong method on page", req{method: "POST", path: "/rooms/" + room}, 405, "method", []string{"POST"}},
+			{"wrong method on room", req{method: "PATCH", path: cfgPath, body: `{}`}, 405, "method_not_allowed", []string{"PATCH", "GET, HEAD, PUT"}},
+			{"wrong method on tickets", req{method: "GET", path: tickets}, 405, "method_not_allowed", []string{"GET", "POST"}},
+			{"wrong method on ticket", req{method: "POST", path: ticketPath(room, "alice")}, 405, "method_not_allowed", []string{"DELETE"}},
+			{"wrong method on healthz", req{method: "DELETE", path: "/healthz"}, 405, "method_not_allowed", []string{"DELETE"}},
+			{"wrong method on page", req{method: "POST", path: "/rooms/" + room}, 405, "method_not_allowed", []string{"POST"}},
 			{"unknown path", req{method: "GET", path: "/v2/nothing"}, 404, "not_found", []string{"/v2/nothing"}},
 		}
 		for _, tc := range cases {
@@ -444,6 +445,22 @@ func TestBadRequests(t *testing.T) {
 					t.Error("405 without Allow")
 				}
 			})
+		}
+
+		// A field at fault is named in the problem's "field" member.
+		for _, fc := range []struct {
+			r     req
+			field string
+		}{
+			{req{method: "POST", path: tickets, body: `{"user_id":42}`}, "user_id"},
+			{req{method: "POST", path: tickets, body: `{}`}, "user_id"},
+			{req{method: "PUT", path: cfgPath, body: `{"capacity":"ten"}`, auth: admin}, "capacity"},
+			{req{method: "PUT", path: cfgPath, body: `{"admit_interval_ms":1}`, auth: admin}, "admit_interval_ms"},
+			{req{method: "GET", path: "/v1/rooms/bad.room"}, "room"},
+		} {
+			if a := e.do(t, fc.r); a.status != http.StatusBadRequest || a.str("field") != fc.field {
+				t.Errorf("%s %s %s = %d field %q, want 400 naming %s\n%s", fc.r.method, fc.r.path, fc.r.body, a.status, a.str("field"), fc.field, a.raw)
+			}
 		}
 
 		// None of it changed the room.
@@ -498,6 +515,11 @@ func TestStoreDownIs503(t *testing.T) {
 			t.Errorf("the 503 shows the cause to the client: %s", a.raw)
 		}
 	}
+	// Not ready, naming Redis; still alive.
+	if a := e.do(t, req{method: "GET", path: "/readyz"}); a.status != http.StatusServiceUnavailable || !strings.Contains(string(a.raw), `"redis"`) || a.header.Get("Retry-After") == "" {
+		t.Errorf("/readyz with Redis down = %d %s, want 503 naming redis, with Retry-After", a.status, a.raw)
+	}
+	e.must(t, http.StatusOK, req{method: "GET", path: "/healthz"})
 	// A scrape still answers, reporting the store down.
 	scrape := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"})
 	if !bytes.Contains(scrape.raw, []byte("stampede_waitroom_store_up 0")) {
@@ -514,10 +536,13 @@ func TestMetricsHealthzAndPage(t *testing.T) {
 
 	m := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"})
 	for _, want := range []string{
-		`stampede_waitroom_waiting{room="` + room + `"} 2`,
-		`stampede_waitroom_active{room="` + room + `"} 0`,
-		`stampede_waitroom_capacity{room="` + room + `"} 3`,
+		`stampede_waitroom_room_waiting{room="` + room + `"} 2`,
+		`stampede_waitroom_room_active{room="` + room + `"} 0`,
+		`stampede_waitroom_room_capacity{room="` + room + `"} 3`,
+		`stampede_waitroom_room_oldest_wait_seconds{room="` + room + `"}`,
 		`stampede_waitroom_store_up 1`,
+		`http_requests_total{code="201",method="POST",route="/v1/rooms/{room}/tickets"} 2`,
+		`http_request_duration_seconds_bucket{method="POST",route="/v1/rooms/{room}/tickets",le=`,
 		`go_goroutines`,
 	} {
 		if !bytes.Contains(m.raw, []byte(want)) {
@@ -525,6 +550,12 @@ func TestMetricsHealthzAndPage(t *testing.T) {
 		}
 	}
 
+	if r := e.must(t, http.StatusOK, req{method: "GET", path: "/readyz"}); r.str("status") != "ready" {
+		t.Errorf("/readyz = %s", r.raw)
+	}
+	if o := e.must(t, http.StatusOK, req{method: "GET", path: "/openapi.json"}); !bytes.Equal(o.raw, waitroom.OpenAPI().JSON) || o.str("openapi") != "3.0.3" {
+		t.Errorf("/openapi.json does not serve the description: %.200s", o.raw)
+	}
 	h := e.must(t, http.StatusOK, req{method: "GET", path: "/healthz"})
 	if h.str("status") != "ok" {
 		t.Errorf("/healthz = %s", h.raw)

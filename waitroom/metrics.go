@@ -112,13 +112,20 @@ func (m *Metrics) OnPass(room string, mode Mode, took time.Duration, res AdmitRe
 	}
 }
 
-// roomCollector reads every room's gauges from the store at scrape time.
+// roomCollector reads every room's gauges from the store at scrape time:
+//
+//	stampede_waitroom_room_waiting{room}              users waiting in the queue
+//	stampede_waitroom_room_active{room}               users admitted and holding a slot
+//	stampede_waitroom_room_capacity{room}             the room's capacity
+//	stampede_waitroom_room_oldest_wait_seconds{room}  how long the head of the queue has waited
+//	stampede_waitroom_admission_rate_per_second{room} admissions per second, all instances
+//	stampede_waitroom_store_up                        1 if the store answered the whole scrape
 type roomCollector struct {
 	svc     *Service
 	log     *slog.Logger
 	timeout time.Duration
 
-	active, waiting, capacity, rate, up *prometheus.Desc
+	active, waiting, capacity, oldest, rate, up *prometheus.Desc
 }
 
 func newRoomCollector(svc *Service, log *slog.Logger) *roomCollector {
@@ -127,9 +134,10 @@ func newRoomCollector(svc *Service, log *slog.Logger) *roomCollector {
 	}
 	return &roomCollector{
 		svc: svc, log: log, timeout: 2 * time.Second,
-		active:   desc("active", "Users admitted and holding a slot now.", "room"),
-		waiting:  desc("waiting", "Users waiting in the queue now.", "room"),
-		capacity: desc("capacity", "The room's capacity.", "room"),
+		active:   desc("room_active", "Users admitted and holding a slot now.", "room"),
+		waiting:  desc("room_waiting", "Users waiting in the queue now.", "room"),
+		capacity: desc("room_capacity", "The room's capacity.", "room"),
+		oldest:   desc("room_oldest_wait_seconds", "How long the user at the head of the queue has waited, by the store's clock; 0 when nobody waits.", "room"),
 		rate:     desc("admission_rate_per_second", "Admissions per second over the rate window, all instances together.", "room"),
 		up:       desc("store_up", "1 if the store answered every request of this scrape, else 0."),
 	}
@@ -137,14 +145,16 @@ func newRoomCollector(svc *Service, log *slog.Logger) *roomCollector {
 
 // Describe implements prometheus.Collector.
 func (c *roomCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.active, c.waiting, c.capacity, c.rate, c.up} {
+	for _, d := range []*prometheus.Desc{c.active, c.waiting, c.capacity, c.oldest, c.rate, c.up} {
 		ch <- d
 	}
 }
 
-// Collect implements prometheus.Collector: one svc.Room call per room the
-// service admits for (or, with none, one listing of the store's rooms). A
-// room whose state cannot be read is left out and store_up is 0.
+// Collect implements prometheus.Collector: one Stats call (one round trip)
+// per room the service admits for, or, with none, one listing of the
+// store's rooms; all within the collector's timeout, so that a frozen
+// store cannot hold a scrape. A room whose state cannot be read is left
+// out and store_up is 0.
 func (c *roomCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
@@ -158,7 +168,10 @@ func (c *roomCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, room := range rooms {
-		st, err := c.svc.Room(ctx, room)
+		st, err := c.svc.store.Stats(ctx, room)
+		if errors.Is(err, ErrNoRoom) {
+			continue // deleted since the last room refresh
+		}
 		if err != nil {
 			up = 0
 			c.log.Warn("waitroom: metrics: reading room failed", "room", room, "err", err)
@@ -167,7 +180,8 @@ func (c *roomCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(st.Active), room)
 		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(st.Waiting), room)
 		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(st.Capacity), room)
-		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, st.AdmissionRate, room)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestWait.Seconds(), room)
+		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, c.svc.rate(room).perSecond(), room)
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
 }

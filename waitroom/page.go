@@ -42,7 +42,7 @@ func inlineHash(page []byte, tag string) string {
 // needs escaping on the server.
 func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 	if _, err := roomParam(r); err != nil {
-		h.writeError(w, r, err)
+		h.api.Fail(w, r, err)
 		return
 	}
 	hd := w.Header()

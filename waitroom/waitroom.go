@@ -164,6 +164,9 @@ type RoomStats struct {
 	ReleasedTotal int64
 	ExpiredTotal  int64
 	LeftTotal     int64
+	// OldestWait is how long the user at the head of the queue has waited,
+	// by the store's clock; zero when nobody waits.
+	OldestWait time.Duration
 }
 
 // AdmitResult is what one admission pass did.
@@ -208,6 +211,8 @@ type Store interface {
 	// Rooms lists every configured room, so that each instance finds the
 	// rooms it must admit for.
 	Rooms(ctx context.Context) ([]string, error)
+	// Ping checks that the store answers (for /readyz).
+	Ping(ctx context.Context) error
 }
 
 // Errors a Store returns.

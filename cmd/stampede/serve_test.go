@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
 func TestServeWaitroomRejectsBadFlags(t *testing.T) {
@@ -24,6 +26,11 @@ func TestServeWaitroomRejectsBadFlags(t *testing.T) {
 		{[]string{long, "--redis", "redis-cluster://a:1,b"}, "--redis"},
 		{[]string{long, "--log-level", "loud"}, "--log-level"},
 		{[]string{long, "--http", ""}, "--http"},
+		{[]string{long, "--redis-timeout", "0s"}, "--redis-timeout"},
+		{[]string{long, "--read-timeout", "1ms"}, "--read-timeout"},
+		{[]string{long, "--idle-timeout", "0s"}, "--idle-timeout"},
+		{[]string{long, "--write-timeout", "-1s"}, "--write-timeout"},
+		{[]string{long, "--write-timeout", "1s", "--redis-timeout", "2s"}, "--write-timeout"},
 	}
 	for _, tc := range cases {
 		_, _, err := execute(t, append([]string{"serve", "waitroom"}, tc.args...)...)
@@ -38,12 +45,17 @@ func TestServeWaitroomReadsTheEnvironment(t *testing.T) {
 	if _, _, err := execute(t, "serve", "waitroom"); err == nil || !strings.Contains(err.Error(), "--admin-token must be at least 16 bytes") {
 		t.Errorf("a short %s: %v", envAdminToken, err)
 	}
+	t.Setenv(envAdminToken, "0123456789abcdef0123")
+	t.Setenv("STAMPEDE_REDIS_TIMEOUT", "soon")
+	if _, _, err := execute(t, "serve", "waitroom"); err == nil || !strings.Contains(err.Error(), "STAMPEDE_REDIS_TIMEOUT") {
+		t.Errorf("STAMPEDE_REDIS_TIMEOUT=soon: %v, want an error naming it", err)
+	}
 }
 
 func TestRedisClientURLs(t *testing.T) {
 	for _, url := range []string{"redis://localhost:6379/0", "rediss://u:p@host:6380/2", "unix:///tmp/redis.sock",
 		"redis-cluster://h1:7000,h2:7001", "redis-cluster://user:pass@h1:7000"} {
-		c, err := redisClient(url)
+		c, err := redisClient(url, redisstore.DefaultConfig())
 		if err != nil {
 			t.Errorf("%s: %v", url, err)
 			continue

@@ -5,32 +5,33 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
 // waitroomOptions are the flags of `stampede serve waitroom`.
 type waitroomOptions struct {
-	http       string
-	redis      string
-	secret     string
-	adminToken string
-	instance   string
-	immediate  bool
-	pipeline   bool
+	http         string
+	redis        string
+	redisTimeout time.Duration
+	secret       string
+	adminToken   string
+	instance     string
+	immediate    bool
+	pipeline     bool
+	server       httpapi.ServerConfig
 }
 
-// Environment variables named in messages; every flag reads STAMPEDE_<FLAG>
-// (see env.go), and --redis reads STAMPEDE_REDIS_URL too.
+// The environment variables `stampede serve waitroom` reads when the flag
+// is not given.
 const (
 	envRedis      = "STAMPEDE_REDIS_URL"
 	envSecret     = "STAMPEDE_SECRET"
@@ -42,13 +43,13 @@ const (
 const shutdownTimeout = 5 * time.Second
 
 func newServeWaitroomCmd() *cobra.Command {
-	opts := &waitroomOptions{}
+	opts := &waitroomOptions{server: httpapi.DefaultServerConfig()}
 	cmd := &cobra.Command{
 		Use:   "waitroom",
 		Short: "Run the waiting room's HTTP service",
 		Long: `Run the waiting room: a JSON API that queues users for a room of fixed
-capacity and admits them, a waiting page at /rooms/{room}, /healthz and
-Prometheus /metrics.
+capacity and admits them, a waiting page at /rooms/{room}, /healthz,
+/readyz, Prometheus /metrics and its OpenAPI description at /openapi.json.
 
   PUT    /v1/rooms/{room}                 configure a room (Bearer admin token)
   GET    /v1/rooms/{room}                 the room's counters
@@ -56,12 +57,17 @@ Prometheus /metrics.
   GET    /v1/rooms/{room}/tickets/{user}  the ticket (Bearer ticket_token)
   DELETE /v1/rooms/{room}/tickets/{user}  leave or release the slot (Bearer ticket_token)
 
+Errors are RFC 9457 application/problem+json. Every call to Redis ends
+within --redis-timeout: a down or frozen Redis answers 503 with
+Retry-After, never a hang; /readyz then fails while /healthz stays ok.
+
 State lives in Redis (--redis); without one, an in-process Redis-protocol
 server (miniredis) is started and its address logged: its state is lost on
 exit. Run several instances on one Redis with one --secret to scale out.
 
-Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN;
---redis also reads STAMPEDE_REDIS_URL.`,
+Flags that are not given are read from the environment: STAMPEDE_REDIS_URL
+for --redis, and STAMPEDE_<FLAG> for every other flag, e.g.
+STAMPEDE_ADMIN_TOKEN, STAMPEDE_SECRET, STAMPEDE_REDIS_TIMEOUT=500ms.`,
 		Example: `  stampede serve waitroom --admin-token "$(openssl rand -hex 16)"
   STAMPEDE_REDIS_URL=redis://localhost:6379/0 STAMPEDE_SECRET=... STAMPEDE_ADMIN_TOKEN=... stampede serve waitroom --http :8080`,
 		Args: cobra.NoArgs,
@@ -71,6 +77,8 @@ Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN;
 	f.StringVar(&opts.http, "http", "127.0.0.1:8080", "address to listen on for HTTP")
 	f.StringVar(&opts.redis, "redis", "", "Redis URL: redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path, or\n"+
 		"redis-cluster://[user:pass@]host1:port,host2:port,... for Redis Cluster; empty: start an in-process miniredis")
+	f.DurationVar(&opts.redisTimeout, "redis-timeout", redisstore.DefaultConfig().OpTimeout,
+		"deadline of every call to Redis (and of its dials, reads, writes and pool waits); past it the request answers 503")
 	f.StringVar(&opts.secret, "secret", "", "token signing secret, at least 32 bytes, the same on every instance;\n"+
 		"empty: a random one, so tokens do not survive a restart nor verify on other instances")
 	f.StringVar(&opts.adminToken, "admin-token", "", "bearer token for PUT /v1/rooms/{room}, at least 16 bytes (required)")
@@ -78,6 +86,11 @@ Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN;
 	f.BoolVar(&opts.immediate, "immediate", true, "admit right after a release and when a lease runs out, not only on the tick")
 	f.BoolVar(&opts.pipeline, "autopipeline", true, "send the join, ticket and leave scripts of concurrent requests to Redis in shared pipelines\n"+
 		"(go-redis automatic pipelining, an experimental go-redis feature; false: one round trip each)")
+	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "HTTP: time to read a request's headers")
+	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "HTTP: time to read a whole request, body included (a stalled body is cut)")
+	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", opts.server.WriteTimeout, "HTTP: time from the end of a request's headers to the end of its answer")
+	f.DurationVar(&opts.server.IdleTimeout, "idle-timeout", opts.server.IdleTimeout, "HTTP: an idle keep-alive connection is closed after this long")
+	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", opts.server.ShutdownTimeout, "HTTP: requests still running this long after SIGINT or SIGTERM are cut")
 	return cmd
 }
 
@@ -95,8 +108,24 @@ func (o *waitroomOptions) validate() error {
 	if o.http == "" {
 		return errors.New("--http must not be empty")
 	}
+	if err := o.storeConfig().Validate(); err != nil {
+		return fmt.Errorf("--redis-timeout must be between 1ms and 1m, got %s", o.redisTimeout)
+	}
+	if err := o.server.Validate(); err != nil {
+		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
+			"WriteTimeout": "--write-timeout", "IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
+		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+			return fmt.Errorf("%s %s", flag[e.Field], e.Message)
+		}
+		return err
+	}
+	// The slowest answer reads Redis twice (GET /v1/rooms/{room}); /readyz
+	// waits up to 1 s.
+	if longest := max(2*o.redisTimeout, time.Second); o.server.WriteTimeout <= longest {
+		return fmt.Errorf("--write-timeout must exceed %s (twice --redis-timeout, at least 1s), got %s", longest, o.server.WriteTimeout)
+	}
 	if o.redis != "" {
-		client, err := redisClient(o.redis)
+		client, err := redisClient(o.redis, o.storeConfig())
 		if err != nil {
 			return err
 		}
@@ -105,9 +134,17 @@ func (o *waitroomOptions) validate() error {
 	return nil
 }
 
+// storeConfig is the Redis store's configuration from the flags.
+func (o *waitroomOptions) storeConfig() redisstore.Config {
+	cfg := redisstore.DefaultConfig()
+	cfg.AutoPipeline, cfg.OpTimeout = o.pipeline, o.redisTimeout
+	return cfg
+}
+
 // redisClient makes a client for a redis://, rediss://, unix:// or
-// redis-cluster://host1:port,host2:port URL. It does not connect.
-func redisClient(url string) (redis.UniversalClient, error) {
+// redis-cluster://host1:port,host2:port URL, with cfg's timeouts. It does
+// not connect.
+func redisClient(url string, cfg redisstore.Config) (redis.UniversalClient, error) {
 	if rest, ok := strings.CutPrefix(url, "redis-cluster://"); ok {
 		copts := &redis.ClusterOptions{}
 		if at := strings.LastIndex(rest, "@"); at >= 0 {
@@ -126,12 +163,14 @@ func redisClient(url string) (redis.UniversalClient, error) {
 			}
 			copts.Addrs = append(copts.Addrs, addr)
 		}
+		cfg.ApplyClusterTimeouts(copts)
 		return redis.NewClusterClient(copts), nil
 	}
 	ropts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("--redis: %w", err)
 	}
+	cfg.ApplyTimeouts(ropts)
 	return redis.NewClient(ropts), nil
 }
 
@@ -141,6 +180,7 @@ func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
 	}
 	log := loggerOf(cmd)
 	ctx := cmd.Context()
+	scfg := opts.storeConfig()
 
 	var client redis.UniversalClient
 	if opts.redis == "" {
@@ -150,10 +190,12 @@ func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
 		}
 		defer m.Close()
 		log.Info("no --redis given: started an in-process Redis (miniredis); its state is lost on exit", "addr", m.Addr())
-		client = redis.NewClient(&redis.Options{Addr: m.Addr()})
+		ropts := &redis.Options{Addr: m.Addr()}
+		scfg.ApplyTimeouts(ropts)
+		client = redis.NewClient(ropts)
 	} else {
 		var err error
-		if client, err = redisClient(opts.redis); err != nil {
+		if client, err = redisClient(opts.redis, scfg); err != nil {
 			return err
 		}
 		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -176,8 +218,6 @@ func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
 	sopts := waitroom.DefaultServerOptions()
 	sopts.Instance, sopts.Immediate = opts.instance, opts.immediate
 	sopts.Secret, sopts.AdminToken, sopts.Logger = secret, opts.adminToken, log
-	scfg := redisstore.DefaultConfig()
-	scfg.AutoPipeline = opts.pipeline
 	store, err := redisstore.NewWithConfig(client, scfg)
 	if err != nil {
 		return err
@@ -192,30 +232,12 @@ func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	log.Info("waiting room listening", "addr", ln.Addr().String(), "page", "http://"+ln.Addr().String()+"/rooms/{room}")
-
-	select {
-	case err := <-served:
+	log.Info("waiting room listening", "addr", ln.Addr().String(), "page", "http://"+ln.Addr().String()+"/rooms/{room}",
+		"redis_timeout", opts.redisTimeout)
+	if err := httpapi.Serve(ctx, ln, srv.Handler(), opts.server, log); err != nil {
 		return fmt.Errorf("http server: %w", err)
-	case <-ctx.Done():
 	}
-	log.Info("shutting down")
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-	defer cancel()
-	if err := hs.Shutdown(shutCtx); err != nil {
-		log.Warn("requests still running after the shutdown timeout were cut off", "timeout", shutdownTimeout, "err", err)
-		hs.Close()
-	}
+	log.Info("shutting down: HTTP server closed, stopping admission")
 	srv.Close()
 	log.Info("stopped")
 	return nil

@@ -37,6 +37,11 @@ type Store struct {
 	// users runs the per-user scripts (join, ticket, leave): the client's
 	// auto-pipeliner when Config.AutoPipeline is on, else the client.
 	users redis.Scripter
+	// opTimeout bounds every call (Config.OpTimeout).
+	opTimeout time.Duration
+	// direct is set when the client honours context deadlines itself
+	// (ContextTimeoutEnabled): calls then run on the caller's goroutine.
+	direct bool
 }
 
 var _ waitroom.Store = (*Store)(nil)
@@ -54,15 +59,41 @@ type Config struct {
 	// automatic pipelining experimental; turning this off (stampede serve
 	// waitroom --autopipeline=false) falls back to one round trip each.
 	AutoPipeline bool
+	// OpTimeout bounds every call of the Store to Redis (one round trip;
+	// for the multi-step admission modes, each of their round trips): the
+	// caller gets a waitroom.Unavailable error within OpTimeout, even
+	// when Redis is frozen or the call waits in the auto-pipeliner (which
+	// does not honour contexts once a command is queued). Give the client
+	// the same bound with ApplyTimeouts or ApplyClusterTimeouts, so that
+	// its sockets, dials and pool waits end too.
+	OpTimeout time.Duration
 }
 
-// DefaultConfig returns the production configuration: auto-pipelining on.
-func DefaultConfig() Config { return Config{AutoPipeline: true} }
+// DefaultConfig returns the production configuration: auto-pipelining on
+// and a one-second OpTimeout.
+func DefaultConfig() Config { return Config{AutoPipeline: true, OpTimeout: time.Second} }
 
-// Validate reports a configuration error; every Config is valid today, the
-// method keeps the house pattern so that New callers need not change when
-// a field gains limits.
-func (c Config) Validate() error { return nil }
+// Validate reports the first unusable field by name.
+func (c Config) Validate() error {
+	if c.OpTimeout < time.Millisecond || c.OpTimeout > time.Minute {
+		return fmt.Errorf("redisstore: Config.OpTimeout must be between 1ms and 1m, got %s", c.OpTimeout)
+	}
+	return nil
+}
+
+// ApplyTimeouts sets o's timeouts from OpTimeout: contexts' deadlines
+// reach the sockets (ContextTimeoutEnabled), and dials, reads, writes and
+// waits for a pooled connection each end within OpTimeout.
+func (c Config) ApplyTimeouts(o *redis.Options) {
+	o.ContextTimeoutEnabled = true
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = c.OpTimeout, c.OpTimeout, c.OpTimeout, c.OpTimeout
+}
+
+// ApplyClusterTimeouts is ApplyTimeouts for a Cluster client.
+func (c Config) ApplyClusterTimeouts(o *redis.ClusterOptions) {
+	o.ContextTimeoutEnabled = true
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = c.OpTimeout, c.OpTimeout, c.OpTimeout, c.OpTimeout
+}
 
 // New returns a Store on client with DefaultConfig. The client's lifetime
 // is the caller's; closing it also stops the auto-pipeliner. Should the
@@ -70,11 +101,24 @@ func (c Config) Validate() error { return nil }
 // the Store runs every script on the plain client; NewWithConfig reports
 // that error instead.
 func New(client redis.UniversalClient) *Store {
-	s, err := NewWithConfig(client, DefaultConfig())
+	cfg := DefaultConfig()
+	s, err := NewWithConfig(client, cfg)
 	if err != nil {
-		return &Store{client: client, users: client}
+		return &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client)}
 	}
 	return s
+}
+
+// honoursDeadlines reports whether client ends its socket reads and writes
+// at a context's deadline (ContextTimeoutEnabled).
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // NewWithConfig returns a Store on client configured by cfg.
@@ -82,20 +126,139 @@ func NewWithConfig(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, users: client}
+	s := &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client)}
 	if cfg.AutoPipeline {
-		ap, err := client.AutoPipeline()
+		ap, err := client.AsyncAutoPipeline()
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
 		}
-		s.users = ap
+		s.users = waitingScripter{ap}
 	}
 	return s, nil
+}
+
+// waitingScripter runs scripts through an auto-pipeliner and stops waiting
+// for one at its context's deadline. (The auto-pipeliner itself runs a
+// queued command on its own context: a plain call would wait for the
+// batch however long it takes.) A script abandoned this way may still run
+// on the server; the per-user scripts are idempotent.
+type waitingScripter struct {
+	ap *redis.AutoPipeliner
+}
+
+var _ redis.Scripter = waitingScripter{}
+
+func (w waitingScripter) run(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, body, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if err := w.ap.Submit(ctx, cmd).WaitContext(ctx); err != nil {
+		// cmd may still be written by its batch: answer with another.
+		late := redis.NewCmd(ctx, cmdArgs...)
+		late.SetErr(err)
+		return late
+	}
+	return cmd
+}
+
+// Eval implements redis.Scripter.
+func (w waitingScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return w.run(ctx, "eval", script, keys, args)
+}
+
+// EvalSha implements redis.Scripter.
+func (w waitingScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return w.run(ctx, "evalsha", sha1, keys, args)
+}
+
+// EvalRO implements redis.Scripter.
+func (w waitingScripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return w.run(ctx, "eval_ro", script, keys, args)
+}
+
+// EvalShaRO implements redis.Scripter.
+func (w waitingScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return w.run(ctx, "evalsha_ro", sha1, keys, args)
+}
+
+// ScriptExists implements redis.Scripter.
+func (w waitingScripter) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return w.ap.ScriptExists(ctx, hashes...)
+}
+
+// ScriptLoad implements redis.Scripter.
+func (w waitingScripter) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return w.ap.ScriptLoad(ctx, script)
+}
+
+// call runs fn under a deadline of OpTimeout: a Redis that accepts the
+// request but never answers (frozen, SIGSTOP) costs the caller OpTimeout,
+// not a hang. When the client honours deadlines itself (see
+// Config.ApplyTimeouts) fn runs on the caller's goroutine; otherwise on
+// one of its own, abandoned (its result dropped) when the deadline passes
+// first. Errors go through storeError.
+func call[T any](s *Store, ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	if s.direct {
+		v, err := fn(ctx)
+		if err != nil && ctx.Err() != nil {
+			// Whatever the client made of the deadline, it is one.
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		return v, storeError(err)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := fn(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, storeError(r.err)
+	case <-ctx.Done():
+		var zero T
+		return zero, storeError(ctx.Err())
+	}
+}
+
+// call0 is call for functions without a result.
+func call0(s *Store, ctx context.Context, fn func(ctx context.Context) error) error {
+	_, err := call(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
+	return err
+}
+
+// inPass runs one round trip of a multi-step admission pass under the
+// caller's context, on the caller's goroutine. It imposes no deadline of
+// its own: a step cut short after Redis ran it (a ZPOPMIN whose answer
+// came late, say) would drop the users it popped, so the whole pass shares
+// the caller's deadline instead.
+func inPass[T any](ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
+	return fn(ctx)
+}
+
+// inPass0 is inPass for functions without a result.
+func inPass0(ctx context.Context, fn func(ctx context.Context) error) error { return fn(ctx) }
+
+// Ping implements waitroom.Store: a PING within OpTimeout.
+func (s *Store) Ping(ctx context.Context) error {
+	return call0(s, ctx, func(ctx context.Context) error { return s.client.Ping(ctx).Err() })
 }
 
 // Keys names the Redis keys of one room.
 type Keys struct {
 	Config, Seq, Queue, Active, State, SeqOf, Stats, Leader string
+	// JoinedAt maps each user to when they last joined (ms, Redis TIME),
+	// for the wait of the queue's head.
+	JoinedAt string
 }
 
 // KeysFor returns room's keys; all share the hash tag {room}.
@@ -104,12 +267,13 @@ func KeysFor(room string) Keys {
 	return Keys{
 		Config: p + "cfg", Seq: p + "seq", Queue: p + "queue", Active: p + "active",
 		State: p + "state", SeqOf: p + "seqof", Stats: p + "stats", Leader: p + "leader",
+		JoinedAt: p + "joinedat",
 	}
 }
 
 // scriptKeys is the KEYS list every script takes.
 func (k Keys) scriptKeys() []string {
-	return []string{k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats}
+	return []string{k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.JoinedAt}
 }
 
 // Configure implements waitroom.Store.
@@ -122,25 +286,26 @@ func (s *Store) Configure(ctx context.Context, room string, cfg waitroom.RoomCon
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	err := s.client.HSet(ctx, KeysFor(room).Config,
-		"capacity", cfg.Capacity,
-		"lease_ms", cfg.Lease.Milliseconds(),
-		"interval_ms", cfg.AdmitInterval.Milliseconds(),
-		"mode", string(cfg.Mode)).Err()
-	if err != nil {
-		return storeError(err)
-	}
-	if err := s.client.SAdd(ctx, roomsKey, room).Err(); err != nil {
-		return storeError(err)
-	}
-	return nil
+	return call0(s, ctx, func(ctx context.Context) error {
+		err := s.client.HSet(ctx, KeysFor(room).Config,
+			"capacity", cfg.Capacity,
+			"lease_ms", cfg.Lease.Milliseconds(),
+			"interval_ms", cfg.AdmitInterval.Milliseconds(),
+			"mode", string(cfg.Mode)).Err()
+		if err != nil {
+			return err
+		}
+		return s.client.SAdd(ctx, roomsKey, room).Err()
+	})
 }
 
 // Config implements waitroom.Store.
 func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, error) {
-	vals, err := s.client.HMGet(ctx, KeysFor(room).Config, "capacity", "lease_ms", "interval_ms", "mode").Result()
+	vals, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
+		return s.client.HMGet(ctx, KeysFor(room).Config, "capacity", "lease_ms", "interval_ms", "mode").Result()
+	})
 	if err != nil {
-		return waitroom.RoomConfig{}, storeError(err)
+		return waitroom.RoomConfig{}, err
 	}
 	if vals[0] == nil {
 		return waitroom.RoomConfig{}, waitroom.ErrNoRoom
@@ -161,30 +326,27 @@ func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, e
 // for it at their next room refresh. Users still in it are forgotten.
 func (s *Store) DeleteRoom(ctx context.Context, room string) error {
 	k := KeysFor(room)
-	if err := s.client.SRem(ctx, roomsKey, room).Err(); err != nil {
-		return storeError(err)
-	}
-	// One slot, so one DEL works on Cluster too.
-	if err := s.client.Del(ctx, k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.Leader).Err(); err != nil {
-		return storeError(err)
-	}
-	return nil
+	return call0(s, ctx, func(ctx context.Context) error {
+		if err := s.client.SRem(ctx, roomsKey, room).Err(); err != nil {
+			return err
+		}
+		// One slot, so one DEL works on Cluster too.
+		return s.client.Del(ctx, k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.Leader, k.JoinedAt).Err()
+	})
 }
 
 // Rooms lists every configured room.
 func (s *Store) Rooms(ctx context.Context) ([]string, error) {
-	rooms, err := s.client.SMembers(ctx, roomsKey).Result()
-	if err != nil {
-		return nil, storeError(err)
-	}
-	return rooms, nil
+	return call(s, ctx, func(ctx context.Context) ([]string, error) { return s.client.SMembers(ctx, roomsKey).Result() })
 }
 
 // Join implements waitroom.Store.
 func (s *Store) Join(ctx context.Context, room, user string) (waitroom.Ticket, error) {
-	res, err := joinScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
+	res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
+		return joinScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
+	})
 	if err != nil {
-		return waitroom.Ticket{}, storeError(err)
+		return waitroom.Ticket{}, err
 	}
 	t, err := ticketFrom(room, user, res)
 	if err == nil && len(res) > 4 {
@@ -196,18 +358,22 @@ func (s *Store) Join(ctx context.Context, room, user string) (waitroom.Ticket, e
 
 // Ticket implements waitroom.Store.
 func (s *Store) Ticket(ctx context.Context, room, user string) (waitroom.Ticket, error) {
-	res, err := ticketScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
+	res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
+		return ticketScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
+	})
 	if err != nil {
-		return waitroom.Ticket{}, storeError(err)
+		return waitroom.Ticket{}, err
 	}
 	return ticketFrom(room, user, res)
 }
 
 // Leave implements waitroom.Store.
 func (s *Store) Leave(ctx context.Context, room, user string) (waitroom.Ticket, error) {
-	res, err := leaveScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
+	res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
+		return leaveScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
+	})
 	if err != nil {
-		return waitroom.Ticket{}, storeError(err)
+		return waitroom.Ticket{}, err
 	}
 	if len(res) != 2 {
 		return waitroom.Ticket{}, fmt.Errorf("redisstore: leave: unexpected reply %v", res)
@@ -229,7 +395,10 @@ func ticketFrom(room, user string, res []any) (waitroom.Ticket, error) {
 	return t, nil
 }
 
-// Admit implements waitroom.Store.
+// Admit implements waitroom.Store. The atomic mode is one call, bounded
+// by OpTimeout. The multi-step modes (kept to be measured, never for
+// production) run under the caller's deadline (the admitter's pass
+// deadline) and are never abandoned halfway: see inPass.
 func (s *Store) Admit(ctx context.Context, room string, mode waitroom.Mode, instance string) (waitroom.AdmitResult, error) {
 	var (
 		res waitroom.AdmitResult
@@ -237,7 +406,7 @@ func (s *Store) Admit(ctx context.Context, room string, mode waitroom.Mode, inst
 	)
 	switch mode {
 	case waitroom.ModeAtomic:
-		res, err = s.admitAtomic(ctx, room)
+		res, err = call(s, ctx, func(ctx context.Context) (waitroom.AdmitResult, error) { return s.admitAtomic(ctx, room) })
 	case waitroom.ModeNaive:
 		res, err = s.admitNaive(ctx, room)
 	case waitroom.ModeLeader:
@@ -273,7 +442,9 @@ func (s *Store) admitAtomic(ctx context.Context, room string) (waitroom.AdmitRes
 // reclaim runs the reclaim script and returns the expired count and the
 // server time, for the modes that admit in several steps.
 func (s *Store) reclaim(ctx context.Context, room string) (int, int64, error) {
-	out, err := reclaimScript.Run(ctx, s.client, KeysFor(room).scriptKeys()).Int64Slice()
+	out, err := inPass(ctx, func(ctx context.Context) ([]int64, error) {
+		return reclaimScript.Run(ctx, s.client, KeysFor(room).scriptKeys()).Int64Slice()
+	})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -282,7 +453,9 @@ func (s *Store) reclaim(ctx context.Context, room string) (int, int64, error) {
 
 // capacityAndLease reads the two configuration fields admission needs.
 func (s *Store) capacityAndLease(ctx context.Context, k Keys) (int64, int64, error) {
-	vals, err := s.client.HMGet(ctx, k.Config, "capacity", "lease_ms").Result()
+	vals, err := inPass(ctx, func(ctx context.Context) ([]any, error) {
+		return s.client.HMGet(ctx, k.Config, "capacity", "lease_ms").Result()
+	})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -292,6 +465,11 @@ func (s *Store) capacityAndLease(ctx context.Context, k Keys) (int64, int64, err
 	capacity, _ := strconv.ParseInt(fmt.Sprint(vals[0]), 10, 64)
 	lease, _ := strconv.ParseInt(fmt.Sprint(vals[1]), 10, 64)
 	return capacity, lease, nil
+}
+
+// zcard counts a sorted set: one round trip.
+func (s *Store) zcard(ctx context.Context, key string) (int64, error) {
+	return inPass(ctx, func(ctx context.Context) (int64, error) { return s.client.ZCard(ctx, key).Result() })
 }
 
 // admitNaive is the seed's first design, kept to be measured: count, pop
@@ -311,7 +489,7 @@ func (s *Store) admitNaive(ctx context.Context, room string) (waitroom.AdmitResu
 		return res, err
 	}
 	res.Expired, res.At = expired, time.UnixMilli(now).UTC()
-	active, err := s.client.ZCard(ctx, k.Active).Result()
+	active, err := s.zcard(ctx, k.Active)
 	res.RoundTrips++
 	if err != nil {
 		return res, err
@@ -337,33 +515,44 @@ func (s *Store) admitNaive(ctx context.Context, room string) (waitroom.AdmitResu
 	return res, nil
 }
 
+// popped is what popWithTime read.
+type popped struct {
+	users []redis.Z
+	at    time.Time
+}
+
 // popWithTime pops up to n users and reads the server clock in the same
 // round trip, just before the pop: the moment these users left the queue.
 func (s *Store) popWithTime(ctx context.Context, k Keys, n int64) ([]redis.Z, time.Time, error) {
-	var (
-		now *redis.TimeCmd
-		pop *redis.ZSliceCmd
-	)
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		now = p.Time(ctx)
-		pop = p.ZPopMin(ctx, k.Queue, n)
-		return nil
+	p, err := inPass(ctx, func(ctx context.Context) (popped, error) {
+		var (
+			now *redis.TimeCmd
+			pop *redis.ZSliceCmd
+		)
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			now = p.Time(ctx)
+			pop = p.ZPopMin(ctx, k.Queue, n)
+			return nil
+		})
+		if err != nil {
+			return popped{}, err
+		}
+		return popped{pop.Val(), now.Val().UTC().Truncate(time.Millisecond)}, nil
 	})
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	return pop.Val(), now.Val().UTC().Truncate(time.Millisecond), nil
+	return p.users, p.at, err
 }
 
 // enter adds one popped user to the room: one round trip.
 func (s *Store) enter(ctx context.Context, k Keys, user string, expiresMS int64) error {
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, k.Active, redis.Z{Score: float64(expiresMS), Member: user})
-		p.HSet(ctx, k.State, user, string(waitroom.StateAdmitted))
-		p.HIncrBy(ctx, k.Stats, "admitted", 1)
-		return nil
+	return inPass0(ctx, func(ctx context.Context) error {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZAdd(ctx, k.Active, redis.Z{Score: float64(expiresMS), Member: user})
+			p.HSet(ctx, k.State, user, string(waitroom.StateAdmitted))
+			p.HIncrBy(ctx, k.Stats, "admitted", 1)
+			return nil
+		})
+		return err
 	})
-	return err
 }
 
 // admitLeader runs naive admission only on the elected instance. The
@@ -371,14 +560,16 @@ func (s *Store) enter(ctx context.Context, k Keys, user string, expiresMS int64)
 // every pass, so one instance leads while it is alive.
 func (s *Store) admitLeader(ctx context.Context, room, instance string) (waitroom.AdmitResult, error) {
 	k := KeysFor(room)
-	interval, err := s.client.HGet(ctx, k.Config, "interval_ms").Int64()
+	interval, err := inPass(ctx, func(ctx context.Context) (int64, error) { return s.client.HGet(ctx, k.Config, "interval_ms").Int64() })
 	if errors.Is(err, redis.Nil) {
 		return waitroom.AdmitResult{RoundTrips: 1}, waitroom.ErrNoRoom
 	}
 	if err != nil {
 		return waitroom.AdmitResult{RoundTrips: 1}, err
 	}
-	leads, err := leaderScript.Run(ctx, s.client, []string{k.Leader}, instance, 2*interval).Int64()
+	leads, err := inPass(ctx, func(ctx context.Context) (int64, error) {
+		return leaderScript.Run(ctx, s.client, []string{k.Leader}, instance, 2*interval).Int64()
+	})
 	if err != nil {
 		return waitroom.AdmitResult{RoundTrips: 2}, err
 	}
@@ -415,29 +606,38 @@ func (s *Store) admitOptimistic(ctx context.Context, room string) (waitroom.Admi
 			return res, err
 		}
 		user := fmt.Sprint(popped[0].Member)
-		if err := s.client.ZAdd(ctx, k.Active, redis.Z{Score: float64(at.UnixMilli() + lease), Member: user}).Err(); err != nil {
+		err = inPass0(ctx, func(ctx context.Context) error {
+			return s.client.ZAdd(ctx, k.Active, redis.Z{Score: float64(at.UnixMilli() + lease), Member: user}).Err()
+		})
+		if err != nil {
 			return res, err
 		}
 		res.RoundTrips++
-		active, err := s.client.ZCard(ctx, k.Active).Result()
+		active, err := s.zcard(ctx, k.Active)
 		res.RoundTrips++
 		if err != nil {
 			return res, err
 		}
 		if active > capacity {
 			// Over: undo and restore the user at their place in line.
-			_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-				p.ZRem(ctx, k.Active, user)
-				p.ZAdd(ctx, k.Queue, popped[0])
-				return nil
+			err := inPass0(ctx, func(ctx context.Context) error {
+				_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+					p.ZRem(ctx, k.Active, user)
+					p.ZAdd(ctx, k.Queue, popped[0])
+					return nil
+				})
+				return err
 			})
 			res.RoundTrips++
 			return res, err
 		}
-		_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, k.State, user, string(waitroom.StateAdmitted))
-			p.HIncrBy(ctx, k.Stats, "admitted", 1)
-			return nil
+		err = inPass0(ctx, func(ctx context.Context) error {
+			_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.HSet(ctx, k.State, user, string(waitroom.StateAdmitted))
+				p.HIncrBy(ctx, k.Stats, "admitted", 1)
+				return nil
+			})
+			return err
 		})
 		res.RoundTrips++
 		if err != nil {
@@ -451,9 +651,11 @@ func (s *Store) admitOptimistic(ctx context.Context, room string) (waitroom.Admi
 
 // NextExpiry implements waitroom.Store.
 func (s *Store) NextExpiry(ctx context.Context, room string) (time.Time, bool, error) {
-	zs, err := s.client.ZRangeWithScores(ctx, KeysFor(room).Active, 0, 0).Result()
+	zs, err := call(s, ctx, func(ctx context.Context) ([]redis.Z, error) {
+		return s.client.ZRangeWithScores(ctx, KeysFor(room).Active, 0, 0).Result()
+	})
 	if err != nil {
-		return time.Time{}, false, storeError(err)
+		return time.Time{}, false, err
 	}
 	if len(zs) == 0 {
 		return time.Time{}, false, nil
@@ -461,48 +663,46 @@ func (s *Store) NextExpiry(ctx context.Context, room string) (time.Time, bool, e
 	return time.UnixMilli(int64(zs[0].Score)).UTC(), true, nil
 }
 
-// Stats implements waitroom.Store: one round trip.
+// Stats implements waitroom.Store: one script, one round trip.
 func (s *Store) Stats(ctx context.Context, room string) (waitroom.RoomStats, error) {
-	k := KeysFor(room)
-	var (
-		capacity      *redis.StringCmd
-		active, queue *redis.IntCmd
-		counters      *redis.MapStringStringCmd
-	)
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		capacity = p.HGet(ctx, k.Config, "capacity")
-		active = p.ZCard(ctx, k.Active)
-		queue = p.ZCard(ctx, k.Queue)
-		counters = p.HGetAll(ctx, k.Stats)
-		return nil
+	out, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
+		return statsScript.Run(ctx, s.client, KeysFor(room).scriptKeys()).Slice()
 	})
-	if errors.Is(err, redis.Nil) {
-		return waitroom.RoomStats{}, waitroom.ErrNoRoom
-	}
 	if err != nil {
-		return waitroom.RoomStats{}, storeError(err)
+		return waitroom.RoomStats{}, err
 	}
-	c := counters.Val()
-	n := func(name string) int64 { v, _ := strconv.ParseInt(c[name], 10, 64); return v }
-	capN, _ := capacity.Int64()
+	if len(out) < 4 {
+		return waitroom.RoomStats{}, fmt.Errorf("redisstore: stats: unexpected reply %v", out)
+	}
+	num := func(v any) int64 {
+		n, _ := v.(int64)
+		return n
+	}
+	c := map[string]int64{}
+	for i := 4; i+1 < len(out); i += 2 {
+		c[fmt.Sprint(out[i])], _ = strconv.ParseInt(fmt.Sprint(out[i+1]), 10, 64)
+	}
 	return waitroom.RoomStats{
-		Capacity: capN, Active: active.Val(), Waiting: queue.Val(),
-		JoinedTotal: n("joined"), AdmittedTotal: n("admitted"), ReleasedTotal: n("released"),
-		ExpiredTotal: n("expired"), LeftTotal: n("left"),
+		Capacity: num(out[0]), Active: num(out[1]), Waiting: num(out[2]),
+		JoinedTotal: c["joined"], AdmittedTotal: c["admitted"], ReleasedTotal: c["released"],
+		ExpiredTotal: c["expired"], LeftTotal: c["left"],
+		OldestWait: time.Duration(max(num(out[3]), 0)) * time.Millisecond,
 	}, nil
 }
 
 // storeError turns script errors into the domain's errors and anything
-// else into an unavailable error.
+// else, a missed deadline included, into an unavailable error.
 func storeError(err error) error {
-	var wr *waitroom.Error
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &wr), errors.Is(err, waitroom.ErrNoRoom), errors.Is(err, waitroom.ErrNoTicket):
+	case errors.Is(err, waitroom.ErrNoRoom), errors.Is(err, waitroom.ErrNoTicket):
 		return err
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	}
+	if _, ok := errors.AsType[*waitroom.Error](err); ok {
 		return err
+	}
+	switch {
 	case strings.Contains(err.Error(), "NOROOM"):
 		return waitroom.ErrNoRoom
 	case strings.Contains(err.Error(), "NOTICKET"):

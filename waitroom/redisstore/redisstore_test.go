@@ -2,6 +2,9 @@ package redisstore_test
 
 import (
 	"context"
+	"io"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +21,7 @@ import (
 // default (auto-pipelined per-user scripts) and the plain client.
 var configs = map[string]redisstore.Config{
 	"autopipeline": redisstore.DefaultConfig(),
-	"plain":        {AutoPipeline: false},
+	"plain":        {AutoPipeline: false, OpTimeout: redisstore.DefaultConfig().OpTimeout},
 }
 
 // newStore returns a Store on client configured by cfg.
@@ -93,5 +96,117 @@ func TestEmbeddedExpiresKeys(t *testing.T) {
 			t.Fatal("a key with a 50ms TTL still exists after 5s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// blackHole accepts connections and reads them without ever answering,
+// as a frozen Redis does (the kernel accepts, the process never replies).
+// It returns its address and a function that closes it.
+func blackHole(t *testing.T) (string, func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	return ln.Addr().String(), func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+}
+
+// TestFrozenRedisAnswersWithinOpTimeout: against a server that never
+// answers, every Store call ends with an unavailable error within
+// OpTimeout (+ 1 s of slack), whether the client honours deadlines itself
+// (ApplyTimeouts) or not (go-redis defaults: 3 s reads, retries), with and
+// without auto-pipelining. The multi-step admission modes, which run under
+// the caller's deadline, are checked with the tuned client.
+func TestFrozenRedisAnswersWithinOpTimeout(t *testing.T) {
+	const opTimeout = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name     string
+		pipeline bool
+		tuned    bool
+	}{{"tuned client", true, true}, {"tuned client, plain", false, true}, {"default client", true, false}, {"default client, plain", false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			addr, closeHole := blackHole(t)
+			cfg := redisstore.Config{AutoPipeline: tc.pipeline, OpTimeout: opTimeout}
+			opts := &redis.Options{Addr: addr}
+			if tc.tuned {
+				cfg.ApplyTimeouts(opts)
+			}
+			client := redis.NewClient(opts)
+			// The server goes first, so that Close does not wait for
+			// the requests abandoned in the auto-pipeliner.
+			t.Cleanup(func() { closeHole(); client.Close() })
+			s, err := redisstore.NewWithConfig(client, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			calls := map[string]func() error{
+				"Ping":      func() error { return s.Ping(ctx) },
+				"Configure": func() error { return s.Configure(ctx, "r", waitroom.DefaultRoomConfig()) },
+				"Config":    func() error { _, err := s.Config(ctx, "r"); return err },
+				"Join":      func() error { _, err := s.Join(ctx, "r", "u"); return err },
+				"Ticket":    func() error { _, err := s.Ticket(ctx, "r", "u"); return err },
+				"Leave":     func() error { _, err := s.Leave(ctx, "r", "u"); return err },
+				"Stats":     func() error { _, err := s.Stats(ctx, "r"); return err },
+				"Rooms":     func() error { _, err := s.Rooms(ctx); return err },
+				"NextExpiry": func() error {
+					_, _, err := s.NextExpiry(ctx, "r")
+					return err
+				},
+			}
+			calls["Admit atomic"] = func() error { _, err := s.Admit(ctx, "r", waitroom.ModeAtomic, "i"); return err }
+			if tc.tuned {
+				// The multi-step modes run under the caller's deadline
+				// (an admitter's pass deadline), which a tuned client
+				// honours.
+				for _, m := range []waitroom.Mode{waitroom.ModeNaive, waitroom.ModeLeader, waitroom.ModeOptimistic} {
+					calls["Admit "+string(m)] = func() error {
+						pctx, cancel := context.WithTimeout(ctx, opTimeout)
+						defer cancel()
+						_, err := s.Admit(pctx, "r", m, "i")
+						return err
+					}
+				}
+			}
+			var wg sync.WaitGroup
+			for name, fn := range calls {
+				wg.Go(func() {
+					start := time.Now()
+					err := fn()
+					took := time.Since(start)
+					if waitroom.ErrorCode(err) != waitroom.CodeUnavailable {
+						t.Errorf("%s = %v, want an unavailable error", name, err)
+					}
+					if took > opTimeout+time.Second {
+						t.Errorf("%s took %s, want at most %s (OpTimeout + 1s)", name, took, opTimeout+time.Second)
+					}
+				})
+			}
+			wg.Wait()
+		})
 	}
 }

@@ -7,7 +7,8 @@ import "github.com/redis/go-redis/v9"
 // KEYS and shares the room's hash tag, so the scripts run on Redis Cluster
 // too. Time comes from the server's TIME, never from the caller.
 //
-// Common KEYS order: see Store.keys.
+// Common KEYS order: cfg seq queue active state seqof stats joinedat (see
+// Keys.scriptKeys).
 
 // nowMS is the Lua snippet that reads the server clock in milliseconds.
 const nowMS = `
@@ -37,7 +38,8 @@ local function settle(user)
 end
 `
 
-// joinScript: KEYS cfg seq queue active state seqof stats; ARGV user.
+// joinScript: KEYS cfg seq queue active state seqof stats joinedat; ARGV
+// user. A new ticket records its join time in joinedat.
 // Returns {state, rank, seq, lease_expiry_ms, created}.
 var joinScript = redis.NewScript(nowMS + settleLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
@@ -55,6 +57,7 @@ local seq = redis.call('INCR', KEYS[2])
 redis.call('ZADD', KEYS[3], seq, user)
 redis.call('HSET', KEYS[5], user, 'waiting')
 redis.call('HSET', KEYS[6], user, seq)
+redis.call('HSET', KEYS[8], user, now)
 redis.call('HINCRBY', KEYS[7], 'joined', 1)
 return {'waiting', redis.call('ZRANK', KEYS[3], user), seq, 0, 1}
 `)
@@ -157,4 +160,23 @@ if cur == ARGV[1] then
   return 1
 end
 return 0
+`)
+
+// statsScript: KEYS cfg seq queue active state seqof stats joinedat.
+// Returns {capacity, active, waiting, oldest_wait_ms, counter, value, ...},
+// where oldest_wait_ms is how long the head of the queue has waited (-1
+// when nobody waits or the head's join time is unknown).
+var statsScript = redis.NewScript(nowMS + `
+local cap = redis.call('HGET', KEYS[1], 'capacity')
+if not cap then return redis.error_reply('NOROOM') end
+local oldest = -1
+local head = redis.call('ZRANGE', KEYS[3], 0, 0)
+if head[1] then
+  local j = redis.call('HGET', KEYS[8], head[1])
+  if j then oldest = now - tonumber(j) end
+end
+local out = {tonumber(cap), redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[3]), oldest}
+local c = redis.call('HGETALL', KEYS[7])
+for i = 1, #c do out[#out + 1] = c[i] end
+return out
 `)

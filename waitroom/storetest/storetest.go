@@ -41,6 +41,7 @@ func Run(t *testing.T, h Harness) {
 		{"EveryModeAdmitsInOrderWhenAlone", testModesAlone},
 		{"LeaderSkipsWhenAnotherLeads", testLeaderSkips},
 		{"ConcurrentAtomicNeverOverCapacity", testConcurrentAtomic},
+		{"PingAndOldestWait", testPingAndOldestWait},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
@@ -405,5 +406,48 @@ func testConcurrentAtomic(t *testing.T, h Harness) {
 	}
 	if st := checkAccounting(t, s, room); st.JoinedTotal != 90 {
 		t.Fatalf("joined %d, want 90", st.JoinedTotal)
+	}
+}
+
+// testPingAndOldestWait: Ping answers, and Stats.OldestWait is the wait of
+// the head of the queue, zero when nobody waits.
+func testPingAndOldestWait(t *testing.T, h Harness) {
+	s := h.Store(t)
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping = %v", err)
+	}
+	room := newRoom(t, s, 1, time.Minute, waitroom.ModeAtomic)
+	oldest := func() time.Duration {
+		t.Helper()
+		st, err := s.Stats(ctx, room)
+		if err != nil {
+			t.Fatalf("Stats: %v", err)
+		}
+		return st.OldestWait
+	}
+	if d := oldest(); d != 0 {
+		t.Fatalf("OldestWait of an empty queue = %s, want 0", d)
+	}
+	for _, u := range []string{"a", "b"} {
+		if _, err := s.Join(ctx, room, u); err != nil {
+			t.Fatalf("Join(%s): %v", u, err)
+		}
+	}
+	h.Advance(t, time.Second)
+	if d := oldest(); d < time.Second {
+		t.Fatalf("OldestWait after 1s = %s, want at least 1s", d)
+	}
+	if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, "test"); err != nil {
+		t.Fatalf("Admit: %v", err)
+	}
+	if d := oldest(); d < time.Second {
+		t.Fatalf("OldestWait with b at the head = %s, want at least 1s", d)
+	}
+	if _, err := s.Leave(ctx, room, "b"); err != nil {
+		t.Fatalf("Leave(b): %v", err)
+	}
+	if d := oldest(); d != 0 {
+		t.Fatalf("OldestWait with nobody waiting = %s, want 0", d)
 	}
 }
