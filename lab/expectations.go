@@ -81,6 +81,18 @@ func (x *Expectations) Missing(claim string, what ...string) {
 	x.Check(claim, figure, false)
 }
 
+// Judge adds claim: as Missing when any figure it needs is missing,
+// otherwise with the figure and verdict that judge returns (judge runs
+// only when nothing is missing).
+func (x *Expectations) Judge(claim string, missing []string, judge func() (figure string, holds bool)) {
+	if len(missing) > 0 {
+		x.Missing(claim, missing...)
+		return
+	}
+	figure, holds := judge()
+	x.Check(claim, figure, holds)
+}
+
 // Report adds a figure that is shown without a claim about it. It is not
 // an expectation: it appears in REPORT.md only.
 func (x *Expectations) Report(what, figure string) {

@@ -150,16 +150,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 		}
 		return v
 	}
-	// check adds claim: missing if any figure it needs is missing,
-	// otherwise the figure and the verdict from judge.
-	check := func(claim string, missing []string, judge func() (string, bool)) {
-		if len(missing) > 0 {
-			x.Missing(claim, missing...)
-			return
-		}
-		figure, holds := judge()
-		x.Check(claim, figure, holds)
-	}
+	check := x.Judge
 	loads := e.cfg.HotLoads
 	for _, load := range loads {
 		if load > 0.5 {

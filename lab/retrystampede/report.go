@@ -182,16 +182,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 		}
 		return v
 	}
-	// check adds claim: missing if any figure it needs is missing,
-	// otherwise the figure and the verdict from judge.
-	check := func(claim string, missing []string, judge func() (string, bool)) {
-		if len(missing) > 0 {
-			x.Missing(claim, missing...)
-			return
-		}
-		figure, holds := judge()
-		x.Check(claim, figure, holds)
-	}
+	check := x.Judge
 	hb := HangBefore
 	if has(hb, retry.None) {
 		var miss []string
