@@ -1,7 +1,6 @@
 package fulfilment
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -39,7 +38,7 @@ func EventID(paymentID string, seq int64) string {
 // Limits of an event.
 const (
 	MaxEventBytes = 64 << 10 // the largest body DecodeEvent reads
-	MaxIDLen      = 255      // payment, merchant, order and event ids, in bytes
+	MaxIDLen      = 255      // payment, merchant and order ids, in bytes; an event id may add "-<seq>"
 	MaxCurrency   = 8
 )
 
@@ -67,17 +66,13 @@ func DecodeEvent(body []byte) (Event, error) {
 		return Event{}, httpapi.Invalid("body", "must be at most %d bytes, got %d", MaxEventBytes, len(body))
 	}
 	var w wireEvent
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&w); err != nil {
+	if err := json.Unmarshal(body, &w); err != nil {
 		e := httpapi.Invalid("body", "is not a payment event: %v", err)
 		if te, ok := err.(*json.UnmarshalTypeError); ok && te.Field != "" {
 			e = httpapi.Invalid(te.Field, "has the wrong type: want %s", te.Type)
 		}
 		e.Err = err
 		return Event{}, e
-	}
-	if dec.More() {
-		return Event{}, httpapi.Invalid("body", "must hold one JSON object")
 	}
 	ev := Event{
 		ID: EventID(w.PaymentID, w.Seq), PaymentID: w.PaymentID, Seq: w.Seq, Type: w.Type,
@@ -94,10 +89,10 @@ func DecodeEvent(body []byte) (Event, error) {
 // positive seq, a known status, and, for a terminal status, the merchant
 // and order ids. The error has CodeInvalid and names the JSON field.
 func (e Event) Validate() error {
-	if err := checkID("id", e.ID, true); err != nil {
+	if err := checkID("payment_id", e.PaymentID, true); err != nil {
 		return err
 	}
-	if err := checkID("payment_id", e.PaymentID, true); err != nil {
+	if err := checkID("id", e.ID, true); err != nil {
 		return err
 	}
 	if e.Seq < 1 {
@@ -119,6 +114,9 @@ func (e Event) Validate() error {
 	if len(e.Currency) > MaxCurrency || !utf8.ValidString(e.Currency) {
 		return httpapi.Invalid("currency", "must be a currency code, got %q", e.Currency)
 	}
+	if y := e.At.UTC().Year(); !e.At.IsZero() && (y < 1 || y > 9999) {
+		return httpapi.Invalid("at", "must be a time between the years 1 and 9999")
+	}
 	if len(e.Type) > MaxIDLen || !utf8.ValidString(e.Type) {
 		return httpapi.Invalid("type", "must be an event type")
 	}
@@ -126,13 +124,18 @@ func (e Event) Validate() error {
 }
 
 // checkID checks an identifier: valid UTF-8 without control characters,
-// at most MaxIDLen bytes, and present when required.
+// at most MaxIDLen bytes (an event id may add its "-<seq>"), and present
+// when required.
 func checkID(field, v string, required bool) error {
+	limit := MaxIDLen
+	if field == "id" {
+		limit += len("-9223372036854775807")
+	}
 	switch {
 	case v == "" && required:
 		return httpapi.Invalid(field, "is required")
-	case len(v) > MaxIDLen:
-		return httpapi.Invalid(field, "must be at most %d bytes", MaxIDLen)
+	case len(v) > limit:
+		return httpapi.Invalid(field, "must be at most %d bytes", limit)
 	case !utf8.ValidString(v):
 		return httpapi.Invalid(field, "must be UTF-8")
 	}
