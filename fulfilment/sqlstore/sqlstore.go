@@ -107,7 +107,7 @@ func (s *Store) Update(ctx context.Context, fn func(ctx context.Context, tx fulf
 	return s.mapErr(sqlTx.Commit())
 }
 
-// read runs fn on the read pool under the operation deadline.
+// readOp runs fn on the read pool under the operation deadline.
 func (s *Store) readOp(ctx context.Context, fn func(ctx context.Context, db *sql.DB) error) error {
 	ctx, cancel, err := s.op(ctx)
 	if err != nil {

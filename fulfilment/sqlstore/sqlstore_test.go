@@ -88,11 +88,7 @@ func TestTwoStoresOnOneFile(t *testing.T) {
 	}
 	ctx := context.Background()
 	for range 10 {
-		p := pay.Payment{ID: pay.NewID(), MerchantID: pay.NewID(), OrderID: "o", Amount: 1, Currency: "USD", Status: pay.StatusApproved}
-		ev, err := fulfilment.DecodeEvent(pay.NewEvent(pay.EventStatusChanged, p, 2, pay.StatusPending, "", time.Now()).Payload)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ev := approved(t)
 		var (
 			wg      sync.WaitGroup
 			mu      sync.Mutex
@@ -175,11 +171,7 @@ func TestSQLiteFrozenIsUnavailable(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		t.Fatal(err)
 	}
-	p := pay.Payment{ID: pay.NewID(), MerchantID: pay.NewID(), OrderID: "o", Amount: 1, Currency: "USD", Status: pay.StatusApproved}
-	ev, err := fulfilment.DecodeEvent(pay.NewEvent(pay.EventStatusChanged, p, 2, pay.StatusPending, "", time.Now()).Payload)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev := approved(t)
 	start := time.Now()
 	applied, err := h.Handle(ctx, ev)
 	took := time.Since(start)
@@ -295,4 +287,63 @@ func TestPostgresConcurrentOpenMigratesOnce(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%s records migration 1 %d times, want once", sqlstore.VersionTable, n)
 	}
+}
+
+// TestPostgresFrozenIsUnavailable: while another session holds the inbox
+// locked, Handle fails within the operation timeout with a retryable 503
+// and writes nothing; once the lock is gone, the redelivery applies.
+func TestPostgresFrozenIsUnavailable(t *testing.T) {
+	t.Parallel()
+	url := testenv.URL(t, testenv.PostgresURL)
+	cfg := postgresConfig(url, freshSchema(t, url))
+	cfg.OpTimeout = 300 * time.Millisecond
+	s := open(t, cfg)
+	h, err := fulfilment.NewHandler(s, fulfilment.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	lock, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, `LOCK TABLE `+pgx.Identifier{cfg.Schema, "inbox"}.Sanitize()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	ev := approved(t)
+	start := time.Now()
+	applied, err := h.Handle(ctx, ev)
+	took := time.Since(start)
+	if applied || !fulfilment.Retryable(err) || httpapi.StatusOf(err) != 503 {
+		t.Fatalf("Handle while the inbox is locked = %v, %v; want a retryable 503", applied, err)
+	}
+	if limit := cfg.OpTimeout + time.Second; took > limit {
+		t.Fatalf("Handle took %s while frozen, want at most %s", took, limit)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Inbox(ctx, ev.ID); !errors.Is(err, fulfilment.ErrNotFound) {
+		t.Fatalf("Inbox after the frozen attempt = %v, want not found", err)
+	}
+	if applied, err := h.Handle(ctx, ev); err != nil || !applied {
+		t.Fatalf("Handle after the thaw = %v, %v; want applied", applied, err)
+	}
+}
+
+// approved returns the APPROVED event of a new payment, as the relay
+// publishes it.
+func approved(t *testing.T) fulfilment.Event {
+	t.Helper()
+	p := pay.Payment{ID: pay.NewID(), MerchantID: pay.NewID(), OrderID: "o", Amount: 1, Currency: "USD", Status: pay.StatusApproved}
+	ev, err := fulfilment.DecodeEvent(pay.NewEvent(pay.EventStatusChanged, p, 2, pay.StatusPending, "", time.Now()).Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
 }
