@@ -111,14 +111,14 @@ func (e Event) Validate() error {
 	if e.Amount < 0 {
 		return httpapi.Invalid("amount", "must not be negative, got %d", e.Amount)
 	}
-	if len(e.Currency) > MaxCurrency || !utf8.ValidString(e.Currency) {
+	if len(e.Currency) > MaxCurrency || checkID("currency", e.Currency, false) != nil {
 		return httpapi.Invalid("currency", "must be a currency code, got %q", e.Currency)
 	}
 	if y := e.At.UTC().Year(); !e.At.IsZero() && (y < 1 || y > 9999) {
 		return httpapi.Invalid("at", "must be a time between the years 1 and 9999")
 	}
-	if len(e.Type) > MaxIDLen || !utf8.ValidString(e.Type) {
-		return httpapi.Invalid("type", "must be an event type")
+	if err := checkID("type", e.Type, false); err != nil {
+		return err
 	}
 	return nil
 }

@@ -167,7 +167,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		if ev.Status.Terminal() && (ev.MerchantID == "" || ev.OrderID == "") {
 			t.Fatalf("terminal event without its order: %+v", ev)
 		}
-		for _, s := range []string{ev.PaymentID, ev.MerchantID, ev.OrderID, ev.Currency} {
+		for _, s := range []string{ev.PaymentID, ev.MerchantID, ev.OrderID, ev.Currency, ev.Type} {
 			if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
 				t.Fatalf("decoded an id that is not clean UTF-8: %q", s)
 			}
