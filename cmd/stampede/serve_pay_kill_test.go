@@ -100,7 +100,7 @@ func TestPayKilledMidStampedeLosesNothing(t *testing.T) {
 
 	db := filepath.Join(t.TempDir(), "pay.db")
 	addr := freeAddr(t)
-	first := startPayChild(t, addr, "--institution", its.URL, "--sqlite", db, "--timeout", "20s")
+	first := startPayChild(t, addr, "--institution", its.URL, "--sqlite", db, "--data-dir", filepath.Dir(db), "--timeout", "20s")
 
 	var wg sync.WaitGroup
 	for i := range payments {
@@ -140,7 +140,7 @@ func TestPayKilledMidStampedeLosesNothing(t *testing.T) {
 	if _, err := admin.SetBehavior(ctx, institution.Behavior{Mode: institution.ModeNormal, HangMS: 0, Idempotent: true, StatusAPI: institution.StatusAPIUp}); err != nil {
 		t.Fatal(err)
 	}
-	startPayChild(t, addr, "--institution", its.URL, "--sqlite", db, "--timeout", "20s")
+	startPayChild(t, addr, "--institution", its.URL, "--sqlite", db, "--data-dir", filepath.Dir(db), "--timeout", "20s")
 
 	store, err := sqlite.Open(db)
 	if err != nil {

@@ -39,7 +39,7 @@ func servePay(t *testing.T, institutionURL string, args ...string) (string, *syn
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(logs)
 	cmd.SetArgs(append([]string{"serve", "pay", "--http", addr, "--institution", institutionURL,
-		"--sqlite", filepath.Join(dir, "pay.db"), "--nats-dir", filepath.Join(dir, "nats")}, args...))
+		"--data-dir", dir}, args...))
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 	t.Cleanup(func() {
