@@ -71,3 +71,33 @@ func TestLedgerVacuousWhenNoKeyRepeats(t *testing.T) {
 		t.Fatal("an empty ledger's order check must be vacuous")
 	}
 }
+
+// TestLedgerCountsAReorderBehindALostItem constructs a reorder whose
+// earlier item never completes at all, interleaved with a key that stays
+// in order: the overtaking item is a violation, the lost one is
+// outstanding, and the other key is not blamed.
+func TestLedgerCountsAReorderBehindALostItem(t *testing.T) {
+	l := NewLedger()
+	a0 := l.Submit("a")
+	b0 := l.Submit("b")
+	a1 := l.Submit("a")
+	b1 := l.Submit("b")
+	_ = a0 // submitted, never started nor completed
+
+	l.Done("b", b0)
+	l.Done("a", a1) // a1 completes while a0 is still outstanding
+	l.Done("b", b1)
+
+	if got, want := l.Key("a"), (KeyReport{Submitted: 2, Completed: 1, Violations: 1}); got != want {
+		t.Errorf("Key(a) = %+v, want %+v", got, want)
+	}
+	if got := l.Key("a").Outstanding(); got != 1 {
+		t.Errorf("Key(a).Outstanding() = %d, want 1 (a0 was lost)", got)
+	}
+	if got, want := l.Key("b"), (KeyReport{Submitted: 2, Completed: 2}); got != want {
+		t.Errorf("Key(b) = %+v, want %+v", got, want)
+	}
+	if rep := l.Report(); rep.Violations != 1 || rep.Outstanding() != 1 || rep.OrderedKeys != 2 {
+		t.Errorf("Report() = %+v, want 1 violation, 1 outstanding, 2 ordered keys", rep)
+	}
+}

@@ -13,6 +13,13 @@
 // least one success; a run that reports a broken invariant makes the whole
 // experiment fail. Either way the command exits non-zero: a table of zeros is
 // never a result.
+//
+// After the last run, each experiment checks its claims (from the issue, the
+// seed write-up or the design) against the medians: every Expectation is
+// kept in the JSON with its figure and whether it holds, and a claim whose
+// figure is missing does not hold. An experiment whose expectations fail is
+// still VALID, and says so ("VALID, 2 expectations do not hold"); with
+// Config.Strict, such a failure makes Runner.Run return ErrExpectation.
 package lab
 
 import (
@@ -70,9 +77,17 @@ type Experiment interface {
 	Columns() []string
 	// Run executes one run of condition c. repeat counts from 0.
 	Run(ctx context.Context, c Condition, repeat int) (RunResult, error)
+	// Expectations checks the experiment's claims against r, whose runs
+	// and medians are complete (r.Expectations is not set yet). A claim
+	// whose condition was configured but whose figure is missing (no valid
+	// run, or the metric is absent) must be added with Missing, so that it
+	// does not hold; claims about conditions that were not configured are
+	// left out. It may return nil when the experiment makes no claim.
+	Expectations(r *Result) *Expectations
 	// Render writes the experiment's charts (PNG) into dir and returns the
 	// Markdown that follows the summary table in REPORT.md: the charts, and
-	// what the numbers mean.
+	// what the numbers mean. r.Expectations is set; the Runner writes the
+	// expectations table after this Markdown.
 	Render(r *Result, dir string) (string, error)
 }
 
@@ -106,10 +121,15 @@ type Result struct {
 	Params     any       `json:"params"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
-	Runs       []Run     `json:"runs"`
-	Summary    []Summary `json:"summary"`
-	Valid      bool      `json:"valid"`
+	// Valid reports that every run was valid and no invariant broke. It
+	// says nothing about Expectations.
+	Valid bool `json:"valid"`
 	// Problems explains why Valid is false: invalid runs, broken invariants,
 	// run errors.
 	Problems []string `json:"problems,omitempty"`
+	// Expectations are the experiment's claims checked against the medians;
+	// never nil, so that the JSON shows [] when there are none.
+	Expectations []Expectation `json:"expectations"`
+	Runs         []Run         `json:"runs"`
+	Summary      []Summary     `json:"summary"`
 }

@@ -31,6 +31,8 @@ type fakeExperiment struct {
 	repeats int
 	columns []string
 	result  func(ctx context.Context, c Condition, repeat int) (RunResult, error)
+	// expect, when set, answers Expectations.
+	expect func(r *Result) *Expectations
 
 	calls   []string // "label/repeat", in call order
 	renders int
@@ -48,6 +50,13 @@ func (f *fakeExperiment) Run(ctx context.Context, c Condition, repeat int) (RunR
 		return f.result(ctx, c, repeat)
 	}
 	return RunResult{Metrics: Metrics{"x": float64(repeat)}, Valid: true}, nil
+}
+
+func (f *fakeExperiment) Expectations(r *Result) *Expectations {
+	if f.expect == nil {
+		return nil
+	}
+	return f.expect(r)
 }
 
 func (f *fakeExperiment) Render(r *Result, dir string) (string, error) {
@@ -627,5 +636,137 @@ func TestDiscardProgress(t *testing.T) {
 	cfg.Progress = io.Discard
 	if _, err := run(t, cfg, &fakeExperiment{name: "quiet", conds: conditions("A"), repeats: 1}); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// claimsExperiment is tableExperiment with three claims on its medians: one
+// that holds, one that does not, and one whose metric no run measured.
+func claimsExperiment() *fakeExperiment {
+	exp := tableExperiment()
+	exp.expect = func(r *Result) *Expectations {
+		var x Expectations
+		match := map[string]any{"strategy": "keyed"}
+		if v, ok := r.Median("violations", match); ok {
+			x.Check("keyed: 0 violations", fmt.Sprint(v), v == 0)
+		}
+		if v, ok := r.Median("p99_ms", match); ok {
+			x.Check("keyed: p99 under 1 ms", fmt.Sprint(v), v < 1)
+		}
+		if _, ok := r.Median("stolen", match); !ok {
+			x.Missing("keyed: steals nothing", "stolen of keyed")
+		}
+		x.Report("a figure without a claim", "42")
+		return &x
+	}
+	return exp
+}
+
+func TestExpectationsInTheJSONFile(t *testing.T) {
+	cfg, _, progress := testConfig(t)
+	results, err := run(t, cfg, claimsExperiment())
+	if err != nil {
+		t.Fatalf("Run without Strict: %v; failed expectations must not be an error", err)
+	}
+	if !results[0].Valid {
+		t.Fatalf("the runs are valid, Problems = %v", results[0].Problems)
+	}
+
+	var got struct {
+		Valid        bool          `json:"valid"`
+		Expectations []Expectation `json:"expectations"`
+	}
+	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(cfg.Out, "table.json"))), &got); err != nil {
+		t.Fatalf("table.json: %v", err)
+	}
+	want := []Expectation{
+		{Claim: "keyed: 0 violations", Figure: "0", Holds: true},
+		{Claim: "keyed: p99 under 1 ms", Figure: "4.25", Holds: false},
+		{Claim: "keyed: steals nothing", Figure: "missing: stolen of keyed", Holds: false},
+	}
+	if !got.Valid || !slices.Equal(got.Expectations, want) {
+		t.Errorf("table.json: valid %v, expectations\n%+v\nwant\n%+v", got.Valid, got.Expectations, want)
+	}
+	if !strings.Contains(progress.String(), "lab table: VALID, 2 expectations do not hold\n") {
+		t.Errorf("progress does not give the failed expectations with the verdict:\n%s", progress)
+	}
+
+	report := readFile(t, filepath.Join(cfg.Out, "REPORT.md"))
+	summary := report[:strings.Index(report, "## table")]
+	for _, want := range []string{
+		"## Summary",
+		"| table | VALID, 2 expectations do not hold | 2 of 2 | 1 of 3 |",
+		"**table**: 2 of 3 do not hold:",
+		"- keyed: p99 under 1 ms — measured 4.25",
+		"- keyed: steals nothing — measured missing: stolen of keyed",
+		"<details><summary>1 holds</summary>",
+		"- keyed: 0 violations — measured 0",
+	} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("the summary of REPORT.md lacks %q:\n%s", want, summary)
+		}
+	}
+	for _, want := range []string{
+		"**VALID**: 2 of 2 runs valid, no invariant broken. **2 of 3 expectations do not hold**",
+		"| keyed: p99 under 1 ms | 4.25 | **does not hold** |",
+		"| keyed: steals nothing | missing: stolen of keyed | **does not hold** |",
+		"| a figure without a claim | 42 | — |",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("REPORT.md lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Contains(report, "**VALID**: 2 of 2 runs valid, no invariant broken.\n") {
+		t.Error("REPORT.md says VALID without the failed expectations")
+	}
+}
+
+func TestStrictFailsOnExpectations(t *testing.T) {
+	cfg, _, _ := testConfig(t)
+	cfg.Strict = true
+	results, err := run(t, cfg, claimsExperiment(), &fakeExperiment{name: "fine", conds: conditions("A"), repeats: 1})
+	if !errors.Is(err, ErrExpectation) {
+		t.Fatalf("Run error = %v, want ErrExpectation", err)
+	}
+	if errors.Is(err, ErrInvalid) {
+		t.Errorf("Run error = %v; the runs are valid, want no ErrInvalid", err)
+	}
+	if !strings.Contains(err.Error(), "table: 2 of 3") || strings.Contains(err.Error(), "fine") {
+		t.Errorf("error %q should name the experiment whose expectations failed, and only it", err)
+	}
+	if len(results) != 2 || !results[0].Valid {
+		t.Fatalf("results = %+v", results)
+	}
+	// The evidence is written before the error.
+	for _, name := range []string{"table.json", "fine.json", "REPORT.md"} {
+		if _, err := os.Stat(filepath.Join(cfg.Out, name)); err != nil {
+			t.Errorf("%s not written: %v", name, err)
+		}
+	}
+
+	// Strict with every expectation holding is no error.
+	cfg, _, _ = testConfig(t)
+	cfg.Strict = true
+	held := tableExperiment()
+	held.expect = func(*Result) *Expectations {
+		var x Expectations
+		x.Check("always", "1", true)
+		return &x
+	}
+	if _, err := run(t, cfg, held); err != nil {
+		t.Errorf("Strict with every expectation holding: %v", err)
+	}
+}
+
+func TestNoExpectationsIsAnEmptyList(t *testing.T) {
+	cfg, stdout, _ := testConfig(t)
+	cfg.JSON = true
+	if _, err := run(t, cfg, tableExperiment()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(readFile(t, filepath.Join(cfg.Out, "table.json")), `"expectations": []`) {
+		t.Error(`table.json lacks "expectations": []`)
+	}
+	if !strings.Contains(stdout.String(), `"expectations": []`) {
+		t.Errorf("the JSON summaries lack the expectations:\n%s", stdout)
 	}
 }

@@ -55,14 +55,11 @@ func (p *lineProgress) runFinished(s step, run Run) {
 }
 
 func (p *lineProgress) experimentFinished(res *Result) {
-	switch {
-	case res == nil:
+	if res == nil {
 		fmt.Fprintf(p.w, "lab %s: stopped\n", p.name)
-	case res.Valid:
-		fmt.Fprintf(p.w, "lab %s: VALID\n", res.Experiment)
-	default:
-		fmt.Fprintf(p.w, "lab %s: INVALID (%d problems)\n", res.Experiment, len(res.Problems))
+		return
 	}
+	fmt.Fprintf(p.w, "lab %s: %s\n", res.Experiment, res.Verdict())
 }
 
 // lineStep reads like "ordering: run 3/12 keyed hot_load=2.0 repeat 1/1".
@@ -113,7 +110,7 @@ func (p *barProgress) runFinished(s step, run Run) {
 func (p *barProgress) experimentFinished(res *Result) {
 	_ = p.bar.Exit()
 	fmt.Fprintln(p.w)
-	if res != nil && !res.Valid {
-		fmt.Fprintf(p.w, "lab %s: INVALID (%d problems)\n", res.Experiment, len(res.Problems))
+	if res != nil && (!res.Valid || len(res.Failed()) > 0) {
+		fmt.Fprintf(p.w, "lab %s: %s\n", res.Experiment, res.Verdict())
 	}
 }

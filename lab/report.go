@@ -14,10 +14,11 @@ import (
 
 // reportSection is everything REPORT.md says about one experiment.
 type reportSection struct {
-	result   *Result
-	keys     []string // condition keys, the first table columns
-	columns  []string // metric columns, from Experiment.Columns
-	markdown string   // from Experiment.Render
+	result       *Result
+	keys         []string      // condition keys, the first table columns
+	columns      []string      // metric columns, from Experiment.Columns
+	markdown     string        // from Experiment.Render
+	expectations *Expectations // from Experiment.Expectations; may be nil
 }
 
 // writeResultFile writes res as indented JSON to <dir>/<experiment>.json.
@@ -33,12 +34,15 @@ func writeResultFile(dir string, res *Result) error {
 	return nil
 }
 
-// writeReport writes REPORT.md: a title, the generation time and one
-// section per experiment.
+// writeReport writes REPORT.md: a title, the generation time, the summary
+// of every experiment and one section per experiment.
 func writeReport(path string, generated time.Time, sections []reportSection) error {
 	var b strings.Builder
 	b.WriteString("# Stampede lab report\n\n")
-	fmt.Fprintf(&b, "Generated %s UTC.\n", generated.UTC().Format(time.DateTime))
+	fmt.Fprintf(&b, "Generated %s UTC.\n\n", generated.UTC().Format(time.DateTime))
+	var summary strings.Builder
+	writeSummary(&summary, sections)
+	b.WriteString(strings.TrimRight(summary.String(), "\n") + "\n")
 	for _, s := range sections {
 		b.WriteString("\n")
 		writeSection(&b, s)
@@ -49,21 +53,79 @@ func writeReport(path string, generated time.Time, sections []reportSection) err
 	return nil
 }
 
+// writeSummary writes the summary that opens REPORT.md: one row per
+// experiment with its verdict, its valid runs and its expectations held;
+// then, per experiment, the expectations that do not hold and (folded) those
+// that do.
+func writeSummary(b *strings.Builder, sections []reportSection) {
+	b.WriteString("## Summary\n\n")
+	b.WriteString("VALID: every run saw traffic and succeeded, and no invariant broke. " +
+		"An expectation is a claim checked against the medians; one whose figure is missing does not hold. " +
+		"`--strict` makes an expectation that does not hold fail the command (exit status 2).\n\n")
+	b.WriteString("| experiment | verdict | valid runs | expectations held |\n|---|---|---|---|\n")
+	for _, s := range sections {
+		res := s.result
+		held := len(res.Expectations) - len(res.Failed())
+		fmt.Fprintf(b, "| %s | %s | %d of %d | %d of %d |\n", tableCell(res.Experiment), tableCell(res.Verdict()),
+			validRuns(res), len(res.Runs), held, len(res.Expectations))
+	}
+	b.WriteString("\n")
+	for _, s := range sections {
+		res := s.result
+		if len(res.Expectations) == 0 {
+			continue
+		}
+		failed := res.Failed()
+		fmt.Fprintf(b, "**%s**: ", res.Experiment)
+		if len(failed) == 0 {
+			fmt.Fprintf(b, "all %d expectations hold.\n\n", len(res.Expectations))
+		} else {
+			fmt.Fprintf(b, "%d of %d %s not hold:\n\n", len(failed), len(res.Expectations), plural(len(failed), "does", "do"))
+			for _, e := range failed {
+				fmt.Fprintf(b, "- %s — measured %s\n", e.Claim, e.Figure)
+			}
+			b.WriteString("\n")
+		}
+		if held := len(res.Expectations) - len(failed); held > 0 {
+			fmt.Fprintf(b, "<details><summary>%d %s</summary>\n\n", held, plural(held, "holds", "hold"))
+			for _, e := range res.Expectations {
+				if e.Holds {
+					fmt.Fprintf(b, "- %s — measured %s\n", e.Claim, e.Figure)
+				}
+			}
+			b.WriteString("\n</details>\n\n")
+		}
+	}
+}
+
+// validRuns counts the valid runs of res.
+func validRuns(res *Result) int {
+	n := 0
+	for _, run := range res.Runs {
+		if run.Valid {
+			n++
+		}
+	}
+	return n
+}
+
 // writeSection writes one experiment's part of REPORT.md.
 func writeSection(b *strings.Builder, s reportSection) {
 	res := s.result
 	fmt.Fprintf(b, "## %s\n\n", res.Experiment)
 
-	valid := 0
-	for _, run := range res.Runs {
-		if run.Valid {
-			valid++
-		}
+	valid := validRuns(res)
+	failed := len(res.Failed())
+	expect := ""
+	if failed > 0 {
+		expect = fmt.Sprintf(" **%d of %d expectations do not hold** (see the table below).", failed, len(res.Expectations))
+	} else if len(res.Expectations) > 0 {
+		expect = fmt.Sprintf(" All %d expectations hold.", len(res.Expectations))
 	}
 	if res.Valid {
-		fmt.Fprintf(b, "**VALID**: %d of %d runs valid, no invariant broken.\n\n", valid, len(res.Runs))
+		fmt.Fprintf(b, "**VALID**: %d of %d runs valid, no invariant broken.%s\n\n", valid, len(res.Runs), expect)
 	} else {
-		fmt.Fprintf(b, "**INVALID**: %d of %d runs valid. Problems:\n\n", valid, len(res.Runs))
+		fmt.Fprintf(b, "**INVALID**: %d of %d runs valid.%s Problems:\n\n", valid, len(res.Runs), expect)
 		for _, p := range res.Problems {
 			fmt.Fprintf(b, "- %s\n", p)
 		}
@@ -85,6 +147,10 @@ func writeSection(b *strings.Builder, s reportSection) {
 		b.WriteString("\n")
 		b.WriteString(md)
 		b.WriteString("\n")
+	}
+	if md := s.expectations.Markdown("Expectations checked against the medians"); md != "" {
+		b.WriteString("\n")
+		b.WriteString(md)
 	}
 }
 
@@ -159,9 +225,10 @@ func tableCell(s string) string {
 
 // summaryOutput is one element of the JSON printed when Config.JSON is set.
 type summaryOutput struct {
-	Experiment string    `json:"experiment"`
-	Summary    []Summary `json:"summary"`
-	Valid      bool      `json:"valid"`
+	Experiment   string        `json:"experiment"`
+	Summary      []Summary     `json:"summary"`
+	Valid        bool          `json:"valid"`
+	Expectations []Expectation `json:"expectations"`
 }
 
 // writeSummaries prints the summaries of results to w as one indented JSON
@@ -169,7 +236,7 @@ type summaryOutput struct {
 func writeSummaries(w io.Writer, results []*Result) error {
 	out := make([]summaryOutput, 0, len(results))
 	for _, res := range results {
-		out = append(out, summaryOutput{Experiment: res.Experiment, Summary: res.Summary, Valid: res.Valid})
+		out = append(out, summaryOutput{Experiment: res.Experiment, Summary: res.Summary, Valid: res.Valid, Expectations: res.Expectations})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

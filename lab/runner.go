@@ -24,6 +24,12 @@ import (
 // evidence behind. Test for it with errors.Is.
 var ErrInvalid = errors.New("lab: invalid experiment")
 
+// ErrExpectation is returned (wrapped) by Runner.Run when Config.Strict is
+// set and at least one expectation of a valid or invalid experiment does
+// not hold, a missing figure included. Like ErrInvalid, it comes after the
+// report files are written. Test for it with errors.Is.
+var ErrExpectation = errors.New("lab: expectations do not hold")
+
 // Config controls where a Runner writes its output and how it reports
 // progress. Start from DefaultConfig and change what you need.
 type Config struct {
@@ -42,11 +48,15 @@ type Config struct {
 	Terminal bool
 	// Now returns the current time. Tests replace it with a fake clock.
 	Now func() time.Time
+	// Strict makes an expectation that does not hold an error: Run
+	// returns ErrExpectation. Without it, failed expectations are reported
+	// ("VALID, 2 expectations do not hold") but Run succeeds.
+	Strict bool
 }
 
 // DefaultConfig returns the configuration used by the command line: output
 // in "lab-report", progress on standard error (as a bar when standard error
-// is a terminal), JSON summaries off.
+// is a terminal), JSON summaries off, not strict.
 func DefaultConfig() Config {
 	return Config{
 		Out:      "lab-report",
@@ -103,9 +113,13 @@ func NewRunner(cfg Config) (*Runner, error) {
 // experiment's Render; after the last one it writes <Out>/REPORT.md and,
 // if Config.JSON is set, prints the summaries to Config.Stdout.
 //
+// Once an experiment's runs are done, Run asks it for its Expectations and
+// keeps them in the Result (and so in the JSON) before writing anything.
+//
 // If an experiment is invalid, Run still writes everything and then returns
-// an error wrapping ErrInvalid. Errors writing files are returned as well
-// (joined). If ctx is cancelled, Run stops at once and returns the results
+// an error wrapping ErrInvalid; with Config.Strict, an expectation that does
+// not hold adds an error wrapping ErrExpectation. Errors writing files are
+// returned as well (joined). If ctx is cancelled, Run stops at once and returns the results
 // of the experiments that finished and an error wrapping ctx.Err(); the
 // unfinished experiment and REPORT.md are not written.
 func (r *Runner) Run(ctx context.Context, exps ...Experiment) ([]*Result, error) {
@@ -124,7 +138,7 @@ func (r *Runner) Run(ctx context.Context, exps ...Experiment) ([]*Result, error)
 	)
 	for _, exp := range exps {
 		conds := exp.Conditions()
-		res, err := r.runExperiment(ctx, exp, conds, prog)
+		res, expectations, err := r.runExperiment(ctx, exp, conds, prog)
 		if err != nil {
 			return results, err
 		}
@@ -139,10 +153,11 @@ func (r *Runner) Run(ctx context.Context, exps ...Experiment) ([]*Result, error)
 			markdown = fmt.Sprintf("_The charts could not be rendered: %v_\n", err)
 		}
 		sections = append(sections, reportSection{
-			result:   res,
-			keys:     tableKeys(conds),
-			columns:  exp.Columns(),
-			markdown: markdown,
+			result:       res,
+			keys:         tableKeys(conds),
+			columns:      exp.Columns(),
+			markdown:     markdown,
+			expectations: expectations,
 		})
 	}
 
@@ -156,14 +171,20 @@ func (r *Runner) Run(ctx context.Context, exps ...Experiment) ([]*Result, error)
 		}
 	}
 
-	var invalid []string
+	var invalid, failed []string
 	for _, res := range results {
 		if !res.Valid {
 			invalid = append(invalid, res.Experiment)
 		}
+		if n := len(res.Failed()); n > 0 {
+			failed = append(failed, fmt.Sprintf("%s: %d of %d", res.Experiment, n, len(res.Expectations)))
+		}
 	}
 	if len(invalid) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %s (see %s)", ErrInvalid, strings.Join(invalid, ", "), reportPath))
+	}
+	if r.cfg.Strict && len(failed) > 0 {
+		errs = append(errs, fmt.Errorf("%w (--strict): %s (see %s)", ErrExpectation, strings.Join(failed, "; "), reportPath))
 	}
 	return results, errors.Join(errs...)
 }
@@ -205,8 +226,9 @@ func (s step) String() string {
 }
 
 // runExperiment runs every repeat of every condition of exp and returns the
-// result with its summary, validity and problems filled in.
-func (r *Runner) runExperiment(ctx context.Context, exp Experiment, conds []Condition, prog progress) (*Result, error) {
+// result with its summary, validity, problems and expectations filled in,
+// and the expectations table for REPORT.md.
+func (r *Runner) runExperiment(ctx context.Context, exp Experiment, conds []Condition, prog progress) (*Result, *Expectations, error) {
 	name := exp.Name()
 	repeats := max(exp.Repeats(), 0)
 	total := len(conds) * repeats
@@ -227,14 +249,14 @@ func (r *Runner) runExperiment(ctx context.Context, exp Experiment, conds []Cond
 			s := step{experiment: name, n: n, total: total, label: conditionLabel(c), repeat: repeat, repeats: repeats}
 			if err := ctx.Err(); err != nil {
 				prog.experimentFinished(nil)
-				return nil, fmt.Errorf("lab: %s: stopped before %s: %w", name, s, err)
+				return nil, nil, fmt.Errorf("lab: %s: stopped before %s: %w", name, s, err)
 			}
 			prog.runStarted(s)
 			run := r.runOnce(ctx, exp, c, repeat)
 			if err := ctx.Err(); err != nil {
 				// The run was cut short; its numbers mean nothing.
 				prog.experimentFinished(nil)
-				return nil, fmt.Errorf("lab: %s: stopped during %s: %w", name, s, err)
+				return nil, nil, fmt.Errorf("lab: %s: stopped during %s: %w", name, s, err)
 			}
 			prog.runFinished(s, run)
 
@@ -253,8 +275,10 @@ func (r *Runner) runExperiment(ctx context.Context, exp Experiment, conds []Cond
 			"no runs: the experiment has %d conditions and %d repeats", len(conds), repeats))
 	}
 	res.Valid = len(res.Problems) == 0
+	expectations := exp.Expectations(res)
+	res.Expectations = expectations.List()
 	prog.experimentFinished(res)
-	return res, nil
+	return res, expectations, nil
 }
 
 // runOnce calls exp.Run for one condition and repeat and turns its outcome

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, as pay/sqlite uses
 
 	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/postgres"
@@ -75,10 +75,7 @@ func BenchmarkPaymentsHTTP(b *testing.B) {
 		benchPaymentsVsBare(b, store, benchSQLiteBare(b, path))
 	})
 	b.Run("postgres", func(b *testing.B) {
-		dbURL := os.Getenv("STAMPEDE_POSTGRES_URL")
-		if dbURL == "" {
-			b.Skip("STAMPEDE_POSTGRES_URL is not set: no PostgreSQL to measure (e.g. STAMPEDE_POSTGRES_URL='postgres://postgres@127.0.0.1:5432/test?sslmode=disable')")
-		}
+		dbURL := testenv.URL(b, testenv.PostgresURL)
 		schema := benchSchema(b, dbURL)
 		cfg := postgres.DefaultConfig()
 		cfg.URL, cfg.Schema = dbURL, schema

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -43,10 +43,7 @@ const (
 // tests) and the next one (HTTP tests) at the same time.
 func benchRedisOptions(b *testing.B) *redis.Options {
 	b.Helper()
-	url := os.Getenv("STAMPEDE_REDIS_URL")
-	if url == "" {
-		b.Skip("STAMPEDE_REDIS_URL is not set: this benchmark measures a real Redis server (e.g. STAMPEDE_REDIS_URL=redis://127.0.0.1:6379/0)")
-	}
+	url := testenv.URL(b, testenv.RedisURL)
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		b.Fatalf("STAMPEDE_REDIS_URL: %v", err)

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -31,37 +31,12 @@ import (
 
 const (
 	browserAdminToken = "browser-test-admin-token-0123456789"
-	// browserNoChromium is the reason to skip (or, in CI, to fail).
-	browserNoChromium = "no Chromium found (set STAMPEDE_CHROMIUM or install Debian's chromium; .ci/run does)"
 	// browserShotsEnv names a folder that also receives the test's
 	// screenshots, for a person to look at; they always go to t.TempDir().
 	browserShotsEnv = "STAMPEDE_BROWSER_SCREENSHOTS"
 )
 
 var browserSecret = []byte("browser-test-secret-0123456789abcdef-0123")
-
-// browserChromium returns the Chromium to run: STAMPEDE_CHROMIUM when set
-// (and then only it), else Debian's /usr/bin/chromium or
-// /usr/bin/chromium-browser. Without one the test skips, except in CI
-// (CI=true), whose .ci/run installs Chromium: there it fails.
-func browserChromium(t *testing.T) string {
-	t.Helper()
-	candidates := []string{"/usr/bin/chromium", "/usr/bin/chromium-browser"}
-	if p := os.Getenv("STAMPEDE_CHROMIUM"); p != "" {
-		candidates = []string{p}
-	}
-	for _, c := range candidates {
-		if p, err := exec.LookPath(c); err == nil {
-			return p
-		}
-	}
-	msg := fmt.Sprintf("%s; tried %s", browserNoChromium, strings.Join(candidates, ", "))
-	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-		t.Fatalf("CI=true: %s", msg)
-	}
-	t.Skip(msg)
-	return ""
-}
 
 // browserServer is a waiting-room server on the embedded Redis behind an
 // httptest server.
@@ -242,7 +217,7 @@ func (l *browserLog) String() string {
 // admitted when she releases her slot, sees an admission token that
 // verifies, and leaves.
 func TestBrowserWaitingToAdmitted(t *testing.T) {
-	chromium := browserChromium(t)
+	chromium := testenv.Chromium(t) // skips, or fails in CI, without one
 	s := newBrowserServer(t)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

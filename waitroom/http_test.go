@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -42,10 +42,7 @@ type backend struct {
 func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	t.Run("miniredis", func(t *testing.T) { fn(t, miniBackend(t)) })
 	t.Run("redis", func(t *testing.T) {
-		url := os.Getenv("STAMPEDE_REDIS_URL")
-		if url == "" {
-			t.Skip("STAMPEDE_REDIS_URL is not set: no real Redis to test against (.ci/run sets it)")
-		}
+		url := testenv.URL(t, testenv.RedisURL)
 		opts, err := redis.ParseURL(url)
 		if err != nil {
 			t.Fatalf("STAMPEDE_REDIS_URL: %v", err)

@@ -27,7 +27,10 @@ mode.
 
 The atomic mode must never be seen over capacity and must keep FIFO, and
 every joined user must be accounted for: otherwise the command exits with
-status 2. Without --redis, every run gets a fresh embedded Redis-protocol
+status 2. A run is invalid (status 2 as well) when the observer failed to
+read the room, or took fewer samples than --observe-min-samples or than one
+per admit interval on average: it has not watched closely enough to vouch
+for the cap. Without --redis, every run gets a fresh embedded Redis-protocol
 server.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -51,6 +54,7 @@ server.`,
 	f.StringSlice("modes", []string{"naive", "leader", "optimistic", "atomic"}, "admission modes to compare")
 	f.StringSlice("immediate", []string{"off", "on"}, "immediate admission after releases and expiries: off, on, or both")
 	f.String("redis", "", "Redis URL (default: $STAMPEDE_REDIS_URL, else a fresh embedded server per run)")
+	f.Int("observe-min-samples", d.ObserveMinSamples, "fewest samples of the room a run's observer must take (and one per admit interval on average); fewer make the run invalid")
 	return cmd
 }
 
@@ -76,6 +80,10 @@ func buildAdmission(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error
 	x.set("lease", func(f *pflag.FlagSet) (e error) { cfg.Lease, e = f.GetDuration("lease"); return })
 	x.set("ticks", func(f *pflag.FlagSet) (e error) { cfg.Ticks, e = f.GetDurationSlice("ticks"); return })
 	x.set("redis", func(f *pflag.FlagSet) (e error) { cfg.RedisURL, e = f.GetString("redis"); return })
+	x.set("observe-min-samples", func(f *pflag.FlagSet) (e error) {
+		cfg.ObserveMinSamples, e = f.GetInt("observe-min-samples")
+		return
+	})
 	x.set("modes", func(f *pflag.FlagSet) error {
 		names, e := f.GetStringSlice("modes")
 		if e != nil {

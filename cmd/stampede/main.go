@@ -23,11 +23,22 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stampede:", err)
-		if errors.Is(err, lab.ErrInvalid) || errors.Is(err, errParity) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is the exit status for an error of a command: 2 when the command
+// ran and found something wrong (an invalid lab run or a broken invariant,
+// an expectation that does not hold under --strict, a parity mismatch), 1
+// for anything else.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, lab.ErrInvalid), errors.Is(err, lab.ErrExpectation), errors.Is(err, errParity):
+		return 2
+	}
+	return 1
 }
 
 func newRootCmd() *cobra.Command {

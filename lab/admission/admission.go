@@ -65,6 +65,13 @@ type Config struct {
 	Seed uint64
 	// ObserveEvery is the observer's sampling interval.
 	ObserveEvery time.Duration
+	// ObserveMinSamples is the fewest samples of the room a run's observer
+	// must take for the run to be valid. A run also needs, on average, one
+	// sample per admit interval (its length divided by its tick), so
+	// RequiredSamples is the larger of the two. An observer that falls
+	// short (a loaded machine, a slow Redis) has not watched the room
+	// closely enough to vouch for the cap, and the run is invalid.
+	ObserveMinSamples int
 }
 
 // DefaultConfig is the quick profile: 3 instances, a room of 100, a burst of
@@ -88,6 +95,9 @@ func DefaultConfig() Config {
 		Repeat:       1,
 		Seed:         1,
 		ObserveEvery: time.Millisecond,
+		// 100 samples: a 5-second run then needs 20 per second at the
+		// least, and a 2-second tick never goes unwatched.
+		ObserveMinSamples: 100,
 	}
 }
 
@@ -130,6 +140,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("admission: repeat: must be at least 1, got %d", c.Repeat)
 	case c.ObserveEvery <= 0 || c.ObserveEvery > time.Millisecond:
 		return fmt.Errorf("admission: observe-every: must be in (0, 1ms], got %s", c.ObserveEvery)
+	case c.ObserveMinSamples < 1:
+		return fmt.Errorf("admission: observe-min-samples: must be at least 1, got %d", c.ObserveMinSamples)
 	}
 	for _, tick := range c.Ticks {
 		room := waitroom.DefaultRoomConfig()
@@ -184,8 +196,19 @@ func (e *Experiment) Params() any {
 		"abandon": c.Abandon, "lease_ms": c.Lease.Milliseconds(), "ticks_ms": ticks,
 		"modes": c.Modes, "immediate": c.Immediate, "redis": redis,
 		"seconds": c.Duration.Seconds(), "repeat": c.Repeat, "seed": c.Seed,
-		"observe_every_us": c.ObserveEvery.Microseconds(),
+		"observe_every_us": c.ObserveEvery.Microseconds(), "observe_min_samples": c.ObserveMinSamples,
 	}
+}
+
+// RequiredSamples is the fewest observer samples a run of length d with
+// admit interval tick needs to be valid: ObserveMinSamples, or one per admit
+// interval on average when that is more.
+func (c Config) RequiredSamples(d, tick time.Duration) int {
+	perTick := 0
+	if tick > 0 {
+		perTick = int((d + tick - 1) / tick)
+	}
+	return max(c.ObserveMinSamples, perTick)
 }
 
 // Conditions implements lab.Experiment: tick, then immediate, then mode.

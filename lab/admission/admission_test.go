@@ -2,13 +2,16 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
 func TestMain(m *testing.M) {
@@ -40,6 +43,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(c *Config) { c.Immediate = nil }, "immediate"},
 		{func(c *Config) { c.Duration = 0 }, "seconds"},
 		{func(c *Config) { c.Repeat = 0 }, "repeat"},
+		{func(c *Config) { c.ObserveMinSamples = 0 }, "observe-min-samples"},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()
@@ -83,6 +87,11 @@ func TestRunHoldsTheCapAndAccountsForEveryone(t *testing.T) {
 	cfg.Ticks, cfg.Immediate = []time.Duration{50 * time.Millisecond}, []bool{true}
 	cfg.Modes = []waitroom.Mode{waitroom.ModeAtomic, waitroom.ModeNaive}
 	cfg.Duration = 1500 * time.Millisecond
+	// This test is about the cap and the accounting, not the observer's
+	// pace on a loaded machine: 1 sample at least, and one per 50 ms tick
+	// on average (30 in the run), keeps the run valid on any machine that
+	// can run it at all.
+	cfg.ObserveMinSamples = 1
 	e, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -111,5 +120,191 @@ func TestRunHoldsTheCapAndAccountsForEveryone(t *testing.T) {
 				t.Errorf("%s: broken %v, metrics %v", c.Label, res.Broken, m)
 			}
 		}
+	}
+}
+
+// TestObserverSeesNaiveGoOverCapacity runs the real naive mode with many
+// instances on the embedded Redis and checks that the observer catches the
+// room over capacity. Naive counts, pops and adds in separate round trips,
+// so two passes that overlap fill the same free slots. Eight instances
+// ticking every 10 ms on a room of 5, with 200 users in a burst, make
+// overlapping passes the rule; users hold their slot for longer than the
+// run and never abandon it, so once the room is over capacity it stays
+// there and the observer needs only one sample afterwards. Whether passes
+// overlap is still up to the scheduler, so the run is tried a bounded
+// number of times; a correct checker sees it on the first try in practice.
+func TestObserverSeesNaiveGoOverCapacity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 8 instances in real time for about a second per attempt")
+	}
+	cfg := DefaultConfig()
+	cfg.Instances, cfg.Capacity, cfg.Users = 8, 5, 200
+	cfg.Hold, cfg.Lease, cfg.Abandon = time.Minute, time.Minute, 0
+	cfg.Ticks, cfg.Immediate = []time.Duration{10 * time.Millisecond}, []bool{false}
+	cfg.Modes = []waitroom.Mode{waitroom.ModeNaive}
+	cfg.Duration = time.Second
+	cfg.ObserveMinSamples = 1
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.Conditions()[0]
+	const attempts = 5
+	for attempt := range attempts {
+		res, err := e.Run(context.Background(), c, attempt)
+		if err != nil {
+			t.Fatalf("attempt %d: %v", attempt+1, err)
+		}
+		m, d := res.Metrics, res.Extra.(RunDetail)
+		t.Logf("attempt %d: max_active_observed %v, over_cap_samples %v, final active %d, %d samples",
+			attempt+1, m["max_active_observed"], m["over_cap_samples"], d.Accounting.Active, d.Samples)
+		if m["max_active_observed"] > float64(cfg.Capacity) {
+			if m["over_cap_samples"] < 1 {
+				t.Errorf("max_active_observed %v over a capacity of %d, but over_cap_samples %v",
+					m["max_active_observed"], cfg.Capacity, m["over_cap_samples"])
+			}
+			return
+		}
+		if d.Accounting.Active > int64(cfg.Capacity) {
+			// Nobody left: the room ended over capacity, and the observer
+			// never saw it.
+			t.Fatalf("attempt %d: the room ended with %d in a room of %d, but the observer saw at most %v",
+				attempt+1, d.Accounting.Active, cfg.Capacity, m["max_active_observed"])
+		}
+	}
+	t.Fatalf("naive with %d instances never went over a capacity of %d in %d attempts", cfg.Instances, cfg.Capacity, attempts)
+}
+
+// TestFIFOInversions feeds the inversion counter a hand-made sequence of
+// queue exits, out of time order.
+func TestFIFOInversions(t *testing.T) {
+	ms := func(n int) time.Time { return time.UnixMilli(int64(1_700_000_000_000 + n)) }
+	for _, tc := range []struct {
+		name  string
+		exits []queueExit
+		want  int
+	}{
+		{"empty", nil, 0},
+		{"in order", []queueExit{{ms(0), 1}, {ms(1), 2}, {ms(1), 3}, {ms(5), 4}}, 0},
+		// 3 left at 1 ms, then 2 at 2 ms: 2 joined before 3 and left after.
+		{"one inversion", []queueExit{{ms(0), 1}, {ms(1), 3}, {ms(2), 2}, {ms(3), 4}}, 1},
+		// Given out of time order: the counter sorts by the store's clock.
+		{"unsorted input", []queueExit{{ms(2), 2}, {ms(3), 4}, {ms(0), 1}, {ms(1), 3}}, 1},
+		// 5 and 4 in the same millisecond: the clock cannot order them.
+		{"same millisecond", []queueExit{{ms(0), 5}, {ms(0), 4}, {ms(0), 6}}, 0},
+		// 9 left first; every earlier joiner who left later is one.
+		{"a late joiner first", []queueExit{{ms(0), 9}, {ms(1), 1}, {ms(2), 2}, {ms(2), 3}, {ms(3), 10}}, 3},
+	} {
+		in := append([]queueExit(nil), tc.exits...)
+		if got := fifoInversions(tc.exits); got != tc.want {
+			t.Errorf("%s: fifoInversions = %d, want %d", tc.name, got, tc.want)
+		}
+		for i := range in {
+			if in[i] != tc.exits[i] {
+				t.Errorf("%s: fifoInversions reordered its input", tc.name)
+				break
+			}
+		}
+	}
+}
+
+func TestRequiredSamples(t *testing.T) {
+	c := DefaultConfig()
+	for _, tc := range []struct {
+		d, tick time.Duration
+		want    int
+	}{
+		{5 * time.Second, 2 * time.Second, 100},                        // the floor
+		{5 * time.Second, 200 * time.Millisecond, 100},                 // 25 ticks, the floor
+		{5 * time.Second, 10 * time.Millisecond, 500},                  // one per tick
+		{5*time.Second + time.Millisecond, 10 * time.Millisecond, 501}, // rounded up
+	} {
+		if got := c.RequiredSamples(tc.d, tc.tick); got != tc.want {
+			t.Errorf("RequiredSamples(%s, %s) = %d, want %d", tc.d, tc.tick, got, tc.want)
+		}
+	}
+}
+
+func TestObserverProblems(t *testing.T) {
+	if p := observerProblems(120, 100, 0, nil, 5*time.Second, 200*time.Millisecond); p != nil {
+		t.Errorf("enough samples, no error: %q", p)
+	}
+	p := observerProblems(99, 100, 0, nil, 5*time.Second, 200*time.Millisecond)
+	if len(p) != 1 || !strings.Contains(p[0], "took 99 samples in 5s, fewer than the 100 needed") {
+		t.Errorf("too few samples: %q", p)
+	}
+	p = observerProblems(500, 100, 3, errors.New("connection reset"), 5*time.Second, 200*time.Millisecond)
+	if len(p) != 1 || !strings.Contains(p[0], "failed 3 times") || !strings.Contains(p[0], "connection reset") {
+		t.Errorf("errors: %q", p)
+	}
+}
+
+// TestObserverCountsItsErrors makes the observer's reads fail for certain:
+// the room's active set is a string, so counting it is a WRONGTYPE error.
+func TestObserverCountsItsErrors(t *testing.T) {
+	m, err := redisstore.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+	keys := redisstore.KeysFor("broken")
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	if err := client.HSet(ctx, keys.Config, "capacity", 5).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Set(ctx, keys.Active, "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	o := newObserver(&redis.Options{Addr: m.Addr()}, "broken", time.Millisecond)
+	defer o.client.Close()
+	if !o.readCapacity(ctx) || o.capacity != 5 {
+		t.Fatalf("readCapacity: capacity %d, errors %d (%v)", o.capacity, o.errs, o.firstErr)
+	}
+	for range 3 {
+		if !o.sample(ctx, time.Now()) {
+			t.Fatal("sample reported the end of the run")
+		}
+	}
+	if o.errs != 3 || o.samples != 0 || o.firstErr == nil || !strings.Contains(o.firstErr.Error(), "WRONGTYPE") {
+		t.Fatalf("errs %d, samples %d, first %v; want 3 WRONGTYPE errors and no sample", o.errs, o.samples, o.firstErr)
+	}
+
+	// No room at all: the capacity cannot be read.
+	o2 := newObserver(&redis.Options{Addr: m.Addr()}, "nowhere", time.Millisecond)
+	o2.run(ctx, time.Now()) // returns at once, and closes its client
+	if o2.errs != 1 || o2.samples != 0 {
+		t.Errorf("no room: errs %d, samples %d; want 1 error and no sample", o2.errs, o2.samples)
+	}
+}
+
+// TestRunInvalidWhenTheObserverFallsShort asks for more samples than any
+// run can take: the run is measured, but invalid, and says why.
+func TestRunInvalidWhenTheObserverFallsShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 3 instances in real time for half a second")
+	}
+	cfg := DefaultConfig()
+	cfg.Capacity, cfg.Users, cfg.Hold = 5, 20, 100*time.Millisecond
+	cfg.Ticks, cfg.Immediate = []time.Duration{50 * time.Millisecond}, []bool{true}
+	cfg.Modes = []waitroom.Mode{waitroom.ModeAtomic}
+	cfg.Duration = 500 * time.Millisecond
+	cfg.ObserveMinSamples = 100_000_000 // one every 5 ns
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Run(context.Background(), e.Conditions()[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := res.Extra.(RunDetail)
+	if res.Valid || !strings.Contains(res.Reason, "fewer than the 100000000 needed") {
+		t.Errorf("valid %v, reason %q; want invalid for too few samples", res.Valid, res.Reason)
+	}
+	if d.RequiredSamples != 100_000_000 || d.Samples == 0 || d.ObserverErrors != 0 {
+		t.Errorf("detail: required %d, samples %d, errors %d", d.RequiredSamples, d.Samples, d.ObserverErrors)
 	}
 }

@@ -3,6 +3,7 @@ package admission
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,8 +19,9 @@ func median(r *lab.Result, mode waitroom.Mode, tickMS float64, immediate, metric
 }
 
 // Render implements lab.Experiment: occupancy over time against capacity
-// per tick and immediate setting (first repeat), admissions per second per
-// tick with and without immediate admission, and the expectations checked.
+// per tick and immediate setting (first repeat), and admissions per second
+// per tick with and without immediate admission. The Runner adds the
+// expectations table.
 func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	var b strings.Builder
 	c := e.cfg
@@ -73,49 +75,73 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 		}
 		b.WriteString("![admissions per second by tick](admission-rate-by-tick.png)\n\n")
 	}
-	b.WriteString(e.expectations(r))
 	return b.String(), nil
 }
 
-// expectations checks the claims against the medians.
-func (e *Experiment) expectations(r *lab.Result) string {
+// Expectations implements lab.Experiment: the claims checked
+// against the runs (over capacity) and the medians (utilization, rate). A
+// claim about a configured mode, tick or immediate setting whose figure is
+// missing does not hold.
+func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 	c := e.cfg
 	var x lab.Expectations
-	add := x.Check
-	// Over-capacity is judged on every run, not on medians.
+	hasMode := func(m waitroom.Mode) bool { return slices.Contains(c.Modes, m) }
+	hasImmediate := func(on bool) bool { return slices.Contains(c.Immediate, on) }
+	// Over capacity is judged on every run that measured it, valid or
+	// not, not on medians: one sighting is enough.
 	maxBy := map[string]float64{}
 	for _, run := range r.Runs {
+		v, ok := run.Metrics["max_active_observed"]
+		if !ok || math.IsNaN(v) {
+			continue
+		}
 		m := fmt.Sprint(run.Condition["mode"])
-		maxBy[m] = max(maxBy[m], run.Metrics["max_active_observed"])
+		maxBy[m] = max(maxBy[m], v)
 	}
 	for _, m := range c.Modes {
 		v, ok := maxBy[string(m)]
-		if !ok {
-			continue
-		}
+		var claim string
 		switch m {
 		case waitroom.ModeNaive:
-			add(fmt.Sprintf("naive with %d instances goes over capacity (seed: 193 in a room of 100)", c.Instances),
-				fmt.Sprintf("max %.0f in a room of %d", v, c.Capacity), v > float64(c.Capacity))
+			claim = fmt.Sprintf("naive with %d instances goes over capacity (seed: 193 in a room of 100)", c.Instances)
 		case waitroom.ModeAtomic:
-			add("atomic never goes over capacity, in any run", fmt.Sprintf("max %.0f in a room of %d", v, c.Capacity), v <= float64(c.Capacity))
+			claim = "atomic never goes over capacity, in any run"
 		default:
-			x.Report(fmt.Sprintf("%s: reported, no claim", m), fmt.Sprintf("max %.0f in a room of %d", v, c.Capacity))
+			if ok {
+				x.Report(fmt.Sprintf("%s: reported, no claim", m), fmt.Sprintf("max %.0f in a room of %d", v, c.Capacity))
+			}
+			continue
+		}
+		if !ok {
+			x.Missing(claim, fmt.Sprintf("max_active_observed of every %s run", m))
+			continue
+		}
+		figure := fmt.Sprintf("max %.0f in a room of %d", v, c.Capacity)
+		if m == waitroom.ModeNaive {
+			x.Check(claim, figure, v > float64(c.Capacity))
+		} else {
+			x.Check(claim, figure, v <= float64(c.Capacity))
 		}
 	}
-	for _, tick := range c.Ticks {
-		ms := float64(tick.Milliseconds())
-		if v, ok := median(r, waitroom.ModeAtomic, ms, "on", "slot_utilization"); ok {
-			add(fmt.Sprintf("atomic, tick %s, immediate on: slot utilization ≥ 0.95", tick), fmt.Sprintf("%.3f", v), v >= 0.95)
+	if hasMode(waitroom.ModeAtomic) && hasImmediate(true) {
+		for _, tick := range c.Ticks {
+			claim := fmt.Sprintf("atomic, tick %s, immediate on: slot utilization ≥ 0.95", tick)
+			if v, ok := median(r, waitroom.ModeAtomic, float64(tick.Milliseconds()), "on", "slot_utilization"); ok {
+				x.Check(claim, fmt.Sprintf("%.3f", v), v >= 0.95)
+			} else {
+				x.Missing(claim, fmt.Sprintf("slot_utilization of atomic, tick %s, immediate on", tick))
+			}
 		}
 	}
-	if len(c.Ticks) >= 2 {
-		var parts []string
+	if hasMode(waitroom.ModeAtomic) && hasImmediate(false) && len(c.Ticks) >= 2 {
+		claim := "immediate off: a shorter tick admits more per second (the seed: 2 s → 15/s, 200 ms → 19/s)"
+		var parts, missing []string
 		increasing := true
 		prev := -1.0
 		for _, tick := range sortedDesc(c.Ticks) {
 			v, ok := median(r, waitroom.ModeAtomic, float64(tick.Milliseconds()), "off", "admissions_per_s")
 			if !ok {
+				missing = append(missing, fmt.Sprintf("admissions_per_s of atomic, tick %s, immediate off", tick))
 				continue
 			}
 			parts = append(parts, fmt.Sprintf("%s: %.1f/s", tick, v))
@@ -124,11 +150,13 @@ func (e *Experiment) expectations(r *lab.Result) string {
 			}
 			prev = v
 		}
-		if len(parts) >= 2 {
-			add("immediate off: a shorter tick admits more per second (the seed: 2 s → 15/s, 200 ms → 19/s)", strings.Join(parts, ", "), increasing)
+		if len(missing) > 0 {
+			x.Missing(claim, missing...)
+		} else {
+			x.Check(claim, strings.Join(parts, ", "), increasing)
 		}
 	}
-	return x.Markdown("Expectations checked")
+	return &x
 }
 
 // sortedDesc returns the ticks from the longest to the shortest.

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,16 @@ type RunDetail struct {
 	Room     string `json:"room"`
 	Samples  int    `json:"observer_samples"`
 	SampleHz int    `json:"observer_samples_per_s"`
+	// RequiredSamples is the fewest samples this run needed to be valid
+	// (Config.RequiredSamples).
+	RequiredSamples int `json:"observer_required_samples"`
+	// MaxGapMS is the longest time between two samples (or from the start
+	// to the first one), in milliseconds.
+	MaxGapMS float64 `json:"observer_max_gap_ms"`
+	// ObserverErrors counts the observer's failed reads of the room; any
+	// makes the run invalid. ObserverError is the first one.
+	ObserverErrors int    `json:"observer_errors"`
+	ObserverError  string `json:"observer_first_error,omitempty"`
 	// Active is the room's occupancy over time: the highest count seen in
 	// each 10 ms bucket.
 	Active []Point `json:"active_over_time"`
@@ -251,7 +262,12 @@ type observer struct {
 	utilSum   float64
 	utilCount int
 	started   bool
-	errs      int
+	// last is the time of the latest sample since the start; maxGap the
+	// longest wait for a sample.
+	last, maxGap time.Duration
+	// errs counts failed reads of the room; firstErr is the first.
+	errs     int
+	firstErr error
 }
 
 func newObserver(opts *redis.Options, room string, every time.Duration) *observer {
@@ -260,30 +276,19 @@ func newObserver(opts *redis.Options, room string, every time.Duration) *observe
 	return &observer{client: redis.NewClient(&o), keys: redisstore.KeysFor(room), every: every, buckets: map[int64]int64{}}
 }
 
+// run reads the room's capacity, then samples the room every o.every until
+// ctx ends. A failed read is counted (see fail), never fatal, except for the
+// capacity: without it no sample can be judged, and run returns.
 func (o *observer) run(ctx context.Context, start time.Time) {
 	defer o.client.Close()
-	capacity, err := o.client.HGet(ctx, o.keys.Config, "capacity").Int64()
-	if err != nil {
-		o.errs++
+	if !o.readCapacity(ctx) {
 		return
 	}
-	o.capacity = capacity
 	t := time.NewTicker(o.every)
 	defer t.Stop()
 	for {
-		var active, queue *redis.IntCmd
-		_, err := o.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			active = p.ZCard(ctx, o.keys.Active)
-			queue = p.ZCard(ctx, o.keys.Queue)
-			return nil
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			o.errs++
-		} else {
-			o.record(time.Since(start), active.Val(), queue.Val())
+		if !o.sample(ctx, start) {
+			return
 		}
 		select {
 		case <-ctx.Done():
@@ -293,7 +298,51 @@ func (o *observer) run(ctx context.Context, start time.Time) {
 	}
 }
 
+// readCapacity reads the room's capacity; it reports false, having counted
+// the error unless ctx ended, when it cannot.
+func (o *observer) readCapacity(ctx context.Context) bool {
+	capacity, err := o.client.HGet(ctx, o.keys.Config, "capacity").Int64()
+	if err != nil {
+		if ctx.Err() == nil {
+			o.fail(fmt.Errorf("read the capacity: %w", err))
+		}
+		return false
+	}
+	o.capacity = capacity
+	return true
+}
+
+// sample counts the room and its queue once, in one round trip, and
+// records the counts or the error. It reports false when ctx has ended.
+func (o *observer) sample(ctx context.Context, start time.Time) bool {
+	var active, queue *redis.IntCmd
+	_, err := o.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		active = p.ZCard(ctx, o.keys.Active)
+		queue = p.ZCard(ctx, o.keys.Queue)
+		return nil
+	})
+	switch {
+	case err == nil:
+		o.record(time.Since(start), active.Val(), queue.Val())
+	case ctx.Err() != nil:
+		return false // a read cut short by the end of the run is no error
+	default:
+		o.fail(fmt.Errorf("count the room: %w", err))
+	}
+	return true
+}
+
+// fail counts a failed read of the room and keeps the first error.
+func (o *observer) fail(err error) {
+	o.errs++
+	if o.firstErr == nil {
+		o.firstErr = err
+	}
+}
+
 func (o *observer) record(at time.Duration, active, waiting int64) {
+	o.maxGap = max(o.maxGap, at-o.last)
+	o.last = at
 	o.samples++
 	o.maxActive = max(o.maxActive, active)
 	if active > o.capacity {
@@ -520,11 +569,7 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 	passes.mu.Lock()
 	ps := slices.Clone(passes.passes)
 	passes.mu.Unlock()
-	type entry struct {
-		at  time.Time
-		seq int64
-	}
-	var entries []entry
+	var entries []queueExit
 	waits := hdrhistogram.New(1, int64(time.Hour/time.Millisecond), 3)
 	trips, admitted := 0, 0
 	for _, p := range ps {
@@ -533,7 +578,7 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 			admitted++
 			seq, _ := strconv.ParseInt(seqs[user], 10, 64)
 			if i < len(p.admittedAt) {
-				entries = append(entries, entry{p.admittedAt[i], seq})
+				entries = append(entries, queueExit{p.admittedAt[i], seq})
 			}
 			us.mu.Lock()
 			joined, ok := us.joinedAt[user]
@@ -543,19 +588,7 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 			}
 		}
 	}
-	slices.SortStableFunc(entries, func(a, b entry) int { return a.at.Compare(b.at) })
-	inversions := 0
-	var maxBefore, groupMax int64 // highest seq admitted in earlier milliseconds / this one
-	var groupAt time.Time
-	for _, en := range entries {
-		if !en.at.Equal(groupAt) {
-			maxBefore, groupAt, groupMax = max(maxBefore, groupMax), en.at, 0
-		}
-		if en.seq < maxBefore {
-			inversions++ // someone who joined later left the queue first
-		}
-		groupMax = max(groupMax, en.seq)
-	}
+	inversions := fifoInversions(entries)
 
 	overCap := obs.overCap
 	secs := end.Sub(start).Seconds()
@@ -575,18 +608,33 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 		"joined":                    float64(stats.JoinedTotal),
 		"http_failures":             float64(us.failureCount()),
 	}
+	// The wait for the first sample, or after the last one, counts as a
+	// gap as well.
+	maxGap := max(obs.maxGap, end.Sub(start)-obs.last)
+	if obs.samples == 0 {
+		maxGap = end.Sub(start)
+	}
 	detail := RunDetail{
 		Seed: rc.seed, Room: room, Samples: obs.samples, SampleHz: int(float64(obs.samples) / secs),
-		Active: obs.series(), Accounting: stats,
+		RequiredSamples: c.RequiredSamples(end.Sub(start), rc.tick),
+		MaxGapMS:        float64(maxGap) / float64(time.Millisecond),
+		ObserverErrors:  obs.errs,
+		Active:          obs.series(), Accounting: stats,
+	}
+	if obs.firstErr != nil {
+		detail.ObserverError = obs.firstErr.Error()
 	}
 	res := lab.RunResult{Metrics: m, Extra: detail, Valid: true}
-	switch {
-	case stats.JoinedTotal == 0:
-		res.Valid, res.Reason = false, "no user joined"
-	case stats.AdmittedTotal == 0:
-		res.Valid, res.Reason = false, "no user was admitted"
-	case obs.samples == 0:
-		res.Valid, res.Reason = false, "the observer took no sample"
+	var reasons []string
+	if stats.JoinedTotal == 0 {
+		reasons = append(reasons, "no user joined")
+	}
+	if stats.AdmittedTotal == 0 {
+		reasons = append(reasons, "no user was admitted")
+	}
+	reasons = append(reasons, observerProblems(obs.samples, detail.RequiredSamples, obs.errs, obs.firstErr, end.Sub(start), rc.tick)...)
+	if len(reasons) > 0 {
+		res.Valid, res.Reason = false, strings.Join(reasons, "; ")
 	}
 	sum := stats.Waiting + stats.Active + stats.ReleasedTotal + stats.ExpiredTotal + stats.LeftTotal
 	if sum != stats.JoinedTotal {
@@ -607,6 +655,54 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 		res.Extra = detail
 	}
 	return res, nil
+}
+
+// observerProblems says why the observer cannot vouch for a run: it failed
+// to read the room (errs, the first being first), or it took fewer samples
+// than the required number over a run of length d with admit interval
+// tick. It returns nil when the observer did its job.
+func observerProblems(samples, required, errs int, first error, d, tick time.Duration) []string {
+	var out []string
+	if errs > 0 {
+		out = append(out, fmt.Sprintf("the observer failed %d times to read the room (first: %v)", errs, first))
+	}
+	if samples < required {
+		out = append(out, fmt.Sprintf("the observer took %d samples in %s, fewer than the %d needed "+
+			"(at least Config.ObserveMinSamples, and one per %s admit interval on average)",
+			samples, d.Round(time.Millisecond), required, tick))
+	}
+	return out
+}
+
+// queueExit is one user leaving the queue: the store's clock at that moment
+// (millisecond resolution) and the user's arrival sequence in the queue.
+type queueExit struct {
+	at  time.Time
+	seq int64
+}
+
+// fifoInversions counts the users who left the queue after someone who
+// joined later had already left it: exits are ordered by the store's clock,
+// and each exit whose sequence is below the highest sequence that left in
+// an earlier millisecond is one inversion. Users who left in the same
+// millisecond are never counted against each other, since the clock cannot
+// order them. exits is not modified.
+func fifoInversions(exits []queueExit) int {
+	sorted := slices.Clone(exits)
+	slices.SortStableFunc(sorted, func(a, b queueExit) int { return a.at.Compare(b.at) })
+	inversions := 0
+	var maxBefore, groupMax int64 // highest seq admitted in earlier milliseconds / this one
+	var groupAt time.Time
+	for i, en := range sorted {
+		if i == 0 || !en.at.Equal(groupAt) {
+			maxBefore, groupAt, groupMax = max(maxBefore, groupMax), en.at, 0
+		}
+		if en.seq < maxBefore {
+			inversions++ // someone who joined later left the queue first
+		}
+		groupMax = max(groupMax, en.seq)
+	}
+	return inversions
 }
 
 func ratio(a, b float64) float64 {

@@ -39,9 +39,8 @@ func median(r *lab.Result, s dispatch.Strategy, load float64, metric string) (fl
 }
 
 // Render implements lab.Experiment: the victim p99 chart, one latency
-// distribution chart per hot load, the expectations of the seed and of the
-// keyed strategy checked against the medians, and the seed's figures beside
-// ours.
+// distribution chart per hot load, and the seed's figures beside ours. The
+// Runner adds the expectations table (see Expectations).
 func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	var b strings.Builder
 	loads := e.cfg.HotLoads
@@ -96,7 +95,6 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 		fmt.Fprintf(&b, "![latency by key class at hot load %g](%s)\n\n", load, name)
 	}
 
-	b.WriteString(e.expectations(r))
 	b.WriteString(e.seedComparison(r))
 	return b.String(), nil
 }
@@ -137,37 +135,58 @@ func distribution(r *lab.Result, s dispatch.Strategy, load float64, class string
 // p99.9 at 3.
 func nines(p float64) float64 { return -math.Log10(1 - p/100) }
 
-// expectations checks the shape the issue expects against our medians.
-// Each row says what was expected, what we measured and whether it held;
-// none of them tunes anything.
-func (e *Experiment) expectations(r *lab.Result) string {
+// Expectations implements lab.Experiment: the shape the issue expects,
+// checked against our medians. Each claim says what was expected, what we
+// measured and whether it held; none of them tunes anything. A claim about
+// a configured strategy and load whose median is missing does not hold.
+func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 	var x lab.Expectations
-	add := x.Check
 	has := func(s dispatch.Strategy) bool { return slices.Contains(e.cfg.Strategies, s) }
+	// need looks a median up and records what is missing.
+	need := func(missing *[]string, s dispatch.Strategy, load float64, metric string) float64 {
+		v, ok := median(r, s, load, metric)
+		if !ok {
+			*missing = append(*missing, fmt.Sprintf("%s of %s at hot load %g", metric, s, load))
+		}
+		return v
+	}
+	// check adds claim: missing if any figure it needs is missing,
+	// otherwise the figure and the verdict from judge.
+	check := func(claim string, missing []string, judge func() (string, bool)) {
+		if len(missing) > 0 {
+			x.Missing(claim, missing...)
+			return
+		}
+		figure, holds := judge()
+		x.Check(claim, figure, holds)
+	}
 	loads := e.cfg.HotLoads
 	for _, load := range loads {
 		if load > 0.5 {
 			continue
 		}
 		for _, s := range e.cfg.Strategies {
-			if v, ok := median(r, s, load, "victim_p99_ms"); ok {
-				add(fmt.Sprintf("%s at hot load %g: victim p99 under ~150 ms", s, load), fmt.Sprintf("%.1f ms", v), v < 150)
-			}
+			var miss []string
+			v := need(&miss, s, load, "victim_p99_ms")
+			check(fmt.Sprintf("%s at hot load %g: victim p99 under ~150 ms", s, load), miss,
+				func() (string, bool) { return fmt.Sprintf("%.1f ms", v), v < 150 })
 		}
 	}
 	if has(dispatch.Partition) {
 		for _, load := range loads {
-			if v, ok := median(r, dispatch.Partition, load, "violations"); ok {
-				add(fmt.Sprintf("partition at hot load %g: 0 violations", load), fmt.Sprintf("%.0f", v), v == 0)
-			}
+			var miss []string
+			v := need(&miss, dispatch.Partition, load, "violations")
+			check(fmt.Sprintf("partition at hot load %g: 0 violations", load), miss,
+				func() (string, bool) { return fmt.Sprintf("%.0f", v), v == 0 })
 			if load >= 1 {
-				if v, ok := median(r, dispatch.Partition, load, "victim_p99_ms"); ok {
-					want, limit := "seconds", 1000.0
-					if load >= 2 {
-						want, limit = "> 10 s (with 20 s runs)", 10000
-					}
-					add(fmt.Sprintf("partition at hot load %g: victim p99 diverges to %s", load, want), fmt.Sprintf("%.0f ms", v), v >= limit)
+				want, limit := "seconds", 1000.0
+				if load >= 2 {
+					want, limit = "> 10 s (with 20 s runs)", 10000
 				}
+				var miss []string
+				v := need(&miss, dispatch.Partition, load, "victim_p99_ms")
+				check(fmt.Sprintf("partition at hot load %g: victim p99 diverges to %s", load, want), miss,
+					func() (string, bool) { return fmt.Sprintf("%.0f ms", v), v >= limit })
 			}
 		}
 	}
@@ -176,53 +195,61 @@ func (e *Experiment) expectations(r *lab.Result) string {
 			if load < 1 {
 				continue
 			}
-			if v, ok := median(r, dispatch.Steal, load, "stolen"); ok {
-				add(fmt.Sprintf("steal at hot load %g: moves items", load), fmt.Sprintf("%.0f stolen", v), v > 0)
-			}
+			var miss []string
+			v := need(&miss, dispatch.Steal, load, "stolen")
+			check(fmt.Sprintf("steal at hot load %g: moves items", load), miss,
+				func() (string, bool) { return fmt.Sprintf("%.0f stolen", v), v > 0 })
 			if load >= 2 {
-				if v, ok := median(r, dispatch.Steal, load, "victim_p99_ms"); ok {
-					add(fmt.Sprintf("steal at hot load %g: victim p99 below 1 s", load), fmt.Sprintf("%.0f ms", v), v < 1000)
-				}
-				if v, ok := median(r, dispatch.Steal, load, "violations"); ok {
-					add(fmt.Sprintf("steal at hot load %g: violates order", load), fmt.Sprintf("%.0f violations", v), v > 0)
-				}
+				var miss []string
+				v := need(&miss, dispatch.Steal, load, "victim_p99_ms")
+				check(fmt.Sprintf("steal at hot load %g: victim p99 below 1 s", load), miss,
+					func() (string, bool) { return fmt.Sprintf("%.0f ms", v), v < 1000 })
+				miss = nil
+				w := need(&miss, dispatch.Steal, load, "violations")
+				check(fmt.Sprintf("steal at hot load %g: violates order", load), miss,
+					func() (string, bool) { return fmt.Sprintf("%.0f violations", w), w > 0 })
 			}
 		}
 	}
 	if has(dispatch.Shared) {
-		var prev float64 = -1
+		var seqMissing []string
 		var seq []string
+		prev := -1.0
 		grows := true
 		for _, load := range loads {
-			v, ok := median(r, dispatch.Shared, load, "violations")
-			if !ok {
-				continue
-			}
+			var miss []string
+			p := need(&miss, dispatch.Shared, load, "victim_p99_ms")
+			check(fmt.Sprintf("shared at hot load %g: victim p99 near 10 ms", load), miss,
+				func() (string, bool) { return fmt.Sprintf("%.1f ms", p), p < 20 })
+			v := need(&seqMissing, dispatch.Shared, load, "violations")
 			seq = append(seq, fmt.Sprintf("%.0f", v))
 			if v < prev {
 				grows = false
 			}
 			prev = v
-			if p, ok := median(r, dispatch.Shared, load, "victim_p99_ms"); ok {
-				add(fmt.Sprintf("shared at hot load %g: victim p99 near 10 ms", load), fmt.Sprintf("%.1f ms", p), p < 20)
-			}
 		}
-		add("shared: violations grow with hot load (seed: 0, 0, 56)", strings.Join(seq, ", "), grows && prev > 0)
+		check("shared: violations grow with hot load (seed: 0, 0, 56)", seqMissing,
+			func() (string, bool) { return strings.Join(seq, ", "), grows && prev > 0 })
 	}
 	if has(dispatch.Keyed) {
 		for _, load := range loads {
-			if v, ok := median(r, dispatch.Keyed, load, "violations"); ok {
-				add(fmt.Sprintf("keyed at hot load %g: 0 violations", load), fmt.Sprintf("%.0f", v), v == 0)
+			var miss []string
+			v := need(&miss, dispatch.Keyed, load, "violations")
+			check(fmt.Sprintf("keyed at hot load %g: 0 violations", load), miss,
+				func() (string, bool) { return fmt.Sprintf("%.0f", v), v == 0 })
+			if !has(dispatch.Shared) {
+				continue
 			}
-			k, ok1 := median(r, dispatch.Keyed, load, "victim_p99_ms")
-			sh, ok2 := median(r, dispatch.Shared, load, "victim_p99_ms")
-			if ok1 && ok2 {
-				add(fmt.Sprintf("keyed at hot load %g: victim p99 at most 2× shared's", load),
-					fmt.Sprintf("%.1f ms vs %.1f ms (%.2f×)", k, sh, k/sh), k <= 2*sh)
-			}
+			miss = nil
+			k := need(&miss, dispatch.Keyed, load, "victim_p99_ms")
+			sh := need(&miss, dispatch.Shared, load, "victim_p99_ms")
+			check(fmt.Sprintf("keyed at hot load %g: victim p99 at most 2× shared's", load), miss,
+				func() (string, bool) {
+					return fmt.Sprintf("%.1f ms vs %.1f ms (%.2f×)", k, sh, k/sh), k <= 2*sh
+				})
 		}
 	}
-	return x.Markdown("Expectations checked against the medians")
+	return &x
 }
 
 // seedComparison puts the seed's figures beside ours.

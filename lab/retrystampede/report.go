@@ -49,8 +49,8 @@ func (e *Experiment) chartScenario() Scenario {
 
 // Render implements lab.Experiment: institution arrivals over time per
 // fine and coarse window for each policy (one scenario, first repeat), the
-// settlement table, the expectations checked against the medians, and the
-// seed's figures beside ours.
+// settlement table, and the seed's figures beside ours. The Runner adds
+// the expectations table (see Expectations).
 func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	c := e.cfg
 	var b strings.Builder
@@ -108,7 +108,6 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	}
 
 	b.WriteString(e.settlement(r))
-	b.WriteString(e.expectations(r))
 	b.WriteString(e.seedComparison(r))
 	return b.String(), nil
 }
@@ -155,119 +154,173 @@ func (e *Experiment) settlement(r *lab.Result) string {
 	return b.String()
 }
 
-// expectations checks the shape the seed and the design expect against our
-// medians. Each row says what was expected, what we measured and whether
-// it held; none of them tunes anything.
-func (e *Experiment) expectations(r *lab.Result) string {
+// Expectations implements lab.Experiment: the shape the seed and the
+// design expect, checked against our medians. Each claim says what was
+// expected, what we measured and whether it held; none of them tunes
+// anything. A claim about a configured scenario and policy whose median is
+// missing does not hold.
+func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 	c := e.cfg
 	n, att := float64(c.Payments), float64(c.Attempts)
 	var x lab.Expectations
-	add := x.Check
-	hb := HangBefore
-	if v, ok := median(r, hb, retry.None, "amplification"); ok {
-		add("none: 1.00× (seed: 150 requests for 150 payments)", fmt.Sprintf("%.2f×", v), v == 1)
+	has := func(s Scenario, policies ...string) bool {
+		if !slices.Contains(c.Scenarios, s) {
+			return false
+		}
+		for _, p := range policies {
+			if !slices.Contains(c.Policies, p) {
+				return false
+			}
+		}
+		return true
 	}
-	if v, ok := median(r, hb, retry.None, "peak_1s"); ok {
-		w, _ := median(r, hb, retry.None, "first_wave_ms")
-		add(fmt.Sprintf("none: no arrival after the first %s, peaks 0 (seed: 0 and 0)", c.ExcludeFirst),
-			fmt.Sprintf("peak_1s %.0f; first wave over %.0f ms", v, w), v == 0)
+	// need looks a median up and records what is missing.
+	need := func(missing *[]string, s Scenario, policy, metric string) float64 {
+		v, ok := median(r, s, policy, metric)
+		if !ok {
+			*missing = append(*missing, fmt.Sprintf("%s of %s (%s)", metric, policy, s))
+		}
+		return v
+	}
+	// check adds claim: missing if any figure it needs is missing,
+	// otherwise the figure and the verdict from judge.
+	check := func(claim string, missing []string, judge func() (string, bool)) {
+		if len(missing) > 0 {
+			x.Missing(claim, missing...)
+			return
+		}
+		figure, holds := judge()
+		x.Check(claim, figure, holds)
+	}
+	hb := HangBefore
+	if has(hb, retry.None) {
+		var miss []string
+		v := need(&miss, hb, retry.None, "amplification")
+		check("none: 1.00× (seed: 150 requests for 150 payments)", miss,
+			func() (string, bool) { return fmt.Sprintf("%.2f×", v), v == 1 })
+		miss = nil
+		p := need(&miss, hb, retry.None, "peak_1s")
+		w := need(&miss, hb, retry.None, "first_wave_ms")
+		check(fmt.Sprintf("none: no arrival after the first %s, peaks 0 (seed: 0 and 0)", c.ExcludeFirst), miss,
+			func() (string, bool) { return fmt.Sprintf("peak_1s %.0f; first wave over %.0f ms", p, w), p == 0 })
 	}
 	for _, p := range []string{retry.Exponential, retry.FullJitter, retry.DecorrelatedJitter} {
-		amp, ok1 := median(r, hb, p, "amplification")
-		rr, ok2 := median(r, hb, p, "retry_requests")
-		if ok1 && ok2 {
-			add(fmt.Sprintf("%s: %.2f×, retry_requests = %d × payments = %.0f (seed: 3.00×, 300)", p, att, c.Attempts-1, (att-1)*n),
-				fmt.Sprintf("%.2f×, %.0f", amp, rr), amp == att && rr == (att-1)*n)
+		if !has(hb, p) {
+			continue
 		}
+		var miss []string
+		amp := need(&miss, hb, p, "amplification")
+		rr := need(&miss, hb, p, "retry_requests")
+		check(fmt.Sprintf("%s: %.2f×, retry_requests = %d × payments = %.0f (seed: 3.00×, 300)", p, att, c.Attempts-1, (att-1)*n), miss,
+			func() (string, bool) { return fmt.Sprintf("%.2f×, %.0f", amp, rr), amp == att && rr == (att-1)*n })
 	}
-	exp100, okE := median(r, hb, retry.Exponential, "peak_100ms")
-	if okE {
-		add(fmt.Sprintf("exponential: peak_100ms close to payments, ≥ 80 %% of %d (seed: 141 of 150)", c.Payments),
-			fmt.Sprintf("%.0f (%.0f %%)", exp100, 100*exp100/n), exp100 >= 0.8*n)
+	if has(hb, retry.Exponential) {
+		var miss []string
+		exp100 := need(&miss, hb, retry.Exponential, "peak_100ms")
+		check(fmt.Sprintf("exponential: peak_100ms close to payments, ≥ 80 %% of %d (seed: 141 of 150)", c.Payments), miss,
+			func() (string, bool) { return fmt.Sprintf("%.0f (%.0f %%)", exp100, 100*exp100/n), exp100 >= 0.8*n })
 	}
-	if fj100, ok := median(r, hb, retry.FullJitter, "peak_100ms"); ok {
+	if has(hb, retry.FullJitter) {
 		model := e.fullJitterModel(SlidingPeak)
-		add(fmt.Sprintf("full-jitter: peak_100ms what its schedule alone gives, within the 5–95 %% range of %d model stampedes (no network time; median %d)",
-			model.Trials, model.P50),
-			fmt.Sprintf("%.0f in [%d, %d]", fj100, model.P05, model.P95), float64(model.P05) <= fj100 && fj100 <= float64(model.P95))
+		var miss []string
+		fj100 := need(&miss, hb, retry.FullJitter, "peak_100ms")
+		check(fmt.Sprintf("full-jitter: peak_100ms what its schedule alone gives, within the 5–95 %% range of %d model stampedes (no network time; median %d)",
+			model.Trials, model.P50), miss,
+			func() (string, bool) {
+				return fmt.Sprintf("%.0f in [%d, %d]", fj100, model.P05, model.P95), float64(model.P05) <= fj100 && fj100 <= float64(model.P95)
+			})
 	}
 	// The quarter, read two ways: our sliding windows, and the seed's
 	// histogram (fixed windows from the start signal), which can cut the
 	// busiest stretch in two and so reads lower.
-	for _, q := range []struct {
-		metric, reading, modelNote string
-		peak                       PeakFunc
-	}{
-		{"peak_100ms", "full-jitter: peak_100ms a quarter of exponential's or less (seed: 38 vs 141, 0.27×)", "the schedule alone", SlidingPeak},
-		{"peak_100ms_fixed", "full-jitter, read as the seed read it (fixed 100 ms windows from the start signal): peak_100ms_fixed a quarter of exponential's or less", "the schedule alone, its waves lined up with the windows,", FixedPeak},
-	} {
-		exp, okE := median(r, hb, retry.Exponential, q.metric)
-		fj, okF := median(r, hb, retry.FullJitter, q.metric)
-		if !okE || !okF {
+	if has(hb, retry.Exponential, retry.FullJitter) {
+		for _, q := range []struct {
+			metric, reading, modelNote string
+			peak                       PeakFunc
+		}{
+			{"peak_100ms", "full-jitter: peak_100ms a quarter of exponential's or less (seed: 38 vs 141, 0.27×)", "the schedule alone", SlidingPeak},
+			{"peak_100ms_fixed", "full-jitter, read as the seed read it (fixed 100 ms windows from the start signal): peak_100ms_fixed a quarter of exponential's or less", "the schedule alone, its waves lined up with the windows,", FixedPeak},
+		} {
+			var miss []string
+			exp := need(&miss, hb, retry.Exponential, q.metric)
+			fj := need(&miss, hb, retry.FullJitter, q.metric)
+			check(q.reading, miss, func() (string, bool) {
+				quarter := 0.25 * exp
+				m := e.fullJitterModel(q.peak)
+				return fmt.Sprintf("%.0f vs %.0f (%.2f×); %s stays at or under %.1f in %.0f %% of model stampedes",
+					fj, exp, fj/math.Max(exp, 1), q.modelNote, quarter, 100*m.AtMost(quarter)), fj <= quarter
+			})
+		}
+		var miss []string
+		exp1s := need(&miss, hb, retry.Exponential, "peak_1s")
+		fj1s := need(&miss, hb, retry.FullJitter, "peak_1s")
+		check("peak_1s the same for exponential and full-jitter, within 5 % of payments (seed: 150 and 150)", miss,
+			func() (string, bool) {
+				return fmt.Sprintf("%.0f and %.0f", exp1s, fj1s), math.Abs(exp1s-fj1s) <= 0.05*n
+			})
+	}
+	for _, s := range c.Scenarios {
+		if !has(s, Budget) {
 			continue
 		}
-		quarter := 0.25 * exp
-		m := e.fullJitterModel(q.peak)
-		add(q.reading,
-			fmt.Sprintf("%.0f vs %.0f (%.2f×); %s stays at or under %.1f in %.0f %% of model stampedes",
-				fj, exp, fj/math.Max(exp, 1), q.modelNote, quarter, 100*m.AtMost(quarter)),
-			fj <= quarter)
-	}
-	exp1s, ok1 := median(r, hb, retry.Exponential, "peak_1s")
-	fj1s, ok2 := median(r, hb, retry.FullJitter, "peak_1s")
-	if ok1 && ok2 {
-		add("peak_1s the same for exponential and full-jitter, within 5 % of payments (seed: 150 and 150)",
-			fmt.Sprintf("%.0f and %.0f", exp1s, fj1s), math.Abs(exp1s-fj1s) <= 0.05*n)
+		var miss []string
+		v := need(&miss, s, Budget, "amplification")
+		check(fmt.Sprintf("budget (%s): at most 1.20×", s), miss,
+			func() (string, bool) { return fmt.Sprintf("%.2f×", v), v <= 1.2 })
 	}
 	for _, s := range c.Scenarios {
-		if v, ok := median(r, s, Budget, "amplification"); ok {
-			add(fmt.Sprintf("budget (%s): at most 1.20×", s), fmt.Sprintf("%.2f×", v), v <= 1.2)
+		if !has(s, retry.None) {
+			continue
 		}
-	}
-	for _, s := range c.Scenarios {
-		if v, ok := median(r, s, retry.None, "double_charges"); ok {
-			add(fmt.Sprintf("none (%s): 0 double charges", s), fmt.Sprintf("%.0f", v), v == 0)
-		}
+		var miss []string
+		v := need(&miss, s, retry.None, "double_charges")
+		check(fmt.Sprintf("none (%s): 0 double charges", s), miss,
+			func() (string, bool) { return fmt.Sprintf("%.0f", v), v == 0 })
 	}
 	for _, p := range c.Policies {
 		if p == retry.None {
 			continue
 		}
-		if v, ok := median(r, HangAfterNonIdempotent, p, "double_charges"); ok {
-			add(fmt.Sprintf("%s (%s): retries double-charge a non-idempotent institution, > 0", p, HangAfterNonIdempotent), fmt.Sprintf("%.0f", v), v > 0)
+		if has(HangAfterNonIdempotent, p) {
+			var miss []string
+			v := need(&miss, HangAfterNonIdempotent, p, "double_charges")
+			check(fmt.Sprintf("%s (%s): retries double-charge a non-idempotent institution, > 0", p, HangAfterNonIdempotent), miss,
+				func() (string, bool) { return fmt.Sprintf("%.0f", v), v > 0 })
 		}
-		if v, ok := median(r, HangAfterIdempotent, p, "double_charges"); ok {
-			add(fmt.Sprintf("%s (%s): an idempotent institution absorbs the retries, 0 double charges", p, HangAfterIdempotent), fmt.Sprintf("%.0f", v), v == 0)
+		if has(HangAfterIdempotent, p) {
+			var miss []string
+			v := need(&miss, HangAfterIdempotent, p, "double_charges")
+			check(fmt.Sprintf("%s (%s): an idempotent institution absorbs the retries, 0 double charges", p, HangAfterIdempotent), miss,
+				func() (string, bool) { return fmt.Sprintf("%.0f", v), v == 0 })
 		}
 	}
-	var unsettled []string
-	conds := 0
+	var unsettled, settleMissing []string
 	for _, s := range c.Scenarios {
 		for _, p := range c.Policies {
-			res, ok1 := median(r, s, p, "resolved")
-			un, ok2 := median(r, s, p, "unresolved")
-			if !ok1 || !ok2 {
-				continue
-			}
-			conds++
+			res := need(&settleMissing, s, p, "resolved")
+			un := need(&settleMissing, s, p, "unresolved")
 			if un > 0 || res != n {
 				unsettled = append(unsettled, fmt.Sprintf("%s %s: %.0f of %.0f", p, s, res, n))
 			}
 		}
 	}
-	if conds > 0 {
-		measured := fmt.Sprintf("all %d of %d in every condition", c.Payments, c.Payments)
-		if len(unsettled) > 0 {
-			measured = strings.Join(unsettled, "; ")
-		}
-		add("after reconciliation every payment settled (APPROVED, DECLINED, FAILED) or flagged", measured, len(unsettled) == 0)
-	}
+	check("after reconciliation every payment settled (APPROVED, DECLINED, FAILED) or flagged", settleMissing,
+		func() (string, bool) {
+			if len(unsettled) > 0 {
+				return strings.Join(unsettled, "; "), false
+			}
+			return fmt.Sprintf("all %d of %d in every condition", c.Payments, c.Payments), true
+		})
 	for _, s := range c.Scenarios {
-		if v, ok := median(r, s, retry.None, "parity_mismatches"); ok {
-			add(fmt.Sprintf("none (%s): parity with the institution's ledger, 0 mismatches", s), fmt.Sprintf("%.0f", v), v == 0)
+		if !has(s, retry.None) {
+			continue
 		}
+		var miss []string
+		v := need(&miss, s, retry.None, "parity_mismatches")
+		check(fmt.Sprintf("none (%s): parity with the institution's ledger, 0 mismatches", s), miss,
+			func() (string, bool) { return fmt.Sprintf("%.0f", v), v == 0 })
 	}
-	return x.Markdown("Expectations checked against the medians")
+	return &x
 }
 
 // modelTrials is how many stampedes fullJitterModel draws.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/jetstream"
 	"github.com/stampede-lab/stampede/pay/sqlite"
@@ -22,11 +22,9 @@ import (
 // embedded server.
 func natsConn(t *testing.T, real bool) *nats.Conn {
 	t.Helper()
-	url := os.Getenv("STAMPEDE_NATS_URL")
+	var url string
 	if real {
-		if url == "" {
-			t.Skip("STAMPEDE_NATS_URL is not set: no real NATS to test against (.ci/run sets it)")
-		}
+		url = testenv.URL(t, testenv.NATSURL)
 	} else {
 		e, err := jetstream.StartEmbedded(t.TempDir())
 		if err != nil {

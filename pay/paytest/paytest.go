@@ -2,6 +2,9 @@
 // adapter's tests call Run with a function that returns the store under
 // test.
 //
+// RunFrozen checks, separately, that a store whose database stops
+// answering fails every call with CodeUnavailable within its deadline.
+//
 // The suite does not assume an empty store: every test uses fresh IDs and
 // idempotency keys and looks only at its own rows, so one store (one real
 // database) may serve every test. It does assume that nobody else writes
@@ -24,9 +27,21 @@ import (
 	"github.com/stampede-lab/stampede/pay"
 )
 
-// Run runs the suite. newStore returns the store under test; it may return
-// the same store every time, and it owns the store (Run never closes it).
+// Run runs the suite, one test at a time. newStore returns the store under
+// test; it may return the same store every time, and it owns the store
+// (Run never closes it).
 func Run(t *testing.T, newStore func(t *testing.T) pay.Store) {
+	run(t, newStore, false)
+}
+
+// RunParallel runs the suite's tests in parallel with each other. Some
+// tests count every row of the store, so newStore must return a store of
+// the test's own (a fresh database) each time.
+func RunParallel(t *testing.T, newStore func(t *testing.T) pay.Store) {
+	run(t, newStore, true)
+}
+
+func run(t *testing.T, newStore func(t *testing.T) pay.Store, parallel bool) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s pay.Store)
@@ -49,7 +64,12 @@ func Run(t *testing.T, newStore func(t *testing.T) pay.Store) {
 		{"Ping", testPing},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
+		t.Run(tc.name, func(t *testing.T) {
+			if parallel {
+				t.Parallel()
+			}
+			tc.fn(t, newStore(t))
+		})
 	}
 }
 

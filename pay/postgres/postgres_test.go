@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	neturl "net/url"
 	"os"
 	"strings"
 	"sync"
@@ -13,19 +14,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/paytest"
 	"github.com/stampede-lab/stampede/pay/postgres"
 )
 
-// databaseURL returns STAMPEDE_POSTGRES_URL or skips the test.
+// databaseURL returns STAMPEDE_POSTGRES_URL, or skips the test (fails it in
+// CI) when it is not set.
 func databaseURL(t *testing.T) string {
 	t.Helper()
-	url := os.Getenv("STAMPEDE_POSTGRES_URL")
-	if url == "" {
-		t.Skip("STAMPEDE_POSTGRES_URL is not set: no PostgreSQL to test against (.ci/run sets it)")
-	}
-	return url
+	return testenv.URL(t, testenv.PostgresURL)
 }
 
 // freshSchema returns the name of a schema unique to this test, dropped
@@ -66,6 +65,7 @@ func openSchema(t *testing.T, url, schema string) *postgres.Store {
 // TestConformance runs the suite on the PostgreSQL server named by
 // STAMPEDE_POSTGRES_URL, in a schema of its own shared by every test.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	url := databaseURL(t)
 	s := openSchema(t, url, freshSchema(t, url))
 	paytest.Run(t, func(*testing.T) pay.Store { return s })
@@ -74,6 +74,7 @@ func TestConformance(t *testing.T) {
 // TestConformanceFreshStores runs the suite with a new store (and
 // connections) per test on one schema, migrated again each time.
 func TestConformanceFreshStores(t *testing.T) {
+	t.Parallel()
 	url := databaseURL(t)
 	schema := freshSchema(t, url)
 	paytest.Run(t, func(t *testing.T) pay.Store { return openSchema(t, url, schema) })
@@ -82,6 +83,7 @@ func TestConformanceFreshStores(t *testing.T) {
 // TestConcurrentOpenMigratesOnce: instances starting together on an empty
 // schema all open, and each migration is recorded once.
 func TestConcurrentOpenMigratesOnce(t *testing.T) {
+	t.Parallel()
 	url := databaseURL(t)
 	schema := freshSchema(t, url)
 	var wg sync.WaitGroup
@@ -96,17 +98,18 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 	}
 	defer c.Close(ctx)
 	var n int
-	if err := c.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&n); err != nil {
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "goose_db_version"}.Sanitize()+` WHERE version_id = 1`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 1 {
-		t.Fatalf("schema_migrations has %d rows, want 1", n)
+		t.Fatalf("goose_db_version records migration 1 %d times, want once", n)
 	}
 }
 
 // TestUnreachableIsUnavailable: a server that refuses connections is
 // CodeUnavailable. Runs without a database.
 func TestUnreachableIsUnavailable(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +127,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 // TestClosedStoreIsUnavailable: every call on a closed store fails with
 // CodeUnavailable.
 func TestClosedStoreIsUnavailable(t *testing.T) {
+	t.Parallel()
 	url := databaseURL(t)
 	s := openSchema(t, url, freshSchema(t, url))
 	if err := s.Close(); err != nil {
@@ -146,6 +150,7 @@ func TestClosedStoreIsUnavailable(t *testing.T) {
 // succeeds) and the store recovers; a connection idle for over a second is
 // checked before use, so the call after a longer pause succeeds.
 func TestKilledConnectionIsUnavailableThenRecovers(t *testing.T) {
+	t.Parallel()
 	url := databaseURL(t)
 	schema := freshSchema(t, url)
 	// Tag the store's connections so that only they are terminated: the
@@ -206,9 +211,204 @@ func TestConfigValidateNamesFields(t *testing.T) {
 		t.Fatalf("Validate() = %v", err)
 	}
 	err := postgres.Config{Schema: "Bad-Name", ConnectTimeout: -1}.Validate()
-	for _, field := range []string{"URL", "Schema", "MaxConns", "ConnectTimeout", "Now"} {
+	for _, field := range []string{"URL", "Schema", "MaxConns", "ConnectTimeout", "OpTimeout", "Now"} {
 		if err == nil || !strings.Contains(err.Error(), field+":") {
 			t.Errorf("Validate() = %v, want it to name %s", err, field)
 		}
+	}
+}
+
+// TestFrozenIsUnavailable: with the server behind a proxy that stops
+// forwarding (a frozen database, a dead network path), every call fails
+// with CodeUnavailable within the operation timeout, and the store
+// recovers once traffic flows again.
+func TestFrozenIsUnavailable(t *testing.T) {
+	t.Parallel()
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newFreezer(t, u.Host)
+	u.Host = px.addr()
+	cfg := postgres.DefaultConfig()
+	cfg.URL, cfg.Schema, cfg.OpTimeout, cfg.MaxConns = u.String(), schema, 300*time.Millisecond, 4
+	s, err := postgres.OpenConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("OpenConfig through the proxy: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	paytest.RunFrozen(t, paytest.Frozen{Store: s, OpTimeout: cfg.OpTimeout, Freeze: px.freeze, Thaw: px.thaw})
+}
+
+// freezer is a TCP proxy in front of the database that can stop
+// forwarding: while frozen it accepts connections and reads what either
+// side sends but passes nothing on, as a hung server or a dead network
+// path would. Thawing delivers what was held back.
+type freezer struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	gate   chan struct{} // closed while traffic flows
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+// newFreezer starts a proxy to target on a loopback port, stopped when
+// the test ends.
+func newFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{ln: ln, target: target, gate: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	close(f.gate)
+	f.wg.Go(f.serve)
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *freezer) addr() string { return f.ln.Addr().String() }
+
+func (f *freezer) serve() {
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		f.wg.Go(func() { f.handle(c) })
+	}
+}
+
+func (f *freezer) handle(client net.Conn) {
+	server, err := net.DialTimeout("tcp", f.target, 5*time.Second)
+	if err != nil {
+		client.Close()
+		return
+	}
+	if !f.track(client, server) {
+		return
+	}
+	f.wg.Go(func() { f.pipe(server, client) })
+	f.pipe(client, server)
+}
+
+// track registers the connections, or closes them when the proxy is
+// closed.
+func (f *freezer) track(cs ...net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range cs {
+		if f.closed {
+			c.Close()
+			continue
+		}
+		f.conns[c] = struct{}{}
+	}
+	return !f.closed
+}
+
+// pipe copies src to dst, each chunk once the gate is open, and closes
+// both when either side ends.
+func (f *freezer) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			f.mu.Lock()
+			gate := f.gate
+			f.mu.Unlock()
+			<-gate
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil { // EOF, or either side closed
+			return
+		}
+	}
+}
+
+func (f *freezer) freeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gate = make(chan struct{})
+}
+
+func (f *freezer) thaw() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.gate:
+	default:
+		close(f.gate)
+	}
+}
+
+// close stops the proxy: no new connections, every open one closed, every
+// held chunk released.
+func (f *freezer) close() {
+	f.ln.Close()
+	f.thaw()
+	f.mu.Lock()
+	f.closed = true
+	for c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// TestTakesOverAPreGooseSchema: a schema made by the hand-written
+// migration code that came before goose (the same tables, recorded in
+// schema_migrations) opens with its data and is recorded as migrated.
+func TestTakesOverAPreGooseSchema(t *testing.T) {
+	t.Parallel()
+	url := databaseURL(t)
+	schema := freshSchema(t, url)
+	body, err := os.ReadFile("migrations/0001_init.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the old code ran: the same statements, without IF NOT EXISTS.
+	legacy := strings.NewReplacer(" IF NOT EXISTS", "", "-- +goose Up", "").Replace(string(body))
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	id := pay.NewID()
+	for _, q := range []string{
+		`CREATE SCHEMA ` + schema,
+		`SET search_path = ` + schema,
+		`CREATE TABLE schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
+		legacy,
+		`INSERT INTO schema_migrations (version) VALUES ('0001_init')`,
+		`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key,
+			created_at, updated_at, event_seq) VALUES ('` + id + `', '` + pay.NewID() + `', 'o-old', 700, 'EUR', 'UNKNOWN', '` + id + `', 'old-key',
+			'2020-01-01T00:00:00Z', '2020-01-01T00:00:02Z', 2)`,
+	} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatalf("%.40s...: %v", q, err)
+		}
+	}
+	s := openSchema(t, url, schema)
+	got, err := s.Get(ctx, id)
+	if err != nil || got.Amount != 700 || got.Status != pay.StatusUnknown || !got.UpdatedAt.Equal(time.Date(2020, 1, 1, 0, 0, 2, 0, time.UTC)) {
+		t.Fatalf("the old payment after the take-over: %+v, %v", got, err)
+	}
+	if _, err := s.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry", nil); err != nil {
+		t.Fatalf("Transition of the old payment: %v", err)
+	}
+	var n int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM goose_db_version WHERE version_id = 1 AND is_applied`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("goose_db_version has migration 1 %d times (%v), want once", n, err)
 	}
 }

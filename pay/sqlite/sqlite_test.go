@@ -2,11 +2,15 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/paytest"
@@ -23,9 +27,11 @@ func open(t *testing.T, path string) *sqlite.Store {
 	return s
 }
 
-// TestConformanceFile runs the suite on a fresh database file per test.
+// TestConformanceFile runs the suite on a fresh database file per test,
+// the tests in parallel.
 func TestConformanceFile(t *testing.T) {
-	paytest.Run(t, func(t *testing.T) pay.Store {
+	t.Parallel()
+	paytest.RunParallel(t, func(t *testing.T) pay.Store {
 		return open(t, filepath.Join(t.TempDir(), "pay.db"))
 	})
 }
@@ -33,13 +39,16 @@ func TestConformanceFile(t *testing.T) {
 // TestConformanceSharedFile runs the suite on one database file shared by
 // every test, as a real database is.
 func TestConformanceSharedFile(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "pay.db"))
 	paytest.Run(t, func(*testing.T) pay.Store { return s })
 }
 
-// TestConformanceMemory runs the suite on the in-memory database.
+// TestConformanceMemory runs the suite on a fresh in-memory database per
+// test, the tests in parallel.
 func TestConformanceMemory(t *testing.T) {
-	paytest.Run(t, func(t *testing.T) pay.Store { return open(t, sqlite.Memory) })
+	t.Parallel()
+	paytest.RunParallel(t, func(t *testing.T) pay.Store { return open(t, sqlite.Memory) })
 }
 
 // TestClosedStoreIsUnavailable: every call on a closed store fails with
@@ -96,6 +105,7 @@ func TestReopenKeepsDataAndMigratesOnce(t *testing.T) {
 // be) race to create with one idempotency key; BEGIN IMMEDIATE and the busy
 // timeout let exactly one win and nobody fail with SQLITE_BUSY.
 func TestTwoStoresOnOneFile(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "pay.db")
 	stores := []*sqlite.Store{open(t, path), open(t, path)}
 	var (
@@ -132,12 +142,174 @@ func TestConfigValidateNamesFields(t *testing.T) {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
 	err := sqlite.Config{Path: "a?b", BusyTimeout: -1}.Validate()
-	for _, field := range []string{"Path", "BusyTimeout", "MaxReadConns", "Now"} {
+	for _, field := range []string{"Path", "OpTimeout", "BusyTimeout", "MaxReadConns", "Now"} {
 		if err == nil || !strings.Contains(err.Error(), field+":") {
 			t.Errorf("Validate() = %v, want it to name %s", err, field)
 		}
 	}
 	if _, err := sqlite.OpenConfig(context.Background(), sqlite.Config{}); err == nil {
 		t.Error("OpenConfig with an empty Config succeeded")
+	}
+}
+
+// TestFrozenIsUnavailable: while another process holds the write lock,
+// every write fails with CodeUnavailable within the operation timeout
+// (reads go on: WAL), and the store writes again once the lock is gone.
+func TestFrozenIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := sqlite.DefaultConfig()
+	cfg.Path, cfg.OpTimeout = filepath.Join(t.TempDir(), "pay.db"), 300*time.Millisecond
+	s, err := sqlite.OpenConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	other, err := sql.Open("sqlite", cfg.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	exec := func(q string) {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Errorf("%s: %v", q, err)
+		}
+	}
+	paytest.RunFrozen(t, paytest.Frozen{
+		Store:       s,
+		OpTimeout:   cfg.OpTimeout,
+		Freeze:      func() { exec("BEGIN IMMEDIATE") },
+		Thaw:        func() { exec("ROLLBACK") },
+		ReadsAnswer: true,
+	})
+}
+
+// TestTakesOverAPreGooseDatabase: a database made by the hand-written
+// migration code that came before goose (the same schema, recorded in
+// schema_migrations) opens with its data, gets the same schema as a new
+// database, and is recorded as migrated.
+func TestTakesOverAPreGooseDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	body, err := os.ReadFile("migrations/0001_init.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the old code ran: the same statements, without IF NOT EXISTS.
+	legacy := strings.NewReplacer(" IF NOT EXISTS", "", "-- +goose Up", "").Replace(string(body))
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", path+"?_pragma=foreign_keys(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, merchant := pay.NewID(), pay.NewID()
+	for _, q := range []string{
+		`CREATE TABLE schema_migrations (version TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)`,
+		legacy,
+		`INSERT INTO schema_migrations (version, applied_at) VALUES ('0001_init', 0)`,
+		`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key,
+			created_at, updated_at, event_seq) VALUES ('` + id + `', '` + merchant + `', 'o-old', 700, 'EUR', 'UNKNOWN', '` + id + `', 'old-key', 1000000, 2000000, 2)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%.40s...: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s := open(t, path)
+	got, err := s.Get(ctx, id)
+	if err != nil || got.Amount != 700 || got.Status != pay.StatusUnknown || !got.UpdatedAt.Equal(time.Unix(2, 0)) {
+		t.Fatalf("the old payment after the take-over: %+v, %v", got, err)
+	}
+	if _, err := s.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry", nil); err != nil {
+		t.Fatalf("Transition of the old payment: %v", err)
+	}
+	if _, err := s.CreatePending(ctx, pay.Payment{ID: pay.NewID(), MerchantID: merchant, OrderID: "o-new", Amount: 1, Currency: "EUR"},
+		pay.IdempotencyRecord{Key: "new-key", RequestHash: "h"}); err != nil {
+		t.Fatalf("CreatePending after the take-over: %v", err)
+	}
+	s.Close()
+
+	fresh := filepath.Join(t.TempDir(), "new.db")
+	open(t, fresh).Close()
+	if old, new := schema(t, path), schema(t, fresh); !slices.Equal(old, new) {
+		t.Errorf("schema taken over:\n%s\nschema of a new database:\n%s", strings.Join(old, "\n"), strings.Join(new, "\n"))
+	}
+	db, err = sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM goose_db_version WHERE version_id = 1 AND is_applied`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("goose_db_version has migration 1 %d times (%v), want once", n, err)
+	}
+}
+
+// schema returns the definitions of the store's tables and indexes.
+func schema(t *testing.T, path string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT type, name, coalesce(sql, '') FROM sqlite_master
+		WHERE name NOT IN ('schema_migrations', 'goose_db_version', 'sqlite_sequence') AND name NOT LIKE 'sqlite_autoindex_%'
+		ORDER BY type, name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var typ, name, def string
+		if err := rows.Scan(&typ, &name, &def); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, typ+" "+name+": "+def)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) < 9 {
+		t.Fatalf("schema of %s has %d objects: %v", path, len(out), out)
+	}
+	return out
+}
+
+// TestConcurrentOpenMigratesOnce: processes opening a new file together
+// all open it, and each migration is applied and recorded once.
+func TestConcurrentOpenMigratesOnce(t *testing.T) {
+	t.Parallel()
+	for range 5 {
+		path := filepath.Join(t.TempDir(), "pay.db")
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				s, err := sqlite.Open(path)
+				if err != nil {
+					t.Errorf("Open: %v", err)
+					return
+				}
+				s.Close()
+			})
+		}
+		wg.Wait()
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		err = db.QueryRow(`SELECT count(*) FROM goose_db_version WHERE version_id = 1`).Scan(&n)
+		db.Close()
+		if err != nil || n != 1 {
+			t.Fatalf("goose_db_version records migration 1 %d times (%v), want once", n, err)
+		}
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -32,10 +32,7 @@ const (
 // (miniredis, for comparison).
 func BenchmarkAtomicAdmission(b *testing.B) {
 	b.Run("real", func(b *testing.B) {
-		url := os.Getenv("STAMPEDE_REDIS_URL")
-		if url == "" {
-			b.Skip("STAMPEDE_REDIS_URL is not set: no real Redis to measure (e.g. STAMPEDE_REDIS_URL=redis://127.0.0.1:6379/0)")
-		}
+		url := testenv.URL(b, testenv.RedisURL)
 		opts, err := redis.ParseURL(url)
 		if err != nil {
 			b.Fatalf("STAMPEDE_REDIS_URL: %v", err)

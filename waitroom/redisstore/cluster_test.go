@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 	"github.com/stampede-lab/stampede/waitroom/storetest"
@@ -23,7 +23,7 @@ import (
 // 127.0.0.1:7001-7003). A script touching keys of two slots fails there
 // with CROSSSLOT, which standalone Redis and miniredis never report.
 
-const envCluster = "STAMPEDE_REDIS_CLUSTER_URL"
+const envCluster = testenv.RedisClusterURL
 
 // parseClusterURL reads redis-cluster://[user:pass@]host1:port,host2:port,...
 // the way `stampede serve waitroom --redis` does (cmd/stampede's
@@ -93,10 +93,7 @@ func TestParseClusterURL(t *testing.T) {
 // any room's, so it runs after the rooms are deleted (cleanups run LIFO).
 func clusterClient(t *testing.T) (*redis.ClusterClient, *redis.ClusterOptions) {
 	t.Helper()
-	url := os.Getenv(envCluster)
-	if url == "" {
-		t.Skip(envCluster + " is not set: no Redis Cluster to test against (.ci/run starts one with .ci/redis-cluster)")
-	}
+	url := testenv.URL(t, envCluster)
 	opts, err := parseClusterURL(url)
 	if err != nil {
 		t.Fatalf("%s: %v", envCluster, err)

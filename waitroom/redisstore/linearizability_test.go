@@ -15,6 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -260,10 +261,7 @@ func TestLinearizableEmbedded(t *testing.T) {
 // TestLinearizableRealRedis checks join, admit and leave on a real server
 // (its clock cannot be moved, and leases are far longer than the test).
 func TestLinearizableRealRedis(t *testing.T) {
-	url := os.Getenv("STAMPEDE_REDIS_URL")
-	if url == "" {
-		t.Skip("STAMPEDE_REDIS_URL is not set: no real Redis to test against (.ci/run sets it)")
-	}
+	url := testenv.URL(t, testenv.RedisURL)
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)

@@ -2,13 +2,13 @@ package redisstore_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 	"github.com/stampede-lab/stampede/waitroom/storetest"
@@ -56,10 +56,7 @@ func TestConformanceEmbedded(t *testing.T) {
 // TestConformanceRealRedis runs the suite on the Redis server named by
 // STAMPEDE_REDIS_URL.
 func TestConformanceRealRedis(t *testing.T) {
-	url := os.Getenv("STAMPEDE_REDIS_URL")
-	if url == "" {
-		t.Skip("STAMPEDE_REDIS_URL is not set: no real Redis to test against (.ci/run sets it)")
-	}
+	url := testenv.URL(t, testenv.RedisURL)
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatalf("STAMPEDE_REDIS_URL: %v", err)

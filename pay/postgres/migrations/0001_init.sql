@@ -1,8 +1,13 @@
 -- Payments, their append-only status history, idempotency records and the
 -- transactional outbox. IDs are text (canonical lower-case UUIDs) with the
 -- "C" collation, so that List orders them exactly as the SQLite adapter.
+--
+-- Every statement creates only what is missing: a schema created before
+-- migrations ran through goose already has all of it.
 
-CREATE TABLE payments (
+-- +goose Up
+
+CREATE TABLE IF NOT EXISTS payments (
     id              text COLLATE "C" PRIMARY KEY,
     merchant_id     text NOT NULL,
     order_id        text NOT NULL,
@@ -18,9 +23,9 @@ CREATE TABLE payments (
     event_seq       bigint NOT NULL DEFAULT 0   -- seq of the payment's last outbox row
 );
 
-CREATE INDEX payments_status_created ON payments (status, created_at, id);
+CREATE INDEX IF NOT EXISTS payments_status_created ON payments (status, created_at, id);
 
-CREATE TABLE payment_history (
+CREATE TABLE IF NOT EXISTS payment_history (
     id          bigserial PRIMARY KEY,
     payment_id  text COLLATE "C" NOT NULL REFERENCES payments (id),
     from_status text NOT NULL,                  -- '' for the first entry
@@ -29,9 +34,9 @@ CREATE TABLE payment_history (
     at          timestamptz NOT NULL
 );
 
-CREATE INDEX payment_history_payment ON payment_history (payment_id, id);
+CREATE INDEX IF NOT EXISTS payment_history_payment ON payment_history (payment_id, id);
 
-CREATE TABLE idempotency_keys (
+CREATE TABLE IF NOT EXISTS idempotency_keys (
     key           text PRIMARY KEY,
     request_hash  text NOT NULL,
     -- Deferred: the record is written before its payment, so that a
@@ -44,10 +49,10 @@ CREATE TABLE idempotency_keys (
     expires_at    timestamptz NOT NULL
 );
 
-CREATE INDEX idempotency_keys_payment ON idempotency_keys (payment_id);
-CREATE INDEX idempotency_keys_expires ON idempotency_keys (expires_at);
+CREATE INDEX IF NOT EXISTS idempotency_keys_payment ON idempotency_keys (payment_id);
+CREATE INDEX IF NOT EXISTS idempotency_keys_expires ON idempotency_keys (expires_at);
 
-CREATE TABLE outbox (
+CREATE TABLE IF NOT EXISTS outbox (
     id           bigserial PRIMARY KEY,         -- global, increasing
     payment_id   text COLLATE "C" NOT NULL REFERENCES payments (id),
     seq          bigint NOT NULL,               -- per payment, from 1
@@ -58,4 +63,4 @@ CREATE TABLE outbox (
     UNIQUE (payment_id, seq)
 );
 
-CREATE INDEX outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
+CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;

@@ -1,8 +1,13 @@
 -- Payments, their append-only status history, idempotency records and the
 -- transactional outbox. Times are INTEGER microseconds since the Unix
 -- epoch (UTC).
+--
+-- Every statement creates only what is missing: a database created before
+-- migrations ran through goose already has all of it.
 
-CREATE TABLE payments (
+-- +goose Up
+
+CREATE TABLE IF NOT EXISTS payments (
     id              TEXT PRIMARY KEY,           -- canonical lower-case UUID
     merchant_id     TEXT NOT NULL,
     order_id        TEXT NOT NULL,
@@ -18,9 +23,9 @@ CREATE TABLE payments (
     event_seq       INTEGER NOT NULL DEFAULT 0  -- seq of the payment's last outbox row
 );
 
-CREATE INDEX payments_status_created ON payments (status, created_at, id);
+CREATE INDEX IF NOT EXISTS payments_status_created ON payments (status, created_at, id);
 
-CREATE TABLE payment_history (
+CREATE TABLE IF NOT EXISTS payment_history (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     payment_id  TEXT NOT NULL REFERENCES payments (id),
     from_status TEXT NOT NULL,                  -- '' for the first entry
@@ -29,9 +34,9 @@ CREATE TABLE payment_history (
     at          INTEGER NOT NULL
 );
 
-CREATE INDEX payment_history_payment ON payment_history (payment_id, id);
+CREATE INDEX IF NOT EXISTS payment_history_payment ON payment_history (payment_id, id);
 
-CREATE TABLE idempotency_keys (
+CREATE TABLE IF NOT EXISTS idempotency_keys (
     key           TEXT PRIMARY KEY,
     request_hash  TEXT NOT NULL,
     -- Deferred: the record is written before its payment, so that a
@@ -44,10 +49,10 @@ CREATE TABLE idempotency_keys (
     expires_at    INTEGER NOT NULL
 );
 
-CREATE INDEX idempotency_keys_payment ON idempotency_keys (payment_id);
-CREATE INDEX idempotency_keys_expires ON idempotency_keys (expires_at);
+CREATE INDEX IF NOT EXISTS idempotency_keys_payment ON idempotency_keys (payment_id);
+CREATE INDEX IF NOT EXISTS idempotency_keys_expires ON idempotency_keys (expires_at);
 
-CREATE TABLE outbox (
+CREATE TABLE IF NOT EXISTS outbox (
     id           INTEGER PRIMARY KEY AUTOINCREMENT, -- global, never reused
     payment_id   TEXT NOT NULL REFERENCES payments (id),
     seq          INTEGER NOT NULL,                  -- per payment, from 1
@@ -58,4 +63,4 @@ CREATE TABLE outbox (
     UNIQUE (payment_id, seq)
 );
 
-CREATE INDEX outbox_unpublished ON outbox (id) WHERE published_at IS NULL;
+CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL;

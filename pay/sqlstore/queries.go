@@ -1,0 +1,125 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stampede-lab/stampede/pay"
+)
+
+const paymentCols = `id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key,
+	manual_review, review_reason, created_at, updated_at, event_seq`
+
+const idemCols = `key, request_hash, payment_id, state, response_code, response_body, created_at, expires_at`
+
+// queries holds every statement, written once with $n placeholders and
+// rebound for the dialect when the store is made.
+type queries struct {
+	getPayment, lockPayment, history, listByStatus, list  string
+	insertPayment, updateStatus, flagReview               string
+	insertHistory, insertOutbox                           string
+	getIdem, upsertIdem, completeByPayment, completeByKey string
+	pendingOutbox, deleteExpired                          string
+}
+
+func newQueries(d Dialect) queries {
+	get := `SELECT ` + paymentCols + ` FROM payments WHERE id = $1`
+	q := queries{
+		getPayment:   get,
+		lockPayment:  get + d.LockRow(),
+		history:      `SELECT from_status, to_status, reason, at FROM payment_history WHERE payment_id = $1 ORDER BY id`,
+		listByStatus: `SELECT ` + paymentCols + ` FROM payments WHERE status = $1 ORDER BY created_at, id LIMIT $2`,
+		list:         `SELECT ` + paymentCols + ` FROM payments WHERE id > $1 ORDER BY id LIMIT $2`,
+		insertPayment: `INSERT INTO payments (` + paymentCols + `)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1)`,
+		updateStatus:  `UPDATE payments SET status = $1, updated_at = $2, event_seq = $3 WHERE id = $4`,
+		flagReview:    `UPDATE payments SET manual_review = $1, review_reason = $2, updated_at = $3, event_seq = $4 WHERE id = $5`,
+		insertHistory: `INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES ($1, $2, $3, $4, $5)`,
+		insertOutbox:  `INSERT INTO outbox (payment_id, seq, type, payload, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		getIdem:       `SELECT ` + idemCols + ` FROM idempotency_keys WHERE key = $1`,
+		// A live record is left alone (no row affected); an expired one
+		// is replaced.
+		upsertIdem: `INSERT INTO idempotency_keys (` + idemCols + `)
+			VALUES ($1, $2, $3, $4, 0, NULL, $5, $6)
+			ON CONFLICT (key) DO UPDATE SET
+				request_hash = excluded.request_hash, payment_id = excluded.payment_id, state = excluded.state,
+				response_code = 0, response_body = NULL, created_at = excluded.created_at, expires_at = excluded.expires_at
+			WHERE idempotency_keys.expires_at <= excluded.created_at`,
+		completeByPayment: `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3 WHERE payment_id = $4`,
+		completeByKey:     `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3 WHERE key = $4`,
+		pendingOutbox: `SELECT id, payment_id, seq, type, payload, created_at FROM outbox
+			WHERE published_at IS NULL ORDER BY id LIMIT $1`,
+		deleteExpired: `DELETE FROM idempotency_keys WHERE expires_at <= $1`,
+	}
+	for _, p := range []*string{
+		&q.getPayment, &q.lockPayment, &q.history, &q.listByStatus, &q.list,
+		&q.insertPayment, &q.updateStatus, &q.flagReview, &q.insertHistory, &q.insertOutbox,
+		&q.getIdem, &q.upsertIdem, &q.completeByPayment, &q.completeByKey, &q.pendingOutbox, &q.deleteExpired,
+	} {
+		*p = d.Rebind(*p)
+	}
+	return q
+}
+
+// markPublished returns the statement that marks n outbox rows published:
+// $1 is the time, $2 to $n+1 the IDs.
+func markPublished(d Dialect, n int) string {
+	var b strings.Builder
+	b.WriteString(`UPDATE outbox SET published_at = $1 WHERE published_at IS NULL AND id IN (`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("$" + strconv.Itoa(i+2))
+	}
+	b.WriteString(")")
+	return d.Rebind(b.String())
+}
+
+// timeCol scans a timestamp column through the dialect's codec.
+type timeCol struct {
+	d Dialect
+	t *time.Time
+}
+
+// Scan implements sql.Scanner.
+func (c timeCol) Scan(src any) error {
+	t, err := c.d.DecodeTime(src)
+	if err != nil {
+		return fmt.Errorf("%s: decode time: %w", c.d.Name(), err)
+	}
+	*c.t = t
+	return nil
+}
+
+func (s *Store) at(t *time.Time) timeCol { return timeCol{s.d, t} }
+
+// scanPayment scans paymentCols; it returns the payment's last event seq.
+func (s *Store) scanPayment(row interface{ Scan(...any) error }) (pay.Payment, int64, error) {
+	var (
+		p      pay.Payment
+		status string
+		seq    int64
+	)
+	err := row.Scan(&p.ID, &p.MerchantID, &p.OrderID, &p.Amount, &p.Currency, &status, &p.ExternalKey, &p.IdempotencyKey,
+		&p.ManualReview, &p.ReviewReason, s.at(&p.CreatedAt), s.at(&p.UpdatedAt), &seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return p, 0, pay.ErrNotFound
+	}
+	if err != nil {
+		return p, 0, err
+	}
+	p.Status = pay.Status(status)
+	return p, seq, nil
+}
+
+// querier is what *sql.DB and *sql.Tx share.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}

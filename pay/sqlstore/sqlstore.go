@@ -1,0 +1,230 @@
+// Package sqlstore is the one implementation of pay.Store over
+// database/sql, shared by the SQLite and PostgreSQL adapters. The money
+// path (CreatePending, Transition and the outbox) is written here once;
+// what really differs between the databases is a Dialect: placeholders,
+// how a timestamp is stored, the row lock that makes a read-then-update a
+// compare-and-set, and what a unique violation or an outage looks like.
+//
+// The split follows River's drivers (riverdriver with riverpgxv5 and
+// riverdatabasesql): the shared code speaks database/sql, an adapter
+// contributes its Dialect, opens its *sql.DB handles, runs its own
+// migrations (see Migrate) and wraps a *Store.
+//
+// Every call runs under Config.OpTimeout: a database that does not answer
+// gives a pay error with CodeUnavailable within that time, never a hang.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/stampede-lab/stampede/pay"
+)
+
+var _ pay.Store = (*Store)(nil)
+
+// Dialect is what an adapter tells the shared store about its database.
+// Implementations must be safe for concurrent use.
+type Dialect interface {
+	// Name names the database in errors, e.g. "sqlite".
+	Name() string
+	// Rebind rewrites a query written with PostgreSQL placeholders ($1,
+	// $2, ...; a number may repeat) into the database's own.
+	Rebind(query string) string
+	// LockRow is appended to the SELECT that reads a payment inside the
+	// write transaction that will change it, so that the read and the
+	// update form one compare-and-set: " FOR UPDATE", or "" where the
+	// write transaction already excludes every other writer.
+	LockRow() string
+	// ReadTx returns the options of a read transaction: one snapshot of
+	// a payment and its history.
+	ReadTx() *sql.TxOptions
+	// EncodeTime returns the value stored for t in a timestamp column.
+	EncodeTime(t time.Time) any
+	// DecodeTime returns the time a timestamp column holds, in UTC; src
+	// is what the driver returned for the column.
+	DecodeTime(src any) (time.Time, error)
+	// UniqueViolation reports whether err is a unique (or primary key)
+	// violation, and the table it happened on.
+	UniqueViolation(err error) (table string, ok bool)
+	// Unavailable reports whether err says that the database cannot be
+	// reached or cannot serve now (connection lost, busy, out of
+	// resources, shutting down, serialization failure): a failure that a
+	// retry may cure.
+	Unavailable(err error) bool
+}
+
+// Config configures a Store.
+type Config struct {
+	// OpTimeout bounds every call, transactions included: a database that
+	// does not answer within it gives CodeUnavailable.
+	OpTimeout time.Duration
+	// Now returns the current time; tests replace it with a fake clock.
+	Now func() time.Time
+}
+
+// DefaultOpTimeout is the default Config.OpTimeout.
+const DefaultOpTimeout = 2 * time.Second
+
+// DefaultConfig returns a 2 s operation timeout and the wall clock.
+func DefaultConfig() Config {
+	return Config{OpTimeout: DefaultOpTimeout, Now: time.Now}
+}
+
+// Validate reports every invalid field; each error names its field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.OpTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("sqlstore: OpTimeout: must be positive, got %s", c.OpTimeout))
+	}
+	if c.Now == nil {
+		errs = append(errs, errors.New("sqlstore: Now: must not be nil (use time.Now)"))
+	}
+	return errors.Join(errs...)
+}
+
+// Store is pay.Store over database/sql. Adapters embed it.
+type Store struct {
+	cfg    Config
+	d      Dialect
+	write  *sql.DB // write transactions
+	read   *sql.DB // reads; may be write
+	q      queries
+	closed atomic.Bool
+}
+
+// New returns a Store on write (write transactions) and read (everything
+// else; nil or write itself to use one pool), both already migrated. The
+// Store owns the handles: Close closes them.
+func New(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d == nil || write == nil {
+		return nil, errors.New("sqlstore: New: a Dialect and a write *sql.DB are required")
+	}
+	if read == nil {
+		read = write
+	}
+	return &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d)}, nil
+}
+
+// errClosed is the cause of every error of a closed store.
+var errClosed = errors.New("store is closed")
+
+// op returns ctx bounded by OpTimeout, or an error if the store is closed.
+func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if s.closed.Load() {
+		return ctx, func() {}, pay.Unavailable(fmt.Errorf("%s: %w", s.d.Name(), errClosed))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	return ctx, cancel, nil
+}
+
+// run runs fn under the operation deadline on the read pool and maps its
+// error.
+func (s *Store) run(ctx context.Context, fn func(ctx context.Context, db *sql.DB) error) error {
+	ctx, cancel, err := s.op(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return s.mapErr(fn(ctx, s.read))
+}
+
+// writeTx runs fn in a write transaction under the operation deadline and
+// commits it, or rolls it back when fn fails.
+func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	ctx, cancel, err := s.op(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return s.mapErr(err)
+	}
+	if err := fn(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return s.mapErr(err)
+	}
+	return s.mapErr(tx.Commit())
+}
+
+// readTx runs fn in a read transaction (Dialect.ReadTx) under the
+// operation deadline, so that its queries see one snapshot.
+func (s *Store) readTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	ctx, cancel, err := s.op(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	tx, err := s.read.BeginTx(ctx, s.d.ReadTx())
+	if err != nil {
+		return s.mapErr(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	return s.mapErr(fn(ctx, tx))
+}
+
+// mapErr maps err with the store's dialect.
+func (s *Store) mapErr(err error) error { return MapError(s.d, err) }
+
+// MapError turns a driver error into a pay error, using d to classify it,
+// and passes pay errors through: a missed deadline or cancelled context,
+// a lost connection, a closed pool and whatever d calls unavailable give
+// CodeUnavailable; a unique violation gives CodeConflict; anything else
+// CodeInternal. Adapters use it for what they do outside a Store (opening,
+// migrating).
+func MapError(d Dialect, err error) error {
+	var (
+		pe *pay.Error
+		ic *pay.IdempotencyConflict
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pe), errors.As(err, &ic),
+		errors.Is(err, pay.ErrNotFound), errors.Is(err, pay.ErrStaleStatus):
+		return err
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return pay.Unavailable(fmt.Errorf("%s: no answer in time: %w", d.Name(), err))
+	case errors.Is(err, sql.ErrConnDone), errors.Is(err, driver.ErrBadConn),
+		strings.Contains(err.Error(), "sql: database is closed"), d.Unavailable(err):
+		return pay.Unavailable(fmt.Errorf("%s: %w", d.Name(), err))
+	}
+	if table, ok := d.UniqueViolation(err); ok {
+		msg := "conflicting write (" + table + ")"
+		if table == "payments" {
+			msg = "the payment already exists"
+		}
+		return &pay.Error{Code: pay.CodeConflict, Message: msg, Err: err}
+	}
+	return pay.Internal(fmt.Errorf("%s: %w", d.Name(), err))
+}
+
+// Close implements pay.Store.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	err := s.write.Close()
+	if s.read != s.write {
+		err = errors.Join(err, s.read.Close())
+	}
+	return err
+}
+
+// Ping implements pay.Store.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.run(ctx, func(ctx context.Context, db *sql.DB) error {
+		var one int
+		return db.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
+	})
+}

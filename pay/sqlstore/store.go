@@ -1,0 +1,388 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stampede-lab/stampede/pay"
+)
+
+// getPayment reads payment id; lock selects the statement with the
+// dialect's row lock.
+func (s *Store) getPayment(ctx context.Context, q querier, id string, lock bool) (pay.Payment, int64, error) {
+	query := s.q.getPayment
+	if lock {
+		query = s.q.lockPayment
+	}
+	p, seq, err := s.scanPayment(q.QueryRowContext(ctx, query, id))
+	if errors.Is(err, pay.ErrNotFound) {
+		return p, 0, fmt.Errorf("payment %q: %w", id, pay.ErrNotFound)
+	}
+	return p, seq, err
+}
+
+func (s *Store) history(ctx context.Context, q querier, id string) ([]pay.StatusChange, error) {
+	rows, err := q.QueryContext(ctx, s.q.history, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []pay.StatusChange
+	for rows.Next() {
+		var (
+			c        pay.StatusChange
+			from, to string
+		)
+		if err := rows.Scan(&from, &to, &c.Reason, s.at(&c.At)); err != nil {
+			return nil, err
+		}
+		c.From, c.To = pay.Status(from), pay.Status(to)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) listPayments(ctx context.Context, q querier, query string, args ...any) ([]pay.Payment, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []pay.Payment{}
+	for rows.Next() {
+		p, _, err := s.scanPayment(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) insertHistory(ctx context.Context, tx *sql.Tx, id string, c pay.StatusChange) error {
+	_, err := tx.ExecContext(ctx, s.q.insertHistory, id, string(c.From), string(c.To), c.Reason, s.d.EncodeTime(c.At))
+	return err
+}
+
+func (s *Store) insertOutbox(ctx context.Context, tx *sql.Tx, e pay.OutboxEvent) error {
+	_, err := tx.ExecContext(ctx, s.q.insertOutbox, e.PaymentID, e.Seq, e.Type, string(e.Payload), s.d.EncodeTime(e.CreatedAt))
+	return err
+}
+
+func (s *Store) getIdempotency(ctx context.Context, q querier, key string) (pay.IdempotencyRecord, error) {
+	var (
+		r     pay.IdempotencyRecord
+		state string
+	)
+	err := q.QueryRowContext(ctx, s.q.getIdem, key).
+		Scan(&r.Key, &r.RequestHash, &r.PaymentID, &state, &r.ResponseCode, &r.ResponseBody, s.at(&r.CreatedAt), s.at(&r.ExpiresAt))
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("idempotency key %q: %w", key, pay.ErrNotFound)
+	}
+	if err != nil {
+		return r, err
+	}
+	r.State = pay.IdempotencyState(state)
+	return r, nil
+}
+
+func checkResponse(resp pay.StoredResponse) error {
+	if resp.Code < 100 || resp.Code > 599 {
+		return pay.Invalid("code", "must be an HTTP status, got %d", resp.Code)
+	}
+	return nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// CreatePending implements pay.Store.
+func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.IdempotencyRecord) (pay.Payment, error) {
+	p, idem, err := pay.PrepareCreate(p, idem, s.cfg.Now())
+	if err != nil {
+		return pay.Payment{}, err
+	}
+	err = s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		// The key first: a live record means nothing else is written. A
+		// concurrent insert of the same key waits for the other
+		// transaction (PostgreSQL: on the key's row; SQLite: on the write
+		// lock) and then finds its row; an expired record is replaced.
+		res, err := tx.ExecContext(ctx, s.q.upsertIdem, idem.Key, idem.RequestHash, idem.PaymentID, string(idem.State),
+			s.d.EncodeTime(idem.CreatedAt), s.d.EncodeTime(idem.ExpiresAt))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err != nil {
+				return err
+			}
+			rec, err := s.getIdempotency(ctx, tx, idem.Key)
+			if err != nil {
+				return err
+			}
+			return &pay.IdempotencyConflict{Record: rec}
+		}
+		if _, err := tx.ExecContext(ctx, s.q.insertPayment,
+			p.ID, p.MerchantID, p.OrderID, p.Amount, p.Currency, string(p.Status), p.ExternalKey, p.IdempotencyKey,
+			p.ManualReview, p.ReviewReason, s.d.EncodeTime(p.CreatedAt), s.d.EncodeTime(p.UpdatedAt)); err != nil {
+			return err
+		}
+		if err := s.insertHistory(ctx, tx, p.ID, p.History[0]); err != nil {
+			return err
+		}
+		return s.insertOutbox(ctx, tx, pay.NewEvent(pay.EventCreated, p, 1, "", pay.ReasonCreated, p.CreatedAt))
+	})
+	if table, ok := s.d.UniqueViolation(err); ok && table == "idempotency_keys" {
+		// Not expected (ON CONFLICT handles the key) but answered as the
+		// conflict it is.
+		rec, gerr := s.Idempotency(ctx, idem.Key)
+		if gerr != nil {
+			return pay.Payment{}, gerr
+		}
+		return pay.Payment{}, &pay.IdempotencyConflict{Record: rec}
+	}
+	if err != nil {
+		return pay.Payment{}, err
+	}
+	return p, nil
+}
+
+// Transition implements pay.Store.
+func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, reason string, resp *pay.StoredResponse) (pay.Payment, error) {
+	if err := pay.CheckTransition(from, to); err != nil {
+		return pay.Payment{}, err
+	}
+	if resp != nil {
+		if err := checkResponse(*resp); err != nil {
+			return pay.Payment{}, err
+		}
+	}
+	now := pay.StoreTime(s.cfg.Now())
+	var p pay.Payment
+	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		// The row lock (or the database-wide write lock) makes the read
+		// and the update below one compare-and-set, and serialises the
+		// payment's outbox sequence.
+		cur, seq, err := s.getPayment(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if cur.Status != from {
+			return fmt.Errorf("payment %s is %s, not %s: %w", id, cur.Status, from, pay.ErrStaleStatus)
+		}
+		seq++
+		if _, err := tx.ExecContext(ctx, s.q.updateStatus, string(to), s.d.EncodeTime(now), seq, id); err != nil {
+			return err
+		}
+		if err := s.insertHistory(ctx, tx, id, pay.StatusChange{From: from, To: to, Reason: reason, At: now}); err != nil {
+			return err
+		}
+		cur.Status, cur.UpdatedAt = to, now
+		if err := s.insertOutbox(ctx, tx, pay.NewEvent(pay.EventStatusChanged, cur, seq, from, reason, now)); err != nil {
+			return err
+		}
+		if resp != nil {
+			if _, err := tx.ExecContext(ctx, s.q.completeByPayment,
+				string(pay.IdempotencyCompleted), resp.Code, nonNil(resp.Body), id); err != nil {
+				return err
+			}
+		}
+		if cur.History, err = s.history(ctx, tx, id); err != nil {
+			return err
+		}
+		p = cur
+		return nil
+	})
+	if err != nil {
+		return pay.Payment{}, err
+	}
+	return p, nil
+}
+
+// CompleteIdempotency implements pay.Store.
+func (s *Store) CompleteIdempotency(ctx context.Context, key string, resp pay.StoredResponse) error {
+	if err := checkResponse(resp); err != nil {
+		return err
+	}
+	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q.completeByKey, string(pay.IdempotencyCompleted), resp.Code, nonNil(resp.Body), key)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err == nil {
+				err = fmt.Errorf("idempotency key %q: %w", key, pay.ErrNotFound)
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// Get implements pay.Store.
+func (s *Store) Get(ctx context.Context, id string) (pay.Payment, error) {
+	var p pay.Payment
+	err := s.readTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		if p, _, err = s.getPayment(ctx, tx, id, false); err != nil {
+			return err
+		}
+		p.History, err = s.history(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return pay.Payment{}, err
+	}
+	return p, nil
+}
+
+// Idempotency implements pay.Store.
+func (s *Store) Idempotency(ctx context.Context, key string) (pay.IdempotencyRecord, error) {
+	var r pay.IdempotencyRecord
+	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
+		var err error
+		r, err = s.getIdempotency(ctx, db, key)
+		return err
+	})
+	if err != nil {
+		return pay.IdempotencyRecord{}, err
+	}
+	return r, nil
+}
+
+// ListByStatus implements pay.Store.
+func (s *Store) ListByStatus(ctx context.Context, st pay.Status, limit int) ([]pay.Payment, error) {
+	if !st.Valid() {
+		return nil, pay.Invalid("status", "unknown status %q", st)
+	}
+	if err := pay.CheckLimit(limit); err != nil {
+		return nil, err
+	}
+	var out []pay.Payment
+	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
+		var err error
+		out, err = s.listPayments(ctx, db, s.q.listByStatus, string(st), limit)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// List implements pay.Store.
+func (s *Store) List(ctx context.Context, afterID string, limit int) ([]pay.Payment, error) {
+	if err := pay.CheckLimit(limit); err != nil {
+		return nil, err
+	}
+	var out []pay.Payment
+	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
+		var err error
+		out, err = s.listPayments(ctx, db, s.q.list, afterID, limit)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// FlagReview implements pay.Store.
+func (s *Store) FlagReview(ctx context.Context, id, reason string) error {
+	if strings.TrimSpace(reason) == "" {
+		return pay.Invalid("reason", "is required")
+	}
+	now := pay.StoreTime(s.cfg.Now())
+	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		cur, seq, err := s.getPayment(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		seq++
+		if _, err := tx.ExecContext(ctx, s.q.flagReview, true, reason, s.d.EncodeTime(now), seq, id); err != nil {
+			return err
+		}
+		cur.ManualReview, cur.ReviewReason, cur.UpdatedAt = true, reason, now
+		return s.insertOutbox(ctx, tx, pay.NewEvent(pay.EventReviewFlagged, cur, seq, "", reason, now))
+	})
+}
+
+// PendingOutbox implements pay.Store.
+func (s *Store) PendingOutbox(ctx context.Context, limit int) ([]pay.OutboxEvent, error) {
+	if err := pay.CheckLimit(limit); err != nil {
+		return nil, err
+	}
+	var out []pay.OutboxEvent
+	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
+		rows, err := db.QueryContext(ctx, s.q.pendingOutbox, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		out = []pay.OutboxEvent{}
+		for rows.Next() {
+			var (
+				e       pay.OutboxEvent
+				payload string
+			)
+			if err := rows.Scan(&e.ID, &e.PaymentID, &e.Seq, &e.Type, &payload, s.at(&e.CreatedAt)); err != nil {
+				return err
+			}
+			e.Payload = []byte(payload)
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// markChunk bounds the IDs of one MarkPublished statement (SQLite allows
+// 32,766 parameters, PostgreSQL 65,535).
+const markChunk = 500
+
+// MarkPublished implements pay.Store.
+func (s *Store) MarkPublished(ctx context.Context, ids []int64, at time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	at = pay.StoreTime(at)
+	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for chunk := range slices.Chunk(ids, markChunk) {
+			args := make([]any, 0, len(chunk)+1)
+			args = append(args, s.d.EncodeTime(at))
+			for _, id := range chunk {
+				args = append(args, id)
+			}
+			if _, err := tx.ExecContext(ctx, markPublished(s.d, len(chunk)), args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// DeleteExpiredIdempotency implements pay.Store.
+func (s *Store) DeleteExpiredIdempotency(ctx context.Context, now time.Time) (int, error) {
+	var n int64
+	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q.deleteExpired, s.d.EncodeTime(pay.StoreTime(now)))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
