@@ -38,6 +38,10 @@ const (
 // SQLite file and the embedded nats-server's JetStream store.
 const defaultDataDir = "stampede-data"
 
+// oldDefaultSQLite is where serve pay kept its SQLite file before
+// --data-dir.
+const oldDefaultSQLite = "stampede-pay.db"
+
 // payStoreOptions name the payment database; shared by serve pay and pay
 // parity.
 type payStoreOptions struct {
@@ -220,6 +224,12 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 		return err
 	}
 	defer store.Close()
+	if opts.store.postgres == "" && opts.store.sqlite == "" {
+		if _, err := os.Stat(oldDefaultSQLite); err == nil {
+			log.Warn("a database at the old default path exists and is not used; pass --sqlite to keep using it",
+				"old", oldDefaultSQLite, "used", opts.store.sqlitePath())
+		}
+	}
 
 	fromEnv(cmd, "nats", envNATS, &opts.nats)
 	natsURL := opts.nats
