@@ -104,6 +104,7 @@ type payOptions struct {
 	nats        string
 	natsDir     string
 	natsSync    bool
+	giveUpAfter time.Duration
 	stream      jetstream.Config
 	timeout     time.Duration
 	logLevel    string
@@ -147,8 +148,9 @@ restart loses no event. The stream keeps events --stream-max-age and at most
 --stream-max-bytes (set on create, updated on every start).
 
 The HTTP server, the reconciler and the relay run together: when the
-reconciler or the relay fails for good (failing for 5 minutes), /readyz
+reconciler or the relay fails for good (failing for --give-up-after), /readyz
 reports it, and the process stops with a non-zero status.
+
 The server closes a connection whose headers or body stall past
 --read-header-timeout or --read-timeout, and keep-alive connections idle
 past --idle-timeout.`,
@@ -164,6 +166,7 @@ past --idle-timeout.`,
 	f.BoolVar(&opts.natsSync, "nats-sync-always", false, "the embedded nats-server fsyncs every message before acknowledging it (survives power loss, not only a killed process)")
 	f.DurationVar(&opts.stream.MaxAge, "stream-max-age", opts.stream.MaxAge, "how long the event stream keeps a message (0: for ever)")
 	f.Var(&byteSize{&opts.stream.MaxBytes}, "stream-max-bytes", "the event stream's size limit, e.g. 1GiB or 500MB (-1: none); the oldest messages go first")
+	f.DurationVar(&opts.giveUpAfter, "give-up-after", pay.DefaultRelayConfig().GiveUpAfter, "how long the reconciler or the relay may keep failing before the service stops (exit status 1)")
 	f.DurationVar(&opts.timeout, "timeout", 3*time.Second, "client timeout of one approval call")
 	f.StringVar(&opts.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
@@ -209,6 +212,9 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	scfg, err := opts.serverConfig()
 	if err != nil {
 		return err
+	}
+	if opts.giveUpAfter <= 0 {
+		return fmt.Errorf("--give-up-after must be positive, got %s", opts.giveUpAfter)
 	}
 	if err := opts.stream.Validate(); err != nil {
 		if e, ok := errors.AsType[*pay.Error](err); ok && (e.Field == "MaxAge" || e.Field == "MaxBytes") {
@@ -274,6 +280,7 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	cfg := pay.DefaultServerConfig()
 	cfg.Store, cfg.Institution, cfg.Events = store, institutionclient.New(client), events
 	cfg.Service.ApprovalTimeout = opts.timeout
+	cfg.Service.GiveUpAfter, cfg.Relay.GiveUpAfter = opts.giveUpAfter, opts.giveUpAfter
 	cfg.HTTP = scfg
 	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
 	cfg.Registry, cfg.Logger = reg, log
