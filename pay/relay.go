@@ -99,7 +99,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		if err := r.pub.Publish(ctx, e); err != nil {
 			// Stop here: publishing later rows now could put a payment's
 			// events out of order.
-			return i, fmt.Errorf("pay: relay: publish outbox row %d (%s seq %d): %w", e.ID, e.PaymentID, e.Seq, err)
+			return i, fmt.Errorf("publish outbox row %d (%s seq %d): %w", e.ID, e.PaymentID, e.Seq, err)
 		}
 		if err := r.store.MarkPublished(ctx, []int64{e.ID}, r.cfg.Now()); err != nil {
 			// Published but not marked: the next pass publishes it again

@@ -24,12 +24,15 @@ type ServerConfig struct {
 	Institution Institution
 	// Events receives the outbox rows (pay/jetstream).
 	Events Publisher
-	// Service configures the payment logic and the reconciler; its
-	// Logger and Metrics are set by NewServer when nil.
+	// Service configures the payment logic and the reconciler. NewServer
+	// sets its Logger to Logger when it is nil or slog.Default(), and its
+	// Metrics (on Registry) when nil.
 	Service Config
-	// Handler configures the HTTP API; its Logger is set by NewServer.
+	// Handler configures the HTTP API; NewServer sets its Logger as
+	// Service's.
 	Handler HandlerConfig
-	// Relay configures the outbox relay; its Logger is set by NewServer.
+	// Relay configures the outbox relay; NewServer sets its Logger as
+	// Service's.
 	Relay RelayConfig
 	// HTTP holds the HTTP server's limits; WriteTimeout must exceed
 	// Service.ApprovalTimeout.
@@ -205,7 +208,7 @@ func (s *Server) background(ctx context.Context, life *lifeCheck, run func(conte
 	if err == nil {
 		return nil
 	}
-	err = fmt.Errorf("pay: %s: %w", life.name, err)
+	err = fmt.Errorf("%s stopped: %w", life.name, err)
 	life.fail(err)
 	s.cfg.Logger.Error("pay: a background component failed; the server stops", "component", life.name, "err", err, "drain", s.cfg.DrainDelay)
 	t := time.NewTimer(s.cfg.DrainDelay)
