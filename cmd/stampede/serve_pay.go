@@ -326,6 +326,7 @@ var byteUnits = []struct {
 	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
 }
 
+// String writes the size with the largest binary unit that divides it.
 func (b *byteSize) String() string {
 	if b.n == nil {
 		return ""
@@ -338,6 +339,7 @@ func (b *byteSize) String() string {
 	return strconv.FormatInt(*b.n, 10)
 }
 
+// Set parses a size such as 1GiB, 500MB or 1048576, or -1.
 func (b *byteSize) Set(s string) error {
 	s = strings.TrimSpace(s)
 	mult := int64(1)
@@ -358,4 +360,5 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
+// Type names the flag's value in the help.
 func (b *byteSize) Type() string { return "size" }
