@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -80,6 +81,11 @@ type Config struct {
 	// ReconcileEvery is how often the reconciler looks at UNKNOWN
 	// payments; each payment's inquiries back off from it exponentially.
 	ReconcileEvery time.Duration
+	// GiveUpAfter is how long reconciliation passes may keep failing
+	// (the store unreachable, say), with none succeeding, before Run
+	// gives up and returns the error: a transient failure is retried on
+	// the next tick; one that lasts this long is permanent.
+	GiveUpAfter time.Duration
 	// ReviewAfter is how many inquiries may leave a payment UNKNOWN
 	// before it is flagged for manual review.
 	ReviewAfter int
@@ -95,7 +101,8 @@ type Config struct {
 
 // DefaultConfig returns a 3-second approval timeout, no retries, a
 // bulkhead of 1,000, 1-second inquiries every second with backoff, review
-// after 8 inconclusive inquiries, and 24-hour idempotency keys.
+// after 8 inconclusive inquiries, a reconciler that gives up after 5
+// minutes of failures, and 24-hour idempotency keys.
 func DefaultConfig() Config {
 	none, _ := retry.New(retry.DefaultConfig(), nil)
 	return Config{
@@ -105,6 +112,7 @@ func DefaultConfig() Config {
 		MaxInFlight:     1000,
 		InquiryTimeout:  time.Second,
 		ReconcileEvery:  time.Second,
+		GiveUpAfter:     5 * time.Minute,
 		ReviewAfter:     8,
 		IdempotencyTTL:  DefaultIdempotencyTTL,
 		Now:             time.Now,
@@ -127,12 +135,16 @@ func (c Config) Validate() error {
 		return Invalid("InquiryTimeout", "must be positive, got %s", c.InquiryTimeout)
 	case c.ReconcileEvery <= 0:
 		return Invalid("ReconcileEvery", "must be positive, got %s", c.ReconcileEvery)
+	case c.GiveUpAfter <= 0:
+		return Invalid("GiveUpAfter", "must be positive, got %s", c.GiveUpAfter)
 	case c.ReviewAfter < 1:
 		return Invalid("ReviewAfter", "must be at least 1, got %d", c.ReviewAfter)
 	case c.IdempotencyTTL <= 0:
 		return Invalid("IdempotencyTTL", "must be positive, got %s", c.IdempotencyTTL)
-	case c.Now == nil || c.Logger == nil:
-		return Invalid("Now", "Now and Logger must not be nil")
+	case c.Now == nil:
+		return Invalid("Now", "must not be nil")
+	case c.Logger == nil:
+		return Invalid("Logger", "must not be nil")
 	}
 	return nil
 }
@@ -244,7 +256,13 @@ func (s *Service) replay(rec IdempotencyRecord, hash string) (Response, error) {
 // approve calls the institution (with the configured retry policy, none
 // by default) and returns the status the payment moves to and the public
 // reason why (see SafeReason); the raw error goes to the log.
+//
+// The call is detached from ctx's cancellation: a charge in flight is
+// not cut because the client went away (that would leave the payment
+// UNKNOWN although the institution answers); ApprovalTimeout bounds each
+// attempt.
 func (s *Service) approve(ctx context.Context, p Payment) (Status, string) {
+	ctx = context.WithoutCancel(ctx)
 	select {
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
@@ -415,31 +433,59 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 	return settled, nil
 }
 
-// Run recovers PENDING payments, then reconciles every ReconcileEvery and
-// deletes expired idempotency keys, until ctx ends.
+// Run recovers PENDING payments, then runs the reconciler (RunReconciler)
+// until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	if n, err := s.Recover(ctx); err != nil {
 		return err
 	} else if n > 0 {
 		s.cfg.Logger.Warn("pay: recovered PENDING payments as UNKNOWN", "count", n)
 	}
+	return s.RunReconciler(ctx)
+}
+
+// RunReconciler reconciles every ReconcileEvery and deletes expired
+// idempotency keys, until ctx ends (then it returns nil). A failed pass
+// is logged and retried on the next tick; when passes have kept failing
+// for GiveUpAfter, it returns the last error.
+func (s *Service) RunReconciler(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.ReconcileEvery)
 	defer t.Stop()
+	var (
+		failingSince time.Time
+		failures     int
+	)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		if n, err := s.Reconcile(ctx); err != nil {
-			if ctx.Err() == nil {
-				s.cfg.Logger.Warn("pay: reconciliation failed", "err", err)
-			}
-		} else if n > 0 {
-			s.cfg.Logger.Info("pay: settled UNKNOWN payments", "count", n)
+		n, err := s.Reconcile(ctx)
+		if err == nil {
+			_, err = s.store.DeleteExpiredIdempotency(ctx, s.cfg.Now())
 		}
-		if _, err := s.store.DeleteExpiredIdempotency(ctx, s.cfg.Now()); err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Warn("pay: deleting expired idempotency keys failed", "err", err)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			now := s.cfg.Now()
+			if failures == 0 {
+				failingSince = now
+			}
+			failures++
+			if elapsed := now.Sub(failingSince); elapsed >= s.cfg.GiveUpAfter {
+				return fmt.Errorf("pay: reconciler gave up after %d failed passes in %s: %w", failures, elapsed.Round(time.Millisecond), err)
+			}
+			s.cfg.Logger.Warn("pay: reconciliation failed; retrying", "err", err, "failures", failures)
+			continue
+		}
+		if failures > 0 {
+			s.cfg.Logger.Info("pay: reconciler recovered", "failures", failures)
+			failures = 0
+		}
+		if n > 0 {
+			s.cfg.Logger.Info("pay: settled UNKNOWN payments", "count", n)
 		}
 	}
 }

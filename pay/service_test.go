@@ -301,3 +301,70 @@ func TestDatabaseDownAnswers503(t *testing.T) {
 		t.Fatalf("error body %s does not say unavailable", buf.String())
 	}
 }
+
+// TestClientDisconnectDoesNotCutTheCharge: a client that goes away while
+// the approval is in flight does not cancel the call; the payment ends
+// APPROVED, not UNKNOWN.
+func TestClientDisconnectDoesNotCutTheCharge(t *testing.T) {
+	r := newRig(t, func(c *pay.Config) { c.ApprovalTimeout = 5 * time.Second })
+	bg := context.Background()
+	// Charged at once, answered 800 ms later.
+	r.behave(t, institution.Behavior{Mode: institution.ModeHangAfter, HangMS: 800, Idempotent: true, StatusAPI: institution.StatusAPIUp})
+	ctx, cancel := context.WithCancel(bg)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.api.URL+"/v1/payments", strings.NewReader(payment("o-gone", 4200)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "key-gone")
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	// The call has reached the institution: the client leaves.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a, err := r.inst.Arrivals(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Arrivals) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the approval never reached the institution")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the client got an answer although it left mid-approval")
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		ps, err := r.store.List(bg, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ps) == 1 && ps[0].Status != pay.StatusPending {
+			p, err := r.store.Get(bg, ps[0].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Status != pay.StatusApproved || len(p.History) != 2 || pay.ReasonCode(p.History[1].Reason) != pay.ReasonApproved {
+				t.Fatalf("after the client left: %s, history %+v; want APPROVED straight from PENDING", p.Status, p.History)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the payment is still PENDING (or missing): %+v", ps)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A retry with the same key gets the stored APPROVED answer.
+	code, body := r.post(t, "key-gone", payment("o-gone", 4200))
+	if code != http.StatusCreated || body["status"] != "APPROVED" {
+		t.Fatalf("retry after the disconnect = %d %v, want 201 APPROVED", code, body)
+	}
+}

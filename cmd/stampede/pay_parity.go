@@ -40,7 +40,7 @@ status 2 on any mismatch.`,
 			if adminToken == "" {
 				return fmt.Errorf("--admin-token (or %s) is required to read the institution's ledger", envAdminToken)
 			}
-			s, _, err := store.open(cmd)
+			s, _, err := store.open(cmd, true)
 			if err != nil {
 				return err
 			}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,42 +27,72 @@ import (
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
-// Environment variables of the payment service's backing services, read
-// by --postgres and --nats besides STAMPEDE_<FLAG> (see env.go).
+// Environment variables of the payment service's backing services.
 const (
 	envPostgres = "STAMPEDE_POSTGRES_URL"
 	envNATS     = "STAMPEDE_NATS_URL"
 )
+
+// defaultDataDir is where the embedded defaults keep their data: the
+// SQLite file and the embedded nats-server's JetStream store.
+const defaultDataDir = "stampede-data"
+
+// oldDefaultSQLite is where serve pay kept its SQLite file before
+// --data-dir.
+const oldDefaultSQLite = "stampede-pay.db"
 
 // payStoreOptions name the payment database; shared by serve pay and pay
 // parity.
 type payStoreOptions struct {
 	postgres string
 	sqlite   string
+	dataDir  string
 }
 
 func (o *payStoreOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.postgres, "postgres", "", "PostgreSQL URL (empty: SQLite)")
-	cmd.Flags().StringVar(&o.sqlite, "sqlite", "stampede-pay.db", "SQLite database file, used when no PostgreSQL URL is given")
+	cmd.Flags().StringVar(&o.sqlite, "sqlite", "", "SQLite database file, used when no PostgreSQL URL is given (default: <data-dir>/pay.db)")
+	cmd.Flags().StringVar(&o.dataDir, "data-dir", defaultDataDir, "directory of the embedded defaults' data: the SQLite file and the embedded nats-server's JetStream store")
 }
 
-// open opens the payment store the options name.
-func (o *payStoreOptions) open(cmd *cobra.Command) (pay.Store, string, error) {
+// sqlitePath is the SQLite file the options name.
+func (o *payStoreOptions) sqlitePath() string {
+	if o.sqlite != "" {
+		return o.sqlite
+	}
+	return filepath.Join(o.dataDir, "pay.db")
+}
+
+// open opens the payment store the options name. With mustExist, a
+// database that does not exist yet is an error rather than created.
+func (o *payStoreOptions) open(cmd *cobra.Command, mustExist bool) (pay.Store, string, error) {
 	if o.postgres != "" {
 		s, err := postgres.Open(cmd.Context(), o.postgres)
 		if err != nil {
-			return nil, "", fmt.Errorf("--postgres: %w", err)
+			return nil, "", fmt.Errorf("--postgres: cannot open the PostgreSQL database (does it exist, and is the server reachable?): %w", err)
 		}
 		return s, "postgres", nil
 	}
-	if o.sqlite == "" {
-		return nil, "", errors.New("--sqlite must not be empty when no PostgreSQL URL is given")
+	if o.sqlite == "" && o.dataDir == "" {
+		return nil, "", errors.New("--data-dir must not be empty when neither --sqlite nor a PostgreSQL URL is given")
 	}
-	s, err := sqlite.Open(o.sqlite)
+	path := o.sqlitePath()
+	if mustExist {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, "", fmt.Errorf("--sqlite: no payment database at %s (check --sqlite or --data-dir); it is not created here", path)
+		} else if err != nil {
+			return nil, "", fmt.Errorf("--sqlite: %w", err)
+		}
+	} else if o.sqlite == "" {
+		if err := os.MkdirAll(o.dataDir, 0o700); err != nil {
+			return nil, "", fmt.Errorf("--data-dir: %w", err)
+		}
+	}
+	s, err := sqlite.Open(path)
 	if err != nil {
 		return nil, "", fmt.Errorf("--sqlite: %w", err)
 	}
-	return s, "sqlite " + o.sqlite, nil
+	return s, "sqlite " + path, nil
 }
 
 type payOptions struct {
@@ -68,6 +101,9 @@ type payOptions struct {
 	institution string
 	nats        string
 	natsDir     string
+	natsSync    bool
+	giveUpAfter time.Duration
+	stream      jetstream.Config
 	timeout     time.Duration
 	server      httpapi.ServerConfig
 }
@@ -78,7 +114,7 @@ type payOptions struct {
 const writeTimeoutMargin = 10 * time.Second
 
 func newServePayCmd() *cobra.Command {
-	opts := &payOptions{server: httpapi.DefaultServerConfig()}
+	opts := &payOptions{server: httpapi.DefaultServerConfig(), stream: jetstream.DefaultConfig()}
 	opts.server.WriteTimeout = 0 // the approval timeout plus writeTimeoutMargin
 	cmd := &cobra.Command{
 		Use:   "pay",
@@ -89,7 +125,7 @@ func newServePayCmd() *cobra.Command {
                            → 201 APPROVED/DECLINED/FAILED, 202 UNKNOWN, 400, 409, 413, 415, 422, 503
   GET  /v1/payments/{id}   the payment with its status history (codes and safe text)
   GET  /healthz            alive (asks no dependency)
-  GET  /readyz             the store and NATS, each within 1 s
+  GET  /readyz             the store, NATS, the reconciler and the relay
   GET  /metrics            Prometheus, with http_requests_total{route,method,code}
   GET  /openapi.json       the OpenAPI 3 description
 
@@ -102,12 +138,19 @@ crash become UNKNOWN at start-up. Every change writes an outbox row in the
 same transaction; a relay publishes the rows to NATS JetStream
 (payments.<id>, de-duplicated by <id>-<seq>).
 
-Storage: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite (--sqlite).
-Events: --nats (or $STAMPEDE_NATS_URL), else an embedded nats-server.
+Storage: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite (--sqlite,
+default <data-dir>/pay.db). Events: --nats (or $STAMPEDE_NATS_URL), else an
+embedded nats-server keeping its JetStream store in <data-dir>/nats, so a
+restart loses no event. The stream keeps events --stream-max-age and at most
+--stream-max-bytes (set on create, updated on every start).
+
+The HTTP server, the reconciler and the relay run together: when the
+reconciler or the relay fails for good (failing for --give-up-after), /readyz
+reports it, and the process stops with a non-zero status.
+
 The server closes a connection whose headers or body stall past
 --read-header-timeout or --read-timeout, and keep-alive connections idle
-past --idle-timeout.
-Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_INSTITUTION.`,
+past --idle-timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runPay(cmd, opts) },
 	}
@@ -116,7 +159,11 @@ Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_INSTITUTION.`,
 	f.StringVar(&opts.http, "http", "127.0.0.1:8081", "address to listen on")
 	f.StringVar(&opts.institution, "institution", "", "base URL of the payment institution, e.g. http://127.0.0.1:8090 (required)")
 	f.StringVar(&opts.nats, "nats", "", "NATS URL (empty: an embedded nats-server)")
-	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: a temporary directory)")
+	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: <data-dir>/nats)")
+	f.BoolVar(&opts.natsSync, "nats-sync-always", false, "the embedded nats-server fsyncs every message before acknowledging it (survives power loss, not only a killed process)")
+	f.DurationVar(&opts.stream.MaxAge, "stream-max-age", opts.stream.MaxAge, "how long the event stream keeps a message (0: for ever)")
+	f.Var(&byteSize{&opts.stream.MaxBytes}, "stream-max-bytes", "the event stream's size limit, e.g. 1GiB or 500MB (-1: none); the oldest messages go first")
+	f.DurationVar(&opts.giveUpAfter, "give-up-after", pay.DefaultRelayConfig().GiveUpAfter, "how long the reconciler or the relay may keep failing before the service stops (exit status 1)")
 	f.DurationVar(&opts.timeout, "timeout", 3*time.Second, "client timeout of one approval call")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
@@ -158,86 +205,89 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	if err != nil {
 		return err
 	}
+	if opts.giveUpAfter <= 0 {
+		return fmt.Errorf("--give-up-after must be positive, got %s", opts.giveUpAfter)
+	}
+	if err := opts.stream.Validate(); err != nil {
+		if e, ok := errors.AsType[*pay.Error](err); ok && (e.Field == "MaxAge" || e.Field == "MaxBytes") {
+			return fmt.Errorf("--stream-max-%s %s", map[string]string{"MaxAge": "age", "MaxBytes": "bytes"}[e.Field], e.Message)
+		}
+		return err
+	}
 	log := loggerOf(cmd)
 	ctx := cmd.Context()
 
-	store, where, err := opts.store.open(cmd)
+	store, where, err := opts.store.open(cmd, false)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	if opts.store.postgres == "" && opts.store.sqlite == "" {
+		if _, err := os.Stat(oldDefaultSQLite); err == nil {
+			log.Warn("a database at the old default path exists and is not used; pass --sqlite to keep using it",
+				"old", oldDefaultSQLite, "used", opts.store.sqlitePath())
+		}
+	}
 
 	natsURL := opts.nats
 	if natsURL == "" {
 		dir := opts.natsDir
 		if dir == "" {
-			if dir, err = os.MkdirTemp("", "stampede-nats-"); err != nil {
-				return err
+			if opts.store.dataDir == "" {
+				return errors.New("--data-dir must not be empty when neither --nats nor --nats-dir is given")
 			}
-			defer os.RemoveAll(dir)
+			dir = filepath.Join(opts.store.dataDir, "nats")
 		}
-		emb, err := jetstream.StartEmbeddedWithLogger(filepath.Clean(dir), log)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("--nats-dir: %w", err)
+		}
+		ecfg := jetstream.DefaultEmbeddedConfig(filepath.Clean(dir))
+		ecfg.SyncAlways, ecfg.Logger = opts.natsSync, log
+		emb, err := jetstream.StartEmbeddedConfig(ecfg)
 		if err != nil {
 			return err
 		}
 		defer emb.Close()
 		natsURL = emb.URL()
-		log.Info("no --nats given: started an embedded nats-server", "url", natsURL, "dir", dir)
+		log.Info("no --nats given: started an embedded nats-server", "url", natsURL, "dir", dir, "sync_always", opts.natsSync)
 	}
-	nc, err := nats.Connect(natsURL)
+	nc, err := nats.Connect(natsURL, nats.MaxReconnects(-1))
 	if err != nil {
 		return fmt.Errorf("--nats: %w", err)
 	}
 	defer nc.Close()
-	relay, err := jetstream.New(ctx, store, nc, jetstream.DefaultConfig())
+	events, err := jetstream.NewPublisher(ctx, nc, opts.stream)
 	if err != nil {
 		return err
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := pay.DefaultConfig()
-	cfg.ApprovalTimeout, cfg.Logger, cfg.Metrics = opts.timeout, log, pay.NewMetrics(reg)
 	// Keep connections to the institution open for bursts of payments.
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
 	client := institution.NewClient(opts.institution, &http.Client{Transport: tr})
-	svc, err := pay.NewService(store, institutionclient.New(client), cfg)
+
+	cfg := pay.DefaultServerConfig()
+	cfg.Store, cfg.Institution, cfg.Events = store, institutionclient.New(client), events
+	cfg.Service.ApprovalTimeout = opts.timeout
+	cfg.Service.GiveUpAfter, cfg.Relay.GiveUpAfter = opts.giveUpAfter, opts.giveUpAfter
+	cfg.HTTP = scfg
+	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
+	cfg.Registry, cfg.Logger = reg, log
+	srv, err := pay.NewServer(cfg)
 	if err != nil {
 		return err
-	}
-	hcfg := pay.DefaultHandlerConfig()
-	hcfg.Logger = log
-	api, err := pay.NewHandler(svc, store, hcfg, reg)
-	if err != nil {
-		return err
-	}
-	api.AddCheck(httpapi.Check{Name: "nats", Ping: natsReady(nc)})
-	// Recover PENDING payments before the first request is served.
-	if n, err := svc.Recover(ctx); err != nil {
-		return fmt.Errorf("recovering PENDING payments: %w", err)
-	} else if n > 0 {
-		log.Warn("recovered PENDING payments as UNKNOWN; the reconciler settles them", "count", n)
 	}
 	ln, err := net.Listen("tcp", opts.http)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan struct{}, 2)
-	go func() { _ = svc.Run(runCtx); done <- struct{}{} }()
-	go func() { _ = relay.Run(runCtx); done <- struct{}{} }()
 	log.Info("payment service listening", "addr", ln.Addr().String(), "store", where, "institution", opts.institution,
+		"stream", opts.stream.Stream, "stream_max_age", opts.stream.MaxAge, "stream_max_bytes", opts.stream.MaxBytes,
 		"read_timeout", scfg.ReadTimeout, "write_timeout", scfg.WriteTimeout, "idle_timeout", scfg.IdleTimeout)
-
-	// Serve until ctx ends, then shut down within --shutdown-timeout.
-	err = httpapi.Serve(ctx, ln, api, scfg, log)
-	stop()
-	<-done
-	<-done
-	if err != nil {
-		return fmt.Errorf("http server: %w", err)
+	if err := srv.Run(ctx, ln); err != nil {
+		return err
 	}
 	log.Info("stopped")
 	return nil
@@ -253,3 +303,53 @@ func natsReady(nc *nats.Conn) func(context.Context) error {
 		return nc.FlushWithContext(ctx)
 	}
 }
+
+// byteSize is a flag holding a size in bytes, written as a number with an
+// optional unit: B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB
+// (powers of 1024); -1 means no limit.
+type byteSize struct{ n *int64 }
+
+var byteUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
+}
+
+// String writes the size with the largest binary unit that divides it.
+func (b *byteSize) String() string {
+	if b.n == nil {
+		return ""
+	}
+	for _, u := range byteUnits[:4] {
+		if *b.n > 0 && *b.n%u.mult == 0 && *b.n/u.mult < 1024 {
+			return strconv.FormatInt(*b.n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(*b.n, 10)
+}
+
+// Set parses a size such as 1GiB, 500MB or 1048576, or -1.
+func (b *byteSize) Set(s string) error {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range byteUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || (n < 0 && n != -1) || (mult > 1 && n > (1<<62)/mult) {
+		return fmt.Errorf("want a size such as 1GiB, 500MB or 1048576 (or -1), got %q", s)
+	}
+	if n > 0 {
+		n *= mult
+	}
+	*b.n = n
+	return nil
+}
+
+// Type names the flag's value in the help.
+func (b *byteSize) Type() string { return "size" }

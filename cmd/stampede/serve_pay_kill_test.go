@@ -8,9 +8,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,8 +22,9 @@ import (
 )
 
 // TestPayChildProcess is not a test: it is the payment service run as a
-// child process by TestPayKilledMidStampedeLosesNothing, so that the parent
-// can kill it with SIGKILL.
+// child process by TestPayKilledMidStampedeLosesNothing and
+// TestPayEventsSurviveRestarts, so that the parent can kill it with
+// SIGKILL, or stop it gracefully with SIGTERM as main does.
 func TestPayChildProcess(t *testing.T) {
 	args := os.Getenv("STAMPEDE_PAY_CHILD_ARGS")
 	if args == "" {
@@ -29,7 +32,9 @@ func TestPayChildProcess(t *testing.T) {
 	}
 	cmd := newRootCmd()
 	cmd.SetArgs(strings.Split(args, "\x1f"))
-	if err := cmd.ExecuteContext(context.Background()); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(1)
 	}
@@ -100,7 +105,7 @@ func TestPayKilledMidStampedeLosesNothing(t *testing.T) {
 
 	db := filepath.Join(t.TempDir(), "pay.db")
 	addr := freeAddr(t)
-	first := startPayChild(t, addr, "--institution", its.URL, "--sqlite", db, "--timeout", "20s")
+	first := startPayChild(t, addr, "--institution", its.URL, "--sqlite", db, "--data-dir", filepath.Dir(db), "--timeout", "20s")
 
 	var wg sync.WaitGroup
 	for i := range payments {
@@ -140,7 +145,7 @@ func TestPayKilledMidStampedeLosesNothing(t *testing.T) {
 	if _, err := admin.SetBehavior(ctx, institution.Behavior{Mode: institution.ModeNormal, HangMS: 0, Idempotent: true, StatusAPI: institution.StatusAPIUp}); err != nil {
 		t.Fatal(err)
 	}
-	startPayChild(t, addr, "--institution", its.URL, "--sqlite", db, "--timeout", "20s")
+	startPayChild(t, addr, "--institution", its.URL, "--sqlite", db, "--data-dir", filepath.Dir(db), "--timeout", "20s")
 
 	store, err := sqlite.Open(db)
 	if err != nil {

@@ -39,7 +39,7 @@ func servePay(t *testing.T, institutionURL string, args ...string) (string, *syn
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(logs)
 	cmd.SetArgs(append([]string{"serve", "pay", "--log-format", "text", "--http", addr, "--institution", institutionURL,
-		"--sqlite", filepath.Join(dir, "pay.db"), "--nats-dir", filepath.Join(dir, "nats")}, args...))
+		"--data-dir", dir}, args...))
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 	t.Cleanup(func() {
@@ -283,5 +283,94 @@ func TestNATSReadiness(t *testing.T) {
 	nc.Close()
 	if err := ready(ctx); err == nil {
 		t.Fatal("a closed connection passed the readiness check")
+	}
+}
+
+// TestServePayStopsWhenNATSIsGoneForGood: serve pay on a NATS server that
+// goes away and stays away past --give-up-after. /readyz reports the relay
+// (and NATS) first; then the command fails, naming the relay, so the
+// process exits non-zero.
+func TestServePayStopsWhenNATSIsGoneForGood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the relay to give up, about 15 s")
+	}
+	t.Setenv(envPostgres, "")
+	t.Setenv(envNATS, "")
+	emb, err := jetstream.StartEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	icfg := institution.DefaultConfig()
+	icfg.AdminToken = "institution-admin-token-for-tests"
+	isrv, err := institution.NewServer(icfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	its := httptest.NewServer(isrv)
+	t.Cleanup(func() { isrv.Close(); its.Close() })
+
+	addr := freeAddr(t)
+	logs := &syncBuffer{}
+	cmd := newRootCmd()
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(logs)
+	cmd.SetArgs([]string{"serve", "pay", "--http", addr, "--institution", its.URL, "--data-dir", t.TempDir(),
+		"--nats", emb.URL(), "--give-up-after", "1s"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(context.Background()) }()
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for code, _ := readyz(); code != http.StatusOK; code, _ = readyz() {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve pay did not become ready:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/payments", strings.NewReader(`{"merchant_id":"7b0a3c5e-1111-4a4a-9b9b-0123456789ab","order_id":"gone-1","amount":1000,"currency":"KRW"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "gone-key-1")
+	emb.Close() // NATS goes away for good, with the payment's events unpublished
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST = %d, want 201 (NATS is not on the payment's path)", resp.StatusCode)
+	}
+
+	sawRelay := false
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			if !sawRelay {
+				t.Errorf("serve pay stopped before /readyz reported the relay")
+			}
+			if err == nil || !strings.Contains(err.Error(), "relay") {
+				t.Fatalf("serve pay = %v, want an error naming the relay\n%s", err, logs.String())
+			}
+			if !strings.Contains(logs.String(), "a background component failed") {
+				t.Errorf("the log does not say why it stopped:\n%s", logs.String())
+			}
+			return
+		default:
+		}
+		if code, body := readyz(); code == http.StatusServiceUnavailable && strings.Contains(body, `"relay":{"status":"failed"`) {
+			sawRelay = true
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve pay still runs 60s after NATS went away:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -36,7 +36,11 @@ func (b *lockedBuffer) String() string {
 // component=nats-server.
 func TestEmbeddedLogsThroughSlog(t *testing.T) {
 	var out lockedBuffer
-	e, err := jetstream.StartEmbeddedWithLogger(t.TempDir(), logging.New(&out, logging.FormatJSON, slog.LevelDebug))
+	e, err := jetstream.StartEmbeddedConfig(func() jetstream.EmbeddedConfig {
+		c := jetstream.DefaultEmbeddedConfig(t.TempDir())
+		c.Logger = logging.New(&out, logging.FormatJSON, slog.LevelDebug)
+		return c
+	}())
 	if err != nil {
 		t.Fatal(err)
 	}

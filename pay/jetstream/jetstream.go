@@ -1,10 +1,13 @@
-// Package jetstream relays the payment outbox to NATS JetStream: every
-// outbox row, in order, as one message on payments.<payment id>, with the
-// message id <payment id>-<seq> so that JetStream drops a row published
-// twice (a relay that crashed after publishing and before marking the row
-// publishes it again on restart). Rows are published one at a time in
-// outbox order, and a failed publish stops the batch, so a payment's
-// events never overtake each other.
+// Package jetstream is the NATS JetStream adapter of the payment outbox:
+// a pay.Publisher that sends every outbox row as one message on
+// payments.<payment id>, with the message id <payment id>-<seq> so that
+// JetStream drops a row published twice (a relay that crashed after
+// publishing and before marking the row publishes it again on restart),
+// and the embedded nats-server that is the zero-set-up default.
+//
+// The stream is file-backed, with an age and a size limit; Publish
+// returns only once JetStream acknowledged the message, so the relay
+// (pay.Relay) never marks a row published that the stream does not hold.
 package jetstream
 
 import (
@@ -22,27 +25,30 @@ import (
 	"github.com/stampede-lab/stampede/pay"
 )
 
-// Config configures a Relay.
+// Config configures a Publisher and its stream.
 type Config struct {
 	// Stream is the JetStream stream's name.
 	Stream string
 	// Subject is the subject prefix; events go to <Subject>.<payment id>.
 	Subject string
-	// Batch is how many outbox rows one pass reads.
-	Batch int
-	// Every is how often the relay looks for new rows.
-	Every time.Duration
 	// DuplicateWindow is how long JetStream remembers message ids.
 	DuplicateWindow time.Duration
-	// Logger receives the relay's logs.
-	Logger *slog.Logger
+	// MaxAge is how long the stream keeps a message; 0 keeps messages
+	// for ever. It must be at least DuplicateWindow.
+	MaxAge time.Duration
+	// MaxBytes is the stream's size limit in bytes; the oldest messages
+	// go first when it is reached. -1 means no limit.
+	MaxBytes int64
+	// PublishTimeout bounds one publish, acknowledgement included.
+	PublishTimeout time.Duration
 }
 
-// DefaultConfig returns stream PAYMENTS on subjects payments.>, batches of
-// 100 every 100 ms, and a 10-minute duplicate window.
+// DefaultConfig returns stream PAYMENTS on subjects payments.>, a
+// 10-minute duplicate window, messages kept 72 hours and at most 1 GiB,
+// and a 5-second publish timeout.
 func DefaultConfig() Config {
-	return Config{Stream: "PAYMENTS", Subject: "payments", Batch: 100, Every: 100 * time.Millisecond,
-		DuplicateWindow: 10 * time.Minute, Logger: slog.Default()}
+	return Config{Stream: "PAYMENTS", Subject: "payments", DuplicateWindow: 10 * time.Minute,
+		MaxAge: 72 * time.Hour, MaxBytes: 1 << 30, PublishTimeout: 5 * time.Second}
 }
 
 // Validate reports the first unusable field.
@@ -52,28 +58,45 @@ func (c Config) Validate() error {
 		return pay.Invalid("Stream", "must not be empty")
 	case c.Subject == "":
 		return pay.Invalid("Subject", "must not be empty")
-	case c.Batch < 1:
-		return pay.Invalid("Batch", "must be at least 1, got %d", c.Batch)
-	case c.Every <= 0:
-		return pay.Invalid("Every", "must be positive, got %s", c.Every)
 	case c.DuplicateWindow < time.Second:
 		return pay.Invalid("DuplicateWindow", "must be at least 1s, got %s", c.DuplicateWindow)
-	case c.Logger == nil:
-		return pay.Invalid("Logger", "must not be nil")
+	case c.MaxAge < 0:
+		return pay.Invalid("MaxAge", "must not be negative (0: no limit), got %s", c.MaxAge)
+	case c.MaxAge > 0 && c.MaxAge < c.DuplicateWindow:
+		return pay.Invalid("MaxAge", "must be at least DuplicateWindow (%s), got %s", c.DuplicateWindow, c.MaxAge)
+	case c.MaxBytes == 0 || c.MaxBytes < -1:
+		return pay.Invalid("MaxBytes", "must be positive, or -1 for no limit, got %d", c.MaxBytes)
+	case c.PublishTimeout <= 0:
+		return pay.Invalid("PublishTimeout", "must be positive, got %s", c.PublishTimeout)
 	}
 	return nil
 }
 
-// Relay publishes outbox rows to JetStream.
-type Relay struct {
-	store pay.Store
-	js    jetstream.JetStream
-	cfg   Config
+// StreamConfig is the JetStream configuration of cfg's stream: file
+// storage, so that acknowledged messages survive a server restart.
+func StreamConfig(cfg Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:       cfg.Stream,
+		Subjects:   []string{cfg.Subject + ".>"},
+		Storage:    jetstream.FileStorage,
+		Duplicates: cfg.DuplicateWindow,
+		MaxAge:     cfg.MaxAge,
+		MaxBytes:   cfg.MaxBytes,
+		Discard:    jetstream.DiscardOld,
+	}
 }
 
-// New returns a Relay publishing through nc, creating or updating the
-// stream.
-func New(ctx context.Context, store pay.Store, nc *nats.Conn, cfg Config) (*Relay, error) {
+// Publisher publishes outbox rows to a JetStream stream.
+type Publisher struct {
+	js  jetstream.JetStream
+	cfg Config
+}
+
+var _ pay.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher through nc, creating the stream or
+// updating an existing one to cfg (its limits included).
+func NewPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -81,66 +104,68 @@ func New(ctx context.Context, store pay.Store, nc *nats.Conn, cfg Config) (*Rela
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:       cfg.Stream,
-		Subjects:   []string{cfg.Subject + ".>"},
-		Duplicates: cfg.DuplicateWindow,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: create stream %s: %w", cfg.Stream, err)
+	if _, err := js.CreateOrUpdateStream(ctx, StreamConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("jetstream: create or update stream %s: %w", cfg.Stream, err)
 	}
-	return &Relay{store: store, js: js, cfg: cfg}, nil
+	return &Publisher{js: js, cfg: cfg}, nil
 }
 
 // MsgID is the JetStream message id of an outbox row.
 func MsgID(e pay.OutboxEvent) string { return fmt.Sprintf("%s-%d", e.PaymentID, e.Seq) }
 
-// RunOnce publishes up to one batch of unpublished rows, in order, and
-// marks each published. It returns how many it published.
-func (r *Relay) RunOnce(ctx context.Context) (int, error) {
-	events, err := r.store.PendingOutbox(ctx, r.cfg.Batch)
+// Publish sends e to <Subject>.<payment id> and waits for JetStream's
+// acknowledgement: nil means the stream stored it (or already held it,
+// as a duplicate).
+func (p *Publisher) Publish(ctx context.Context, e pay.OutboxEvent) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
+	defer cancel()
+	ack, err := p.js.Publish(ctx, p.cfg.Subject+"."+e.PaymentID, e.Payload, jetstream.WithMsgID(MsgID(e)),
+		jetstream.WithExpectStream(p.cfg.Stream))
 	if err != nil {
-		return 0, err
+		return fmt.Errorf("jetstream: publish %s: %w", MsgID(e), err)
 	}
-	for i, e := range events {
-		if _, err := r.js.Publish(ctx, r.cfg.Subject+"."+e.PaymentID, e.Payload, jetstream.WithMsgID(MsgID(e))); err != nil {
-			// Stop here: publishing later rows now could put a payment's
-			// events out of order.
-			return i, fmt.Errorf("jetstream: publish %s: %w", MsgID(e), err)
-		}
-		if err := r.store.MarkPublished(ctx, []int64{e.ID}, time.Now()); err != nil {
-			// Published but not marked: the next pass publishes it again
-			// and JetStream drops the duplicate.
-			return i + 1, err
-		}
+	if ack == nil || ack.Stream != p.cfg.Stream {
+		return fmt.Errorf("jetstream: publish %s: no acknowledgement from stream %s", MsgID(e), p.cfg.Stream)
 	}
-	return len(events), nil
+	return nil
 }
 
-// Run relays until ctx ends.
-func (r *Relay) Run(ctx context.Context) error {
-	t := time.NewTicker(r.cfg.Every)
-	defer t.Stop()
-	for {
-		for {
-			n, err := r.RunOnce(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				r.cfg.Logger.Warn("jetstream: relay pass failed", "err", err)
-				break
-			}
-			if n < r.cfg.Batch {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+// EmbeddedConfig configures an embedded nats-server.
+type EmbeddedConfig struct {
+	// Dir is where JetStream keeps its store; it survives restarts.
+	Dir string
+	// SyncAlways makes JetStream fsync every write before it
+	// acknowledges it, so that an acknowledged message also survives a
+	// machine crash or power loss. Without it, an acknowledged message is
+	// already written to the operating system (it survives the process
+	// being killed) and fsynced every SyncInterval.
+	SyncAlways bool
+	// SyncInterval is how often JetStream fsyncs when not SyncAlways;
+	// 0 is nats-server's default (2 minutes).
+	SyncInterval time.Duration
+	// ReadyTimeout bounds the start-up.
+	ReadyTimeout time.Duration
+	// Logger receives the server's logs; nil means none.
+	Logger *slog.Logger
+}
+
+// DefaultEmbeddedConfig returns a server keeping its store in dir,
+// without SyncAlways, ready within 10 seconds.
+func DefaultEmbeddedConfig(dir string) EmbeddedConfig {
+	return EmbeddedConfig{Dir: dir, ReadyTimeout: 10 * time.Second}
+}
+
+// Validate reports the first unusable field.
+func (c EmbeddedConfig) Validate() error {
+	switch {
+	case c.Dir == "":
+		return pay.Invalid("Dir", "must name the JetStream directory")
+	case c.SyncInterval < 0:
+		return pay.Invalid("SyncInterval", "must not be negative, got %s", c.SyncInterval)
+	case c.ReadyTimeout <= 0:
+		return pay.Invalid("ReadyTimeout", "must be positive, got %s", c.ReadyTimeout)
 	}
+	return nil
 }
 
 // Embedded is an in-process nats-server with JetStream, the zero-set-up
@@ -150,14 +175,22 @@ type Embedded struct {
 }
 
 // StartEmbedded starts an embedded nats-server on a free loopback port,
-// keeping JetStream data in dir. The server logs nothing.
-func StartEmbedded(dir string) (*Embedded, error) { return StartEmbeddedWithLogger(dir, nil) }
+// keeping JetStream data in dir, with DefaultEmbeddedConfig.
+func StartEmbedded(dir string) (*Embedded, error) {
+	return StartEmbeddedConfig(DefaultEmbeddedConfig(dir))
+}
 
-// StartEmbeddedWithLogger is StartEmbedded with the server's logs written
-// to log (nil: none), tagged component=nats-server; its debug and trace
-// lines are produced only when log is enabled at their level.
-func StartEmbeddedWithLogger(dir string, log *slog.Logger) (*Embedded, error) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: log == nil, NoSigs: true})
+// StartEmbeddedConfig starts an embedded nats-server on a free loopback
+// port as cfg says. Its logs go to cfg.Logger (nil: none), tagged
+// component=nats-server; debug and trace lines are produced only when the
+// logger is enabled at their level.
+func StartEmbeddedConfig(cfg EmbeddedConfig) (*Embedded, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: cfg.Dir,
+		SyncAlways: cfg.SyncAlways, SyncInterval: cfg.SyncInterval, NoLog: log == nil, NoSigs: true})
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: embedded nats-server: %w", err)
 	}
@@ -166,9 +199,9 @@ func StartEmbeddedWithLogger(dir string, log *slog.Logger) (*Embedded, error) {
 		srv.SetLoggerV2(nl, nl.Enabled(slog.LevelDebug), nl.Enabled(logging.LevelTrace), false)
 	}
 	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
+	if !srv.ReadyForConnections(cfg.ReadyTimeout) {
 		srv.Shutdown()
-		return nil, errors.New("jetstream: embedded nats-server did not become ready in 10s")
+		return nil, errors.New("jetstream: embedded nats-server did not become ready in " + cfg.ReadyTimeout.String())
 	}
 	return &Embedded{srv: srv}, nil
 }
@@ -176,7 +209,7 @@ func StartEmbeddedWithLogger(dir string, log *slog.Logger) (*Embedded, error) {
 // URL is the embedded server's client URL.
 func (e *Embedded) URL() string { return e.srv.ClientURL() }
 
-// Close stops the server.
+// Close stops the server, flushing its store.
 func (e *Embedded) Close() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()

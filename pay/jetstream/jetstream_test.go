@@ -92,10 +92,15 @@ func TestRelayKeepsOrderAndSurvivesARestart(t *testing.T) {
 			cfg := jetstream.DefaultConfig()
 			cfg.Stream = fmt.Sprintf("TEST_%d", time.Now().UnixNano())
 			cfg.Subject = "test-" + cfg.Stream
-			cfg.Batch = 4
+			pub, err := jetstream.NewPublisher(ctx, nc, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rcfg := pay.DefaultRelayConfig()
+			rcfg.Batch = 4
 
 			flaky := &flakyMarks{Store: store}
-			relay, err := jetstream.New(ctx, flaky, nc, cfg)
+			relay, err := pay.NewRelay(flaky, pub, rcfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +109,7 @@ func TestRelayKeepsOrderAndSurvivesARestart(t *testing.T) {
 			}
 			// A fresh relay (the restart) publishes everything that is not
 			// marked, including the first row again.
-			relay, err = jetstream.New(ctx, store, nc, cfg)
+			relay, err = pay.NewRelay(store, pub, rcfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,4 +168,59 @@ func TestRelayKeepsOrderAndSurvivesARestart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStreamLimitsAreSetAndUpdated: the stream is file-backed with the
+// configured age and size limits, and a publisher started with new limits
+// updates the existing stream.
+func TestStreamLimitsAreSetAndUpdated(t *testing.T) {
+	nc := natsConn(t, false)
+	ctx := context.Background()
+	cfg := jetstream.DefaultConfig()
+	cfg.MaxAge, cfg.MaxBytes = 72*time.Hour, 1<<30
+	if _, err := jetstream.NewPublisher(ctx, nc, cfg); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := natsjs.New(nc)
+	info := func() natsjs.StreamConfig {
+		t.Helper()
+		s, err := js.Stream(ctx, cfg.Stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i.Config
+	}
+	if got := info(); got.Storage != natsjs.FileStorage || got.MaxAge != 72*time.Hour || got.MaxBytes != 1<<30 {
+		t.Fatalf("stream config = storage %v, max age %s, max bytes %d; want file, 72h, 1 GiB", got.Storage, got.MaxAge, got.MaxBytes)
+	}
+	cfg.MaxAge, cfg.MaxBytes = time.Hour, 64<<20
+	if _, err := jetstream.NewPublisher(ctx, nc, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := info(); got.MaxAge != time.Hour || got.MaxBytes != 64<<20 {
+		t.Fatalf("after a restart with new limits: max age %s, max bytes %d; want 1h, 64 MiB", got.MaxAge, got.MaxBytes)
+	}
+}
+
+func TestConfigValidateNamesTheField(t *testing.T) {
+	for field, mutate := range map[string]func(*jetstream.Config){
+		"Stream":   func(c *jetstream.Config) { c.Stream = "" },
+		"MaxAge":   func(c *jetstream.Config) { c.MaxAge = time.Second },
+		"MaxBytes": func(c *jetstream.Config) { c.MaxBytes = 0 },
+	} {
+		cfg := jetstream.DefaultConfig()
+		mutate(&cfg)
+		if err := cfg.Validate(); !containsField(err, field) {
+			t.Errorf("%s: Validate() = %v, want an error naming it", field, err)
+		}
+	}
+}
+
+func containsField(err error, field string) bool {
+	e, ok := errors.AsType[*pay.Error](err)
+	return ok && e.Field == field
 }

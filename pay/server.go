@@ -1,0 +1,244 @@
+package pay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
+)
+
+// ServerConfig configures a Server: the payment service with its HTTP
+// API, its reconciler and its outbox relay.
+type ServerConfig struct {
+	// Store holds the payments.
+	Store Store
+	// Institution is the payment institution (pay/institutionclient).
+	Institution Institution
+	// Events receives the outbox rows (pay/jetstream).
+	Events Publisher
+	// Service configures the payment logic and the reconciler. NewServer
+	// sets its Logger to Logger when it is nil or slog.Default(), and its
+	// Metrics (on Registry) when nil.
+	Service Config
+	// Handler configures the HTTP API; NewServer sets its Logger as
+	// Service's.
+	Handler HandlerConfig
+	// Relay configures the outbox relay; NewServer sets its Logger as
+	// Service's.
+	Relay RelayConfig
+	// HTTP holds the HTTP server's limits; WriteTimeout must exceed
+	// Service.ApprovalTimeout.
+	HTTP httpapi.ServerConfig
+	// Checks are further readiness checks of /readyz (the NATS
+	// connection, say); the store's is always there.
+	Checks []httpapi.Check
+	// DrainDelay is how long /readyz reports a dead background component
+	// before the server shuts down, so that a load balancer stops
+	// sending traffic first.
+	DrainDelay time.Duration
+	// Registry receives the metrics and is served on /metrics; nil means
+	// a new registry.
+	Registry *prometheus.Registry
+	// Logger receives every component's logs.
+	Logger *slog.Logger
+}
+
+// DefaultServerConfig returns the default service, handler, relay and
+// HTTP settings (the HTTP write timeout is the approval timeout plus
+// 10 s) and a 2-second drain delay; Store, Institution and Events must
+// be set.
+func DefaultServerConfig() ServerConfig {
+	cfg := ServerConfig{
+		Service:    DefaultConfig(),
+		Handler:    DefaultHandlerConfig(),
+		Relay:      DefaultRelayConfig(),
+		HTTP:       httpapi.DefaultServerConfig(),
+		DrainDelay: 2 * time.Second,
+		Logger:     slog.Default(),
+	}
+	cfg.HTTP.WriteTimeout = cfg.Service.ApprovalTimeout + 10*time.Second
+	return cfg
+}
+
+// Validate reports the first unusable field; a field of a nested config
+// is named with its path, such as "Relay.Batch".
+func (c ServerConfig) Validate() error {
+	switch {
+	case c.Store == nil:
+		return Invalid("Store", "must not be nil")
+	case c.Institution == nil:
+		return Invalid("Institution", "must not be nil")
+	case c.Events == nil:
+		return Invalid("Events", "must not be nil")
+	case c.Logger == nil:
+		return Invalid("Logger", "must not be nil")
+	case c.DrainDelay < 0:
+		return Invalid("DrainDelay", "must not be negative, got %s", c.DrainDelay)
+	}
+	for _, n := range []struct {
+		name string
+		err  error
+	}{
+		{"Service", c.Service.Validate()},
+		{"Handler", c.Handler.Validate()},
+		{"Relay", c.Relay.Validate()},
+		{"HTTP", c.HTTP.Validate()},
+	} {
+		if e, ok := errors.AsType[*Error](n.err); ok {
+			return Invalid(n.name+"."+e.Field, "%s", e.Message)
+		} else if n.err != nil {
+			return n.err
+		}
+	}
+	if c.HTTP.WriteTimeout <= c.Service.ApprovalTimeout {
+		return Invalid("HTTP.WriteTimeout", "must exceed Service.ApprovalTimeout (%s), the longest approval call, got %s",
+			c.Service.ApprovalTimeout, c.HTTP.WriteTimeout)
+	}
+	for i, ch := range c.Checks {
+		if ch.Name == "" || ch.Ping == nil {
+			return Invalid(fmt.Sprintf("Checks[%d]", i), "needs a Name and a Ping")
+		}
+	}
+	return nil
+}
+
+// Server is the payment service's composition root: it wires the
+// Service, its HTTP API, the reconciler, the start-up recovery and the
+// outbox relay, and runs them together (Run).
+type Server struct {
+	cfg   ServerConfig
+	svc   *Service
+	api   *httpapi.API
+	relay *Relay
+
+	reconciler, relayLife *lifeCheck
+}
+
+// NewServer builds a Server from cfg.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Service.Logger == nil || cfg.Service.Logger == slog.Default() {
+		cfg.Service.Logger = cfg.Logger
+	}
+	if cfg.Handler.Logger == nil || cfg.Handler.Logger == slog.Default() {
+		cfg.Handler.Logger = cfg.Logger
+	}
+	if cfg.Relay.Logger == nil || cfg.Relay.Logger == slog.Default() {
+		cfg.Relay.Logger = cfg.Logger
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Service.Metrics == nil {
+		cfg.Service.Metrics = NewMetrics(cfg.Registry)
+	}
+	svc, err := NewService(cfg.Store, cfg.Institution, cfg.Service)
+	if err != nil {
+		return nil, err
+	}
+	api, err := NewHandler(svc, cfg.Store, cfg.Handler, cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	relay, err := NewRelay(cfg.Store, cfg.Events, cfg.Relay)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, svc: svc, api: api, relay: relay,
+		reconciler: &lifeCheck{name: "reconciler"}, relayLife: &lifeCheck{name: "relay"}}
+	for _, c := range cfg.Checks {
+		api.AddCheck(c)
+	}
+	api.AddCheck(httpapi.Check{Name: s.reconciler.name, Ping: s.reconciler.ping})
+	api.AddCheck(httpapi.Check{Name: s.relayLife.name, Ping: s.relayLife.ping})
+	return s, nil
+}
+
+// Service is the payment logic the server runs.
+func (s *Server) Service() *Service { return s.svc }
+
+// Handler is the HTTP API the server serves.
+func (s *Server) Handler() *httpapi.API { return s.api }
+
+// Run recovers PENDING payments left by a crash, then serves the API on
+// ln and runs the reconciler and the relay, under one errgroup, until
+// ctx ends (then it shuts down gracefully and returns nil) or one of
+// them fails. A background component that fails first fails its /readyz
+// check ("reconciler" or "relay"), is logged, and after DrainDelay the
+// whole server stops and Run returns its error.
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	log := s.cfg.Logger
+	if n, err := s.svc.Recover(ctx); err != nil {
+		ln.Close()
+		return fmt.Errorf("pay: recovering PENDING payments: %w", err)
+	} else if n > 0 {
+		log.Warn("pay: recovered PENDING payments as UNKNOWN; the reconciler settles them", "count", n)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := httpapi.Serve(gctx, ln, s.api, s.cfg.HTTP, log); err != nil {
+			log.Error("pay: the HTTP server failed", "err", err)
+			return fmt.Errorf("pay: http server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return s.background(gctx, s.reconciler, s.svc.RunReconciler) })
+	g.Go(func() error { return s.background(gctx, s.relayLife, s.relay.Run) })
+	return g.Wait()
+}
+
+// background runs one background component; when it fails (returns an
+// error while ctx is live) its readiness check fails, the failure is
+// logged, and after DrainDelay the error ends the group.
+func (s *Server) background(ctx context.Context, life *lifeCheck, run func(context.Context) error) error {
+	err := run(ctx)
+	if err == nil && ctx.Err() == nil {
+		err = errors.New("stopped unexpectedly")
+	}
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("%s stopped: %w", life.name, err)
+	life.fail(err)
+	s.cfg.Logger.Error("pay: a background component failed; the server stops", "component", life.name, "err", err, "drain", s.cfg.DrainDelay)
+	t := time.NewTimer(s.cfg.DrainDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return err
+}
+
+// lifeCheck is the readiness check of a background component: it passes
+// until the component died.
+type lifeCheck struct {
+	name string
+	mu   sync.Mutex
+	err  error
+}
+
+func (l *lifeCheck) fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = err
+}
+
+func (l *lifeCheck) ping(context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return &Error{Code: CodeUnavailable, Message: l.name + " stopped", Err: l.err}
+	}
+	return nil
+}
