@@ -1,12 +1,13 @@
 package main
 
 import (
-	"github.com/stampede-lab/stampede/internal/testenv"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stampede-lab/stampede/internal/testenv"
 )
 
 // TestPayParityRefusesAMissingDatabase: parity reads an existing
