@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stampede-lab/stampede/internal/tcpproxy"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/paytest"
@@ -230,8 +231,12 @@ func TestFrozenIsUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newFreezer(t, u.Host)
-	u.Host = px.addr()
+	px, err := tcpproxy.Start(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	u.Host = px.Addr()
 	cfg := postgres.DefaultConfig()
 	cfg.URL, cfg.Schema, cfg.OpTimeout, cfg.MaxConns = u.String(), schema, 300*time.Millisecond, 4
 	s, err := postgres.OpenConfig(context.Background(), cfg)
@@ -239,130 +244,7 @@ func TestFrozenIsUnavailable(t *testing.T) {
 		t.Fatalf("OpenConfig through the proxy: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
-	paytest.RunFrozen(t, paytest.Frozen{Store: s, OpTimeout: cfg.OpTimeout, Freeze: px.freeze, Thaw: px.thaw})
-}
-
-// freezer is a TCP proxy in front of the database that can stop
-// forwarding: while frozen it accepts connections and reads what either
-// side sends but passes nothing on, as a hung server or a dead network
-// path would. Thawing delivers what was held back.
-type freezer struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-
-	mu     sync.Mutex
-	gate   chan struct{} // closed while traffic flows
-	conns  map[net.Conn]struct{}
-	closed bool
-}
-
-// newFreezer starts a proxy to target on a loopback port, stopped when
-// the test ends.
-func newFreezer(t *testing.T, target string) *freezer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &freezer{ln: ln, target: target, gate: make(chan struct{}), conns: map[net.Conn]struct{}{}}
-	close(f.gate)
-	f.wg.Go(f.serve)
-	t.Cleanup(f.close)
-	return f
-}
-
-func (f *freezer) addr() string { return f.ln.Addr().String() }
-
-func (f *freezer) serve() {
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		f.wg.Go(func() { f.handle(c) })
-	}
-}
-
-func (f *freezer) handle(client net.Conn) {
-	server, err := net.DialTimeout("tcp", f.target, 5*time.Second)
-	if err != nil {
-		client.Close()
-		return
-	}
-	if !f.track(client, server) {
-		return
-	}
-	f.wg.Go(func() { f.pipe(server, client) })
-	f.pipe(client, server)
-}
-
-// track registers the connections, or closes them when the proxy is
-// closed.
-func (f *freezer) track(cs ...net.Conn) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, c := range cs {
-		if f.closed {
-			c.Close()
-			continue
-		}
-		f.conns[c] = struct{}{}
-	}
-	return !f.closed
-}
-
-// pipe copies src to dst, each chunk once the gate is open, and closes
-// both when either side ends.
-func (f *freezer) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			f.mu.Lock()
-			gate := f.gate
-			f.mu.Unlock()
-			<-gate
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil { // EOF, or either side closed
-			return
-		}
-	}
-}
-
-func (f *freezer) freeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.gate = make(chan struct{})
-}
-
-func (f *freezer) thaw() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	select {
-	case <-f.gate:
-	default:
-		close(f.gate)
-	}
-}
-
-// close stops the proxy: no new connections, every open one closed, every
-// held chunk released.
-func (f *freezer) close() {
-	f.ln.Close()
-	f.thaw()
-	f.mu.Lock()
-	f.closed = true
-	for c := range f.conns {
-		c.Close()
-	}
-	f.mu.Unlock()
-	f.wg.Wait()
+	paytest.RunFrozen(t, paytest.Frozen{Store: s, OpTimeout: cfg.OpTimeout, Freeze: px.Freeze, Thaw: px.Thaw})
 }
 
 // TestTakesOverAPreGooseSchema: a schema made by the hand-written
