@@ -25,6 +25,7 @@ import (
 	"github.com/stampede-lab/stampede/pay/jetstream"
 	"github.com/stampede-lab/stampede/pay/postgres"
 	"github.com/stampede-lab/stampede/pay/sqlite"
+	"github.com/stampede-lab/stampede/pay/sqlstore"
 )
 
 // Environment variables of the payment service's backing services.
@@ -44,15 +45,17 @@ const oldDefaultSQLite = "stampede-pay.db"
 // payStoreOptions name the payment database; shared by serve pay and pay
 // parity.
 type payStoreOptions struct {
-	postgres string
-	sqlite   string
-	dataDir  string
+	postgres  string
+	sqlite    string
+	dataDir   string
+	dbTimeout time.Duration
 }
 
 func (o *payStoreOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.postgres, "postgres", "", "PostgreSQL URL (empty: SQLite)")
 	cmd.Flags().StringVar(&o.sqlite, "sqlite", "", "SQLite database file, used when no PostgreSQL URL is given (default: <data-dir>/pay.db)")
 	cmd.Flags().StringVar(&o.dataDir, "data-dir", defaultDataDir, "directory of the embedded defaults' data: the SQLite file and the embedded nats-server's JetStream store")
+	cmd.Flags().DurationVar(&o.dbTimeout, "db-timeout", sqlstore.DefaultOpTimeout, "deadline of every database call; past it the request answers 503 (a frozen or unreachable database)")
 }
 
 // sqlitePath is the SQLite file the options name.
@@ -66,8 +69,13 @@ func (o *payStoreOptions) sqlitePath() string {
 // open opens the payment store the options name. With mustExist, a
 // database that does not exist yet is an error rather than created.
 func (o *payStoreOptions) open(cmd *cobra.Command, mustExist bool) (pay.Store, string, error) {
+	if o.dbTimeout <= 0 {
+		return nil, "", fmt.Errorf("--db-timeout must be positive, got %s", o.dbTimeout)
+	}
 	if o.postgres != "" {
-		s, err := postgres.Open(cmd.Context(), o.postgres)
+		cfg := postgres.DefaultConfig()
+		cfg.URL, cfg.OpTimeout = o.postgres, o.dbTimeout
+		s, err := postgres.OpenConfig(cmd.Context(), cfg)
 		if err != nil {
 			return nil, "", fmt.Errorf("--postgres: cannot open the PostgreSQL database (does it exist, and is the server reachable?): %w", err)
 		}
@@ -88,7 +96,9 @@ func (o *payStoreOptions) open(cmd *cobra.Command, mustExist bool) (pay.Store, s
 			return nil, "", fmt.Errorf("--data-dir: %w", err)
 		}
 	}
-	s, err := sqlite.Open(path)
+	cfg := sqlite.DefaultConfig()
+	cfg.Path, cfg.OpTimeout = path, o.dbTimeout
+	s, err := sqlite.OpenConfig(cmd.Context(), cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("--sqlite: %w", err)
 	}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	neturl "net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
+	"github.com/stampede-lab/stampede/internal/tcpproxy"
+	"github.com/stampede-lab/stampede/internal/testenv"
+	"github.com/stampede-lab/stampede/pay"
+)
+
+// TestServePayPostgresFrozen runs `serve pay` on PostgreSQL behind a proxy
+// that stops forwarding, as a PostgreSQL stopped with SIGSTOP looks from
+// the client (the shared server itself is not stopped, so other tests are
+// not disturbed). While frozen, every request that needs the database is
+// answered 503 problem+json with Retry-After within --db-timeout plus 1 s,
+// /readyz fails and /healthz stays ok; once traffic flows again the
+// service recovers by itself, without a restart.
+func TestServePayPostgresFrozen(t *testing.T) {
+	raw := testenv.URL(t, testenv.PostgresURL)
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := tcpproxy.Start(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	u.Host = px.Addr()
+
+	icfg := institution.DefaultConfig()
+	icfg.AdminToken = "institution-admin-token-for-tests"
+	isrv, err := institution.NewServer(icfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	its := httptest.NewServer(isrv)
+	t.Cleanup(func() { isrv.Close(); its.Close() })
+
+	const dbTimeout = 500 * time.Millisecond
+	addr, _ := servePay(t, its.URL, "--postgres", u.String(), "--db-timeout", dbTimeout.String(), "--timeout", "1s")
+	base := "http://" + addr
+	c := apitest.New(t, pay.OpenAPI()).Client(t)
+	c.Timeout = 30 * time.Second
+	run := fmt.Sprintf("frozen-%d", time.Now().UnixNano())
+
+	create := func(n int) (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments",
+			strings.NewReader(fmt.Sprintf(`{"merchant_id":"7b0a3c5e-1111-4a4a-9b9b-0123456789ab","order_id":"%s-%d","amount":1000,"currency":"KRW"}`, run, n)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", run, n))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("POST: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(body)
+	}
+	resp, body := create(0)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("before the freeze: POST = %d %s", resp.StatusCode, body)
+	}
+	id := between(body, `"id":"`, `"`)
+
+	px.Freeze()
+	type answer struct {
+		what   string
+		status int
+		retry  string
+		took   time.Duration
+	}
+	var (
+		mu      sync.Mutex
+		answers []answer
+		wg      sync.WaitGroup
+	)
+	ask := func(what string, do func() (*http.Response, error)) {
+		wg.Go(func() {
+			start := time.Now()
+			resp, err := do()
+			took := time.Since(start)
+			if err != nil {
+				t.Errorf("%s while frozen: %v after %s", what, err, took)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			answers = append(answers, answer{what, resp.StatusCode, resp.Header.Get("Retry-After"), took})
+			mu.Unlock()
+		})
+	}
+	for i := 1; i <= 3; i++ {
+		ask(fmt.Sprintf("POST /v1/payments #%d", i), func() (*http.Response, error) {
+			resp, body := create(i)
+			resp.Body = io.NopCloser(strings.NewReader(body))
+			return resp, nil
+		})
+		ask("GET /v1/payments/{id}", func() (*http.Response, error) { return c.Get(base + "/v1/payments/" + id) })
+	}
+	ask("GET /readyz", func() (*http.Response, error) { return c.Get(base + "/readyz") })
+	ask("GET /healthz", func() (*http.Response, error) { return c.Get(base + "/healthz") })
+	wg.Wait()
+	limit := dbTimeout + time.Second
+	for _, a := range answers {
+		want := http.StatusServiceUnavailable
+		if a.what == "GET /healthz" {
+			want = http.StatusOK
+		}
+		if a.status != want || a.took > limit || (want == 503 && a.retry == "") {
+			t.Errorf("%s while frozen: %d (Retry-After %q) after %s; want %d within %s", a.what, a.status, a.retry, a.took.Round(time.Millisecond), want, limit)
+		} else {
+			t.Logf("%s while frozen: %d after %s", a.what, a.status, a.took.Round(time.Millisecond))
+		}
+	}
+
+	px.Thaw()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := c.Get(base + "/readyz")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz did not recover within 20s of the thaw")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if resp, body := create(10); resp.StatusCode != http.StatusCreated {
+		t.Errorf("after the thaw: POST = %d %s", resp.StatusCode, body)
+	}
+	resp, err = c.Get(base + "/v1/payments/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("after the thaw: GET = %d", resp.StatusCode)
+	}
+}
+
+// between returns the text of s between the first prefix and the next
+// suffix after it.
+func between(s, prefix, suffix string) string {
+	_, rest, ok := strings.Cut(s, prefix)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, suffix)
+	return v
+}
