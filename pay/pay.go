@@ -185,7 +185,7 @@ func NewID() string { return uuid.NewString() }
 // *Error with CodeInvalid whose Field is the JSON field at fault
 // ("merchant_id", "order_id", "amount" or "currency").
 func ValidateCreate(merchantID, orderID string, amount int64, currency string) error {
-	if _, err := parseUUID(merchantID); err != nil {
+	if _, err := ParseUUID(merchantID); err != nil {
 		return Invalid("merchant_id", "must be a UUID")
 	}
 	if err := ValidateText("order_id", orderID, MaxOrderIDLen); err != nil {
@@ -209,8 +209,8 @@ func ValidateIdempotencyKey(key string) error {
 	return ValidateText("Idempotency-Key", key, MaxIdempotencyKeyLen)
 }
 
-// parseUUID accepts the hyphenated 36-character form only, in either case.
-func parseUUID(s string) (uuid.UUID, error) {
+// ParseUUID accepts the hyphenated 36-character form only, in either case.
+func ParseUUID(s string) (uuid.UUID, error) {
 	if len(s) != 36 {
 		return uuid.UUID{}, fmt.Errorf("not a hyphenated UUID: %q", s)
 	}
@@ -227,7 +227,7 @@ func parseUUID(s string) (uuid.UUID, error) {
 // (unless set: DefaultIdempotencyTTL later). Times are UTC, truncated to
 // the microsecond every adapter can store.
 func PrepareCreate(p Payment, idem IdempotencyRecord, now time.Time) (Payment, IdempotencyRecord, error) {
-	if id, err := parseUUID(p.ID); err != nil || id.String() != p.ID {
+	if id, err := ParseUUID(p.ID); err != nil || id.String() != p.ID {
 		return p, idem, Invalid("id", "must be a lower-case hyphenated UUID")
 	}
 	if err := ValidateCreate(p.MerchantID, p.OrderID, p.Amount, p.Currency); err != nil {
@@ -246,7 +246,7 @@ func PrepareCreate(p Payment, idem IdempotencyRecord, now time.Time) (Payment, I
 	if idem.PaymentID != "" && idem.PaymentID != p.ID {
 		return p, idem, Invalid("payment_id", "the idempotency record names payment %s, not %s", idem.PaymentID, p.ID)
 	}
-	mid, _ := parseUUID(p.MerchantID)
+	mid, _ := ParseUUID(p.MerchantID)
 	p.MerchantID = mid.String()
 	p.Status = StatusPending
 	p.IdempotencyKey = idem.Key

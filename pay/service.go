@@ -292,7 +292,7 @@ func approvalFailure(err error, sent bool, attempts int, timeout time.Duration) 
 // Get returns a payment; an UNKNOWN payment is first given one status
 // inquiry, so a reader sees the settled status as soon as it is known.
 func (s *Service) Get(ctx context.Context, id string) (Payment, error) {
-	if _, err := parseUUID(id); err != nil {
+	if _, err := ParseUUID(id); err != nil {
 		return Payment{}, Invalid("id", "must be a UUID")
 	}
 	p, err := s.store.Get(ctx, id)
