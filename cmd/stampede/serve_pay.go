@@ -23,6 +23,7 @@ import (
 	"github.com/stampede-lab/stampede/pay/jetstream"
 	"github.com/stampede-lab/stampede/pay/postgres"
 	"github.com/stampede-lab/stampede/pay/sqlite"
+	"github.com/stampede-lab/stampede/pay/webhook"
 )
 
 // Environment variables of the payment service's backing services.
@@ -72,6 +73,7 @@ type payOptions struct {
 	timeout     time.Duration
 	logLevel    string
 	server      httpapi.ServerConfig
+	webhooks    webhook.Config
 }
 
 // writeTimeoutMargin is what the default --write-timeout adds to the
@@ -80,16 +82,18 @@ type payOptions struct {
 const writeTimeoutMargin = 10 * time.Second
 
 func newServePayCmd() *cobra.Command {
-	opts := &payOptions{server: httpapi.DefaultServerConfig()}
+	opts := &payOptions{server: httpapi.DefaultServerConfig(), webhooks: webhook.DefaultConfig()}
 	opts.server.WriteTimeout = 0 // the approval timeout plus writeTimeoutMargin
 	cmd := &cobra.Command{
 		Use:   "pay",
 		Short: "Run the payment service: idempotent payments that never charge twice",
 		Long: `Run the payment API in front of a payment institution:
 
-  POST /v1/payments        Idempotency-Key header; {"merchant_id","order_id","amount","currency"}
-                           → 201 APPROVED/DECLINED/FAILED, 202 UNKNOWN, 400, 409, 413, 415, 422, 503
-  GET  /v1/payments/{id}   the payment with its status history (codes and safe text)
+  POST /v1/payments        Authorization: Bearer <API key>, Idempotency-Key header;
+                           {"merchant_id" (optional: the key's),"order_id","amount","currency"}
+                           → 201 APPROVED/DECLINED/FAILED, 202 UNKNOWN, 400, 401, 403, 409
+                             (in flight, or order_exists), 413, 415, 422, 503
+  GET  /v1/payments/{id}   the key's merchant's payment with its status history
   GET  /healthz            alive (asks no dependency)
   GET  /readyz             the store and NATS, each within 1 s
   GET  /metrics            Prometheus, with http_requests_total{route,method,code}
@@ -103,6 +107,11 @@ the institution for the status and settles it. PENDING payments left by a
 crash become UNKNOWN at start-up. Every change writes an outbox row in the
 same transaction; a relay publishes the rows to NATS JetStream
 (payments.<id>, de-duplicated by <id>-<seq>).
+
+Merchants and their API keys: stampede pay merchant add|list|revoke. Every
+payment event of a merchant with a webhook (stampede pay merchant webhook)
+is POSTed to it, signed (Stampede-Signature), in per-payment order, retried
+with backoff for --webhook-max-age; stampede pay webhooks lists them.
 
 Storage: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite (--sqlite).
 Events: --nats (or $STAMPEDE_NATS_URL), else an embedded nats-server.
@@ -124,6 +133,9 @@ past --idle-timeout.`,
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
 	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", 0, "longest time from a request's headers to the end of its answer (0: --timeout plus "+writeTimeoutMargin.String()+"); must exceed --timeout")
 	f.DurationVar(&opts.server.IdleTimeout, "idle-timeout", opts.server.IdleTimeout, "close keep-alive connections idle this long")
+	f.DurationVar(&opts.webhooks.MaxAge, "webhook-max-age", opts.webhooks.MaxAge, "how long a webhook event is retried before it is marked failed")
+	f.DurationVar(&opts.webhooks.Timeout, "webhook-timeout", opts.webhooks.Timeout, "timeout of one webhook attempt")
+	f.IntVar(&opts.webhooks.Concurrency, "webhook-concurrency", opts.webhooks.Concurrency, "webhook attempts in flight at once")
 	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", shutdownTimeout, "on SIGINT or SIGTERM, how long running requests may finish")
 	return cmd
 }
@@ -200,6 +212,23 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	if err != nil {
 		return err
 	}
+	ws, ok := store.(pay.WebhookStore)
+	if !ok {
+		return fmt.Errorf("the store %T cannot deliver webhooks", store)
+	}
+	wcfg := opts.webhooks
+	wcfg.Logger = log
+	if wcfg.Lease <= wcfg.Timeout {
+		wcfg.Lease = 3 * wcfg.Timeout
+	}
+	deliverer, err := webhook.New(ws, wcfg)
+	if err != nil {
+		flag := map[string]string{"MaxAge": "--webhook-max-age", "Timeout": "--webhook-timeout", "Concurrency": "--webhook-concurrency"}
+		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+			return fmt.Errorf("%s %s", flag[e.Field], e.Message)
+		}
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -232,17 +261,19 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	done := make(chan struct{}, 2)
+	done := make(chan struct{}, 3)
 	go func() { _ = svc.Run(runCtx); done <- struct{}{} }()
 	go func() { _ = relay.Run(runCtx); done <- struct{}{} }()
+	go func() { _ = deliverer.Run(runCtx); done <- struct{}{} }()
 	log.Info("payment service listening", "addr", ln.Addr().String(), "store", where, "institution", opts.institution,
 		"read_timeout", scfg.ReadTimeout, "write_timeout", scfg.WriteTimeout, "idle_timeout", scfg.IdleTimeout)
 
 	// Serve until ctx ends, then shut down within --shutdown-timeout.
 	err = httpapi.Serve(ctx, ln, api, scfg, log)
 	stop()
-	<-done
-	<-done
+	for range cap(done) {
+		<-done
+	}
 	if err != nil {
 		return fmt.Errorf("http server: %w", err)
 	}
