@@ -166,9 +166,9 @@ type rig struct {
 	// merchant and apiKey are the merchant every payment of the run is
 	// made for, and its API key.
 	merchant, apiKey string
-	store   *sqlite.Store
-	svc     *pay.Service
-	dir     string
+	store            *sqlite.Store
+	svc              *pay.Service
+	dir              string
 	// transports are closed with the rig.
 	transports []*http.Transport
 }
