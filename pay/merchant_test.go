@@ -2,10 +2,12 @@ package pay_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,6 +137,59 @@ func TestOneOrderNeverChargedTwice(t *testing.T) {
 	resp, retried := r.postAs(t, r.key, "order-key-4", payment("order-78", 5000))
 	if resp.StatusCode != http.StatusCreated || retried["status"] != "APPROVED" || retried["id"] == declined["id"] {
 		t.Fatalf("a declined order paid again = %d %v, want a new APPROVED payment", resp.StatusCode, retried)
+	}
+}
+
+// TestConcurrentOrderChargedOnce: many concurrent requests for one order,
+// each under its own key: one payment, one charge at the institution, and
+// every other request answers 409 order_exists naming it.
+func TestConcurrentOrderChargedOnce(t *testing.T) {
+	r := newRig(t, nil)
+	const n = 12
+	type result struct {
+		code int
+		body map[string]any
+	}
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, r.api.URL+"/v1/payments", strings.NewReader(payment("order-rush", 4200)))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("rush-%d", i))
+			req.Header.Set("Authorization", "Bearer "+r.key)
+			resp, err := r.client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			var body map[string]any
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			results[i] = result{resp.StatusCode, body}
+		})
+	}
+	wg.Wait()
+	var winner any
+	for _, res := range results {
+		if res.code == http.StatusCreated {
+			if winner != nil {
+				t.Fatalf("two payments for one order: %v and %v", winner, res.body["id"])
+			}
+			winner = res.body["id"]
+		}
+	}
+	if winner == nil {
+		t.Fatalf("no request won: %+v", results)
+	}
+	for _, res := range results {
+		if res.code != http.StatusCreated && (res.code != http.StatusConflict || res.body["code"] != "order_exists" || res.body["payment_id"] != winner) {
+			t.Errorf("a losing request = %d %v, want 409 order_exists naming %v", res.code, res.body, winner)
+		}
+	}
+	ledger, err := r.inst.Approvals(context.Background())
+	if err != nil || ledger.ChargesTotal != 1 || len(ledger.Records) != 1 {
+		t.Fatalf("ledger = %+v, %v; want exactly one charge", ledger, err)
 	}
 }
 
