@@ -133,16 +133,18 @@ func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare) {
 	b.Cleanup(api.Close)
 
 	run := fmt.Sprintf("%016x", rand.Uint64()) // unique across runs on one database
+	mid, apiKey := addMerchant(b, store, "")   // a merchant of this run
 	var seq atomic.Int64
 	postOne := func() error {
 		n := seq.Add(1)
 		key := fmt.Sprintf("bench-%s-%d", run, n)
-		req, err := http.NewRequest(http.MethodPost, api.URL+"/v1/payments", strings.NewReader(payment("order-"+key, 1000+n%9000)))
+		req, err := http.NewRequest(http.MethodPost, api.URL+"/v1/payments", strings.NewReader(paymentOf(mid, "order-"+key, 1000+n%9000)))
 		if err != nil {
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer "+apiKey)
 		res, err := hc.Do(req)
 		if err != nil {
 			return fmt.Errorf("POST %s: %w", key, err)

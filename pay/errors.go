@@ -18,14 +18,17 @@ type Code = httpapi.Code
 
 // The error codes the payment service returns.
 const (
-	CodeInvalid          = httpapi.CodeInvalid     // 400: a field or header of the request is wrong
-	CodeNotFound         = httpapi.CodeNotFound    // 404: no such payment, idempotency key or path
-	CodeConflict         = httpapi.CodeConflict    // 409: the idempotency key is in flight, or the status moved on
-	CodeMismatch         = httpapi.CodeMismatch    // 422: the idempotency key was used with a different request
-	CodeUnavailable      = httpapi.CodeUnavailable // 503: the store cannot be reached or did not answer in time
-	CodeInternal         = httpapi.CodeInternal    // 500: a bug
-	CodeTooLarge         = httpapi.CodeTooLarge    // 413: request body over the limit
-	CodeUnsupportedMedia = httpapi.CodeUnsupported // 415: wrong media type
+	CodeInvalid          = httpapi.CodeInvalid      // 400: a field or header of the request is wrong
+	CodeNotFound         = httpapi.CodeNotFound     // 404: no such payment, idempotency key or path
+	CodeConflict         = httpapi.CodeConflict     // 409: the idempotency key is in flight, or the status moved on
+	CodeOrderExists      = httpapi.CodeOrderExists  // 409: the order already has a live or approved payment
+	CodeUnauthorized     = httpapi.CodeUnauthorized // 401: no valid merchant API key
+	CodeForbidden        = httpapi.CodeForbidden    // 403: the key's merchant is not the body's merchant_id
+	CodeMismatch         = httpapi.CodeMismatch     // 422: the idempotency key was used with a different request
+	CodeUnavailable      = httpapi.CodeUnavailable  // 503: the store cannot be reached or did not answer in time
+	CodeInternal         = httpapi.CodeInternal     // 500: a bug
+	CodeTooLarge         = httpapi.CodeTooLarge     // 413: request body over the limit
+	CodeUnsupportedMedia = httpapi.CodeUnsupported  // 415: wrong media type
 )
 
 // Sentinel errors of the Store. Test for them with errors.Is.
@@ -51,6 +54,20 @@ func (e *IdempotencyConflict) Error() string {
 	return fmt.Sprintf("pay: idempotency key %q already used by payment %s (%s)", e.Record.Key, e.Record.PaymentID, e.Record.State)
 }
 
+// OrderExistsError is returned by Store.CreatePending (use errors.As)
+// when the order (merchant_id, order_id) already has a live (PENDING,
+// UNKNOWN) or APPROVED payment: an order is paid at most once, and tried
+// again only after its payment ended DECLINED or FAILED. Nothing was
+// written.
+type OrderExistsError struct {
+	PaymentID string // the order's existing payment
+}
+
+// Error implements error.
+func (e *OrderExistsError) Error() string {
+	return fmt.Sprintf("pay: the order already has payment %s", e.PaymentID)
+}
+
 // Invalid returns a CodeInvalid error naming field.
 func Invalid(field, format string, args ...any) *Error {
 	return httpapi.Invalid(field, format, args...)
@@ -67,7 +84,8 @@ func Internal(err error) *Error { return httpapi.Internal(err) }
 
 // MapError is the one place that turns the Store's sentinel errors into
 // an *Error: ErrNotFound is not_found, ErrStaleStatus and
-// *IdempotencyConflict are conflict. An *Error, and nil, pass through;
+// *IdempotencyConflict are conflict, *OrderExistsError is order_exists
+// with the existing payment's id as the problem member payment_id. An *Error, and nil, pass through;
 // anything else is left to httpapi.As (a deadline is unavailable, the
 // rest internal).
 func MapError(err error) error {
@@ -76,6 +94,10 @@ func MapError(err error) error {
 	}
 	if _, ok := errors.AsType[*Error](err); ok {
 		return err
+	}
+	if o, ok := errors.AsType[*OrderExistsError](err); ok {
+		return &Error{Code: CodeOrderExists, Field: "order_id", Message: "the order already has a payment that is in progress or approved; it may be paid again only after that payment is declined or failed",
+			Extra: map[string]any{"payment_id": o.PaymentID}, Err: o}
 	}
 	if c, ok := errors.AsType[*IdempotencyConflict](err); ok {
 		return &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "this key already names a payment", Err: c}

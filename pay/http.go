@@ -2,8 +2,10 @@ package pay
 
 import (
 	_ "embed"
+	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +29,10 @@ type HandlerConfig struct {
 	MaxBody int64
 	// Logger receives the request log and the causes of 5xx answers.
 	Logger *slog.Logger
+	// Merchants authenticates the API keys. Nil uses the store given to
+	// NewHandler, which must then implement MerchantStore. There is no
+	// way to turn authentication off.
+	Merchants MerchantStore
 }
 
 // DefaultHandlerConfig returns a 4 KiB body limit and the default logger.
@@ -51,12 +57,21 @@ type handler struct {
 }
 
 // NewHandler returns the payment API of DESIGN.md on httpapi:
-// POST /v1/payments, GET /v1/payments/{id}, /healthz, /readyz (with the
-// store's Ping as check "store"; add more with AddCheck), /metrics (from
-// reg; nil: a new registry) and /openapi.json. Errors are problem+json.
+// POST /v1/payments, GET /v1/payments/{id} (both for a merchant
+// authenticated by "Authorization: Bearer <API key>"), /healthz, /readyz
+// (with the store's Ping as check "store"; add more with AddCheck),
+// /metrics (from reg; nil: a new registry) and /openapi.json. Errors are
+// problem+json.
 func NewHandler(svc *Service, store Store, cfg HandlerConfig, reg *prometheus.Registry) (*httpapi.API, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Merchants == nil {
+		ms, ok := store.(MerchantStore)
+		if !ok {
+			return nil, Invalid("Merchants", "must be set: the store %T does not implement MerchantStore", store)
+		}
+		cfg.Merchants = ms
 	}
 	api, err := httpapi.New(httpapi.Config{
 		Name:     "pay",
@@ -75,6 +90,22 @@ func NewHandler(svc *Service, store Store, cfg HandlerConfig, reg *prometheus.Re
 	return api, nil
 }
 
+// authenticate returns the merchant whose API key the request carries:
+// 401 unauthorized without a valid, unrevoked key. The key is looked up
+// by its SHA-256 (HashAPIKey), never compared as stored text.
+func (h *handler) authenticate(r *http.Request) (Merchant, error) {
+	scheme, key, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	key = strings.TrimSpace(key)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
+		return Merchant{}, &Error{Code: CodeUnauthorized, Message: "an API key is required: Authorization: Bearer <key>"}
+	}
+	m, err := h.cfg.Merchants.MerchantByKeyHash(r.Context(), HashAPIKey(key))
+	if errors.Is(err, ErrNotFound) {
+		return Merchant{}, &Error{Code: CodeUnauthorized, Message: "the API key is not valid (unknown or revoked)"}
+	}
+	return m, err
+}
+
 // createBody is POST /v1/payments's body; pointers tell missing from zero.
 type createBody struct {
 	MerchantID *string `json:"merchant_id"`
@@ -85,7 +116,14 @@ type createBody struct {
 
 const createFields = `"merchant_id", "order_id", "amount", "currency"`
 
+// create answers POST /v1/payments. merchant_id may be left out: it is
+// the key's merchant; when given it must be that merchant (403
+// otherwise).
 func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
+	m, err := h.authenticate(r)
+	if err != nil {
+		return err
+	}
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
 		return Invalid("Idempotency-Key", "header is required: a unique key per payment, reused only to retry the same request")
@@ -97,9 +135,14 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	if err := httpapi.DecodeJSON(w, r, &b, h.cfg.MaxBody, createFields); err != nil {
 		return err
 	}
+	if b.MerchantID == nil {
+		b.MerchantID = &m.ID
+	} else if id, err := ParseUUID(*b.MerchantID); err != nil {
+		return Invalid("merchant_id", "must be a UUID")
+	} else if id.String() != m.ID {
+		return &Error{Code: CodeForbidden, Field: "merchant_id", Message: "the API key belongs to another merchant"}
+	}
 	switch {
-	case b.MerchantID == nil:
-		return Invalid("merchant_id", "is required")
 	case b.OrderID == nil:
 		return Invalid("order_id", "is required")
 	case b.Amount == nil:
@@ -111,12 +154,21 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if resp.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	httpapi.WriteRawJSON(w, resp.Code, resp.Body)
 	return nil
 }
 
+// get answers GET /v1/payments/{id}: the key's merchant's payment only;
+// another merchant's is 404, as if it did not exist.
 func (h *handler) get(w http.ResponseWriter, r *http.Request) error {
-	p, err := h.svc.Get(r.Context(), r.PathValue("id"))
+	m, err := h.authenticate(r)
+	if err != nil {
+		return err
+	}
+	p, err := h.svc.GetFor(r.Context(), m.ID, r.PathValue("id"))
 	if err != nil {
 		return err
 	}

@@ -181,7 +181,9 @@ func TestHealthzAsksNothingReadyzChecksTheStore(t *testing.T) {
 
 	stalled := stalledStore{Store: r.store, release: make(chan struct{})}
 	defer close(stalled.release)
-	h, err := pay.NewHandler(r.svc, stalled, pay.DefaultHandlerConfig(), prometheus.NewRegistry())
+	hcfg := pay.DefaultHandlerConfig()
+	hcfg.Merchants = r.store.(pay.MerchantStore)
+	h, err := pay.NewHandler(r.svc, stalled, hcfg, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

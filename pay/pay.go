@@ -62,7 +62,7 @@ type Payment struct {
 	Currency       string // ISO 4217 code, one of Currencies()
 	Status         Status
 	ExternalKey    string // the key sent to the institution; equals ID
-	IdempotencyKey string // the Idempotency-Key that created it
+	IdempotencyKey string // the key of the idempotency record that created it (a ScopedKey)
 	ManualReview   bool   // flagged for a person to look at
 	ReviewReason   string // why, when ManualReview
 	CreatedAt      time.Time
@@ -94,7 +94,7 @@ const (
 // IdempotencyRecord remembers one Idempotency-Key: the request it came
 // with, the payment it created and, once completed, the response to replay.
 type IdempotencyRecord struct {
-	Key          string
+	Key          string // the stored key: ScopedKey(merchant, Idempotency-Key) for the API
 	RequestHash  string // hash of the request body; a different hash under the same key is a mismatch
 	PaymentID    string
 	State        IdempotencyState
@@ -185,14 +185,11 @@ func NewID() string { return uuid.NewString() }
 // *Error with CodeInvalid whose Field is the JSON field at fault
 // ("merchant_id", "order_id", "amount" or "currency").
 func ValidateCreate(merchantID, orderID string, amount int64, currency string) error {
-	if _, err := parseUUID(merchantID); err != nil {
+	if _, err := ParseUUID(merchantID); err != nil {
 		return Invalid("merchant_id", "must be a UUID")
 	}
-	switch {
-	case orderID == "":
-		return Invalid("order_id", "is required")
-	case len(orderID) > MaxOrderIDLen:
-		return Invalid("order_id", "must be at most %d bytes", MaxOrderIDLen)
+	if err := ValidateText("order_id", orderID, MaxOrderIDLen); err != nil {
+		return err
 	}
 	switch {
 	case amount <= 0:
@@ -206,19 +203,14 @@ func ValidateCreate(merchantID, orderID string, amount int64, currency string) e
 	return nil
 }
 
-// ValidateIdempotencyKey checks an Idempotency-Key header value.
+// ValidateIdempotencyKey checks an Idempotency-Key header value:
+// printable UTF-8 (see ValidateText), 1 to MaxIdempotencyKeyLen bytes.
 func ValidateIdempotencyKey(key string) error {
-	switch {
-	case key == "":
-		return Invalid("Idempotency-Key", "is required")
-	case len(key) > MaxIdempotencyKeyLen:
-		return Invalid("Idempotency-Key", "must be at most %d bytes", MaxIdempotencyKeyLen)
-	}
-	return nil
+	return ValidateText("Idempotency-Key", key, MaxIdempotencyKeyLen)
 }
 
-// parseUUID accepts the hyphenated 36-character form only, in either case.
-func parseUUID(s string) (uuid.UUID, error) {
+// ParseUUID accepts the hyphenated 36-character form only, in either case.
+func ParseUUID(s string) (uuid.UUID, error) {
 	if len(s) != 36 {
 		return uuid.UUID{}, fmt.Errorf("not a hyphenated UUID: %q", s)
 	}
@@ -235,7 +227,7 @@ func parseUUID(s string) (uuid.UUID, error) {
 // (unless set: DefaultIdempotencyTTL later). Times are UTC, truncated to
 // the microsecond every adapter can store.
 func PrepareCreate(p Payment, idem IdempotencyRecord, now time.Time) (Payment, IdempotencyRecord, error) {
-	if id, err := parseUUID(p.ID); err != nil || id.String() != p.ID {
+	if id, err := ParseUUID(p.ID); err != nil || id.String() != p.ID {
 		return p, idem, Invalid("id", "must be a lower-case hyphenated UUID")
 	}
 	if err := ValidateCreate(p.MerchantID, p.OrderID, p.Amount, p.Currency); err != nil {
@@ -244,7 +236,8 @@ func PrepareCreate(p Payment, idem IdempotencyRecord, now time.Time) (Payment, I
 	if p.Status != "" && p.Status != StatusPending {
 		return p, idem, Invalid("status", "a new payment is PENDING, not %s", p.Status)
 	}
-	if err := ValidateIdempotencyKey(idem.Key); err != nil {
+	// The stored key is normally a ScopedKey, longer than a client's.
+	if err := ValidateText("Idempotency-Key", idem.Key, maxScopedKeyLen); err != nil {
 		return p, idem, err
 	}
 	if p.IdempotencyKey != "" && p.IdempotencyKey != idem.Key {
@@ -253,7 +246,7 @@ func PrepareCreate(p Payment, idem IdempotencyRecord, now time.Time) (Payment, I
 	if idem.PaymentID != "" && idem.PaymentID != p.ID {
 		return p, idem, Invalid("payment_id", "the idempotency record names payment %s, not %s", idem.PaymentID, p.ID)
 	}
-	mid, _ := parseUUID(p.MerchantID)
+	mid, _ := ParseUUID(p.MerchantID)
 	p.MerchantID = mid.String()
 	p.Status = StatusPending
 	p.IdempotencyKey = idem.Key

@@ -103,6 +103,7 @@ func FuzzCreateBody(f *testing.F) {
 		req, _ := http.NewRequest(http.MethodPost, r.api.URL+"/v1/payments", strings.NewReader(string(body)))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", pay.NewID())
+		req.Header.Set("Authorization", "Bearer "+r.key)
 		resp, err := r.v.Client(t).Do(req)
 		if err != nil {
 			t.Fatal(err)

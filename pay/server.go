@@ -40,6 +40,10 @@ type ServerConfig struct {
 	// Checks are further readiness checks of /readyz (the NATS
 	// connection, say); the store's is always there.
 	Checks []httpapi.Check
+	// Background are further components run beside the reconciler and
+	// the relay (the webhook deliverer, say), each with a readiness check
+	// of its name, under the same rules.
+	Background []Component
 	// DrainDelay is how long /readyz reports a dead background component
 	// before the server shuts down, so that a load balancer stops
 	// sending traffic first.
@@ -110,6 +114,14 @@ func (c ServerConfig) Validate() error {
 	return nil
 }
 
+// Component is a background part of the server: Run works until ctx
+// ends. Returning while ctx is live, with or without an error, is a
+// failure for good (transient errors are the component's to retry).
+type Component struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
 // Server is the payment service's composition root: it wires the
 // Service, its HTTP API, the reconciler, the start-up recovery and the
 // outbox relay, and runs them together (Run).
@@ -120,6 +132,7 @@ type Server struct {
 	relay *Relay
 
 	reconciler, relayLife *lifeCheck
+	extra                 []*lifeCheck
 }
 
 // NewServer builds a Server from cfg.
@@ -161,6 +174,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	api.AddCheck(httpapi.Check{Name: s.reconciler.name, Ping: s.reconciler.ping})
 	api.AddCheck(httpapi.Check{Name: s.relayLife.name, Ping: s.relayLife.ping})
+	for _, c := range cfg.Background {
+		if c.Name == "" || c.Run == nil {
+			return nil, Invalid("Background", "every component needs a Name and a Run")
+		}
+		life := &lifeCheck{name: c.Name}
+		s.extra = append(s.extra, life)
+		api.AddCheck(httpapi.Check{Name: life.name, Ping: life.ping})
+	}
 	return s, nil
 }
 
@@ -194,6 +215,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	})
 	g.Go(func() error { return s.background(gctx, s.reconciler, s.svc.RunReconciler) })
 	g.Go(func() error { return s.background(gctx, s.relayLife, s.relay.Run) })
+	for i, c := range s.cfg.Background {
+		g.Go(func() error { return s.background(gctx, s.extra[i], c.Run) })
+	}
 	return g.Wait()
 }
 

@@ -58,20 +58,27 @@ func (m *memPublisher) count() int {
 // brokenList fails ListByStatus once broken is set: the store gone bad
 // under the reconciler.
 type brokenList struct {
-	pay.Store
+	merchantStore
 	broken atomic.Bool
+}
+
+// merchantStore is a payment store that also keeps merchants.
+type merchantStore interface {
+	pay.Store
+	pay.MerchantStore
 }
 
 func (b *brokenList) ListByStatus(ctx context.Context, s pay.Status, limit int) ([]pay.Payment, error) {
 	if b.broken.Load() {
 		return nil, errors.New("disk I/O error")
 	}
-	return b.Store.ListByStatus(ctx, s, limit)
+	return b.merchantStore.ListByStatus(ctx, s, limit)
 }
 
 // runningServer is a pay.Server run by a test.
 type runningServer struct {
 	base string
+	key  string        // a merchant's API key
 	done chan struct{} // closed when Run returned
 	err  error         // Run's result, once done
 	stop context.CancelFunc
@@ -109,7 +116,8 @@ func startServer(t *testing.T, store pay.Store, pub pay.Publisher, mutate func(*
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rs := &runningServer{base: "http://" + ln.Addr().String(), done: make(chan struct{}), stop: cancel}
+	_, apiKey := addMerchant(t, store, merchant)
+	rs := &runningServer{base: "http://" + ln.Addr().String(), key: apiKey, done: make(chan struct{}), stop: cancel}
 	go func() { rs.err = srv.Run(ctx, ln); close(rs.done) }()
 	t.Cleanup(func() {
 		cancel()
@@ -137,6 +145,7 @@ func (rs *runningServer) post(t *testing.T, key string) int {
 	req, _ := http.NewRequest(http.MethodPost, rs.base+"/v1/payments", strings.NewReader(payment("order-"+key, 1000)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", "Bearer "+rs.key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +238,7 @@ func TestServerStopsWhenTheRelayFailsForGood(t *testing.T) {
 // reconciliation pass past GiveUpAfter; /readyz reports the reconciler,
 // then Run returns its error.
 func TestServerStopsWhenTheReconcilerFailsForGood(t *testing.T) {
-	store := &brokenList{Store: sqliteStore(t)}
+	store := &brokenList{merchantStore: sqliteStore(t).(merchantStore)}
 	rs := startServer(t, store, &memPublisher{}, func(c *pay.ServerConfig) {
 		c.Service.GiveUpAfter = 200 * time.Millisecond
 		c.DrainDelay = 2 * time.Second

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -194,11 +195,16 @@ func (r CreateRequest) Hash() string {
 type Response struct {
 	Code int
 	Body []byte
+	// Replayed: the stored answer to an earlier request with the same
+	// idempotency key (the API sets Idempotent-Replayed: true).
+	Replayed bool
 }
 
-// Create handles a payment request under an idempotency key and returns
-// the HTTP response: 201 APPROVED, DECLINED or FAILED, 202 UNKNOWN; or a
-// replay of the stored response for a repeated key.
+// Create handles a payment request of merchant req.MerchantID under an
+// idempotency key, scoped to the merchant (ScopedKey), and returns the
+// HTTP response: 201 APPROVED, DECLINED or FAILED, 202 UNKNOWN; or a
+// replay of the stored response for a repeated key. An order that already
+// has a live or approved payment is *OrderExistsError (409 order_exists).
 func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (Response, error) {
 	if err := ValidateIdempotencyKey(key); err != nil {
 		return Response{}, err
@@ -206,9 +212,11 @@ func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (Re
 	if err := ValidateCreate(req.MerchantID, req.OrderID, req.Amount, req.Currency); err != nil {
 		return Response{}, err
 	}
+	mid, _ := ParseUUID(req.MerchantID)
+	req.MerchantID = mid.String() // the same request hashes the same whatever the case
 	now := s.cfg.Now()
 	p := Payment{ID: NewID(), MerchantID: req.MerchantID, OrderID: req.OrderID, Amount: req.Amount, Currency: req.Currency}
-	idem := IdempotencyRecord{Key: key, RequestHash: req.Hash(), CreatedAt: now, ExpiresAt: now.Add(s.cfg.IdempotencyTTL)}
+	idem := IdempotencyRecord{Key: ScopedKey(req.MerchantID, key), RequestHash: req.Hash(), CreatedAt: now, ExpiresAt: now.Add(s.cfg.IdempotencyTTL)}
 	p, err := s.store.CreatePending(ctx, p, idem)
 	var conflict *IdempotencyConflict
 	if errors.As(err, &conflict) {
@@ -249,7 +257,7 @@ func (s *Service) replay(rec IdempotencyRecord, hash string) (Response, error) {
 	case rec.State == IdempotencyInFlight:
 		return Response{}, &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "a request with this key is still in flight; retry later", RetryAfter: time.Second}
 	default:
-		return Response{Code: rec.ResponseCode, Body: rec.ResponseBody}, nil
+		return Response{Code: rec.ResponseCode, Body: rec.ResponseBody, Replayed: true}, nil
 	}
 }
 
@@ -310,12 +318,34 @@ func approvalFailure(err error, sent bool, attempts int, timeout time.Duration) 
 // Get returns a payment; an UNKNOWN payment is first given one status
 // inquiry, so a reader sees the settled status as soon as it is known.
 func (s *Service) Get(ctx context.Context, id string) (Payment, error) {
-	if _, err := parseUUID(id); err != nil {
+	if _, err := ParseUUID(id); err != nil {
 		return Payment{}, Invalid("id", "must be a UUID")
 	}
 	p, err := s.store.Get(ctx, id)
 	if err != nil {
 		return Payment{}, err
+	}
+	if p.Status == StatusUnknown {
+		if settled, err := s.settle(ctx, p); err == nil {
+			return settled, nil
+		}
+	}
+	return p, nil
+}
+
+// GetFor returns payment id of merchant merchantID as Get does. Another
+// merchant's payment is ErrNotFound, as a payment that does not exist,
+// so that payment IDs do not leak between merchants.
+func (s *Service) GetFor(ctx context.Context, merchantID, id string) (Payment, error) {
+	if _, err := ParseUUID(id); err != nil {
+		return Payment{}, Invalid("id", "must be a UUID")
+	}
+	p, err := s.store.Get(ctx, id)
+	if err != nil {
+		return Payment{}, err
+	}
+	if !strings.EqualFold(p.MerchantID, merchantID) {
+		return Payment{}, fmt.Errorf("payment %q of another merchant: %w", id, ErrNotFound)
 	}
 	if p.Status == StatusUnknown {
 		if settled, err := s.settle(ctx, p); err == nil {

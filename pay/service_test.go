@@ -38,9 +38,28 @@ type rig struct {
 	// its validating client for the test that made the rig.
 	v      *apitest.Validator
 	client *http.Client
+	// key is the API key of merchant, sent by do unless the request
+	// carries an Authorization header of its own.
+	key string
 }
 
-func newRig(t testing.TB, mutate func(*pay.Config)) *rig {
+// addMerchant creates the merchant id (a new one when id is "") in store
+// and returns its ID and API key.
+func addMerchant(t testing.TB, store pay.Store, id string) (string, string) {
+	t.Helper()
+	if id == "" {
+		id = pay.NewID()
+	}
+	key := pay.NewAPIKey()
+	m := pay.Merchant{ID: id, Name: "test shop", KeyHash: pay.HashAPIKey(key), CreatedAt: time.Now()}
+	if err := store.(pay.MerchantStore).CreateMerchant(context.Background(), m); err != nil {
+		t.Fatalf("CreateMerchant: %v", err)
+	}
+	return id, key
+}
+
+// newInstitution starts an institution simulator for the test.
+func newInstitution(t testing.TB) *httptest.Server {
 	t.Helper()
 	icfg := institution.DefaultConfig()
 	icfg.AdminToken, icfg.NotFoundWindow = adminToken, 200*time.Millisecond
@@ -50,13 +69,26 @@ func newRig(t testing.TB, mutate func(*pay.Config)) *rig {
 	}
 	its := httptest.NewServer(isrv)
 	t.Cleanup(func() { isrv.Close(); its.Close() })
-	client := institution.NewClient(its.URL, its.Client())
+	return its
+}
 
+func newRig(t testing.TB, mutate func(*pay.Config)) *rig {
+	t.Helper()
+	its := newInstitution(t)
 	store, err := sqlite.Open(filepath.Join(t.TempDir(), "pay.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
+	return newRigOn(t, store, its, mutate)
+}
+
+// newRigOn is newRig on store, in front of the institution simulator its.
+// It creates the rig's merchant (the constant merchant) in store, which
+// must therefore be fresh.
+func newRigOn(t testing.TB, store pay.Store, its *httptest.Server, mutate func(*pay.Config)) *rig {
+	t.Helper()
+	client := institution.NewClient(its.URL, its.Client())
 	reg := prometheus.NewRegistry()
 	cfg := pay.DefaultConfig()
 	cfg.ApprovalTimeout, cfg.ReconcileEvery = 300*time.Millisecond, 50*time.Millisecond
@@ -75,13 +107,17 @@ func newRig(t testing.TB, mutate func(*pay.Config)) *rig {
 	api := httptest.NewServer(h)
 	t.Cleanup(api.Close)
 	v := apitest.New(t, pay.OpenAPI())
-	return &rig{instURL: its.URL, store: store, svc: svc, inst: client.WithAdminToken(adminToken), api: api, reg: reg, v: v, client: v.Client(t)}
+	_, key := addMerchant(t, store, merchant)
+	return &rig{instURL: its.URL, store: store, svc: svc, inst: client.WithAdminToken(adminToken), api: api, reg: reg, v: v, client: v.Client(t), key: key}
 }
 
 // do sends a request through the validating client and decodes a JSON
 // answer (nil for another kind).
 func (r *rig) do(t *testing.T, req *http.Request) (*http.Response, map[string]any) {
 	t.Helper()
+	if req.Header.Get("Authorization") == "" {
+		req.Header.Set("Authorization", "Bearer "+r.key)
+	}
 	resp, err := r.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -126,8 +162,12 @@ func (r *rig) post(t *testing.T, key, body string) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
-func payment(order string, amount int64) string {
-	return fmt.Sprintf(`{"merchant_id":%q,"order_id":%q,"amount":%d,"currency":"KRW"}`, merchant, order, amount)
+func payment(order string, amount int64) string { return paymentOf(merchant, order, amount) }
+
+// paymentOf is the body of a payment of merchant mid.
+func paymentOf(mid, order string, amount int64) string {
+	b, _ := json.Marshal(order) // JSON escapes, not Go's
+	return fmt.Sprintf(`{"merchant_id":%q,"order_id":%s,"amount":%d,"currency":"KRW"}`, mid, b, amount)
 }
 
 func TestApprovedDeclinedAndReplayed(t *testing.T) {
@@ -271,7 +311,11 @@ func TestBadInputNamesTheField(t *testing.T) {
 		{"k5", `{"merchant_id":"` + merchant + `","order_id":"o","amount":1,"currency":"XYZ"}`, "currency", 400},
 		{"k6", `{"merchant_id":`, "", 400},
 		{"k7", `{"merchant_id":"` + merchant + `","order_id":"o","amount":1,"currency":"KRW","tip":1}`, "", 400},
-		{"k8", `{"order_id":"o","amount":1,"currency":"KRW"}`, "merchant_id", 400},
+		{"k8", paymentOf(pay.NewID(), "o", 1), "merchant_id", 403}, // another merchant's id
+		{"k10", payment("o\u0000nul", 1), "order_id", 400},
+		{"k11", payment("o\ttab", 1), "order_id", 400},
+		{"k12\xff", payment("o", 1), "Idempotency-Key", 400},
+		{"k13\xc3\x28", payment("o", 1), "Idempotency-Key", 400},
 		{"k9", `{"merchant_id":"` + merchant + `","order_id":"` + strings.Repeat("x", 5000) + `","amount":1,"currency":"KRW"}`, "", 413},
 	}
 	for _, tc := range cases {
@@ -314,6 +358,7 @@ func TestClientDisconnectDoesNotCutTheCharge(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.api.URL+"/v1/payments", strings.NewReader(payment("o-gone", 4200)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", "key-gone")
+	req.Header.Set("Authorization", "Bearer "+r.key)
 	errc := make(chan error, 1)
 	go func() {
 		resp, err := http.DefaultClient.Do(req)

@@ -11,7 +11,7 @@ import (
 // is published if and only if the change happened.
 //
 // Errors: ErrNotFound and ErrStaleStatus (errors.Is), *IdempotencyConflict
-// (errors.As), *Error with CodeInvalid for bad arguments, CodeUnavailable
+// and *OrderExistsError (errors.As), *Error with CodeInvalid for bad arguments, CodeUnavailable
 // when the database cannot be reached (or the store is closed) and
 // CodeInternal otherwise. Implementations are safe for concurrent use, also
 // by several processes sharing one database.
@@ -21,7 +21,10 @@ type Store interface {
 	// atomically, after completing them with PrepareCreate. If the
 	// idempotency key exists and has not expired at idem.CreatedAt, it
 	// returns *IdempotencyConflict{Record} and writes nothing; an expired
-	// record is replaced.
+	// record is replaced. If the order (MerchantID, OrderID) already has a
+	// PENDING, UNKNOWN or APPROVED payment, it returns *OrderExistsError
+	// and writes nothing (the databases enforce it with a partial unique
+	// index, so concurrent creates cannot both win).
 	CreatePending(ctx context.Context, p Payment, idem IdempotencyRecord) (Payment, error)
 
 	// Transition moves payment id from `from` to `to` (compare-and-set:

@@ -14,7 +14,7 @@ import (
 
 func newPayCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "pay", Short: "Payment tools"}
-	cmd.AddCommand(newPayParityCmd())
+	cmd.AddCommand(newPayParityCmd(), newPayMerchantCmd(), newPayWebhooksCmd())
 	return cmd
 }
 

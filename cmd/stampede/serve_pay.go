@@ -26,6 +26,7 @@ import (
 	"github.com/stampede-lab/stampede/pay/postgres"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/pay/sqlstore"
+	"github.com/stampede-lab/stampede/pay/webhook"
 )
 
 // Environment variables of the payment service's backing services.
@@ -116,6 +117,7 @@ type payOptions struct {
 	stream      jetstream.Config
 	timeout     time.Duration
 	server      httpapi.ServerConfig
+	webhooks    webhook.Config
 }
 
 // writeTimeoutMargin is what the default --write-timeout adds to the
@@ -124,16 +126,18 @@ type payOptions struct {
 const writeTimeoutMargin = 10 * time.Second
 
 func newServePayCmd() *cobra.Command {
-	opts := &payOptions{server: httpapi.DefaultServerConfig(), stream: jetstream.DefaultConfig()}
+	opts := &payOptions{server: httpapi.DefaultServerConfig(), stream: jetstream.DefaultConfig(), webhooks: webhook.DefaultConfig()}
 	opts.server.WriteTimeout = 0 // the approval timeout plus writeTimeoutMargin
 	cmd := &cobra.Command{
 		Use:   "pay",
 		Short: "Run the payment service: idempotent payments that never charge twice",
 		Long: `Run the payment API in front of a payment institution:
 
-  POST /v1/payments        Idempotency-Key header; {"merchant_id","order_id","amount","currency"}
-                           → 201 APPROVED/DECLINED/FAILED, 202 UNKNOWN, 400, 409, 413, 415, 422, 503
-  GET  /v1/payments/{id}   the payment with its status history (codes and safe text)
+  POST /v1/payments        Authorization: Bearer <API key>, Idempotency-Key header;
+                           {"merchant_id" (optional: the key's),"order_id","amount","currency"}
+                           → 201 APPROVED/DECLINED/FAILED, 202 UNKNOWN, 400, 401, 403, 409
+                             (in flight, or order_exists), 413, 415, 422, 503
+  GET  /v1/payments/{id}   the key's merchant's payment with its status history
   GET  /healthz            alive (asks no dependency)
   GET  /readyz             the store, NATS, the reconciler and the relay
   GET  /metrics            Prometheus, with http_requests_total{route,method,code}
@@ -154,7 +158,12 @@ embedded nats-server keeping its JetStream store in <data-dir>/nats, so a
 restart loses no event. The stream keeps events --stream-max-age and at most
 --stream-max-bytes (set on create, updated on every start).
 
-The HTTP server, the reconciler and the relay run together: when the
+Merchants and their API keys: stampede pay merchant add|list|revoke. Every
+payment event of a merchant with a webhook (stampede pay merchant webhook)
+is POSTed to it, signed (Stampede-Signature), in per-payment order, retried
+with backoff for --webhook-max-age; stampede pay webhooks lists them.
+
+The HTTP server, the reconciler, the relay and the webhook deliverer run together: when the
 reconciler or the relay fails for good (failing for --give-up-after), /readyz
 reports it, and the process stops with a non-zero status.
 
@@ -175,6 +184,9 @@ past --idle-timeout.`,
 	f.Var(&byteSize{&opts.stream.MaxBytes}, "stream-max-bytes", "the event stream's size limit, e.g. 1GiB or 500MB (-1: none); the oldest messages go first")
 	f.DurationVar(&opts.giveUpAfter, "give-up-after", pay.DefaultRelayConfig().GiveUpAfter, "how long the reconciler or the relay may keep failing before the service stops (exit status 1)")
 	f.DurationVar(&opts.timeout, "timeout", 3*time.Second, "client timeout of one approval call")
+	f.DurationVar(&opts.webhooks.MaxAge, "webhook-max-age", opts.webhooks.MaxAge, "how long a webhook event is retried before it is marked failed")
+	f.DurationVar(&opts.webhooks.Timeout, "webhook-timeout", opts.webhooks.Timeout, "timeout of one webhook attempt")
+	f.IntVar(&opts.webhooks.Concurrency, "webhook-concurrency", opts.webhooks.Concurrency, "webhook attempts in flight at once")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
 	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", 0, "longest time from a request's headers to the end of its answer (0: --timeout plus "+writeTimeoutMargin.String()+"); must exceed --timeout")
@@ -278,7 +290,25 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	tr.MaxIdleConnsPerHost = 256
 	client := institution.NewClient(opts.institution, &http.Client{Transport: tr})
 
+	ws, ok := store.(pay.WebhookStore)
+	if !ok {
+		return fmt.Errorf("the store %T cannot deliver webhooks", store)
+	}
+	wcfg := opts.webhooks
+	wcfg.Logger = log
+	if wcfg.Lease <= wcfg.Timeout {
+		wcfg.Lease = 3 * wcfg.Timeout
+	}
+	deliverer, err := webhook.New(ws, wcfg)
+	if err != nil {
+		flag := map[string]string{"MaxAge": "--webhook-max-age", "Timeout": "--webhook-timeout", "Concurrency": "--webhook-concurrency"}
+		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+			return fmt.Errorf("%s %s", flag[e.Field], e.Message)
+		}
+		return err
+	}
 	cfg := pay.DefaultServerConfig()
+	cfg.Background = []pay.Component{{Name: "webhooks", Run: deliverer.Run}}
 	cfg.Store, cfg.Institution, cfg.Events = store, institutionclient.New(client), events
 	cfg.Service.ApprovalTimeout = opts.timeout
 	cfg.Service.GiveUpAfter, cfg.Relay.GiveUpAfter = opts.giveUpAfter, opts.giveUpAfter

@@ -46,16 +46,18 @@ func TestPayEventsSurviveRestarts(t *testing.T) {
 	dataDir := t.TempDir()
 	addr := freeAddr(t)
 	args := []string{"--institution", its.URL, "--data-dir", dataDir}
+	_, apiKey := addMerchantCLI(t, filepath.Join(dataDir, "pay.db"))
 	payments := 0
 	round := func(name string) {
 		t.Helper()
 		var wg sync.WaitGroup
 		for i := range perRound {
 			wg.Go(func() {
-				body := fmt.Sprintf(`{"merchant_id":"7b0a3c5e-1111-4a4a-9b9b-0123456789ab","order_id":"%s-%d","amount":%d,"currency":"KRW"}`, name, i, 1000+i)
+				body := fmt.Sprintf(`{"order_id":"%s-%d","amount":%d,"currency":"KRW"}`, name, i, 1000+i)
 				req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/payments", strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-key-%d", name, i))
+				req.Header.Set("Authorization", "Bearer "+apiKey)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					t.Errorf("%s: POST: %v", name, err)

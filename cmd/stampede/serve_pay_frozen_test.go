@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,6 +49,17 @@ func TestServePayPostgresFrozen(t *testing.T) {
 	t.Cleanup(func() { isrv.Close(); its.Close() })
 
 	const dbTimeout = 500 * time.Millisecond
+	out, _, err := execute(t, "pay", "merchant", "add", "frozen test shop", "--postgres", raw)
+	if err != nil {
+		t.Fatalf("pay merchant add: %v", err)
+	}
+	var merchant struct {
+		Key string `json:"api_key"`
+	}
+	if err := json.Unmarshal([]byte(out), &merchant); err != nil || merchant.Key == "" {
+		t.Fatalf("pay merchant add printed %q: %v", out, err)
+	}
+	key := merchant.Key
 	addr, _ := servePay(t, its.URL, "--postgres", u.String(), "--db-timeout", dbTimeout.String(), "--timeout", "1s")
 	base := "http://" + addr
 	c := apitest.New(t, pay.OpenAPI()).Client(t)
@@ -56,8 +68,9 @@ func TestServePayPostgresFrozen(t *testing.T) {
 
 	create := func(n int) (*http.Response, string) {
 		req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments",
-			strings.NewReader(fmt.Sprintf(`{"merchant_id":"7b0a3c5e-1111-4a4a-9b9b-0123456789ab","order_id":"%s-%d","amount":1000,"currency":"KRW"}`, run, n)))
+			strings.NewReader(fmt.Sprintf(`{"order_id":"%s-%d","amount":1000,"currency":"KRW"}`, run, n)))
 		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
 		req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", run, n))
 		resp, err := c.Do(req)
 		if err != nil {
@@ -66,6 +79,11 @@ func TestServePayPostgresFrozen(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		return resp, string(body)
+	}
+	get := func(url string) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		return c.Do(req)
 	}
 	resp, body := create(0)
 	if resp.StatusCode != http.StatusCreated {
@@ -107,7 +125,7 @@ func TestServePayPostgresFrozen(t *testing.T) {
 			resp.Body = io.NopCloser(strings.NewReader(body))
 			return resp, nil
 		})
-		ask("GET /v1/payments/{id}", func() (*http.Response, error) { return c.Get(base + "/v1/payments/" + id) })
+		ask("GET /v1/payments/{id}", func() (*http.Response, error) { return get(base + "/v1/payments/" + id) })
 	}
 	ask("GET /readyz", func() (*http.Response, error) { return c.Get(base + "/readyz") })
 	ask("GET /healthz", func() (*http.Response, error) { return c.Get(base + "/healthz") })
@@ -144,7 +162,7 @@ func TestServePayPostgresFrozen(t *testing.T) {
 	if resp, body := create(10); resp.StatusCode != http.StatusCreated {
 		t.Errorf("after the thaw: POST = %d %s", resp.StatusCode, body)
 	}
-	resp, err = c.Get(base + "/v1/payments/" + id)
+	resp, err = get(base + "/v1/payments/" + id)
 	if err != nil {
 		t.Fatal(err)
 	}

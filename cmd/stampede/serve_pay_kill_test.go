@@ -104,16 +104,18 @@ func TestPayKilledMidStampedeLosesNothing(t *testing.T) {
 	}
 
 	db := filepath.Join(t.TempDir(), "pay.db")
+	merchantID, apiKey := addMerchantCLI(t, db)
 	addr := freeAddr(t)
 	first := startPayChild(t, addr, "--institution", its.URL, "--sqlite", db, "--data-dir", filepath.Dir(db), "--timeout", "20s")
 
 	var wg sync.WaitGroup
 	for i := range payments {
 		wg.Go(func() {
-			body := fmt.Sprintf(`{"merchant_id":"7b0a3c5e-1111-4a4a-9b9b-0123456789ab","order_id":"kill-%d","amount":%d,"currency":"KRW"}`, i, 1000+i)
+			body := fmt.Sprintf(`{"merchant_id":%q,"order_id":"kill-%d","amount":%d,"currency":"KRW"}`, merchantID, i, 1000+i)
 			req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/payments", strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Idempotency-Key", fmt.Sprint("kill-key-", i))
+			req.Header.Set("Authorization", "Bearer "+apiKey)
 			if resp, err := http.DefaultClient.Do(req); err == nil {
 				resp.Body.Close() // the service dies first: no answer is expected
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -29,6 +30,31 @@ import (
 // it stopped.
 func servePay(t *testing.T, institutionURL string, args ...string) (string, *syncBuffer) {
 	t.Helper()
+	return servePayOn(t, filepath.Join(t.TempDir(), "pay.db"), institutionURL, args...)
+}
+
+// addMerchantCLI adds a merchant to the SQLite database db with `stampede
+// pay merchant add` and returns its ID and API key.
+func addMerchantCLI(t *testing.T, db string) (string, string) {
+	t.Helper()
+	t.Setenv(envPostgres, "")
+	out, _, err := execute(t, "pay", "merchant", "add", "test shop", "--sqlite", db)
+	if err != nil {
+		t.Fatalf("pay merchant add: %v", err)
+	}
+	var m struct {
+		ID  string `json:"merchant_id"`
+		Key string `json:"api_key"`
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil || m.ID == "" || m.Key == "" {
+		t.Fatalf("pay merchant add printed %q (%v), want {merchant_id, api_key}", out, err)
+	}
+	return m.ID, m.Key
+}
+
+// servePayOn is servePay on the SQLite database db.
+func servePayOn(t *testing.T, db, institutionURL string, args ...string) (string, *syncBuffer) {
+	t.Helper()
 	t.Setenv(envPostgres, "")
 	t.Setenv(envNATS, "")
 	addr := freeAddr(t)
@@ -39,7 +65,7 @@ func servePay(t *testing.T, institutionURL string, args ...string) (string, *syn
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(logs)
 	cmd.SetArgs(append([]string{"serve", "pay", "--log-format", "text", "--http", addr, "--institution", institutionURL,
-		"--data-dir", dir}, args...))
+		"--data-dir", dir, "--sqlite", db}, args...))
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 	t.Cleanup(func() {
@@ -93,7 +119,9 @@ func TestServePayAnswersThroughHTTPAPI(t *testing.T) {
 	if _, err := admin.SetBehavior(context.Background(), institution.Behavior{Mode: institution.ModeHangBefore, HangMS: 3000, Idempotent: true, StatusAPI: institution.StatusAPIUp}); err != nil {
 		t.Fatal(err)
 	}
-	addr, logs := servePay(t, its.URL, "--timeout", "300ms")
+	db := filepath.Join(t.TempDir(), "pay.db")
+	merchantID, apiKey := addMerchantCLI(t, db)
+	addr, logs := servePayOn(t, db, its.URL, "--timeout", "300ms")
 	base := "http://" + addr
 	c := apitest.New(t, pay.OpenAPI()).Client(t)
 
@@ -107,9 +135,10 @@ func TestServePayAnswersThroughHTTPAPI(t *testing.T) {
 		t.Errorf("/readyz = %d %s, want 200 with the store and NATS ok", resp.StatusCode, body)
 	}
 
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(`{"merchant_id":"7b0a3c5e-1111-4a4a-9b9b-0123456789ab","order_id":"serve-1","amount":1000,"currency":"KRW"}`))
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments", strings.NewReader(`{"merchant_id":"`+merchantID+`","order_id":"serve-1","amount":1000,"currency":"KRW"}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", "serve-key-1")
+	req.Header.Set("Authorization", "Bearer "+apiKey)
 	resp, err = c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +344,9 @@ func TestServePayStopsWhenNATSIsGoneForGood(t *testing.T) {
 	cmd := newRootCmd()
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(logs)
-	cmd.SetArgs([]string{"serve", "pay", "--http", addr, "--institution", its.URL, "--data-dir", t.TempDir(),
+	dataDir := t.TempDir()
+	_, apiKey := addMerchantCLI(t, filepath.Join(dataDir, "pay.db"))
+	cmd.SetArgs([]string{"serve", "pay", "--http", addr, "--institution", its.URL, "--data-dir", dataDir,
 		"--nats", emb.URL(), "--give-up-after", "1s"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(context.Background()) }()
@@ -335,9 +366,10 @@ func TestServePayStopsWhenNATSIsGoneForGood(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/payments", strings.NewReader(`{"merchant_id":"7b0a3c5e-1111-4a4a-9b9b-0123456789ab","order_id":"gone-1","amount":1000,"currency":"KRW"}`))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/payments", strings.NewReader(`{"order_id":"gone-1","amount":1000,"currency":"KRW"}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", "gone-key-1")
+	req.Header.Set("Authorization", "Bearer "+apiKey)
 	emb.Close() // NATS goes away for good, with the payment's events unpublished
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -123,7 +123,7 @@ func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (l
 	if _, err := r.admin.SetBehavior(ctx, behavior); err != nil {
 		return lab.RunResult{}, fmt.Errorf("retry-stampede: set the institution's behaviour: %w", err)
 	}
-	answers, start := e.stampede(ctx, r.payURL)
+	answers, start := e.stampede(ctx, r)
 	if err := ctx.Err(); err != nil {
 		return lab.RunResult{}, err
 	}
@@ -163,9 +163,12 @@ type rig struct {
 	admin   *institution.Client
 	payURL  string
 	paySrv  *server
-	store   *sqlite.Store
-	svc     *pay.Service
-	dir     string
+	// merchant and apiKey are the merchant every payment of the run is
+	// made for, and its API key.
+	merchant, apiKey string
+	store            *sqlite.Store
+	svc              *pay.Service
+	dir              string
 	// transports are closed with the rig.
 	transports []*http.Transport
 }
@@ -216,6 +219,11 @@ func (e *Experiment) start(policy retry.Policy) (_ *rig, err error) {
 		return nil, err
 	}
 	if r.paySrv, r.payURL, err = serve(handler); err != nil {
+		return nil, err
+	}
+	r.merchant, r.apiKey = pay.NewID(), pay.NewAPIKey()
+	m := pay.Merchant{ID: r.merchant, Name: "retry-stampede lab", KeyHash: pay.HashAPIKey(r.apiKey), CreatedAt: time.Now()}
+	if err := r.store.CreateMerchant(context.Background(), m); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -304,7 +312,7 @@ type answer struct {
 // goroutine prepares its request and then waits on one channel, which is
 // closed once all are ready: the signal reaches every client or, if the
 // run is cancelled, every request fails alike — it cannot half-fire.
-func (e *Experiment) stampede(ctx context.Context, payURL string) ([]answer, time.Time) {
+func (e *Experiment) stampede(ctx context.Context, r *rig) ([]answer, time.Time) {
 	c := e.cfg
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -317,7 +325,6 @@ func (e *Experiment) stampede(ctx context.Context, payURL string) ([]answer, tim
 	rc := c.retryConfig(retry.Exponential)
 	hc := &http.Client{Transport: tr, Timeout: time.Duration(c.Attempts)*(c.Timeout+rc.Cap) + 30*time.Second}
 
-	merchant := pay.NewID()
 	run := strconv.FormatUint(rand.Uint64(), 36)
 	answers := make([]answer, c.Payments)
 	startCh := make(chan struct{})
@@ -329,12 +336,13 @@ func (e *Experiment) stampede(ctx context.Context, payURL string) ([]answer, tim
 			defer done.Done()
 			a := &answers[i]
 			body, _ := json.Marshal(pay.CreateRequest{
-				MerchantID: merchant, OrderID: fmt.Sprintf("order-%05d", i), Amount: 10_000 + int64(i), Currency: "KRW",
+				MerchantID: r.merchant, OrderID: fmt.Sprintf("order-%05d", i), Amount: 10_000 + int64(i), Currency: "KRW",
 			})
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, payURL+"/v1/payments", bytes.NewReader(body))
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.payURL+"/v1/payments", bytes.NewReader(body))
 			if err == nil {
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Idempotency-Key", fmt.Sprintf("retry-stampede-%s-%05d", run, i))
+				req.Header.Set("Authorization", "Bearer "+r.apiKey)
 			}
 			ready.Done()
 			<-startCh

@@ -62,6 +62,11 @@ func run(t *testing.T, newStore func(t *testing.T) pay.Store, parallel bool) {
 		{"ConcurrentCreateSameKey", testConcurrentCreate},
 		{"ConcurrentTransitionOneWins", testConcurrentTransition},
 		{"Ping", testPing},
+		{"OneLivePaymentPerOrder", testOneLivePerOrder},
+		{"ConcurrentCreateSameOrder", testConcurrentSameOrder},
+		{"TextIsPrintableUTF8", testText},
+		{"Merchants", testMerchants},
+		{"WebhookDeliveriesInPaymentOrder", testDeliveries},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,9 +97,10 @@ func newPayment() pay.Payment {
 	return pay.Payment{
 		ID:         pay.NewID(),
 		MerchantID: "6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69",
-		OrderID:    "order-" + runTag,
-		Amount:     12_000,
-		Currency:   "KRW",
+		OrderID:    "order-" + runTag + "-" + pay.NewID(), // one live payment per order
+
+		Amount:   12_000,
+		Currency: "KRW",
 	}
 }
 
@@ -250,7 +256,9 @@ func testCreateAndGet(t *testing.T, s pay.Store) {
 	// The same payment ID under another key: a conflict, and the new
 	// key's record is not kept.
 	other := newIdem(t)
-	if _, err := s.CreatePending(ctx, req, other); pay.ErrorCode(err) != pay.CodeConflict {
+	dup := req
+	dup.OrderID += "-2" // another order: the payment ID is what collides
+	if _, err := s.CreatePending(ctx, dup, other); pay.ErrorCode(err) != pay.CodeConflict {
 		t.Errorf("CreatePending with an existing payment ID = %v, want conflict", err)
 	}
 	if _, err := s.Idempotency(ctx, other.Key); !errors.Is(err, pay.ErrNotFound) {

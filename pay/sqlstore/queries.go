@@ -25,7 +25,23 @@ type queries struct {
 	insertHistory, insertOutbox                           string
 	getIdem, upsertIdem, completeByPayment, completeByKey string
 	pendingOutbox, deleteExpired                          string
+	liveOrder                                             string
+
+	insertMerchant, listMerchants, getMerchant, merchantByKey string
+	revokeMerchant, setWebhook                                string
+
+	insertDelivery, dueDeliveries, claimDelivery, recordAttempt string
+	listDeliveries, listPaymentDeliveries, getDelivery, resend  string
 }
+
+const merchantCols = `id, name, key_hash, webhook_url, webhook_secret, created_at, revoked_at`
+
+const deliveryCols = `id, payment_id, seq, merchant_id, type, body, status, attempts, last_error,
+	next_at, since, created_at, updated_at`
+
+// liveStatuses are the statuses of a payment that keeps its order taken:
+// the partial unique index payments_live_order has the same list.
+const liveStatuses = `('PENDING', 'UNKNOWN', 'APPROVED')`
 
 func newQueries(d Dialect) queries {
 	get := `SELECT ` + paymentCols + ` FROM payments WHERE id = $1`
@@ -55,15 +71,58 @@ func newQueries(d Dialect) queries {
 		pendingOutbox: `SELECT id, payment_id, seq, type, payload, created_at FROM outbox
 			WHERE published_at IS NULL ORDER BY id LIMIT $1`,
 		deleteExpired: `DELETE FROM idempotency_keys WHERE expires_at <= $1`,
+		liveOrder: `SELECT id FROM payments WHERE merchant_id = $1 AND order_id = $2 AND status IN ` + liveStatuses +
+			` ORDER BY created_at LIMIT 1`,
+
+		insertMerchant: `INSERT INTO merchants (` + merchantCols + `) VALUES ($1, $2, $3, $4, $5, $6, NULL)`,
+		listMerchants:  `SELECT ` + merchantCols + ` FROM merchants ORDER BY created_at, id`,
+		getMerchant:    `SELECT ` + merchantCols + ` FROM merchants WHERE id = $1`,
+		merchantByKey:  `SELECT ` + merchantCols + ` FROM merchants WHERE key_hash = $1 AND revoked_at IS NULL`,
+		revokeMerchant: `UPDATE merchants SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`,
+		setWebhook:     `UPDATE merchants SET webhook_url = $1, webhook_secret = $2 WHERE id = $3`,
+
+		// A delivery is written only when the payment's merchant exists
+		// and has a webhook.
+		insertDelivery: `INSERT INTO webhook_deliveries (` + deliveryCols + `)
+			SELECT $1, $2, $3, m.id, $4, $5, 'pending', 0, '', $6, $6, $6, $6
+			FROM merchants m WHERE m.id = $7 AND m.webhook_url <> ''`,
+		// The earliest pending delivery of each payment only: event n+1
+		// waits for event n.
+		dueDeliveries: `SELECT ` + prefixed("d.", deliveryCols) + `, m.webhook_url, m.webhook_secret
+			FROM webhook_deliveries d JOIN merchants m ON m.id = d.merchant_id
+			WHERE d.status = 'pending' AND d.next_at <= $1 AND m.webhook_url <> ''
+			AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e
+				WHERE e.payment_id = d.payment_id AND e.status = 'pending' AND e.seq < d.seq)
+			ORDER BY d.next_at, d.id LIMIT $2`,
+		claimDelivery: `UPDATE webhook_deliveries SET next_at = $1 WHERE id = $2 AND status = 'pending' AND next_at <= $3`,
+		recordAttempt: `UPDATE webhook_deliveries SET status = $1, attempts = attempts + 1, last_error = $2, next_at = $3, updated_at = $4
+			WHERE id = $5`,
+		listDeliveries:        `SELECT ` + deliveryCols + ` FROM webhook_deliveries ORDER BY created_at DESC, seq DESC, id LIMIT $1`,
+		listPaymentDeliveries: `SELECT ` + deliveryCols + ` FROM webhook_deliveries WHERE payment_id = $1 ORDER BY created_at DESC, seq DESC, id LIMIT $2`,
+		getDelivery:           `SELECT ` + deliveryCols + ` FROM webhook_deliveries WHERE id = $1`,
+		resend: `UPDATE webhook_deliveries SET status = 'pending', attempts = 0, last_error = '', next_at = $1, since = $1, updated_at = $1
+			WHERE id = $2`,
 	}
 	for _, p := range []*string{
 		&q.getPayment, &q.lockPayment, &q.history, &q.listByStatus, &q.list,
 		&q.insertPayment, &q.updateStatus, &q.flagReview, &q.insertHistory, &q.insertOutbox,
 		&q.getIdem, &q.upsertIdem, &q.completeByPayment, &q.completeByKey, &q.pendingOutbox, &q.deleteExpired,
+		&q.liveOrder, &q.insertMerchant, &q.listMerchants, &q.getMerchant, &q.merchantByKey, &q.revokeMerchant, &q.setWebhook,
+		&q.insertDelivery, &q.dueDeliveries, &q.claimDelivery, &q.recordAttempt,
+		&q.listDeliveries, &q.listPaymentDeliveries, &q.getDelivery, &q.resend,
 	} {
 		*p = d.Rebind(*p)
 	}
 	return q
+}
+
+// prefixed qualifies each column of cols with prefix.
+func prefixed(prefix, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = prefix + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // markPublished returns the statement that marks n outbox rows published:

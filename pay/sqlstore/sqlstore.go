@@ -27,7 +27,11 @@ import (
 	"github.com/stampede-lab/stampede/pay"
 )
 
-var _ pay.Store = (*Store)(nil)
+var (
+	_ pay.Store         = (*Store)(nil)
+	_ pay.MerchantStore = (*Store)(nil)
+	_ pay.WebhookStore  = (*Store)(nil)
+)
 
 // Dialect is what an adapter tells the shared store about its database.
 // Implementations must be safe for concurrent use.
@@ -186,11 +190,12 @@ func MapError(d Dialect, err error) error {
 	var (
 		pe *pay.Error
 		ic *pay.IdempotencyConflict
+		oe *pay.OrderExistsError
 	)
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &pe), errors.As(err, &ic),
+	case errors.As(err, &pe), errors.As(err, &ic), errors.As(err, &oe),
 		errors.Is(err, pay.ErrNotFound), errors.Is(err, pay.ErrStaleStatus):
 		return err
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

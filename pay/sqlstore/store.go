@@ -69,9 +69,26 @@ func (s *Store) insertHistory(ctx context.Context, tx *sql.Tx, id string, c pay.
 	return err
 }
 
-func (s *Store) insertOutbox(ctx context.Context, tx *sql.Tx, e pay.OutboxEvent) error {
-	_, err := tx.ExecContext(ctx, s.q.insertOutbox, e.PaymentID, e.Seq, e.Type, string(e.Payload), s.d.EncodeTime(e.CreatedAt))
+// insertOutbox writes outbox row e of a payment of merchantID and, in the
+// same transaction, its webhook delivery when the merchant has a webhook.
+func (s *Store) insertOutbox(ctx context.Context, tx *sql.Tx, merchantID string, e pay.OutboxEvent) error {
+	if _, err := tx.ExecContext(ctx, s.q.insertOutbox, e.PaymentID, e.Seq, e.Type, string(e.Payload), s.d.EncodeTime(e.CreatedAt)); err != nil {
+		return err
+	}
+	d := pay.NewDelivery(e, merchantID)
+	_, err := tx.ExecContext(ctx, s.q.insertDelivery, d.ID, d.PaymentID, d.Seq, d.Type, string(d.Body), s.d.EncodeTime(d.CreatedAt), merchantID)
 	return err
+}
+
+// liveOrder returns the ID of the order's live (PENDING, UNKNOWN) or
+// APPROVED payment, or "" if it has none.
+func (s *Store) liveOrder(ctx context.Context, q querier, merchantID, orderID string) (string, error) {
+	var id string
+	err := q.QueryRowContext(ctx, s.q.liveOrder, merchantID, orderID).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
 }
 
 func (s *Store) getIdempotency(ctx context.Context, q querier, key string) (pay.IdempotencyRecord, error) {
@@ -131,6 +148,14 @@ func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.Idemp
 			}
 			return &pay.IdempotencyConflict{Record: rec}
 		}
+		// One live payment per order: found here, or (a concurrent create
+		// of the same order) by the partial unique index below.
+		if id, err := s.liveOrder(ctx, tx, p.MerchantID, p.OrderID); err != nil || id != "" {
+			if err != nil {
+				return err
+			}
+			return &pay.OrderExistsError{PaymentID: id}
+		}
 		if _, err := tx.ExecContext(ctx, s.q.insertPayment,
 			p.ID, p.MerchantID, p.OrderID, p.Amount, p.Currency, string(p.Status), p.ExternalKey, p.IdempotencyKey,
 			p.ManualReview, p.ReviewReason, s.d.EncodeTime(p.CreatedAt), s.d.EncodeTime(p.UpdatedAt)); err != nil {
@@ -139,8 +164,19 @@ func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.Idemp
 		if err := s.insertHistory(ctx, tx, p.ID, p.History[0]); err != nil {
 			return err
 		}
-		return s.insertOutbox(ctx, tx, pay.NewEvent(pay.EventCreated, p, 1, "", pay.ReasonCreated, p.CreatedAt))
+		return s.insertOutbox(ctx, tx, p.MerchantID, pay.NewEvent(pay.EventCreated, p, 1, "", pay.ReasonCreated, p.CreatedAt))
 	})
+	if table, ok := s.d.UniqueViolation(err); ok && table == "payments" {
+		// A concurrent create of the same order committed first.
+		var id string
+		if rerr := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
+			var err error
+			id, err = s.liveOrder(ctx, db, p.MerchantID, p.OrderID)
+			return err
+		}); rerr == nil && id != "" {
+			return pay.Payment{}, &pay.OrderExistsError{PaymentID: id}
+		}
+	}
 	if table, ok := s.d.UniqueViolation(err); ok && table == "idempotency_keys" {
 		// Not expected (ON CONFLICT handles the key) but answered as the
 		// conflict it is.
@@ -187,7 +223,7 @@ func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, 
 			return err
 		}
 		cur.Status, cur.UpdatedAt = to, now
-		if err := s.insertOutbox(ctx, tx, pay.NewEvent(pay.EventStatusChanged, cur, seq, from, reason, now)); err != nil {
+		if err := s.insertOutbox(ctx, tx, cur.MerchantID, pay.NewEvent(pay.EventStatusChanged, cur, seq, from, reason, now)); err != nil {
 			return err
 		}
 		if resp != nil {
@@ -312,7 +348,7 @@ func (s *Store) FlagReview(ctx context.Context, id, reason string) error {
 			return err
 		}
 		cur.ManualReview, cur.ReviewReason, cur.UpdatedAt = true, reason, now
-		return s.insertOutbox(ctx, tx, pay.NewEvent(pay.EventReviewFlagged, cur, seq, "", reason, now))
+		return s.insertOutbox(ctx, tx, cur.MerchantID, pay.NewEvent(pay.EventReviewFlagged, cur, seq, "", reason, now))
 	})
 }
 

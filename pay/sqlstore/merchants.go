@@ -1,0 +1,160 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stampede-lab/stampede/pay"
+)
+
+// nullTimeCol scans a nullable timestamp column.
+type nullTimeCol struct {
+	d Dialect
+	t **time.Time
+}
+
+// Scan implements sql.Scanner.
+func (c nullTimeCol) Scan(src any) error {
+	if src == nil {
+		*c.t = nil
+		return nil
+	}
+	t, err := c.d.DecodeTime(src)
+	if err != nil {
+		return fmt.Errorf("%s: decode time: %w", c.d.Name(), err)
+	}
+	*c.t = &t
+	return nil
+}
+
+func (s *Store) scanMerchant(row interface{ Scan(...any) error }) (pay.Merchant, error) {
+	var m pay.Merchant
+	err := row.Scan(&m.ID, &m.Name, &m.KeyHash, &m.WebhookURL, &m.WebhookSecret, s.at(&m.CreatedAt), nullTimeCol{s.d, &m.RevokedAt})
+	if errors.Is(err, sql.ErrNoRows) {
+		return m, pay.ErrNotFound
+	}
+	return m, err
+}
+
+// CreateMerchant implements pay.MerchantStore.
+func (s *Store) CreateMerchant(ctx context.Context, m pay.Merchant) error {
+	if _, err := pay.ParseUUID(m.ID); err != nil {
+		return pay.Invalid("id", "must be a UUID")
+	}
+	if err := pay.ValidateMerchantName(m.Name); err != nil {
+		return err
+	}
+	if len(m.KeyHash) != 64 {
+		return pay.Invalid("key_hash", "must be a hex SHA-256")
+	}
+	if m.WebhookURL != "" {
+		if err := pay.ValidateWebhookURL(m.WebhookURL); err != nil {
+			return err
+		}
+	}
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = s.cfg.Now()
+	}
+	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, s.q.insertMerchant, m.ID, m.Name, m.KeyHash, m.WebhookURL, m.WebhookSecret,
+			s.d.EncodeTime(pay.StoreTime(m.CreatedAt)))
+		return err
+	})
+}
+
+// Merchants implements pay.MerchantStore.
+func (s *Store) Merchants(ctx context.Context) ([]pay.Merchant, error) {
+	out := []pay.Merchant{}
+	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
+		rows, err := db.QueryContext(ctx, s.q.listMerchants)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			m, err := s.scanMerchant(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, m)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Merchant implements pay.MerchantStore.
+func (s *Store) Merchant(ctx context.Context, id string) (pay.Merchant, error) {
+	var m pay.Merchant
+	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
+		var err error
+		m, err = s.scanMerchant(db.QueryRowContext(ctx, s.q.getMerchant, id))
+		if errors.Is(err, pay.ErrNotFound) {
+			err = fmt.Errorf("merchant %q: %w", id, pay.ErrNotFound)
+		}
+		return err
+	})
+	return m, err
+}
+
+// MerchantByKeyHash implements pay.MerchantStore.
+func (s *Store) MerchantByKeyHash(ctx context.Context, hash string) (pay.Merchant, error) {
+	var m pay.Merchant
+	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
+		var err error
+		m, err = s.scanMerchant(db.QueryRowContext(ctx, s.q.merchantByKey, hash))
+		return err
+	})
+	return m, err
+}
+
+// RevokeMerchant implements pay.MerchantStore.
+func (s *Store) RevokeMerchant(ctx context.Context, id string, at time.Time) error {
+	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q.revokeMerchant, s.d.EncodeTime(pay.StoreTime(at)), id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			return err
+		}
+		_, err = s.scanMerchant(tx.QueryRowContext(ctx, s.q.getMerchant, id))
+		if errors.Is(err, pay.ErrNotFound) {
+			err = fmt.Errorf("merchant %q: %w", id, pay.ErrNotFound)
+		}
+		return err // nil: already revoked
+	})
+}
+
+// SetWebhook implements pay.MerchantStore.
+func (s *Store) SetWebhook(ctx context.Context, id, url, secret string) error {
+	if url != "" {
+		if err := pay.ValidateWebhookURL(url); err != nil {
+			return err
+		}
+		if secret == "" {
+			return pay.Invalid("secret", "is required with a webhook URL")
+		}
+	} else {
+		secret = ""
+	}
+	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q.setWebhook, url, secret, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err == nil {
+				err = fmt.Errorf("merchant %q: %w", id, pay.ErrNotFound)
+			}
+			return err
+		}
+		return nil
+	})
+}
