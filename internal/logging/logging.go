@@ -65,12 +65,22 @@ func resolve(w io.Writer, f Format) Format {
 }
 
 // New returns a logger writing lines of format f at level and above to w.
+// In JSON, durations are written as Go duration strings ("1.5s"), not as
+// integer nanoseconds, so that a person reading the line with jq sees the
+// unit.
 func New(w io.Writer, f Format, level slog.Leveler) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
 	if resolve(w, f) == FormatText {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: durationText}))
+}
+
+// durationText writes a duration attribute as its string.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // Setup makes the process's logger with New, makes it slog's default (and

@@ -149,3 +149,13 @@ func TestParse(t *testing.T) {
 		t.Error("ParseLevel(loud) succeeded")
 	}
 }
+
+// TestJSONDurationsCarryTheirUnit: a duration reads "1.5s", not
+// 1500000000.
+func TestJSONDurationsCarryTheirUnit(t *testing.T) {
+	var out bytes.Buffer
+	logging.New(&out, logging.FormatJSON, slog.LevelInfo).Info("x", "took", 1500*time.Millisecond)
+	if !strings.Contains(out.String(), `"took":"1.5s"`) {
+		t.Fatalf("line %s", out.String())
+	}
+}
