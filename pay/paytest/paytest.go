@@ -61,6 +61,12 @@ func run(t *testing.T, newStore func(t *testing.T) pay.Store, parallel bool) {
 		{"DeleteExpiredIdempotency", testDeleteExpired},
 		{"ConcurrentCreateSameKey", testConcurrentCreate},
 		{"ConcurrentTransitionOneWins", testConcurrentTransition},
+		{"InquiryState", testInquiryState},
+		{"ClaimDue", testClaimDue},
+		{"ClaimOne", testClaimOne},
+		{"ConcurrentClaimsTakeEachOnce", testConcurrentClaims},
+		{"DeferInquiry", testDeferInquiry},
+		{"Stats", testStats},
 		{"Ping", testPing},
 	}
 	for _, tc := range tests {
