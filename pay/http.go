@@ -53,9 +53,16 @@ type handler struct {
 // NewHandler returns the payment API of DESIGN.md on httpapi:
 // POST /v1/payments, GET /v1/payments/{id}, /healthz, /readyz (with the
 // store's Ping as check "store"; add more with AddCheck), /metrics (from
-// reg; nil: a new registry) and /openapi.json. Errors are problem+json.
+// reg; nil: a new registry; with the store gauges of NewStoreGauges) and
+// /openapi.json. Errors are problem+json.
 func NewHandler(svc *Service, store Store, cfg HandlerConfig, reg *prometheus.Registry) (*httpapi.API, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if err := reg.Register(NewStoreGauges(store, svc.cfg.Now, cfg.Logger)); err != nil {
 		return nil, err
 	}
 	api, err := httpapi.New(httpapi.Config{

@@ -70,6 +70,7 @@ type payOptions struct {
 	nats        string
 	natsDir     string
 	timeout     time.Duration
+	inquiries   int
 	logLevel    string
 	server      httpapi.ServerConfig
 }
@@ -99,8 +100,10 @@ Errors are RFC 9457 application/problem+json with a code and, for a field at
 fault, the field.
 
 An approval that times out is UNKNOWN (202), never retried: a reconciler asks
-the institution for the status and settles it. PENDING payments left by a
-crash become UNKNOWN at start-up. Every change writes an outbox row in the
+the institution for the status and settles it, --inquiry-concurrency inquiries
+at once. A PENDING payment whose approval call must have ended (a crash, or a
+database failure after the institution answered) is taken over as UNKNOWN by
+any instance; a younger one is left to the instance calling. Every change writes an outbox row in the
 same transaction; a relay publishes the rows to NATS JetStream
 (payments.<id>, de-duplicated by <id>-<seq>).
 
@@ -119,6 +122,7 @@ past --idle-timeout.`,
 	f.StringVar(&opts.nats, "nats", "", "NATS URL (default: $"+envNATS+"; empty: an embedded nats-server)")
 	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: a temporary directory)")
 	f.DurationVar(&opts.timeout, "timeout", 3*time.Second, "client timeout of one approval call")
+	f.IntVar(&opts.inquiries, "inquiry-concurrency", pay.DefaultConfig().InquiryConcurrency, "status inquiries the reconciler runs at once")
 	f.StringVar(&opts.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
@@ -205,11 +209,15 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := pay.DefaultConfig()
 	cfg.ApprovalTimeout, cfg.Logger, cfg.Metrics = opts.timeout, log, pay.NewMetrics(reg)
+	cfg.InquiryConcurrency = opts.inquiries
 	// Keep connections to the institution open for bursts of payments.
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
 	client := institution.NewClient(opts.institution, &http.Client{Transport: tr})
 	svc, err := pay.NewService(store, institutionclient.New(client), cfg)
+	if e, ok := errors.AsType[*pay.Error](err); ok && e.Field == "InquiryConcurrency" {
+		return fmt.Errorf("--inquiry-concurrency %s", e.Message)
+	}
 	if err != nil {
 		return err
 	}
@@ -220,7 +228,8 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 		return err
 	}
 	api.AddCheck(httpapi.Check{Name: "nats", Ping: natsReady(nc)})
-	// Recover PENDING payments before the first request is served.
+	// Take over the PENDING payments left by a crash before the first
+	// request is served (Run goes on doing it).
 	if n, err := svc.Recover(ctx); err != nil {
 		return fmt.Errorf("recovering PENDING payments: %w", err)
 	} else if n > 0 {
