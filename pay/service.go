@@ -425,7 +425,8 @@ func (s *Service) Get(ctx context.Context, id string) (Payment, error) {
 		if err != nil || !ok {
 			return nil, err
 		}
-		return nil, s.inquire(ictx, claimed)
+		_, err = s.inquire(ictx, claimed)
+		return nil, err
 	})
 	if err != nil {
 		s.cfg.Logger.Warn("pay: inquiry on read failed", "payment", id, "err", err)
@@ -440,8 +441,9 @@ func (s *Service) Get(ctx context.Context, id string) (Payment, error) {
 // it to APPROVED, DECLINED or FAILED when the answer allows; otherwise the
 // payment stays UNKNOWN (never guessed), its inquiry is counted, the next
 // one deferred, and the payment flagged for review after ReviewAfter
-// inquiries. The error is the inquiry's or the store's.
-func (s *Service) inquire(ctx context.Context, p Payment) error {
+// inquiries. It reports whether the payment is settled; the error is the
+// inquiry's or the store's.
+func (s *Service) inquire(ctx context.Context, p Payment) (bool, error) {
 	ictx, cancel := context.WithTimeout(ctx, s.cfg.InquiryTimeout)
 	q, ierr := s.inst.Inquire(ictx, p.ExternalKey)
 	cancel()
@@ -451,21 +453,21 @@ func (s *Service) inquire(ctx context.Context, p Payment) error {
 			switch {
 			case err == nil:
 				s.cfg.Metrics.settle(to)
-				return nil
+				return true, nil
 			case errors.Is(err, ErrStaleStatus):
-				return nil // someone else settled it
+				return true, nil // someone else settled it
 			default:
-				return err // the claim runs out and the payment is asked about again
+				return false, err // the claim runs out and the payment is asked about again
 			}
 		}
 	}
 	n := p.Inquiries + 1
 	deferred, err := s.store.DeferInquiry(ctx, p.ID, StatusUnknown, s.cfg.Now().Add(s.cfg.ReconcileEvery<<min(n, 6)))
 	if errors.Is(err, ErrStaleStatus) {
-		return nil
+		return true, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	if deferred.Inquiries >= s.cfg.ReviewAfter && !deferred.ManualReview {
 		why := reason(ReasonReviewUnsettled, "still UNKNOWN after %d status inquiries", deferred.Inquiries)
@@ -474,11 +476,11 @@ func (s *Service) inquire(ctx context.Context, p Payment) error {
 		}
 		s.cfg.Logger.Warn("pay: payment flagged for manual review", "payment", p.ID, "inquiries", deferred.Inquiries, "err", ierr)
 		if err := s.store.FlagReview(ctx, p.ID, why); err != nil {
-			return err
+			return false, err
 		}
 		s.cfg.Metrics.flag()
 	}
-	return ierr
+	return false, ierr
 }
 
 // verdict reads an inquiry's answer about p: the status it settles p in
@@ -574,7 +576,7 @@ func (s *Service) reconcileOne(ctx context.Context, p Payment) (tookOver, settle
 		_, err := s.transition(ctx, p, StatusPending, StatusUnknown,
 			reason(ReasonRecovered, "still PENDING %s after it was created; the call may have reached the institution", s.cfg.ApprovalTimeout+s.cfg.TakeoverMargin))
 		if errors.Is(err, ErrStaleStatus) {
-			return false, true // its approval's outcome was written meanwhile
+			return false, false // its approval's outcome was written meanwhile
 		}
 		if err != nil {
 			s.cfg.Logger.Warn("pay: taking over a PENDING payment failed", "payment", p.ID, "err", err)
@@ -590,12 +592,11 @@ func (s *Service) reconcileOne(ctx context.Context, p Payment) (tookOver, settle
 			return tookOver, false // another claim has it
 		}
 	}
-	err := s.inquire(ctx, p)
+	settled, err := s.inquire(ctx, p)
 	if err != nil && !errors.Is(err, ErrInquiryUnavailable) {
 		s.cfg.Logger.Warn("pay: inquiry failed", "payment", p.ID, "err", err)
 	}
-	cur, gerr := s.store.Get(ctx, p.ID)
-	return tookOver, gerr == nil && cur.Status.Terminal()
+	return tookOver, settled
 }
 
 // Recover runs one reconciliation pass and returns how many PENDING
