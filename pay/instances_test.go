@@ -38,7 +38,7 @@ func TestTwoInstancesOnePostgres(t *testing.T) {
 		stop  func()
 	}
 	start := func() instance {
-		store := openPG(t, raw, schema, "")
+		store := openPG(t, raw, schema, "", 10*time.Second)
 		svc, err := pay.NewService(store, inst.adapter, cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -35,7 +35,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stampede_pay_review_flagged_total", Help: "Payments flagged for manual review.",
 		}),
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "stampede_pay_recovered_total", Help: "PENDING payments found at start-up and turned UNKNOWN.",
+			Name: "stampede_pay_recovered_total", Help: "PENDING payments whose approval call ended unrecorded (a crash, a failed write), taken over as UNKNOWN.",
 		}),
 	}
 	reg.MustRegister(m.outcomes, m.approvals, m.settled, m.flagged, m.recovered)

@@ -127,10 +127,10 @@ func runOutage(t *testing.T, store pay.Store, cut, restore func()) {
 // a burst of payments.
 func TestPostgresOutageSettlesWithoutRestart(t *testing.T) {
 	raw, schema := pgURL(t)
-	openPG(t, raw, schema, "").Close() // migrate directly
+	openPG(t, raw, schema, "", 5*time.Second).Close() // migrate directly
 	u := mustHost(t, raw)
 	proxy := paytest.NewProxy(t, u)
-	store := openPG(t, raw, schema, proxy.Addr())
+	store := openPG(t, raw, schema, proxy.Addr(), 2*time.Second)
 	runOutage(t, store, proxy.Cut, proxy.Restore)
 }
 

@@ -18,10 +18,14 @@ import (
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
-// openSQLite opens a file database closed when the test ends.
+// openSQLite opens a file database closed when the test ends, with a
+// generous operation timeout: these tests load the store hard, and under
+// the race detector on a small machine.
 func openSQLite(t testing.TB) *sqlite.Store {
 	t.Helper()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "pay.db"))
+	cfg := sqlite.DefaultConfig()
+	cfg.Path, cfg.OpTimeout, cfg.MaxReadConns = filepath.Join(t.TempDir(), "pay.db"), 10*time.Second, 8
+	store, err := sqlite.OpenConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -416,25 +416,28 @@ func (s *Service) Get(ctx context.Context, id string) (Payment, error) {
 	if p.Status != StatusUnknown || s.cfg.Now().Before(p.NextInquiryAt) {
 		return p, nil
 	}
-	_, err, _ = s.reads.Do(id, func() (any, error) {
+	v, err, _ := s.reads.Do(id, func() (any, error) {
 		// Detached: the GETs sharing this inquiry are not cut short by
 		// the first one's client leaving.
 		ictx := context.WithoutCancel(ctx)
 		now := s.cfg.Now()
 		claimed, ok, err := s.store.ClaimOne(ictx, id, now, now.Add(s.cfg.ClaimLease))
-		if err != nil || !ok {
+		if err != nil {
 			return nil, err
 		}
-		_, err = s.inquire(ictx, claimed)
-		return nil, err
+		if ok {
+			if _, err := s.inquire(ictx, claimed); err != nil {
+				s.cfg.Logger.Warn("pay: inquiry on read failed", "payment", id, "err", err)
+			}
+		}
+		// One read of the outcome for every GET that waited on it.
+		return s.store.Get(ictx, id)
 	})
 	if err != nil {
-		s.cfg.Logger.Warn("pay: inquiry on read failed", "payment", id, "err", err)
+		s.cfg.Logger.Warn("pay: inquiry on read failed; answering the stored payment", "payment", id, "err", err)
+		return p, nil
 	}
-	if fresh, gerr := s.store.Get(ctx, id); gerr == nil {
-		return fresh, nil
-	}
-	return p, nil
+	return v.(Payment), nil
 }
 
 // inquire makes one status inquiry for a claimed UNKNOWN payment and moves

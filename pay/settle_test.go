@@ -173,8 +173,9 @@ func pgURL(t testing.TB) (string, string) {
 }
 
 // openPG opens a store on schema of the database at raw, through hostport
-// when it is not "", closed when the test ends.
-func openPG(t testing.TB, raw, schema, hostport string) *postgres.Store {
+// when it is not "", with operations bounded by opTimeout, closed when the
+// test ends.
+func openPG(t testing.TB, raw, schema, hostport string, opTimeout time.Duration) *postgres.Store {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -184,7 +185,7 @@ func openPG(t testing.TB, raw, schema, hostport string) *postgres.Store {
 		u.Host = hostport
 	}
 	cfg := postgres.DefaultConfig()
-	cfg.URL, cfg.Schema, cfg.OpTimeout, cfg.ConnectTimeout = u.String(), schema, time.Second, time.Second
+	cfg.URL, cfg.Schema, cfg.OpTimeout, cfg.ConnectTimeout = u.String(), schema, opTimeout, opTimeout
 	s, err := postgres.OpenConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("open PostgreSQL: %v", err)

@@ -228,13 +228,6 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 		return err
 	}
 	api.AddCheck(httpapi.Check{Name: "nats", Ping: natsReady(nc)})
-	// Take over the PENDING payments left by a crash before the first
-	// request is served (Run goes on doing it).
-	if n, err := svc.Recover(ctx); err != nil {
-		return fmt.Errorf("recovering PENDING payments: %w", err)
-	} else if n > 0 {
-		log.Warn("recovered PENDING payments as UNKNOWN; the reconciler settles them", "count", n)
-	}
 	ln, err := net.Listen("tcp", opts.http)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
@@ -242,6 +235,8 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan struct{}, 2)
+	// The reconciler's first pass, at once, takes over the PENDING
+	// payments a crash left (once their approval must have ended).
 	go func() { _ = svc.Run(runCtx); done <- struct{}{} }()
 	go func() { _ = relay.Run(runCtx); done <- struct{}{} }()
 	log.Info("payment service listening", "addr", ln.Addr().String(), "store", where, "institution", opts.institution,
