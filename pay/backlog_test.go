@@ -87,3 +87,17 @@ func BenchmarkBacklog(b *testing.B) {
 		b.ReportMetric(took.Seconds(), "settle_s")
 	}
 }
+
+// BenchmarkBacklogPostgres is BenchmarkBacklog on PostgreSQL, where
+// writes of different payments run in parallel.
+func BenchmarkBacklogPostgres(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		raw, schema := pgURL(b)
+		store := openPG(b, raw, schema, "", 10*time.Second)
+		b.StartTimer()
+		took, ideal := runBacklog(b, store, 10_000, 16)
+		b.ReportMetric(float64(took)/float64(ideal), "ratio")
+		b.ReportMetric(took.Seconds(), "settle_s")
+	}
+}

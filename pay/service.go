@@ -120,7 +120,7 @@ type Config struct {
 
 // DefaultConfig returns a 3-second approval timeout, no retries, a
 // bulkhead of 1,000, 1-second inquiries (16 at once) every second with
-// backoff, 30-second claims, PENDING taken over 2 seconds after its
+// backoff, 10-second claims, PENDING taken over 2 seconds after its
 // approval timeout, outcome writes retried for 10 seconds, review after 8
 // inconclusive inquiries, and 24-hour idempotency keys.
 func DefaultConfig() Config {
@@ -133,7 +133,7 @@ func DefaultConfig() Config {
 		InquiryTimeout:     time.Second,
 		InquiryConcurrency: 16,
 		ReconcileEvery:     time.Second,
-		ClaimLease:         30 * time.Second,
+		ClaimLease:         10 * time.Second,
 		TakeoverMargin:     2 * time.Second,
 		WriteRetryFor:      10 * time.Second,
 		ReviewAfter:        8,
