@@ -523,10 +523,12 @@ type PassResult struct {
 // returned is a failed claim's.
 func (s *Service) Pass(ctx context.Context) (PassResult, error) {
 	var (
-		res   PassResult
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		work  = make(chan Payment)
+		res PassResult
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		// Claimed payments wait here for a free inquiry: the next batch
+		// is claimed while the last one is being asked about.
+		work  = make(chan Payment, 2*s.cfg.InquiryConcurrency)
 		batch = 2 * s.cfg.InquiryConcurrency
 	)
 	for range s.cfg.InquiryConcurrency {
