@@ -101,3 +101,43 @@ func BenchmarkBacklogPostgres(b *testing.B) {
 		b.ReportMetric(took.Seconds(), "settle_s")
 	}
 }
+
+// TestNoStarvation: 500 UNKNOWN payments flagged for review and backing
+// off (their next inquiry an hour away) do not keep the 501st, due now,
+// from being asked about in the first pass: a pass claims what is due,
+// whatever else waits.
+func TestNoStarvation(t *testing.T) {
+	store := openSQLite(t)
+	inst := newSimInst(t, time.Millisecond, nil)
+	ctx := context.Background()
+	later := time.Now().Add(time.Hour)
+	for i := range 500 {
+		p := unknownPayment(t, store, i)
+		if err := store.FlagReview(ctx, p.ID, "review: still UNKNOWN"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.DeferInquiry(ctx, p.ID, pay.StatusUnknown, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := unknownPayment(t, store, 500)
+	if _, err := inst.adapter.Approve(ctx, pay.ApprovalRequest{ExternalKey: last.ExternalKey, Amount: last.Amount, Currency: last.Currency}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := pay.DefaultConfig()
+	cfg.Logger = quiet()
+	svc, err := pay.NewService(store, inst.adapter, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc.Pass(ctx)
+	if err != nil || res.Claimed != 1 || res.Settled != 1 {
+		t.Fatalf("Pass = %+v, %v; want only the due payment claimed, and settled", res, err)
+	}
+	if p, _ := store.Get(ctx, last.ID); p.Status != pay.StatusApproved {
+		t.Fatalf("the 501st payment is %s, want APPROVED", p.Status)
+	}
+	if n := inst.inquiries.Load(); n != 1 {
+		t.Errorf("%d inquiries, want 1", n)
+	}
+}
