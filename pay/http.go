@@ -60,8 +60,8 @@ type handler struct {
 // POST /v1/payments, GET /v1/payments/{id} (both for a merchant
 // authenticated by "Authorization: Bearer <API key>"), /healthz, /readyz
 // (with the store's Ping as check "store"; add more with AddCheck),
-// /metrics (from reg; nil: a new registry) and /openapi.json. Errors are
-// problem+json.
+// /metrics (from reg; nil: a new registry; with the store gauges of
+// NewStoreGauges) and /openapi.json. Errors are problem+json.
 func NewHandler(svc *Service, store Store, cfg HandlerConfig, reg *prometheus.Registry) (*httpapi.API, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -72,6 +72,12 @@ func NewHandler(svc *Service, store Store, cfg HandlerConfig, reg *prometheus.Re
 			return nil, Invalid("Merchants", "must be set: the store %T does not implement MerchantStore", store)
 		}
 		cfg.Merchants = ms
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if err := reg.Register(NewStoreGauges(store, svc.cfg.Now, cfg.Logger)); err != nil {
+		return nil, err
 	}
 	api, err := httpapi.New(httpapi.Config{
 		Name:     "pay",

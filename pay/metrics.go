@@ -1,6 +1,8 @@
 package pay
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,7 +35,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stampede_pay_review_flagged_total", Help: "Payments flagged for manual review.",
 		}),
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "stampede_pay_recovered_total", Help: "PENDING payments found at start-up and turned UNKNOWN.",
+			Name: "stampede_pay_recovered_total", Help: "PENDING payments whose approval call ended unrecorded (a crash, a failed write), taken over as UNKNOWN.",
 		}),
 	}
 	reg.MustRegister(m.outcomes, m.approvals, m.settled, m.flagged, m.recovered)
@@ -63,4 +65,57 @@ func (m *Metrics) recover(n int) {
 	if m != nil {
 		m.recovered.Add(float64(n))
 	}
+}
+
+// StatsTimeout bounds the store read behind one scrape of the store
+// gauges.
+const StatsTimeout = time.Second
+
+// storeGauges is a Prometheus collector that reads Store.Stats at scrape
+// time: stampede_pay_payments_unsettled{status} (PENDING and UNKNOWN
+// counts), stampede_pay_payments_flagged and
+// stampede_pay_outbox_lag_seconds. A dashboard uses these names.
+type storeGauges struct {
+	store                   Store
+	now                     func() time.Time
+	log                     *slog.Logger
+	unsettled, flagged, lag *prometheus.Desc
+}
+
+// NewStoreGauges returns a collector of the store gauges over store,
+// measuring the outbox lag with now. A scrape whose store read fails
+// (within StatsTimeout) leaves the gauges out and logs why, so that the
+// other metrics are still served.
+func NewStoreGauges(store Store, now func() time.Time, log *slog.Logger) prometheus.Collector {
+	return &storeGauges{
+		store: store, now: now, log: log,
+		unsettled: prometheus.NewDesc("stampede_pay_payments_unsettled",
+			"Payments awaiting an outcome, by status (PENDING, UNKNOWN), read from the store at scrape time.", []string{"status"}, nil),
+		flagged: prometheus.NewDesc("stampede_pay_payments_flagged",
+			"Payments flagged for manual review, read from the store at scrape time.", nil, nil),
+		lag: prometheus.NewDesc("stampede_pay_outbox_lag_seconds",
+			"Age of the oldest unpublished outbox row (0 if none), read from the store at scrape time.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (g *storeGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.unsettled
+	ch <- g.flagged
+	ch <- g.lag
+}
+
+// Collect implements prometheus.Collector.
+func (g *storeGauges) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), StatsTimeout)
+	defer cancel()
+	st, err := g.store.Stats(ctx)
+	if err != nil {
+		g.log.Warn("pay: reading the store gauges failed", "err", err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(g.unsettled, prometheus.GaugeValue, float64(st.Pending), string(StatusPending))
+	ch <- prometheus.MustNewConstMetric(g.unsettled, prometheus.GaugeValue, float64(st.Unknown), string(StatusUnknown))
+	ch <- prometheus.MustNewConstMetric(g.flagged, prometheus.GaugeValue, float64(st.Flagged))
+	ch <- prometheus.MustNewConstMetric(g.lag, prometheus.GaugeValue, st.OutboxLag(g.now()).Seconds())
 }

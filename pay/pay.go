@@ -67,7 +67,15 @@ type Payment struct {
 	ReviewReason   string // why, when ManualReview
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
-	History        []StatusChange // oldest first; empty in list results
+	// NextInquiryAt is when the payment is next due for a status
+	// inquiry: for PENDING, when its approval call must have ended (after
+	// it, a reconciler takes the payment over); for UNKNOWN, when it may
+	// next be asked about (a reconciler's claim moves it forward as a
+	// lease). Zero once the payment is final.
+	NextInquiryAt time.Time
+	// Inquiries counts the inconclusive status inquiries made so far.
+	Inquiries int
+	History   []StatusChange // oldest first; empty in list results
 }
 
 // StatusChange is one entry of a payment's append-only status history.
@@ -112,6 +120,11 @@ func (r IdempotencyRecord) Expired(now time.Time) bool { return !now.Before(r.Ex
 // DefaultIdempotencyTTL is how long an idempotency record lives when the
 // caller does not set ExpiresAt.
 const DefaultIdempotencyTTL = 24 * time.Hour
+
+// DefaultPendingTakeover is how long after its creation a PENDING payment
+// whose creator did not set NextInquiryAt may be taken over by a
+// reconciler (PrepareCreate).
+const DefaultPendingTakeover = time.Minute
 
 // MaxIdempotencyKeyLen is the longest Idempotency-Key accepted.
 const MaxIdempotencyKeyLen = 255
@@ -221,7 +234,8 @@ func ParseUUID(s string) (uuid.UUID, error) {
 // for Store.CreatePending; storage adapters call it so that they all store
 // the same thing. It requires a canonical (lower-case, hyphenated) UUID ID
 // and valid create fields; it lower-cases MerchantID, sets Status PENDING,
-// ExternalKey to ID (unless set), CreatedAt (unless set) and UpdatedAt to
+// ExternalKey to ID (unless set), CreatedAt (unless set), NextInquiryAt
+// (unless set: DefaultPendingTakeover after CreatedAt), Inquiries to 0 and UpdatedAt to
 // now, History to the single created entry, the idempotency record's
 // PaymentID and in-flight state, its CreatedAt (unless set) and ExpiresAt
 // (unless set: DefaultIdempotencyTTL later). Times are UTC, truncated to
@@ -258,6 +272,11 @@ func PrepareCreate(p Payment, idem IdempotencyRecord, now time.Time) (Payment, I
 	}
 	p.CreatedAt = StoreTime(p.CreatedAt)
 	p.UpdatedAt = p.CreatedAt
+	if p.NextInquiryAt.IsZero() {
+		p.NextInquiryAt = p.CreatedAt.Add(DefaultPendingTakeover)
+	}
+	p.NextInquiryAt = StoreTime(p.NextInquiryAt)
+	p.Inquiries = 0
 	p.History = []StatusChange{{From: "", To: StatusPending, Reason: ReasonCreated, At: p.CreatedAt}}
 
 	idem.PaymentID = p.ID

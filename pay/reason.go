@@ -21,7 +21,7 @@ const (
 	ReasonInquiryApproved = "inquiry_approved"  // a status inquiry found the payment approved
 	ReasonInquiryDeclined = "inquiry_declined"  // a status inquiry found the payment declined
 	ReasonInquiryNotFound = "inquiry_not_found" // not found after the institution's not-found window
-	ReasonRecovered       = "recovered"         // PENDING at start-up after a crash
+	ReasonRecovered       = "recovered"         // PENDING past its approval timeout (a crash, a failed write): taken over
 	ReasonReviewUnsettled = "unsettled"         // flagged: status inquiries could not settle it
 	ReasonWithheld        = "withheld"          // an old reason with internals in it, not shown
 )

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,8 +16,9 @@ import (
 
 // TestCrashLeavesPendingThenRecovers: a service that died mid-call leaves
 // PENDING payments, some of which the institution charged and some it
-// never saw. A new service recovers them as UNKNOWN, the reconciler settles
-// every one, and parity finds nothing wrong.
+// never saw. A new service, once their approval must have ended, takes
+// them over as UNKNOWN, the reconciler settles every one, and parity
+// finds nothing wrong. Before then it leaves them alone.
 func TestCrashLeavesPendingThenRecovers(t *testing.T) {
 	r := newRig(t, nil)
 	ctx := context.Background()
@@ -36,15 +38,23 @@ func TestCrashLeavesPendingThenRecovers(t *testing.T) {
 			}
 		}
 	}
-	// The restarted service.
+	// The restarted service, its clock first at once, then past the
+	// payments' takeover time (pay.DefaultPendingTakeover, as the store
+	// wrote them without one).
+	var skew atomic.Int64
 	svc, err := pay.NewService(r.store, client, func() pay.Config {
 		c := pay.DefaultConfig()
 		c.ReconcileEvery = 20 * time.Millisecond
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 		return c
 	}())
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got, err := svc.Recover(ctx); err != nil || got != 0 {
+		t.Fatalf("Recover before the takeover time = %d, %v; want nothing touched", got, err)
+	}
+	skew.Store(int64(pay.DefaultPendingTakeover + time.Second))
 	if got, err := svc.Recover(ctx); err != nil || got != n {
 		t.Fatalf("Recover = %d, %v; want all %d PENDING payments turned UNKNOWN", got, err, n)
 	}

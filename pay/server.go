@@ -191,20 +191,16 @@ func (s *Server) Service() *Service { return s.svc }
 // Handler is the HTTP API the server serves.
 func (s *Server) Handler() *httpapi.API { return s.api }
 
-// Run recovers PENDING payments left by a crash, then serves the API on
-// ln and runs the reconciler and the relay, under one errgroup, until
+// Run serves the API on ln and runs the reconciler (whose first pass, at
+// once, takes over the PENDING payments a crash left, once their approval
+// call must have ended), the relay and the Background components, under
+// one errgroup, until
 // ctx ends (then it shuts down gracefully and returns nil) or one of
 // them fails. A background component that fails first fails its /readyz
 // check ("reconciler" or "relay"), is logged, and after DrainDelay the
 // whole server stops and Run returns its error.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	log := s.cfg.Logger
-	if n, err := s.svc.Recover(ctx); err != nil {
-		ln.Close()
-		return fmt.Errorf("pay: recovering PENDING payments: %w", err)
-	} else if n > 0 {
-		log.Warn("pay: recovered PENDING payments as UNKNOWN; the reconciler settles them", "count", n)
-	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := httpapi.Serve(gctx, ln, s.api, s.cfg.HTTP, log); err != nil {

@@ -55,8 +55,8 @@ func (m *memPublisher) count() int {
 	return len(m.events)
 }
 
-// brokenList fails ListByStatus once broken is set: the store gone bad
-// under the reconciler.
+// brokenList fails the reconciler's claims once broken is set: the store
+// gone bad under the reconciler.
 type brokenList struct {
 	merchantStore
 	broken atomic.Bool
@@ -68,11 +68,11 @@ type merchantStore interface {
 	pay.MerchantStore
 }
 
-func (b *brokenList) ListByStatus(ctx context.Context, s pay.Status, limit int) ([]pay.Payment, error) {
+func (b *brokenList) ClaimDue(ctx context.Context, now, until time.Time, limit int) ([]pay.Payment, error) {
 	if b.broken.Load() {
 		return nil, errors.New("disk I/O error")
 	}
-	return b.merchantStore.ListByStatus(ctx, s, limit)
+	return b.merchantStore.ClaimDue(ctx, now, until, limit)
 }
 
 // runningServer is a pay.Server run by a test.

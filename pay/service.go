@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/stampede-lab/stampede/retry"
 )
 
@@ -72,21 +74,44 @@ type Config struct {
 	// again. Production uses none (the default): a timeout is UNKNOWN and
 	// a status inquiry settles it. Other policies exist for the lab.
 	Retry retry.Policy
-	// Sleep waits between retries (tests inject a fake).
+	// Sleep waits between retries, of approvals and of the write after
+	// one (tests inject a fake).
 	Sleep retry.Sleeper
 	// MaxInFlight is the bulkhead: approvals in flight at once. A request
 	// over it is FAILED without being sent.
 	MaxInFlight int
 	// InquiryTimeout bounds one status inquiry.
 	InquiryTimeout time.Duration
-	// ReconcileEvery is how often the reconciler looks at UNKNOWN
-	// payments; each payment's inquiries back off from it exponentially.
+	// InquiryConcurrency bounds the status inquiries a reconciliation
+	// pass runs at once.
+	InquiryConcurrency int
+	// ReconcileEvery is how often the reconciler claims the payments due
+	// for an inquiry; after each inconclusive inquiry a payment waits
+	// ReconcileEvery << min(inquiries, 6) before the next (and a GET of
+	// it reads the stored state meanwhile).
 	ReconcileEvery time.Duration
 	// GiveUpAfter is how long reconciliation passes may keep failing
 	// (the store unreachable, say), with none succeeding, before Run
 	// gives up and returns the error: a transient failure is retried on
 	// the next tick; one that lasts this long is permanent.
 	GiveUpAfter time.Duration
+	// ClaimLease is how long a claimed payment is left to the instance
+	// that claimed it: if that instance dies mid-inquiry, another claims
+	// the payment once the lease has run out. It must exceed
+	// InquiryTimeout.
+	ClaimLease time.Duration
+	// TakeoverMargin: a PENDING payment older than ApprovalTimeout plus
+	// TakeoverMargin has lost its approval call (a crash, or a write that
+	// failed after the institution answered), and a reconciler takes it
+	// over as UNKNOWN. A younger one is never touched: its instance may
+	// be calling the institution right now. With a Retry policy other
+	// than none the margin must cover the further attempts and waits.
+	TakeoverMargin time.Duration
+	// WriteRetryFor bounds how long the write of an approval's outcome is
+	// retried (with backoff, whatever the client does) when the database
+	// fails; after it the request fails and the reconciler settles the
+	// payment.
+	WriteRetryFor time.Duration
 	// ReviewAfter is how many inquiries may leave a payment UNKNOWN
 	// before it is flagged for manual review.
 	ReviewAfter int
@@ -101,23 +126,29 @@ type Config struct {
 }
 
 // DefaultConfig returns a 3-second approval timeout, no retries, a
-// bulkhead of 1,000, 1-second inquiries every second with backoff, review
-// after 8 inconclusive inquiries, a reconciler that gives up after 5
-// minutes of failures, and 24-hour idempotency keys.
+// bulkhead of 1,000, 1-second inquiries (16 at once) every second with
+// backoff, 10-second claims, PENDING taken over 2 seconds after its
+// approval timeout, outcome writes retried for 10 seconds, review after 8
+// inconclusive inquiries, a reconciler that gives up after 5 minutes of
+// failures, and 24-hour idempotency keys.
 func DefaultConfig() Config {
 	none, _ := retry.New(retry.DefaultConfig(), nil)
 	return Config{
-		ApprovalTimeout: 3 * time.Second,
-		Retry:           none,
-		Sleep:           retry.Sleep,
-		MaxInFlight:     1000,
-		InquiryTimeout:  time.Second,
-		ReconcileEvery:  time.Second,
-		GiveUpAfter:     5 * time.Minute,
-		ReviewAfter:     8,
-		IdempotencyTTL:  DefaultIdempotencyTTL,
-		Now:             time.Now,
-		Logger:          slog.Default(),
+		ApprovalTimeout:    3 * time.Second,
+		Retry:              none,
+		Sleep:              retry.Sleep,
+		MaxInFlight:        1000,
+		InquiryTimeout:     time.Second,
+		InquiryConcurrency: 16,
+		ReconcileEvery:     time.Second,
+		ClaimLease:         10 * time.Second,
+		TakeoverMargin:     2 * time.Second,
+		WriteRetryFor:      10 * time.Second,
+		GiveUpAfter:        5 * time.Minute,
+		ReviewAfter:        8,
+		IdempotencyTTL:     DefaultIdempotencyTTL,
+		Now:                time.Now,
+		Logger:             slog.Default(),
 	}
 }
 
@@ -134,10 +165,18 @@ func (c Config) Validate() error {
 		return Invalid("MaxInFlight", "must be at least 1, got %d", c.MaxInFlight)
 	case c.InquiryTimeout <= 0:
 		return Invalid("InquiryTimeout", "must be positive, got %s", c.InquiryTimeout)
+	case c.InquiryConcurrency < 1:
+		return Invalid("InquiryConcurrency", "must be at least 1, got %d", c.InquiryConcurrency)
 	case c.ReconcileEvery <= 0:
 		return Invalid("ReconcileEvery", "must be positive, got %s", c.ReconcileEvery)
 	case c.GiveUpAfter <= 0:
 		return Invalid("GiveUpAfter", "must be positive, got %s", c.GiveUpAfter)
+	case c.ClaimLease <= c.InquiryTimeout:
+		return Invalid("ClaimLease", "must exceed InquiryTimeout (%s), got %s", c.InquiryTimeout, c.ClaimLease)
+	case c.TakeoverMargin <= 0:
+		return Invalid("TakeoverMargin", "must be positive, got %s", c.TakeoverMargin)
+	case c.WriteRetryFor < 0:
+		return Invalid("WriteRetryFor", "must not be negative, got %s", c.WriteRetryFor)
 	case c.ReviewAfter < 1:
 		return Invalid("ReviewAfter", "must be at least 1, got %d", c.ReviewAfter)
 	case c.IdempotencyTTL <= 0:
@@ -151,20 +190,18 @@ func (c Config) Validate() error {
 }
 
 // Service is the payment service's logic: idempotent creation, the
-// approval call, and settling UNKNOWN payments by status inquiry.
+// approval call, and settling UNKNOWN payments (and PENDING ones whose
+// call was lost) by status inquiry. Its inquiry state lives in the store,
+// so several instances share one database and a restart loses nothing.
 type Service struct {
 	store Store
 	inst  Institution
 	cfg   Config
 	slots chan struct{} // the bulkhead
 
-	mu       sync.Mutex
-	inquired map[string]inquiryState // reconciler backoff per payment
-}
-
-type inquiryState struct {
-	count int
-	next  time.Time
+	// reads lets one GET per payment at a time ask the institution;
+	// concurrent GETs of the payment wait for that answer.
+	reads singleflight.Group
 }
 
 // NewService returns a Service over store and inst.
@@ -172,7 +209,7 @@ func NewService(store Store, inst Institution, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{store: store, inst: inst, cfg: cfg, slots: make(chan struct{}, cfg.MaxInFlight), inquired: map[string]inquiryState{}}, nil
+	return &Service{store: store, inst: inst, cfg: cfg, slots: make(chan struct{}, cfg.MaxInFlight)}, nil
 }
 
 // CreateRequest is a payment request.
@@ -215,7 +252,10 @@ func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (Re
 	mid, _ := ParseUUID(req.MerchantID)
 	req.MerchantID = mid.String() // the same request hashes the same whatever the case
 	now := s.cfg.Now()
-	p := Payment{ID: NewID(), MerchantID: req.MerchantID, OrderID: req.OrderID, Amount: req.Amount, Currency: req.Currency}
+	p := Payment{ID: NewID(), MerchantID: req.MerchantID, OrderID: req.OrderID, Amount: req.Amount, Currency: req.Currency,
+		// Until then the payment is ours; after it a reconciler may take
+		// it over.
+		NextInquiryAt: now.Add(s.cfg.ApprovalTimeout + s.cfg.TakeoverMargin)}
 	idem := IdempotencyRecord{Key: ScopedKey(req.MerchantID, key), RequestHash: req.Hash(), CreatedAt: now, ExpiresAt: now.Add(s.cfg.IdempotencyTTL)}
 	p, err := s.store.CreatePending(ctx, p, idem)
 	var conflict *IdempotencyConflict
@@ -230,22 +270,90 @@ func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (Re
 	to, reason := s.approve(ctx, p)
 	s.cfg.Metrics.outcome(to, time.Since(start))
 	// The outcome is written even if the client went away meanwhile.
-	wctx := context.WithoutCancel(ctx)
-	code := http.StatusCreated
-	if to == StatusUnknown {
-		code = http.StatusAccepted
+	return s.finish(context.WithoutCancel(ctx), p, to, reason)
+}
+
+// finish writes the outcome of p's approval (PENDING to `to`) with the
+// response a repeated key replays, and returns that response. A database
+// failure is retried with backoff for up to WriteRetryFor; if the payment
+// has moved meanwhile (a reconciler took it over, or an earlier attempt's
+// commit went through unacknowledged), the verdict is written over
+// UNKNOWN, or the payment is answered as it stands.
+func (s *Service) finish(ctx context.Context, p Payment, to Status, why string) (Response, error) {
+	start := s.cfg.Now()
+	backoff := 10 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		resp, err := s.writeOutcome(ctx, p, to, why)
+		if err == nil || ErrorCode(err) != CodeUnavailable ||
+			attempt >= maxWriteAttempts || s.cfg.Now().Sub(start) >= s.cfg.WriteRetryFor {
+			if err != nil {
+				s.cfg.Logger.Error("pay: writing an approval's outcome failed; the reconciler will settle it",
+					"payment", p.ID, "status", to, "attempts", attempt, "err", err)
+			}
+			return resp, err
+		}
+		s.cfg.Logger.Warn("pay: writing an approval's outcome failed; retrying", "payment", p.ID, "status", to, "attempt", attempt, "err", err)
+		if err := s.cfg.Sleep(ctx, backoff); err != nil {
+			return Response{}, Unavailable(err)
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	final := p
-	final.Status = to
-	final.History = nil // GET shows the history; the stored answer stays small
-	body, err := json.Marshal(ViewOf(final))
+}
+
+// maxWriteAttempts bounds the attempts of finish whatever the clock says.
+const maxWriteAttempts = 100
+
+// writeOutcome makes one attempt of finish.
+func (s *Service) writeOutcome(ctx context.Context, p Payment, to Status, why string) (Response, error) {
+	resp, err := s.transition(ctx, p, StatusPending, to, why)
+	if !errors.Is(err, ErrStaleStatus) {
+		return resp, err
+	}
+	cur, err := s.store.Get(ctx, p.ID)
 	if err != nil {
-		return Response{}, Internal(err)
+		return Response{}, err
 	}
-	if _, err := s.store.Transition(wctx, p.ID, StatusPending, to, reason, &StoredResponse{Code: code, Body: body}); err != nil {
+	if cur.Status == StatusUnknown && to.Terminal() {
+		// Taken over while we waited: our verdict settles it.
+		resp, err := s.transition(ctx, cur, StatusUnknown, to, why)
+		if !errors.Is(err, ErrStaleStatus) {
+			return resp, err
+		}
+		if cur, err = s.store.Get(ctx, p.ID); err != nil {
+			return Response{}, err
+		}
+	}
+	return responseOf(cur)
+}
+
+// transition moves p from `from` to `to`, storing the response a repeated
+// key replays, and returns that response.
+func (s *Service) transition(ctx context.Context, p Payment, from, to Status, why string) (Response, error) {
+	p.Status = to
+	resp, err := responseOf(p)
+	if err != nil {
+		return Response{}, err
+	}
+	if _, err := s.store.Transition(ctx, p.ID, from, to, why, &StoredResponse{Code: resp.Code, Body: resp.Body}); err != nil {
 		return Response{}, err
 	}
 	// The same bytes a repeated request with this key will get.
+	return resp, nil
+}
+
+// responseOf is the answer to a create request whose payment stands as p:
+// 202 while UNKNOWN (or PENDING), 201 once final; the body is the payment
+// without its history (GET shows it; the stored answer stays small).
+func responseOf(p Payment) (Response, error) {
+	code := http.StatusCreated
+	if !p.Status.Terminal() {
+		code = http.StatusAccepted
+	}
+	p.History = nil
+	body, err := json.Marshal(ViewOf(p))
+	if err != nil {
+		return Response{}, Internal(err)
+	}
 	return Response{Code: code, Body: body}, nil
 }
 
@@ -315,8 +423,12 @@ func approvalFailure(err error, sent bool, attempts int, timeout time.Duration) 
 	}
 }
 
-// Get returns a payment; an UNKNOWN payment is first given one status
-// inquiry, so a reader sees the settled status as soon as it is known.
+// Get returns a payment. An UNKNOWN payment due for an inquiry is first
+// given one, so a reader sees the settled status as soon as it is known;
+// one GET at a time asks (single-flight per payment, and the claim on the
+// stored NextInquiryAt across instances), the others read the stored
+// state. An inconclusive inquiry defers the next one like the
+// reconciler's, so reads ask at most once per backoff interval.
 func (s *Service) Get(ctx context.Context, id string) (Payment, error) {
 	if _, err := ParseUUID(id); err != nil {
 		return Payment{}, Invalid("id", "must be a UUID")
@@ -325,12 +437,38 @@ func (s *Service) Get(ctx context.Context, id string) (Payment, error) {
 	if err != nil {
 		return Payment{}, err
 	}
-	if p.Status == StatusUnknown {
-		if settled, err := s.settle(ctx, p); err == nil {
-			return settled, nil
-		}
+	return s.read(ctx, p), nil
+}
+
+// read returns p, first given one status inquiry when it is UNKNOWN and
+// due (see Get); on any failure of that inquiry it returns p as stored.
+func (s *Service) read(ctx context.Context, p Payment) Payment {
+	if p.Status != StatusUnknown || s.cfg.Now().Before(p.NextInquiryAt) {
+		return p
 	}
-	return p, nil
+	id := p.ID
+	v, err, _ := s.reads.Do(id, func() (any, error) {
+		// Detached: the GETs sharing this inquiry are not cut short by
+		// the first one's client leaving.
+		ictx := context.WithoutCancel(ctx)
+		now := s.cfg.Now()
+		claimed, ok, err := s.store.ClaimOne(ictx, id, now, now.Add(s.cfg.ClaimLease))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if _, err := s.inquire(ictx, claimed); err != nil {
+				s.cfg.Logger.Warn("pay: inquiry on read failed", "payment", id, "err", err)
+			}
+		}
+		// One read of the outcome for every GET that waited on it.
+		return s.store.Get(ictx, id)
+	})
+	if err != nil {
+		s.cfg.Logger.Warn("pay: inquiry on read failed; answering the stored payment", "payment", id, "err", err)
+		return p
+	}
+	return v.(Payment)
 }
 
 // GetFor returns payment id of merchant merchantID as Get does. Another
@@ -347,137 +485,197 @@ func (s *Service) GetFor(ctx context.Context, merchantID, id string) (Payment, e
 	if !strings.EqualFold(p.MerchantID, merchantID) {
 		return Payment{}, fmt.Errorf("payment %q of another merchant: %w", id, ErrNotFound)
 	}
-	if p.Status == StatusUnknown {
-		if settled, err := s.settle(ctx, p); err == nil {
-			return settled, nil
-		}
-	}
-	return p, nil
+	return s.read(ctx, p), nil
 }
 
-// settle makes one status inquiry for an UNKNOWN payment and moves it to
-// APPROVED, DECLINED or FAILED when the answer allows; otherwise the
-// payment stays UNKNOWN (never guessed).
-func (s *Service) settle(ctx context.Context, p Payment) (Payment, error) {
+// inquire makes one status inquiry for a claimed UNKNOWN payment and moves
+// it to APPROVED, DECLINED or FAILED when the answer allows; otherwise the
+// payment stays UNKNOWN (never guessed), its inquiry is counted, the next
+// one deferred, and the payment flagged for review after ReviewAfter
+// inquiries. It reports whether the payment is settled; the error is the
+// inquiry's or the store's.
+func (s *Service) inquire(ctx context.Context, p Payment) (bool, error) {
 	ictx, cancel := context.WithTimeout(ctx, s.cfg.InquiryTimeout)
-	defer cancel()
-	q, err := s.inst.Inquire(ictx, p.ExternalKey)
-	if err != nil {
-		return p, err
+	q, ierr := s.inst.Inquire(ictx, p.ExternalKey)
+	cancel()
+	if ierr == nil {
+		if to, why, ok := s.verdict(p, q); ok {
+			_, err := s.transition(ctx, p, StatusUnknown, to, why)
+			switch {
+			case err == nil:
+				s.cfg.Metrics.settle(to)
+				return true, nil
+			case errors.Is(err, ErrStaleStatus):
+				return true, nil // someone else settled it
+			default:
+				return false, err // the claim runs out and the payment is asked about again
+			}
+		}
 	}
-	var (
-		to  Status
-		why string
-	)
+	n := p.Inquiries + 1
+	deferred, err := s.store.DeferInquiry(ctx, p.ID, StatusUnknown, s.cfg.Now().Add(s.cfg.ReconcileEvery<<min(n, 6)))
+	if errors.Is(err, ErrStaleStatus) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if deferred.Inquiries >= s.cfg.ReviewAfter && !deferred.ManualReview {
+		why := reason(ReasonReviewUnsettled, "still UNKNOWN after %d status inquiries", deferred.Inquiries)
+		if errors.Is(ierr, ErrInquiryUnavailable) {
+			why += "; the institution's status API is unavailable"
+		}
+		s.cfg.Logger.Warn("pay: payment flagged for manual review", "payment", p.ID, "inquiries", deferred.Inquiries, "err", ierr)
+		if err := s.store.FlagReview(ctx, p.ID, why); err != nil {
+			return false, err
+		}
+		s.cfg.Metrics.flag()
+	}
+	return false, ierr
+}
+
+// verdict reads an inquiry's answer about p: the status it settles p in
+// and why, or ok false when it settles nothing yet.
+func (s *Service) verdict(p Payment, q Inquiry) (to Status, why string, ok bool) {
 	switch {
 	case q.Found && q.Approved:
-		to, why = StatusApproved, reason(ReasonInquiryApproved, "a status inquiry found it approved")
+		return StatusApproved, reason(ReasonInquiryApproved, "a status inquiry found it approved"), true
 	case q.Found:
-		to, why = StatusDeclined, reason(ReasonInquiryDeclined, "a status inquiry found it declined")
+		return StatusDeclined, reason(ReasonInquiryDeclined, "a status inquiry found it declined"), true
 	case q.Definitive && !s.cfg.Now().Before(p.UpdatedAt.Add(q.NotFoundWindow)):
 		// p.UpdatedAt is when the payment became UNKNOWN: after its last
 		// approval request.
-		to, why = StatusFailed, reason(ReasonInquiryNotFound, "a status inquiry did not find it %s after our last request (the institution's not-found window)", q.NotFoundWindow)
+		return StatusFailed, reason(ReasonInquiryNotFound, "a status inquiry did not find it %s after our last request (the institution's not-found window)", q.NotFoundWindow), true
 	default:
-		return p, nil // not found yet, within the window: ask again later
+		return "", "", false // not found yet, within the window: ask again later
 	}
-	settled, err := s.store.Transition(context.WithoutCancel(ctx), p.ID, StatusUnknown, to, why, nil)
-	if err == nil {
-		s.cfg.Metrics.settle(to)
-	}
-	if errors.Is(err, ErrStaleStatus) {
-		return s.store.Get(ctx, p.ID) // someone else settled it
-	}
-	return settled, err
 }
 
-// Recover turns every PENDING payment, left by a crash mid-call, into
-// UNKNOWN, for the reconciler to settle. Call it at start-up, before
-// serving.
-func (s *Service) Recover(ctx context.Context) (int, error) {
-	n := 0
-	for {
-		ps, err := s.store.ListByStatus(ctx, StatusPending, 100)
-		if err != nil {
-			return n, err
-		}
-		if len(ps) == 0 {
-			s.cfg.Metrics.recover(n)
-			return n, nil
+// PassResult counts what one reconciliation pass did.
+type PassResult struct {
+	// Claimed counts the payments claimed (each asked about once).
+	Claimed int
+	// TakenOver counts the PENDING payments turned UNKNOWN because their
+	// approval call must have ended without its outcome being written.
+	TakenOver int
+	// Settled counts the payments an inquiry settled.
+	Settled int
+}
+
+// Pass runs one reconciliation pass: it claims the payments due for an
+// inquiry, batch after batch until none is due, and asks about each with
+// at most InquiryConcurrency inquiries at once. A PENDING payment is due
+// only once its approval call must have ended (NextInquiryAt, set at
+// creation); it is turned UNKNOWN first. Errors of single payments are
+// logged (their claim runs out and a later pass retries them); the error
+// returned is a failed claim's.
+func (s *Service) Pass(ctx context.Context) (PassResult, error) {
+	var (
+		res PassResult
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		// Claimed payments wait here for a free inquiry: the next batch
+		// is claimed while the last one is being asked about.
+		work  = make(chan Payment, 2*s.cfg.InquiryConcurrency)
+		batch = 2 * s.cfg.InquiryConcurrency
+	)
+	for range s.cfg.InquiryConcurrency {
+		wg.Go(func() {
+			for p := range work {
+				took, settled := s.reconcileOne(ctx, p)
+				mu.Lock()
+				res.Claimed++
+				if took {
+					res.TakenOver++
+				}
+				if settled {
+					res.Settled++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	var err error
+claim:
+	for ctx.Err() == nil {
+		now := s.cfg.Now()
+		var ps []Payment
+		ps, err = s.store.ClaimDue(ctx, now, now.Add(s.cfg.ClaimLease), batch)
+		if err != nil || len(ps) == 0 {
+			break
 		}
 		for _, p := range ps {
-			p.Status = StatusUnknown
-			body, _ := json.Marshal(ViewOf(p))
-			_, err := s.store.Transition(ctx, p.ID, StatusPending, StatusUnknown, reason(ReasonRecovered, "PENDING when the service started; the call may have reached the institution"),
-				&StoredResponse{Code: http.StatusAccepted, Body: body})
-			if err != nil && !errors.Is(err, ErrStaleStatus) {
-				return n, err
+			select {
+			case work <- p:
+			case <-ctx.Done():
+				break claim
 			}
-			n++
 		}
 	}
+	close(work)
+	wg.Wait()
+	if res.TakenOver > 0 {
+		s.cfg.Metrics.recover(res.TakenOver)
+		s.cfg.Logger.Warn("pay: took over PENDING payments whose approval call ended unrecorded", "count", res.TakenOver)
+	}
+	return res, err
 }
 
-// Reconcile runs one reconciliation pass over UNKNOWN payments whose
-// backoff has elapsed, and returns how many it settled.
+// reconcileOne handles one claimed payment: a PENDING one is turned
+// UNKNOWN and claimed again; then one inquiry. It reports whether it took
+// a PENDING payment over and whether the payment is settled.
+func (s *Service) reconcileOne(ctx context.Context, p Payment) (tookOver, settled bool) {
+	if p.Status == StatusPending {
+		_, err := s.transition(ctx, p, StatusPending, StatusUnknown,
+			reason(ReasonRecovered, "still PENDING %s after it was created; the call may have reached the institution", s.cfg.ApprovalTimeout+s.cfg.TakeoverMargin))
+		if errors.Is(err, ErrStaleStatus) {
+			return false, false // its approval's outcome was written meanwhile
+		}
+		if err != nil {
+			s.cfg.Logger.Warn("pay: taking over a PENDING payment failed", "payment", p.ID, "err", err)
+			return false, false
+		}
+		tookOver = true
+		// UNKNOWN is due at once: claim it again, so that nobody else
+		// asks about it while we do.
+		now := s.cfg.Now()
+		var ok bool
+		p, ok, err = s.store.ClaimOne(ctx, p.ID, now, now.Add(s.cfg.ClaimLease))
+		if err != nil || !ok {
+			return tookOver, false // another claim has it
+		}
+	}
+	settled, err := s.inquire(ctx, p)
+	if err != nil && !errors.Is(err, ErrInquiryUnavailable) {
+		s.cfg.Logger.Warn("pay: inquiry failed", "payment", p.ID, "err", err)
+	}
+	return tookOver, settled
+}
+
+// Recover runs one reconciliation pass and returns how many PENDING
+// payments it took over. Only PENDING payments whose approval must have
+// ended are touched, never those another live instance is approving; Run
+// does the same every ReconcileEvery.
+func (s *Service) Recover(ctx context.Context) (int, error) {
+	res, err := s.Pass(ctx)
+	return res.TakenOver, err
+}
+
+// Reconcile runs one reconciliation pass and returns how many payments it
+// settled.
 func (s *Service) Reconcile(ctx context.Context) (int, error) {
-	ps, err := s.store.ListByStatus(ctx, StatusUnknown, 500)
-	if err != nil {
-		return 0, err
-	}
-	now := s.cfg.Now()
-	settled := 0
-	for _, p := range ps {
-		s.mu.Lock()
-		st := s.inquired[p.ID]
-		s.mu.Unlock()
-		if now.Before(st.next) {
-			continue
-		}
-		got, err := s.settle(ctx, p)
-		if err == nil && got.Status != StatusUnknown {
-			settled++
-			s.mu.Lock()
-			delete(s.inquired, p.ID)
-			s.mu.Unlock()
-			continue
-		}
-		st.count++
-		backoff := s.cfg.ReconcileEvery << min(st.count, 6)
-		st.next = now.Add(backoff)
-		s.mu.Lock()
-		s.inquired[p.ID] = st
-		s.mu.Unlock()
-		if st.count == s.cfg.ReviewAfter && !p.ManualReview {
-			why := reason(ReasonReviewUnsettled, "still UNKNOWN after %d status inquiries", st.count)
-			if errors.Is(err, ErrInquiryUnavailable) {
-				why += "; the institution's status API is unavailable"
-			}
-			s.cfg.Logger.Warn("pay: payment flagged for manual review", "payment", p.ID, "inquiries", st.count, "err", err)
-			if ferr := s.store.FlagReview(ctx, p.ID, why); ferr != nil {
-				return settled, ferr
-			}
-			s.cfg.Metrics.flag()
-		}
-	}
-	return settled, nil
+	res, err := s.Pass(ctx)
+	return res.Settled, err
 }
 
-// Run recovers PENDING payments, then runs the reconciler (RunReconciler)
-// until ctx ends.
-func (s *Service) Run(ctx context.Context) error {
-	if n, err := s.Recover(ctx); err != nil {
-		return err
-	} else if n > 0 {
-		s.cfg.Logger.Warn("pay: recovered PENDING payments as UNKNOWN", "count", n)
-	}
-	return s.RunReconciler(ctx)
-}
+// Run runs the reconciler (RunReconciler) until ctx ends.
+func (s *Service) Run(ctx context.Context) error { return s.RunReconciler(ctx) }
 
-// RunReconciler reconciles every ReconcileEvery and deletes expired
-// idempotency keys, until ctx ends (then it returns nil). A failed pass
-// is logged and retried on the next tick; when passes have kept failing
-// for GiveUpAfter, it returns the last error.
+// RunReconciler runs a reconciliation pass at once and then every
+// ReconcileEvery, and deletes expired idempotency keys, until ctx ends
+// (then it returns nil). A failed pass is logged and retried on the next
+// tick; when passes have kept failing for GiveUpAfter, it returns the
+// last error.
 func (s *Service) RunReconciler(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.ReconcileEvery)
 	defer t.Stop()
@@ -486,19 +684,15 @@ func (s *Service) RunReconciler(ctx context.Context) error {
 		failures     int
 	)
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		n, err := s.Reconcile(ctx)
+		res, err := s.Pass(ctx)
 		if err == nil {
 			_, err = s.store.DeleteExpiredIdempotency(ctx, s.cfg.Now())
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			now := s.cfg.Now()
 			if failures == 0 {
 				failingSince = now
@@ -508,14 +702,19 @@ func (s *Service) RunReconciler(ctx context.Context) error {
 				return fmt.Errorf("pay: reconciler gave up after %d failed passes in %s: %w", failures, elapsed.Round(time.Millisecond), err)
 			}
 			s.cfg.Logger.Warn("pay: reconciliation failed; retrying", "err", err, "failures", failures)
-			continue
+		default:
+			if failures > 0 {
+				s.cfg.Logger.Info("pay: reconciler recovered", "failures", failures)
+				failures = 0
+			}
+			if res.Settled > 0 {
+				s.cfg.Logger.Info("pay: settled payments by status inquiry", "count", res.Settled)
+			}
 		}
-		if failures > 0 {
-			s.cfg.Logger.Info("pay: reconciler recovered", "failures", failures)
-			failures = 0
-		}
-		if n > 0 {
-			s.cfg.Logger.Info("pay: settled UNKNOWN payments", "count", n)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
 		}
 	}
 }

@@ -33,7 +33,9 @@ type Store interface {
 	// appends history with reason, writes an outbox row
 	// (EventStatusChanged) and, when resp != nil, completes the payment's
 	// idempotency record with the response to replay (if the record still
-	// exists). It returns the payment with its history.
+	// exists). A move to UNKNOWN makes the payment due for an inquiry at
+	// once (NextInquiryAt = now); a move to a final status clears
+	// NextInquiryAt. It returns the payment with its history.
 	Transition(ctx context.Context, id string, from, to Status, reason string, resp *StoredResponse) (Payment, error)
 
 	// CompleteIdempotency stores the response for key without a status
@@ -75,6 +77,29 @@ type Store interface {
 	// expired at now (ExpiresAt <= now) and returns how many.
 	DeleteExpiredIdempotency(ctx context.Context, now time.Time) (int, error)
 
+	// ClaimDue claims up to limit PENDING or UNKNOWN payments whose
+	// NextInquiryAt is at or before now, oldest due first, by setting
+	// their NextInquiryAt to until (a lease: nobody else claims them
+	// before then) in the statement that selects them. Payments another
+	// caller is claiming at the same moment are skipped, not waited for.
+	// It returns them, without history, with NextInquiryAt = until.
+	ClaimDue(ctx context.Context, now, until time.Time, limit int) ([]Payment, error)
+
+	// ClaimOne claims payment id as ClaimDue would, if it is UNKNOWN and
+	// due at now; ok is false (and err nil) when it is not, e.g. because
+	// another caller holds it. ErrNotFound if there is no such payment.
+	ClaimOne(ctx context.Context, id string, now, until time.Time) (p Payment, ok bool, err error)
+
+	// DeferInquiry records an inconclusive status inquiry of payment id,
+	// if it is still in status: Inquiries grows by one and NextInquiryAt
+	// becomes next. It returns the payment without history; ErrStaleStatus
+	// if the status is no longer status (nothing written), ErrNotFound if
+	// there is no such payment.
+	DeferInquiry(ctx context.Context, id string, status Status, next time.Time) (Payment, error)
+
+	// Stats counts what the monitoring gauges show.
+	Stats(ctx context.Context) (Stats, error)
+
 	// Ping checks that the database can be reached.
 	Ping(ctx context.Context) error
 
@@ -111,4 +136,25 @@ func CheckTransition(from, to Status) error {
 		return Invalid("status", "a payment cannot move from %s to %s", from, to)
 	}
 	return nil
+}
+
+// Stats is what Store.Stats counts, read by the monitoring gauges at
+// scrape time.
+type Stats struct {
+	// Pending and Unknown count the payments in those statuses.
+	Pending, Unknown int
+	// Flagged counts the payments flagged for manual review.
+	Flagged int
+	// OldestUnpublished is the creation time of the oldest unpublished
+	// outbox row; zero when every row is published.
+	OldestUnpublished time.Time
+}
+
+// OutboxLag is the age at now of the oldest unpublished outbox row; 0
+// when there is none.
+func (s Stats) OutboxLag(now time.Time) time.Duration {
+	if s.OldestUnpublished.IsZero() || now.Before(s.OldestUnpublished) {
+		return 0
+	}
+	return now.Sub(s.OldestUnpublished)
 }

@@ -116,6 +116,7 @@ type payOptions struct {
 	giveUpAfter time.Duration
 	stream      jetstream.Config
 	timeout     time.Duration
+	inquiries   int
 	server      httpapi.ServerConfig
 	webhooks    webhook.Config
 }
@@ -147,8 +148,10 @@ Errors are RFC 9457 application/problem+json with a code and, for a field at
 fault, the field.
 
 An approval that times out is UNKNOWN (202), never retried: a reconciler asks
-the institution for the status and settles it. PENDING payments left by a
-crash become UNKNOWN at start-up. Every change writes an outbox row in the
+the institution for the status and settles it, --inquiry-concurrency inquiries
+at once. A PENDING payment whose approval call must have ended (a crash, or a
+database failure after the institution answered) is taken over as UNKNOWN by
+any instance; a younger one is left to the instance calling. Every change writes an outbox row in the
 same transaction; a relay publishes the rows to NATS JetStream
 (payments.<id>, de-duplicated by <id>-<seq>).
 
@@ -187,6 +190,7 @@ past --idle-timeout.`,
 	f.DurationVar(&opts.webhooks.MaxAge, "webhook-max-age", opts.webhooks.MaxAge, "how long a webhook event is retried before it is marked failed")
 	f.DurationVar(&opts.webhooks.Timeout, "webhook-timeout", opts.webhooks.Timeout, "timeout of one webhook attempt")
 	f.IntVar(&opts.webhooks.Concurrency, "webhook-concurrency", opts.webhooks.Concurrency, "webhook attempts in flight at once")
+	f.IntVar(&opts.inquiries, "inquiry-concurrency", pay.DefaultConfig().InquiryConcurrency, "status inquiries the reconciler runs at once")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
 	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", 0, "longest time from a request's headers to the end of its answer (0: --timeout plus "+writeTimeoutMargin.String()+"); must exceed --timeout")
@@ -310,12 +314,15 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	cfg := pay.DefaultServerConfig()
 	cfg.Background = []pay.Component{{Name: "webhooks", Run: deliverer.Run}}
 	cfg.Store, cfg.Institution, cfg.Events = store, institutionclient.New(client), events
-	cfg.Service.ApprovalTimeout = opts.timeout
+	cfg.Service.ApprovalTimeout, cfg.Service.InquiryConcurrency = opts.timeout, opts.inquiries
 	cfg.Service.GiveUpAfter, cfg.Relay.GiveUpAfter = opts.giveUpAfter, opts.giveUpAfter
 	cfg.HTTP = scfg
 	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
 	cfg.Registry, cfg.Logger = reg, log
 	srv, err := pay.NewServer(cfg)
+	if e, ok := errors.AsType[*pay.Error](err); ok && e.Field == "Service.InquiryConcurrency" {
+		return fmt.Errorf("--inquiry-concurrency %s", e.Message)
+	}
 	if err != nil {
 		return err
 	}

@@ -311,9 +311,11 @@ func TestShortStampede(t *testing.T) {
 		t.Errorf("exponential: %v requests; want retries, at most 3 attempts per payment (60)", exp["institution_requests"])
 	}
 	for name, m := range map[string]lab.Metrics{"none": none, "exponential": exp} {
-		// HANG_BEFORE: every payment times out (202 UNKNOWN), nothing is
-		// charged, and the reconciler fails every one after the window.
-		if m["unknown"] != 20 || m["approvals"] != 0 || m["double_charges"] != 0 || m["resolved"] != 20 ||
+		// HANG_BEFORE: every payment that reached the institution times
+		// out (202 UNKNOWN; on a loaded machine an attempt can time out
+		// before it is sent, and that payment is FAILED at once), nothing
+		// is charged, and the reconciler fails every one after the window.
+		if m["unknown"] < 1 || m["unknown"] > 20 || m["approvals"] != 0 || m["double_charges"] != 0 || m["resolved"] != 20 ||
 			m["final_failed"] != 20 || m["parity_mismatches"] != 0 || m["unresolved"] != 0 {
 			t.Errorf("%s: %v", name, m)
 		}

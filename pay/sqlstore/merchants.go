@@ -10,14 +10,15 @@ import (
 	"github.com/stampede-lab/stampede/pay"
 )
 
-// nullTimeCol scans a nullable timestamp column.
-type nullTimeCol struct {
+// timePtrCol scans a nullable timestamp column into a pointer: NULL is
+// nil.
+type timePtrCol struct {
 	d Dialect
 	t **time.Time
 }
 
 // Scan implements sql.Scanner.
-func (c nullTimeCol) Scan(src any) error {
+func (c timePtrCol) Scan(src any) error {
 	if src == nil {
 		*c.t = nil
 		return nil
@@ -32,7 +33,7 @@ func (c nullTimeCol) Scan(src any) error {
 
 func (s *Store) scanMerchant(row interface{ Scan(...any) error }) (pay.Merchant, error) {
 	var m pay.Merchant
-	err := row.Scan(&m.ID, &m.Name, &m.KeyHash, &m.WebhookURL, &m.WebhookSecret, s.at(&m.CreatedAt), nullTimeCol{s.d, &m.RevokedAt})
+	err := row.Scan(&m.ID, &m.Name, &m.KeyHash, &m.WebhookURL, &m.WebhookSecret, s.at(&m.CreatedAt), timePtrCol{s.d, &m.RevokedAt})
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, pay.ErrNotFound
 	}

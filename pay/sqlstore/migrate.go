@@ -15,11 +15,15 @@ import (
 // its root, named NNNNN_name.sql and annotated with "-- +goose Up".
 // Errors are mapped with d (see MapError).
 //
+// A migration missing below the database's version (one written on a
+// branch that landed after a later one) is applied too: the migrations
+// are independent of each other's order beyond their numbers.
+//
 // Migrate takes no lock: an adapter whose database is shared by
 // processes that start together serialises them itself (pay/postgres
 // holds an advisory lock; SQLite's write lock serialises each migration).
 func Migrate(ctx context.Context, db *sql.DB, d Dialect, dialect goose.Dialect, fsys fs.FS) error {
-	p, err := goose.NewProvider(dialect, db, fsys, goose.WithDisableGlobalRegistry(true))
+	p, err := goose.NewProvider(dialect, db, fsys, goose.WithDisableGlobalRegistry(true), goose.WithAllowOutofOrder(true))
 	if err != nil {
 		return MapError(d, fmt.Errorf("migrations: %w", err))
 	}

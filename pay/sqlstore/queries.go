@@ -13,7 +13,7 @@ import (
 )
 
 const paymentCols = `id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key,
-	manual_review, review_reason, created_at, updated_at, event_seq`
+	manual_review, review_reason, created_at, updated_at, event_seq, next_inquiry_at, inquiries`
 
 const idemCols = `key, request_hash, payment_id, state, response_code, response_body, created_at, expires_at`
 
@@ -32,6 +32,8 @@ type queries struct {
 
 	insertDelivery, dueDeliveries, claimDelivery, recordAttempt string
 	listDeliveries, listPaymentDeliveries, getDelivery, resend  string
+	claimDue, claimOne, deferInquiry                      string
+	countUnsettled, countFlagged, oldestUnpublished       string
 }
 
 const merchantCols = `id, name, key_hash, webhook_url, webhook_secret, created_at, revoked_at`
@@ -52,8 +54,8 @@ func newQueries(d Dialect) queries {
 		listByStatus: `SELECT ` + paymentCols + ` FROM payments WHERE status = $1 ORDER BY created_at, id LIMIT $2`,
 		list:         `SELECT ` + paymentCols + ` FROM payments WHERE id > $1 ORDER BY id LIMIT $2`,
 		insertPayment: `INSERT INTO payments (` + paymentCols + `)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1)`,
-		updateStatus:  `UPDATE payments SET status = $1, updated_at = $2, event_seq = $3 WHERE id = $4`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13, 0)`,
+		updateStatus:  `UPDATE payments SET status = $1, updated_at = $2, event_seq = $3, next_inquiry_at = $5 WHERE id = $4`,
 		flagReview:    `UPDATE payments SET manual_review = $1, review_reason = $2, updated_at = $3, event_seq = $4 WHERE id = $5`,
 		insertHistory: `INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES ($1, $2, $3, $4, $5)`,
 		insertOutbox:  `INSERT INTO outbox (payment_id, seq, type, payload, created_at) VALUES ($1, $2, $3, $4, $5)`,
@@ -102,6 +104,27 @@ func newQueries(d Dialect) queries {
 		getDelivery:           `SELECT ` + deliveryCols + ` FROM webhook_deliveries WHERE id = $1`,
 		resend: `UPDATE webhook_deliveries SET status = 'pending', attempts = 0, last_error = '', next_at = $1, since = $1, updated_at = $1
 			WHERE id = $2`,
+		// The claim selects and leases in one statement. PostgreSQL
+		// skips the rows another claim holds (FOR UPDATE SKIP LOCKED);
+		// SQLite has a single writer, so the statement excludes every
+		// other claim by itself. The status list matches the partial
+		// index payments_due.
+		claimDue: `WITH due AS (
+				SELECT id FROM payments
+				WHERE status IN ('PENDING', 'UNKNOWN') AND next_inquiry_at <= $1
+				ORDER BY next_inquiry_at, id LIMIT $3` + claimLock(d) + `
+			)
+			UPDATE payments SET next_inquiry_at = $2 WHERE id IN (SELECT id FROM due)
+			RETURNING ` + paymentCols,
+		claimOne: `UPDATE payments SET next_inquiry_at = $3
+			WHERE id = $1 AND status = 'UNKNOWN' AND next_inquiry_at <= $2
+			RETURNING ` + paymentCols,
+		deferInquiry: `UPDATE payments SET inquiries = inquiries + 1, next_inquiry_at = $3
+			WHERE id = $1 AND status = $2
+			RETURNING ` + paymentCols,
+		countUnsettled:    `SELECT status, COUNT(*) FROM payments WHERE status IN ('PENDING', 'UNKNOWN') GROUP BY status`,
+		countFlagged:      `SELECT COUNT(*) FROM payments WHERE manual_review = $1`,
+		oldestUnpublished: `SELECT created_at FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT 1`,
 	}
 	for _, p := range []*string{
 		&q.getPayment, &q.lockPayment, &q.history, &q.listByStatus, &q.list,
@@ -110,6 +133,7 @@ func newQueries(d Dialect) queries {
 		&q.liveOrder, &q.insertMerchant, &q.listMerchants, &q.getMerchant, &q.merchantByKey, &q.revokeMerchant, &q.setWebhook,
 		&q.insertDelivery, &q.dueDeliveries, &q.claimDelivery, &q.recordAttempt,
 		&q.listDeliveries, &q.listPaymentDeliveries, &q.getDelivery, &q.resend,
+		&q.claimDue, &q.claimOne, &q.deferInquiry, &q.countUnsettled, &q.countFlagged, &q.oldestUnpublished,
 	} {
 		*p = d.Rebind(*p)
 	}
@@ -123,6 +147,16 @@ func prefixed(prefix, cols string) string {
 		parts[i] = prefix + strings.TrimSpace(c)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// claimLock is the lock clause of a claim's SELECT: the dialect's row
+// lock with SKIP LOCKED, so that concurrent claims take different rows;
+// nothing where the dialect needs no row lock (a single writer).
+func claimLock(d Dialect) string {
+	if d.LockRow() == "" {
+		return ""
+	}
+	return d.LockRow() + " SKIP LOCKED"
 }
 
 // markPublished returns the statement that marks n outbox rows published:
@@ -158,6 +192,29 @@ func (c timeCol) Scan(src any) error {
 
 func (s *Store) at(t *time.Time) timeCol { return timeCol{s.d, t} }
 
+// nullTimeCol scans a nullable timestamp column: NULL is the zero time.
+type nullTimeCol timeCol
+
+// Scan implements sql.Scanner.
+func (c nullTimeCol) Scan(src any) error {
+	if src == nil {
+		*c.t = time.Time{}
+		return nil
+	}
+	return timeCol(c).Scan(src)
+}
+
+// nullAt scans a nullable timestamp into t.
+func (s *Store) nullAt(t *time.Time) nullTimeCol { return nullTimeCol{s.d, t} }
+
+// encodeNullTime encodes t, or NULL for the zero time.
+func (s *Store) encodeNullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return s.d.EncodeTime(pay.StoreTime(t))
+}
+
 // scanPayment scans paymentCols; it returns the payment's last event seq.
 func (s *Store) scanPayment(row interface{ Scan(...any) error }) (pay.Payment, int64, error) {
 	var (
@@ -166,7 +223,7 @@ func (s *Store) scanPayment(row interface{ Scan(...any) error }) (pay.Payment, i
 		seq    int64
 	)
 	err := row.Scan(&p.ID, &p.MerchantID, &p.OrderID, &p.Amount, &p.Currency, &status, &p.ExternalKey, &p.IdempotencyKey,
-		&p.ManualReview, &p.ReviewReason, s.at(&p.CreatedAt), s.at(&p.UpdatedAt), &seq)
+		&p.ManualReview, &p.ReviewReason, s.at(&p.CreatedAt), s.at(&p.UpdatedAt), &seq, s.nullAt(&p.NextInquiryAt), &p.Inquiries)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, 0, pay.ErrNotFound
 	}

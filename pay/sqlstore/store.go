@@ -158,7 +158,8 @@ func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.Idemp
 		}
 		if _, err := tx.ExecContext(ctx, s.q.insertPayment,
 			p.ID, p.MerchantID, p.OrderID, p.Amount, p.Currency, string(p.Status), p.ExternalKey, p.IdempotencyKey,
-			p.ManualReview, p.ReviewReason, s.d.EncodeTime(p.CreatedAt), s.d.EncodeTime(p.UpdatedAt)); err != nil {
+			p.ManualReview, p.ReviewReason, s.d.EncodeTime(p.CreatedAt), s.d.EncodeTime(p.UpdatedAt),
+			s.encodeNullTime(p.NextInquiryAt)); err != nil {
 			return err
 		}
 		if err := s.insertHistory(ctx, tx, p.ID, p.History[0]); err != nil {
@@ -216,9 +217,15 @@ func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, 
 			return fmt.Errorf("payment %s is %s, not %s: %w", id, cur.Status, from, pay.ErrStaleStatus)
 		}
 		seq++
-		if _, err := tx.ExecContext(ctx, s.q.updateStatus, string(to), s.d.EncodeTime(now), seq, id); err != nil {
+		// UNKNOWN is due for an inquiry at once; a final status never is.
+		next := time.Time{}
+		if to == pay.StatusUnknown {
+			next = now
+		}
+		if _, err := tx.ExecContext(ctx, s.q.updateStatus, string(to), s.d.EncodeTime(now), seq, id, s.encodeNullTime(next)); err != nil {
 			return err
 		}
+		cur.NextInquiryAt = next
 		if err := s.insertHistory(ctx, tx, id, pay.StatusChange{From: from, To: to, Reason: reason, At: now}); err != nil {
 			return err
 		}
@@ -421,4 +428,126 @@ func (s *Store) DeleteExpiredIdempotency(ctx context.Context, now time.Time) (in
 		return err
 	})
 	return int(n), err
+}
+
+// ClaimDue implements pay.Store.
+func (s *Store) ClaimDue(ctx context.Context, now, until time.Time, limit int) ([]pay.Payment, error) {
+	if err := pay.CheckLimit(limit); err != nil {
+		return nil, err
+	}
+	if !until.After(now) {
+		return nil, pay.Invalid("until", "the lease must end after now")
+	}
+	var out []pay.Payment
+	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		out, err = s.listPayments(ctx, tx, s.q.claimDue,
+			s.d.EncodeTime(pay.StoreTime(now)), s.d.EncodeTime(pay.StoreTime(until)), limit)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b pay.Payment) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// ClaimOne implements pay.Store.
+func (s *Store) ClaimOne(ctx context.Context, id string, now, until time.Time) (pay.Payment, bool, error) {
+	if !until.After(now) {
+		return pay.Payment{}, false, pay.Invalid("until", "the lease must end after now")
+	}
+	var (
+		p  pay.Payment
+		ok bool
+	)
+	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		p, _, err = s.scanPayment(tx.QueryRowContext(ctx, s.q.claimOne, id,
+			s.d.EncodeTime(pay.StoreTime(now)), s.d.EncodeTime(pay.StoreTime(until))))
+		if errors.Is(err, pay.ErrNotFound) {
+			_, _, err = s.getPayment(ctx, tx, id, false) // not due, or no such payment?
+			return err
+		}
+		ok = err == nil
+		return err
+	})
+	if err != nil {
+		return pay.Payment{}, false, err
+	}
+	return p, ok, nil
+}
+
+// DeferInquiry implements pay.Store.
+func (s *Store) DeferInquiry(ctx context.Context, id string, status pay.Status, next time.Time) (pay.Payment, error) {
+	if !status.Valid() || status.Terminal() {
+		return pay.Payment{}, pay.Invalid("status", "only a PENDING or UNKNOWN payment awaits an inquiry, not %q", status)
+	}
+	if next.IsZero() {
+		return pay.Payment{}, pay.Invalid("next", "is required")
+	}
+	var p pay.Payment
+	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		p, _, err = s.scanPayment(tx.QueryRowContext(ctx, s.q.deferInquiry, id, string(status), s.d.EncodeTime(pay.StoreTime(next))))
+		if errors.Is(err, pay.ErrNotFound) {
+			cur, _, gerr := s.getPayment(ctx, tx, id, false)
+			if gerr != nil {
+				return gerr
+			}
+			return fmt.Errorf("payment %s is %s, not %s: %w", id, cur.Status, status, pay.ErrStaleStatus)
+		}
+		return err
+	})
+	if err != nil {
+		return pay.Payment{}, err
+	}
+	return p, nil
+}
+
+// Stats implements pay.Store.
+func (s *Store) Stats(ctx context.Context) (pay.Stats, error) {
+	var st pay.Stats
+	err := s.readTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, s.q.countUnsettled)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				status string
+				n      int
+			)
+			if err := rows.Scan(&status, &n); err != nil {
+				return err
+			}
+			switch pay.Status(status) {
+			case pay.StatusPending:
+				st.Pending = n
+			case pay.StatusUnknown:
+				st.Unknown = n
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, s.q.countFlagged, true).Scan(&st.Flagged); err != nil {
+			return err
+		}
+		err = tx.QueryRowContext(ctx, s.q.oldestUnpublished).Scan(s.at(&st.OldestUnpublished))
+		if errors.Is(err, sql.ErrNoRows) {
+			err = nil
+		}
+		return err
+	})
+	if err != nil {
+		return pay.Stats{}, err
+	}
+	return st, nil
 }

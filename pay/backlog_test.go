@@ -1,0 +1,146 @@
+package pay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stampede-lab/stampede/pay"
+)
+
+// backlogInquiry is how long the status API of the backlog runs takes.
+const backlogInquiry = 20 * time.Millisecond
+
+// runBacklog writes n UNKNOWN payments (every other one charged at the
+// institution, the others never sent), and times one reconciliation pass
+// with inquiries concurrent inquiries against a status API that takes
+// backlogInquiry. The pass must settle all of them. It returns the time
+// taken and the ideal n × backlogInquiry ÷ inquiries.
+func runBacklog(tb testing.TB, store pay.Store, n, inquiries int) (took, ideal time.Duration) {
+	tb.Helper()
+	inst := newSimInst(tb, time.Millisecond, func(s *simInst) { s.statusDelay = backlogInquiry })
+	ctx := context.Background()
+	for i := range n {
+		p := unknownPayment(tb, store, i)
+		if i%2 == 0 {
+			if _, err := inst.adapter.Approve(ctx, pay.ApprovalRequest{ExternalKey: p.ExternalKey, Amount: p.Amount, Currency: p.Currency}); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(5 * time.Millisecond) // past the institution's not-found window
+	cfg := pay.DefaultConfig()
+	cfg.Logger, cfg.InquiryConcurrency = quiet(), inquiries
+	// A lease longer than any pass on a loaded machine: this measures one
+	// pass, in which every payment is claimed once.
+	cfg.ClaimLease = 10 * time.Minute
+	svc, err := pay.NewService(store, inst.adapter, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	before := inst.inquiries.Load()
+	start := time.Now()
+	res, err := svc.Pass(ctx)
+	took = time.Since(start)
+	if err != nil || res.Settled != n || res.Claimed != n {
+		tb.Fatalf("Pass = %+v, %v; want all %d claimed once and settled", res, err, n)
+	}
+	if asked := inst.inquiries.Load() - before; asked != int64(n) {
+		tb.Fatalf("%d inquiries for %d payments, want one each", asked, n)
+	}
+	st, err := store.Stats(ctx)
+	if err != nil || st.Unknown != 0 || st.Pending != 0 {
+		tb.Fatalf("after the pass: %+v, %v; want nothing unsettled", st, err)
+	}
+	if rep := inst.parity(tb, store); rep.Mismatches() != 0 || rep.Matched != (n+1)/2 {
+		tb.Fatalf("parity: %s; want %d matched", rep, (n+1)/2)
+	}
+	return took, time.Duration(n) * backlogInquiry / time.Duration(inquiries)
+}
+
+// TestBacklogSettlesInOnePass: 2,000 UNKNOWN payments settle in one pass,
+// within twice the time their inquiries take at 16 at once. Skipped with
+// -short; BenchmarkBacklog runs the 10,000 of the issue.
+func TestBacklogSettlesInOnePass(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a backlog of 2,000 payments: skipped with -short")
+	}
+	if raceEnabled {
+		t.Skip("a throughput measurement: meaningless under the race detector")
+	}
+	took, ideal := runBacklog(t, openSQLite(t), 2000, 16)
+	ratio := float64(took) / float64(ideal)
+	t.Logf("2000 UNKNOWN payments, 16 inquiries at once, 20 ms each: settled in %s, ideal %s, ratio %.2f", took.Round(time.Millisecond), ideal, ratio)
+	if ratio > 2 {
+		t.Errorf("ratio %.2f, want at most 2", ratio)
+	}
+}
+
+// BenchmarkBacklog settles 10,000 UNKNOWN payments (SQLite) with 16
+// inquiries at once against a status API that takes 20 ms, and reports
+// the time over the ideal 10,000 × 20 ms ÷ 16 as "ratio". Run with
+// -benchtime 1x.
+func BenchmarkBacklog(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		store := openSQLite(b)
+		b.StartTimer()
+		took, ideal := runBacklog(b, store, 10_000, 16)
+		b.ReportMetric(float64(took)/float64(ideal), "ratio")
+		b.ReportMetric(took.Seconds(), "settle_s")
+	}
+}
+
+// BenchmarkBacklogPostgres is BenchmarkBacklog on PostgreSQL, where
+// writes of different payments run in parallel.
+func BenchmarkBacklogPostgres(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		raw, schema := pgURL(b)
+		store := openPG(b, raw, schema, "", 10*time.Second)
+		b.StartTimer()
+		took, ideal := runBacklog(b, store, 10_000, 16)
+		b.ReportMetric(float64(took)/float64(ideal), "ratio")
+		b.ReportMetric(took.Seconds(), "settle_s")
+	}
+}
+
+// TestNoStarvation: 500 UNKNOWN payments flagged for review and backing
+// off (their next inquiry an hour away) do not keep the 501st, due now,
+// from being asked about in the first pass: a pass claims what is due,
+// whatever else waits.
+func TestNoStarvation(t *testing.T) {
+	store := openSQLite(t)
+	inst := newSimInst(t, time.Millisecond, nil)
+	ctx := context.Background()
+	later := time.Now().Add(time.Hour)
+	for i := range 500 {
+		p := unknownPayment(t, store, i)
+		if err := store.FlagReview(ctx, p.ID, "review: still UNKNOWN"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.DeferInquiry(ctx, p.ID, pay.StatusUnknown, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := unknownPayment(t, store, 500)
+	if _, err := inst.adapter.Approve(ctx, pay.ApprovalRequest{ExternalKey: last.ExternalKey, Amount: last.Amount, Currency: last.Currency}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := pay.DefaultConfig()
+	cfg.Logger = quiet()
+	svc, err := pay.NewService(store, inst.adapter, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc.Pass(ctx)
+	if err != nil || res.Claimed != 1 || res.Settled != 1 {
+		t.Fatalf("Pass = %+v, %v; want only the due payment claimed, and settled", res, err)
+	}
+	if p, _ := store.Get(ctx, last.ID); p.Status != pay.StatusApproved {
+		t.Fatalf("the 501st payment is %s, want APPROVED", p.Status)
+	}
+	if n := inst.inquiries.Load(); n != 1 {
+		t.Errorf("%d inquiries, want 1", n)
+	}
+}
