@@ -32,8 +32,8 @@ type queries struct {
 
 	insertDelivery, dueDeliveries, claimDelivery, recordAttempt string
 	listDeliveries, listPaymentDeliveries, getDelivery, resend  string
-	claimDue, claimOne, deferInquiry                      string
-	countUnsettled, countFlagged, oldestUnpublished       string
+	claimDue, claimOne, deferInquiry                            string
+	countUnsettled, countFlagged, oldestUnpublished             string
 }
 
 const merchantCols = `id, name, key_hash, webhook_url, webhook_secret, created_at, revoked_at`
