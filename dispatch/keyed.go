@@ -58,6 +58,16 @@ type keyedEngine[T any] struct {
 // not every key ever seen.
 const maxIdle = 4096
 
+// yieldBacklog is the number of queued items past which a submitter yields
+// its processor after each item it adds. Nothing bounds the total backlog
+// (each key has its own QueueSize), so a submitter that keeps its core can
+// queue up tens of thousands of items spread over every key before a worker
+// on that core runs; draining them then misses the cache on every item.
+// A plain channel pool is bounded by its buffer and so switches to its
+// workers every buffer-full; yielding here gives keyed the same rhythm
+// without blocking anyone.
+const yieldBacklog = 1024
+
 func newKeyed[T any](cfg Config, h Handler[T]) *keyedEngine[T] {
 	e := &keyedEngine[T]{cfg: cfg, handler: h, closing: make(chan struct{}), keys: make(map[string]*keyState[T])}
 	for range cfg.Workers {
@@ -88,9 +98,15 @@ func (e *keyedEngine[T]) submit(ctx context.Context, key string, item T) error {
 				e.ready.pushBack(ks)
 				w, h = e.handOff()
 			}
+			backlog := e.queued
 			e.mu.Unlock()
 			if w != nil {
 				w <- h // after Unlock: waking a goroutine may take a system call
+			}
+			if backlog >= yieldBacklog {
+				// Let runnable workers have this core before the backlog
+				// spreads over more keys' buffers than the caches hold.
+				runtime.Gosched()
 			}
 			return nil
 		}

@@ -6,8 +6,9 @@
 // and the embedded nats-server that is the zero-set-up default.
 //
 // The stream is file-backed, with an age and a size limit; Publish
-// returns only once JetStream acknowledged the message, so the relay
-// (pay.Relay) never marks a row published that the stream does not hold.
+// returns only once JetStream acknowledged the message, and so does the
+// Wait of PublishAsync's acknowledgement, so the relay (pay.Relay) never
+// marks a row published that the stream does not hold.
 package jetstream
 
 import (
@@ -92,7 +93,7 @@ type Publisher struct {
 	cfg Config
 }
 
-var _ pay.Publisher = (*Publisher)(nil)
+var _ pay.AsyncPublisher = (*Publisher)(nil)
 
 // NewPublisher returns a Publisher through nc, creating the stream or
 // updating an existing one to cfg (its limits included).
@@ -100,7 +101,9 @@ func NewPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*Publisher, e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
+	// Asynchronous publishes time out like synchronous ones; the relay
+	// bounds how many are in flight, far below nats.go's own limit.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
@@ -124,10 +127,46 @@ func (p *Publisher) Publish(ctx context.Context, e pay.OutboxEvent) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: publish %s: %w", MsgID(e), err)
 	}
+	return p.checkAck(e, ack)
+}
+
+func (p *Publisher) checkAck(e pay.OutboxEvent, ack *jetstream.PubAck) error {
 	if ack == nil || ack.Stream != p.cfg.Stream {
 		return fmt.Errorf("jetstream: publish %s: no acknowledgement from stream %s", MsgID(e), p.cfg.Stream)
 	}
 	return nil
+}
+
+// PublishAsync sends e as Publish does, without waiting for the
+// acknowledgement: the returned pay.PublishAck's Wait returns nil once
+// JetStream acknowledged the message, or an error when it rejected it or
+// did not answer within PublishTimeout.
+func (p *Publisher) PublishAsync(_ context.Context, e pay.OutboxEvent) (pay.PublishAck, error) {
+	msg := &nats.Msg{Subject: p.cfg.Subject + "." + e.PaymentID, Data: e.Payload}
+	fut, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(MsgID(e)), jetstream.WithExpectStream(p.cfg.Stream))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: publish %s: %w", MsgID(e), err)
+	}
+	return &pendingAck{p: p, e: e, fut: fut}, nil
+}
+
+// pendingAck is the acknowledgement of one PublishAsync.
+type pendingAck struct {
+	p   *Publisher
+	e   pay.OutboxEvent
+	fut jetstream.PubAckFuture
+}
+
+// Wait implements pay.PublishAck.
+func (a *pendingAck) Wait(ctx context.Context) error {
+	select {
+	case ack := <-a.fut.Ok():
+		return a.p.checkAck(a.e, ack)
+	case err := <-a.fut.Err():
+		return fmt.Errorf("jetstream: publish %s: %w", MsgID(a.e), err)
+	case <-ctx.Done():
+		return fmt.Errorf("jetstream: publish %s: %w", MsgID(a.e), ctx.Err())
+	}
 }
 
 // EmbeddedConfig configures an embedded nats-server.
