@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-lab/stampede/internal/tcpproxy"
 	"github.com/stampede-lab/stampede/pay"
-	"github.com/stampede-lab/stampede/pay/paytest"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
@@ -145,7 +145,11 @@ func TestPostgresOutageSettlesWithoutRestart(t *testing.T) {
 	raw, schema := pgURL(t)
 	openPG(t, raw, schema, "", 5*time.Second).Close() // migrate directly
 	u := mustHost(t, raw)
-	proxy := paytest.NewProxy(t, u)
+	proxy, err := tcpproxy.Start(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
 	store := openPG(t, raw, schema, proxy.Addr(), 2*time.Second)
 	runOutage(t, store, proxy.Cut, proxy.Restore)
 }
@@ -159,7 +163,9 @@ func TestPostgresOutageSettlesWithoutRestart(t *testing.T) {
 func TestSQLiteOutageSettlesWithoutRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pay.db")
 	cfg := sqlite.DefaultConfig()
-	cfg.Path, cfg.OpTimeout, cfg.BusyTimeout = path, 500*time.Millisecond, 100*time.Millisecond
+	// Deadlines long enough that a loaded machine's queue of writers is not
+	// taken for the outage; the outage itself outlasts them.
+	cfg.Path, cfg.OpTimeout, cfg.BusyTimeout = path, 2500*time.Millisecond, time.Second
 	store, err := sqlite.OpenConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
