@@ -1,0 +1,108 @@
+package jetstream
+
+import (
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// entryState is where a held message stands.
+type entryState uint8
+
+const (
+	// queued: waiting for its turn behind its key (or for the barrier).
+	queued entryState = iota
+	// running: in a handler.
+	running
+	// away: its handler failed, it was negatively acknowledged with a delay
+	// and the server will deliver it again; its key waits for it.
+	away
+)
+
+// entry is one message held by a partition.
+type entry struct {
+	msg       jetstream.Msg
+	seq       uint64 // stream sequence: the message's identity and its order
+	dseq      uint64 // consumer sequence of its first delivery in this session
+	delivered uint64 // NumDelivered of the latest delivery
+	published time.Time
+	state     entryState
+	touched   time.Time // last delivery or progress report
+	kq        *keyQueue
+}
+
+// keyQueue is one key's held messages within a session, in stream order.
+// At most one dispatcher token per keyQueue is outstanding (scheduled), and
+// at most one of its messages runs at a time (running).
+type keyQueue struct {
+	p         *partition
+	sess      *session
+	key       string
+	items     []*entry // items[head:] are live, sorted by seq
+	head      int
+	running   bool
+	scheduled bool
+}
+
+func (q *keyQueue) len() int { return len(q.items) - q.head }
+
+func (q *keyQueue) front() *entry {
+	if q.head == len(q.items) {
+		return nil
+	}
+	return q.items[q.head]
+}
+
+func (q *keyQueue) popFront() {
+	q.items[q.head] = nil
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	} else if q.head >= 32 && q.head*2 >= len(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+}
+
+// insert places e in stream order. Messages of a partition arrive in stream
+// order except redeliveries, so the common case is an append.
+func (q *keyQueue) insert(e *entry) {
+	live := q.items[q.head:]
+	if len(live) == 0 || live[len(live)-1].seq < e.seq {
+		q.items = append(q.items, e)
+		return
+	}
+	i := q.head + sort.Search(len(live), func(i int) bool { return live[i].seq > e.seq })
+	q.items = append(q.items, nil)
+	copy(q.items[i+1:], q.items[i:])
+	q.items[i] = e
+}
+
+// doneSet remembers the stream sequences a partition completed recently, so
+// that a redelivery of a message whose acknowledgement was lost in transit
+// is acknowledged again instead of run twice. It keeps the last size
+// sequences.
+type doneSet struct {
+	seen map[uint64]struct{}
+	ring []uint64
+	next int
+}
+
+func newDoneSet(size int) doneSet {
+	return doneSet{seen: make(map[uint64]struct{}, size), ring: make([]uint64, 0, size)}
+}
+
+func (d *doneSet) has(seq uint64) bool { _, ok := d.seen[seq]; return ok }
+
+func (d *doneSet) add(seq uint64) {
+	if len(d.ring) < cap(d.ring) {
+		d.ring = append(d.ring, seq)
+	} else {
+		delete(d.seen, d.ring[d.next])
+		d.ring[d.next] = seq
+		d.next = (d.next + 1) % len(d.ring)
+	}
+	d.seen[seq] = struct{}{}
+}

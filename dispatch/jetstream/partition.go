@@ -1,0 +1,398 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// session is one period during which this process owns a partition: one
+// pin id of the pinned consumer, or the whole life of an unpinned one. A
+// session's messages do not run until its barrier has passed (open).
+type session struct {
+	pin   string
+	open  bool
+	ended bool
+	keys  map[string]*keyQueue
+}
+
+// partition consumes one partition through its durable consumer.
+type partition struct {
+	c      *Consumer
+	index  int
+	name   string
+	stream jetstream.Stream
+	cons   jetstream.Consumer
+	cc     jetstream.ConsumeContext
+
+	mu       sync.Mutex
+	sess     *session          // current session; nil when not owned
+	held     map[uint64]*entry // the current session's messages, by stream sequence
+	draining map[uint64]*entry // running messages of ended sessions
+	done     doneSet
+	closing  bool
+	lastPin  string // the latest pin id this process held
+
+	lag          uint64
+	lagAt        time.Time
+	inFlight     int
+	peak         int
+	sessions     uint64
+	barrierWaits uint64
+	delivered    uint64
+	redelivered  uint64
+	duplicates   uint64
+	acked        uint64
+	failed       uint64
+}
+
+func newPartition(c *Consumer, n int, stream jetstream.Stream, cons jetstream.Consumer) *partition {
+	return &partition{c: c, index: n, name: c.cfg.ConsumerName(n), stream: stream, cons: cons,
+		held: make(map[uint64]*entry), draining: make(map[uint64]*entry), done: newDoneSet(4 * c.cfg.MaxPending)}
+}
+
+// start begins pulling.
+func (p *partition) start() error {
+	cfg := p.c.cfg
+	opts := []jetstream.PullConsumeOpt{
+		jetstream.PullMaxMessages(cfg.PullBatch),
+		jetstream.PullExpiry(cfg.PullExpiry),
+		jetstream.ConsumeErrHandler(p.onErr),
+	}
+	if cfg.Pinned {
+		opts = append(opts, jetstream.PullPriorityGroup(cfg.Group))
+	}
+	cc, err := p.cons.Consume(p.onMsg, opts...)
+	if err != nil {
+		return err
+	}
+	p.cc = cc
+	return nil
+}
+
+// onErr hears about pull errors. A pin id mismatch means the server gave
+// the partition to another client: the session ends.
+func (p *partition) onErr(_ jetstream.ConsumeContext, err error) {
+	if !errors.Is(err, jetstream.ErrPinIDMismatch) {
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, jetstream.ErrConnectionClosed) {
+			p.c.cfg.Logger.Debug("dispatch/jetstream: pull", "consumer", p.name, "err", err)
+		}
+		return
+	}
+	p.mu.Lock()
+	naks := p.endSessionLocked()
+	p.mu.Unlock()
+	for _, m := range naks {
+		_ = m.Nak()
+	}
+}
+
+// onMsg receives each delivered message, in delivery order (one goroutine
+// per partition).
+func (p *partition) onMsg(msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		p.c.cfg.Logger.Warn("dispatch/jetstream: message without metadata", "consumer", p.name, "err", err)
+		return
+	}
+	pin := ""
+	if p.c.cfg.Pinned {
+		pin = msg.Headers().Get(pinHeader)
+	}
+	key := p.c.keyOf(msg)
+	seq := md.Sequence.Stream
+	now := time.Now()
+
+	p.mu.Lock()
+	p.delivered++
+	if md.NumDelivered > 1 {
+		p.redelivered++
+	}
+	p.lag, p.lagAt = md.NumPending, now
+	if p.closing {
+		p.mu.Unlock()
+		_ = msg.Nak()
+		return
+	}
+	if p.done.has(seq) {
+		p.duplicates++
+		p.mu.Unlock()
+		_ = msg.Ack()
+		return
+	}
+	var naks []jetstream.Msg
+	if p.sess == nil || p.sess.pin != pin {
+		naks = p.endSessionLocked()
+		p.startSessionLocked(pin)
+	}
+	var submit *keyQueue
+	switch e := p.held[seq]; {
+	case e != nil:
+		// Delivered again while held: after a failure (away), or because
+		// its AckWait passed before a progress report arrived. Keep the
+		// one entry, so the message never runs twice here.
+		p.duplicates++
+		if e.state != running {
+			e.msg, e.delivered, e.touched = msg, md.NumDelivered, now
+		}
+		if e.state == away {
+			e.state = queued
+			if p.scheduleLocked(e.kq) {
+				submit = e.kq
+			}
+		}
+	case p.draining[seq] != nil:
+		// Still running from an ended session; its acknowledgement covers
+		// this delivery, and a failure gets it redelivered.
+		p.duplicates++
+	default:
+		s := p.sess
+		kq := s.keys[key]
+		if kq == nil {
+			kq = &keyQueue{p: p, sess: s, key: key}
+			s.keys[key] = kq
+		}
+		e := &entry{msg: msg, seq: seq, dseq: md.Sequence.Consumer, delivered: md.NumDelivered,
+			published: md.Timestamp, touched: now, kq: kq}
+		kq.insert(e)
+		p.held[seq] = e
+		if n := len(p.held) + len(p.draining); n > p.peak {
+			p.peak = n
+		}
+		if p.scheduleLocked(kq) {
+			submit = kq
+		}
+	}
+	p.mu.Unlock()
+	for _, m := range naks {
+		_ = m.Nak()
+	}
+	if submit != nil {
+		p.c.submit(submit)
+	}
+}
+
+// scheduleLocked reports whether kq should get a dispatcher token now, and
+// if so marks it scheduled; the caller submits after unlocking.
+func (p *partition) scheduleLocked(kq *keyQueue) bool {
+	s := kq.sess
+	if s != p.sess || !s.open || kq.running || kq.scheduled || p.closing {
+		return false
+	}
+	if e := kq.front(); e == nil || e.state != queued {
+		return false
+	}
+	kq.scheduled = true
+	return true
+}
+
+// dropIfEmptyLocked forgets a key with nothing left.
+func (p *partition) dropIfEmptyLocked(kq *keyQueue) {
+	if kq.len() == 0 && !kq.running && !kq.scheduled && kq.sess.keys[kq.key] == kq {
+		delete(kq.sess.keys, kq.key)
+	}
+}
+
+// startSessionLocked begins a session and its barrier.
+func (p *partition) startSessionLocked(pin string) {
+	s := &session{pin: pin, keys: make(map[string]*keyQueue)}
+	p.sess = s
+	p.sessions++
+	if pin != "" {
+		p.lastPin = pin
+	}
+	p.c.bg.Go(func() { p.barrier(s) })
+}
+
+// endSessionLocked ends the current session: running messages finish (and
+// are acknowledged), queued ones are returned for the caller to negatively
+// acknowledge after unlocking, so that the server redelivers them at once
+// to the partition's owner. Messages away after a failure are already
+// back at the server.
+func (p *partition) endSessionLocked() []jetstream.Msg {
+	s := p.sess
+	if s == nil {
+		return nil
+	}
+	s.ended = true
+	p.sess = nil
+	var naks []jetstream.Msg
+	for seq, e := range p.held {
+		switch e.state {
+		case running:
+			p.draining[seq] = e
+		case queued:
+			naks = append(naks, e.msg)
+		}
+	}
+	clear(p.held)
+	return naks
+}
+
+// barrier opens session s once every message the server counts as pending
+// on this partition is held by s: then no earlier message of any key can
+// still be running elsewhere, or be waiting for its AckWait to pass before
+// it comes here. It compares the consumer's NumAckPending with the
+// messages s holds that were delivered no later than the info's last
+// delivery; those are pending and unacknowledged, so equal counts mean
+// equal sets. With pinning, it also checks that s's pin is the current one.
+func (p *partition) barrier(s *session) {
+	wait := 2 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(p.c.ctx, 5*time.Second)
+		info, err := p.cons.Info(ctx)
+		cancel()
+		var submit []*keyQueue
+		p.mu.Lock()
+		if s.ended || p.closing {
+			p.mu.Unlock()
+			return
+		}
+		if err == nil {
+			p.lag, p.lagAt = info.NumPending, time.Now()
+			pin := s.pin
+			if p.c.cfg.Pinned {
+				pin = pinnedID(info, p.c.cfg.Group)
+			}
+			if pin != s.pin && pin != "" {
+				// Another client owns the partition: this session is stale.
+				naks := p.endSessionLocked()
+				p.mu.Unlock()
+				for _, m := range naks {
+					_ = m.Nak()
+				}
+				return
+			}
+			known := 0
+			for _, e := range p.held {
+				if e.dseq <= info.Delivered.Consumer {
+					known++
+				}
+			}
+			if pin == s.pin && info.NumAckPending <= known {
+				s.open = true
+				for _, kq := range s.keys {
+					if p.scheduleLocked(kq) {
+						submit = append(submit, kq)
+					}
+				}
+				p.mu.Unlock()
+				for _, kq := range submit {
+					p.c.submit(kq)
+				}
+				return
+			}
+		}
+		p.barrierWaits++
+		p.mu.Unlock()
+		select {
+		case <-time.After(wait):
+		case <-p.c.stop:
+			return
+		}
+		wait = min(2*wait, 250*time.Millisecond)
+	}
+}
+
+// pinnedID is the pin id of group in info, or "".
+func pinnedID(info *jetstream.ConsumerInfo, group string) string {
+	for _, g := range info.PriorityGroups {
+		if g.Group == group {
+			return g.PinnedClientID
+		}
+	}
+	return ""
+}
+
+// tick reports in progress every held message not reported for at least
+// every, reschedules keys when connected, and refreshes the lag of a
+// partition that received nothing for a while.
+func (p *partition) tick(every time.Duration, connected bool) {
+	now := time.Now()
+	var progress []jetstream.Msg
+	var submit []*keyQueue
+	p.mu.Lock()
+	for _, set := range []map[uint64]*entry{p.held, p.draining} {
+		for _, e := range set {
+			if e.state != away && now.Sub(e.touched) >= every {
+				e.touched = now
+				progress = append(progress, e.msg)
+			}
+		}
+	}
+	if connected && p.sess != nil {
+		for _, kq := range p.sess.keys {
+			if p.scheduleLocked(kq) {
+				submit = append(submit, kq)
+			}
+		}
+	}
+	stale := now.Sub(p.lagAt) >= every
+	p.mu.Unlock()
+	for _, m := range progress {
+		_ = m.InProgress()
+	}
+	for _, kq := range submit {
+		p.c.submit(kq)
+	}
+	if stale && connected {
+		ctx, cancel := context.WithTimeout(p.c.ctx, every)
+		info, err := p.cons.Info(ctx)
+		cancel()
+		if err == nil {
+			p.mu.Lock()
+			p.lag, p.lagAt = info.NumPending, time.Now()
+			p.mu.Unlock()
+		}
+	}
+}
+
+// shut ends the partition's session for Close and returns the pin id it
+// last held.
+func (p *partition) shut() string {
+	p.mu.Lock()
+	p.closing = true
+	naks := p.endSessionLocked()
+	pin := p.lastPin
+	p.mu.Unlock()
+	for _, m := range naks {
+		_ = m.Nak()
+	}
+	return pin
+}
+
+// unpin releases the partition if it is still pinned to this process.
+func (p *partition) unpin(ctx context.Context, pin string) {
+	if pin == "" {
+		return
+	}
+	info, err := p.cons.Info(ctx)
+	if err != nil || pinnedID(info, p.c.cfg.Group) != pin {
+		return
+	}
+	if err := p.stream.UnpinConsumer(ctx, p.name, p.c.cfg.Group); err != nil {
+		p.c.cfg.Logger.Debug("dispatch/jetstream: unpin", "consumer", p.name, "err", err)
+	}
+}
+
+// stats returns the partition's figures and its keys' depths.
+func (p *partition) stats() (PartitionStats, []KeyDepth) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps := PartitionStats{Partition: p.index, Lag: p.lag, Held: len(p.held) + len(p.draining), HeldPeak: p.peak,
+		InFlight: p.inFlight, Sessions: p.sessions, BarrierWaits: p.barrierWaits}
+	var keys []KeyDepth
+	if s := p.sess; s != nil {
+		ps.Owned = s.open
+		ps.Keys = len(s.keys)
+		for _, kq := range s.keys {
+			d := kq.len()
+			ps.MaxKeyDepth = max(ps.MaxKeyDepth, d)
+			keys = append(keys, KeyDepth{Key: kq.key, Partition: p.index, Depth: d})
+		}
+	}
+	return ps, keys
+}
