@@ -202,14 +202,13 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 	c.inFlight.Add(1)
 	err := c.handler(c.ctx, ev)
 	c.inFlight.Add(-1)
-	if err == nil {
-		_ = msg.Ack()
-	} else {
-		_ = msg.NakWithDelay(c.cfg.nakDelay(ev.Delivery))
-	}
 
+	// Book the outcome before telling the server, so that a message the
+	// server hands out once our acknowledgement frees a slot never finds
+	// this one still counted as held (the bound is exact), and a
+	// redelivery after the negative acknowledgement finds it away. The key
+	// stays running until the server has been told.
 	p.mu.Lock()
-	kq.running = false
 	p.inFlight--
 	if err == nil {
 		p.acked++
@@ -234,6 +233,14 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 			}
 		}
 	}
+	p.mu.Unlock()
+	if err == nil {
+		_ = msg.Ack()
+	} else {
+		_ = msg.NakWithDelay(c.cfg.nakDelay(ev.Delivery))
+	}
+	p.mu.Lock()
+	kq.running = false
 	next := p.scheduleLocked(kq)
 	p.dropIfEmptyLocked(kq)
 	p.mu.Unlock()
