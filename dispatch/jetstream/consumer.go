@@ -69,6 +69,7 @@ type Consumer struct {
 	bg        sync.WaitGroup
 	closeOnce sync.Once
 	inFlight  atomic.Int64
+	connected atomic.Bool // the connection was up at the last check
 }
 
 // New creates or updates the durable consumer of every served partition
@@ -133,7 +134,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 			return nil, fmt.Errorf("dispatch/jetstream: consume %s: %w", p.name, err)
 		}
 	}
+	c.connected.Store(nc.IsConnected())
 	c.bg.Go(c.heartbeat)
+	c.bg.Go(c.watch)
 	return c, nil
 }
 
@@ -170,22 +173,22 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 	p.mu.Lock()
 	kq.scheduled = false
 	e := kq.front()
-	if kq.sess != p.sess || !kq.sess.open || kq.running || e == nil || e.state != queued || !c.nc.IsConnected() {
+	if kq.sess != p.sess || !kq.sess.open || kq.running || e == nil || e.state != queued || !c.connected.Load() {
 		// Stale token (session ended), barrier closed, or disconnected (the
 		// heartbeat loop reschedules once connected): do not start.
 		p.mu.Unlock()
 		return
 	}
-	if p.done.has(e.seq) {
-		// Completed in an earlier session of this process: acknowledge
-		// again, do not run again.
+	if e.delivered > 1 && p.done.has(e.seq) {
+		// Completed here before (its acknowledgement was lost):
+		// acknowledge again, do not run again.
 		kq.popFront()
-		delete(p.held, e.seq)
+		p.held--
 		p.duplicates++
+		_ = e.msg.Ack()
 		next := p.scheduleLocked(kq)
 		p.dropIfEmptyLocked(kq)
 		p.mu.Unlock()
-		_ = e.msg.Ack()
 		if next {
 			c.submit(kq)
 		}
@@ -203,44 +206,29 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 	err := c.handler(c.ctx, ev)
 	c.inFlight.Add(-1)
 
-	// Book the outcome before telling the server, so that a message the
-	// server hands out once our acknowledgement frees a slot never finds
-	// this one still counted as held (the bound is exact), and a
-	// redelivery after the negative acknowledgement finds it away. The key
-	// stays running until the server has been told.
+	// The outcome is booked and sent under the lock, so that a message the
+	// server hands out once this acknowledgement frees a slot never finds
+	// this one still counted (the bound is exact), and a redelivery after
+	// the negative acknowledgement finds it away.
 	p.mu.Lock()
 	p.inFlight--
+	kq.running = false
 	if err == nil {
 		p.acked++
 		p.done.add(e.seq)
-		if kq.front() == e {
-			kq.popFront()
-		}
-		if p.held[e.seq] == e {
-			delete(p.held, e.seq)
-		}
-		delete(p.draining, e.seq)
-	} else {
-		p.failed++
-		if p.held[e.seq] == e {
-			e.state = away // its key waits until the server delivers it again
-		} else {
-			// Its session ended while it ran: forget it, the server
-			// redelivers it to whoever owns the partition now.
-			delete(p.draining, e.seq)
-			if kq.front() == e {
-				kq.popFront()
-			}
-		}
-	}
-	p.mu.Unlock()
-	if err == nil {
+		p.release(e)
 		_ = msg.Ack()
 	} else {
+		p.failed++
+		if e.draining {
+			// Its session ended while it ran: forget it, the server
+			// redelivers it to whoever owns the partition now.
+			p.release(e)
+		} else {
+			e.state = away // its key waits until the server delivers it again
+		}
 		_ = msg.NakWithDelay(c.cfg.nakDelay(ev.Delivery))
 	}
-	p.mu.Lock()
-	kq.running = false
 	next := p.scheduleLocked(kq)
 	p.dropIfEmptyLocked(kq)
 	p.mu.Unlock()
@@ -300,6 +288,21 @@ func subjectToken(subject string, i int) string {
 	return subject
 }
 
+// watch follows the connection's status, so that run can check it
+// without taking the connection's lock.
+func (c *Consumer) watch() {
+	ch := c.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	defer c.nc.RemoveStatusListener(ch)
+	for {
+		select {
+		case <-c.stop:
+			return
+		case st := <-ch:
+			c.connected.Store(st == nats.CONNECTED)
+		}
+	}
+}
+
 // heartbeat reports held messages in progress, reschedules keys that could
 // not start while disconnected, and refreshes idle partitions' lag.
 func (c *Consumer) heartbeat() {
@@ -313,6 +316,7 @@ func (c *Consumer) heartbeat() {
 		case <-t.C:
 		}
 		connected := c.nc.IsConnected()
+		c.connected.Store(connected)
 		for _, p := range c.parts {
 			p.tick(every, connected)
 		}

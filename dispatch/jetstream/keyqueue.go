@@ -30,6 +30,7 @@ type entry struct {
 	state     entryState
 	touched   time.Time // last delivery or progress report
 	kq        *keyQueue
+	draining  bool // running when its session ended: counted in partition.draining
 }
 
 // keyQueue is one key's held messages within a session, in stream order.
@@ -80,29 +81,41 @@ func (q *keyQueue) insert(e *entry) {
 	q.items[i] = e
 }
 
-// doneSet remembers the stream sequences a partition completed recently, so
-// that a redelivery of a message whose acknowledgement was lost in transit
-// is acknowledged again instead of run twice. It keeps the last size
-// sequences.
-type doneSet struct {
-	seen map[uint64]struct{}
+// find returns the live entry with stream sequence seq, or nil.
+func (q *keyQueue) find(seq uint64) *entry {
+	live := q.items[q.head:]
+	i := sort.Search(len(live), func(i int) bool { return live[i].seq >= seq })
+	if i < len(live) && live[i].seq == seq {
+		return live[i]
+	}
+	return nil
+}
+
+// doneRing remembers the stream sequences a partition completed recently,
+// so that a redelivery of a message whose acknowledgement was lost in
+// transit is acknowledged again instead of run twice. Only redeliveries
+// are looked up, and they are rare, so a lookup scans the ring and adding
+// costs one store.
+type doneRing struct {
 	ring []uint64
 	next int
 }
 
-func newDoneSet(size int) doneSet {
-	return doneSet{seen: make(map[uint64]struct{}, size), ring: make([]uint64, 0, size)}
+func newDoneRing(size int) doneRing { return doneRing{ring: make([]uint64, size)} }
+
+func (d *doneRing) has(seq uint64) bool {
+	for _, s := range d.ring {
+		if s == seq {
+			return true
+		}
+	}
+	return false
 }
 
-func (d *doneSet) has(seq uint64) bool { _, ok := d.seen[seq]; return ok }
-
-func (d *doneSet) add(seq uint64) {
-	if len(d.ring) < cap(d.ring) {
-		d.ring = append(d.ring, seq)
-	} else {
-		delete(d.seen, d.ring[d.next])
-		d.ring[d.next] = seq
-		d.next = (d.next + 1) % len(d.ring)
+func (d *doneRing) add(seq uint64) {
+	d.ring[d.next] = seq
+	d.next++
+	if d.next == len(d.ring) {
+		d.next = 0
 	}
-	d.seen[seq] = struct{}{}
 }

@@ -30,9 +30,9 @@ type partition struct {
 
 	mu       sync.Mutex
 	sess     *session          // current session; nil when not owned
-	held     map[uint64]*entry // the current session's messages, by stream sequence
+	held     int               // the current session's messages
 	draining map[uint64]*entry // running messages of ended sessions
-	done     doneSet
+	done     doneRing
 	closing  bool
 	lastPin  string // the latest pin id this process held
 
@@ -51,7 +51,7 @@ type partition struct {
 
 func newPartition(c *Consumer, n int, stream jetstream.Stream, cons jetstream.Consumer) *partition {
 	return &partition{c: c, index: n, name: c.cfg.ConsumerName(n), stream: stream, cons: cons,
-		held: make(map[uint64]*entry), draining: make(map[uint64]*entry), done: newDoneSet(4 * c.cfg.MaxPending)}
+		draining: make(map[uint64]*entry), done: newDoneRing(4 * c.cfg.MaxPending)}
 }
 
 // start begins pulling.
@@ -117,7 +117,8 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 		_ = msg.Nak()
 		return
 	}
-	if p.done.has(seq) {
+	redelivery := md.NumDelivered > 1
+	if redelivery && p.done.has(seq) {
 		p.duplicates++
 		p.mu.Unlock()
 		_ = msg.Ack()
@@ -128,8 +129,14 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 		naks = p.endSessionLocked()
 		p.startSessionLocked(pin)
 	}
+	s := p.sess
+	kq := s.keys[key]
 	var submit *keyQueue
-	switch e := p.held[seq]; {
+	var e *entry
+	if redelivery && kq != nil {
+		e = kq.find(seq)
+	}
+	switch {
 	case e != nil:
 		// Delivered again while held: after a failure (away), or because
 		// its AckWait passed before a progress report arrived. Keep the
@@ -140,26 +147,23 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 		}
 		if e.state == away {
 			e.state = queued
-			if p.scheduleLocked(e.kq) {
-				submit = e.kq
+			if p.scheduleLocked(kq) {
+				submit = kq
 			}
 		}
-	case p.draining[seq] != nil:
+	case redelivery && p.draining[seq] != nil:
 		// Still running from an ended session; its acknowledgement covers
 		// this delivery, and a failure gets it redelivered.
 		p.duplicates++
 	default:
-		s := p.sess
-		kq := s.keys[key]
 		if kq == nil {
 			kq = &keyQueue{p: p, sess: s, key: key}
 			s.keys[key] = kq
 		}
-		e := &entry{msg: msg, seq: seq, dseq: md.Sequence.Consumer, delivered: md.NumDelivered,
-			published: md.Timestamp, touched: now, kq: kq}
-		kq.insert(e)
-		p.held[seq] = e
-		if n := len(p.held) + len(p.draining); n > p.peak {
+		kq.insert(&entry{msg: msg, seq: seq, dseq: md.Sequence.Consumer, delivered: md.NumDelivered,
+			published: md.Timestamp, touched: now, kq: kq})
+		p.held++
+		if n := p.held + len(p.draining); n > p.peak {
 			p.peak = n
 		}
 		if p.scheduleLocked(kq) {
@@ -187,6 +191,19 @@ func (p *partition) scheduleLocked(kq *keyQueue) bool {
 	}
 	kq.scheduled = true
 	return true
+}
+
+// release forgets a finished message: the head of its key (it ran), or a
+// running message of an ended session.
+func (p *partition) release(e *entry) {
+	if e.draining {
+		delete(p.draining, e.seq)
+	} else {
+		p.held--
+	}
+	if e.kq.front() == e {
+		e.kq.popFront()
+	}
 }
 
 // dropIfEmptyLocked forgets a key with nothing left.
@@ -220,15 +237,18 @@ func (p *partition) endSessionLocked() []jetstream.Msg {
 	s.ended = true
 	p.sess = nil
 	var naks []jetstream.Msg
-	for seq, e := range p.held {
-		switch e.state {
-		case running:
-			p.draining[seq] = e
-		case queued:
-			naks = append(naks, e.msg)
+	for _, kq := range s.keys {
+		for _, e := range kq.items[kq.head:] {
+			switch e.state {
+			case running:
+				e.draining = true
+				p.draining[e.seq] = e
+			case queued:
+				naks = append(naks, e.msg)
+			}
 		}
 	}
-	clear(p.held)
+	p.held = 0
 	return naks
 }
 
@@ -267,9 +287,11 @@ func (p *partition) barrier(s *session) {
 				return
 			}
 			known := 0
-			for _, e := range p.held {
-				if e.dseq <= info.Delivered.Consumer {
-					known++
+			for _, kq := range s.keys {
+				for _, e := range kq.items[kq.head:] {
+					if e.dseq <= info.Delivered.Consumer {
+						known++
+					}
 				}
 			}
 			if pin == s.pin && info.NumAckPending <= known {
@@ -315,11 +337,19 @@ func (p *partition) tick(every time.Duration, connected bool) {
 	var progress []jetstream.Msg
 	var submit []*keyQueue
 	p.mu.Lock()
-	for _, set := range []map[uint64]*entry{p.held, p.draining} {
-		for _, e := range set {
-			if e.state != away && now.Sub(e.touched) >= every {
-				e.touched = now
-				progress = append(progress, e.msg)
+	touch := func(e *entry) {
+		if e.state != away && now.Sub(e.touched) >= every {
+			e.touched = now
+			progress = append(progress, e.msg)
+		}
+	}
+	for _, e := range p.draining {
+		touch(e)
+	}
+	if p.sess != nil {
+		for _, kq := range p.sess.keys {
+			for _, e := range kq.items[kq.head:] {
+				touch(e)
 			}
 		}
 	}
@@ -382,7 +412,7 @@ func (p *partition) unpin(ctx context.Context, pin string) {
 func (p *partition) stats() (PartitionStats, []KeyDepth) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ps := PartitionStats{Partition: p.index, Lag: p.lag, Held: len(p.held) + len(p.draining), HeldPeak: p.peak,
+	ps := PartitionStats{Partition: p.index, Lag: p.lag, Held: p.held + len(p.draining), HeldPeak: p.peak,
 		InFlight: p.inFlight, Sessions: p.sessions, BarrierWaits: p.barrierWaits}
 	var keys []KeyDepth
 	if s := p.sess; s != nil {
