@@ -81,6 +81,24 @@ func (q *keyQueue) insert(e *entry) {
 	q.items[i] = e
 }
 
+// remove takes e out of the queue wherever it is. It is the head unless a
+// message of the key arrived late, after a later one had started.
+func (q *keyQueue) remove(e *entry) {
+	if q.front() == e {
+		q.popFront()
+		return
+	}
+	live := q.items[q.head:]
+	for i, x := range live {
+		if x == e {
+			copy(live[i:], live[i+1:])
+			live[len(live)-1] = nil
+			q.items = q.items[:len(q.items)-1]
+			return
+		}
+	}
+}
+
 // find returns the live entry with stream sequence seq, or nil.
 func (q *keyQueue) find(seq uint64) *entry {
 	live := q.items[q.head:]

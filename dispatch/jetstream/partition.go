@@ -47,6 +47,7 @@ type partition struct {
 	duplicates   uint64
 	acked        uint64
 	failed       uint64
+	late         uint64
 }
 
 func newPartition(c *Consumer, n int, stream jetstream.Stream, cons jetstream.Consumer) *partition {
@@ -160,6 +161,14 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 			kq = &keyQueue{p: p, sess: s, key: key}
 			s.keys[key] = kq
 		}
+		if f := kq.front(); f != nil && f.state != queued && f.seq > seq {
+			// An earlier message of the key arrives after a later one
+			// started: order is already lost (see the package
+			// documentation for when this can happen).
+			p.late++
+			p.c.cfg.Logger.Warn("dispatch/jetstream: message arrived after a later one of its key had started",
+				"consumer", p.name, "key", key, "seq", seq, "started", f.seq)
+		}
 		kq.insert(&entry{msg: msg, seq: seq, dseq: md.Sequence.Consumer, delivered: md.NumDelivered,
 			published: md.Timestamp, touched: now, kq: kq})
 		p.held++
@@ -201,9 +210,7 @@ func (p *partition) release(e *entry) {
 	} else {
 		p.held--
 	}
-	if e.kq.front() == e {
-		e.kq.popFront()
-	}
+	e.kq.remove(e)
 }
 
 // dropIfEmptyLocked forgets a key with nothing left.
