@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,6 +42,9 @@ func BenchmarkKeyedConsumer(b *testing.B) {
 					keyed += keyedConsume(b, f, n)
 					raw += rawConsume(b, f, n)
 				}
+				if os.Getenv("BENCH_DEBUG") != "" {
+					b.Logf("chunk %d: raw %s keyed %s", turn, raw, keyed)
+				}
 				_ = f.js.DeleteStream(context.Background(), f.cfg.Stream)
 				done += n
 			}
@@ -75,6 +79,11 @@ func keyedConsume(b *testing.B, f *fixture, n int) time.Duration {
 		b.Fatalf("keyed: %d of %d events in 5 minutes", done.Load(), n)
 	}
 	elapsed := time.Since(start)
+	if os.Getenv("BENCH_DEBUG") != "" {
+		for _, p := range c.Stats().Partitions {
+			b.Logf("keyed partition %d: %d barrier waits, %s", p.Partition, p.BarrierWaits, p.BarrierTime)
+		}
+	}
 	c.Close()
 	return elapsed
 }

@@ -408,6 +408,9 @@ type PartitionStats struct {
 	// BarrierWaits counts barrier checks that found messages still held
 	// elsewhere.
 	BarrierWaits uint64
+	// BarrierTime is the time sessions spent behind their barrier, from
+	// their first message to their opening.
+	BarrierTime time.Duration
 }
 
 // Stats is a snapshot of a Consumer's counters, summed over partitions

@@ -48,6 +48,7 @@ type partition struct {
 	acked        uint64
 	failed       uint64
 	late         uint64
+	barrierTime  time.Duration
 }
 
 func newPartition(c *Consumer, n int, stream jetstream.Stream, cons jetstream.Consumer) *partition {
@@ -268,6 +269,7 @@ func (p *partition) endSessionLocked() []jetstream.Msg {
 // equal sets. With pinning, it also checks that s's pin is the current one.
 func (p *partition) barrier(s *session) {
 	wait := 2 * time.Millisecond
+	began := time.Now()
 	for {
 		ctx, cancel := context.WithTimeout(p.c.ctx, 5*time.Second)
 		info, err := p.cons.Info(ctx)
@@ -303,6 +305,7 @@ func (p *partition) barrier(s *session) {
 			}
 			if pin == s.pin && info.NumAckPending <= known {
 				s.open = true
+				p.barrierTime += time.Since(began)
 				for _, kq := range s.keys {
 					if p.scheduleLocked(kq) {
 						submit = append(submit, kq)
@@ -420,7 +423,7 @@ func (p *partition) stats() (PartitionStats, []KeyDepth) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ps := PartitionStats{Partition: p.index, Lag: p.lag, Held: p.held + len(p.draining), HeldPeak: p.peak,
-		InFlight: p.inFlight, Sessions: p.sessions, BarrierWaits: p.barrierWaits}
+		InFlight: p.inFlight, Sessions: p.sessions, BarrierWaits: p.barrierWaits, BarrierTime: p.barrierTime}
 	var keys []KeyDepth
 	if s := p.sess; s != nil {
 		ps.Owned = s.open
