@@ -92,6 +92,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 	}
 	c := &Consumer{cfg: cfg, js: js, nc: nc, handler: h, stop: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.connected.Store(nc.IsConnected())
+	c.bg.Go(c.watch)
 	served := cfg.served()
 	// Each keyQueue has at most one token outstanding, so a key's queue in
 	// the dispatcher holds at most one token per partition and session: it
@@ -100,6 +102,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 	dcfg.Strategy, dcfg.Workers, dcfg.QueueSize = dispatch.Keyed, cfg.Workers, 1<<20
 	c.d, err = dispatch.New(dcfg, c.run)
 	if err != nil {
+		close(c.stop)
+		c.cancel()
+		c.bg.Wait()
 		return nil, err
 	}
 	for _, n := range served {
@@ -134,9 +139,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 			return nil, fmt.Errorf("dispatch/jetstream: consume %s: %w", p.name, err)
 		}
 	}
-	c.connected.Store(nc.IsConnected())
 	c.bg.Go(c.heartbeat)
-	c.bg.Go(c.watch)
 	return c, nil
 }
 
