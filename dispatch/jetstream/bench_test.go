@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +25,10 @@ const benchChunk = 25_000
 // machine. Both pull with the same batch and MaxAckPending, and both
 // timings include creating their consumers. ns/op is the keyed consumer's
 // time per event; x-raw is keyed events/s ÷ raw events/s (target ≥ 0.5).
+//
+// For tuning: BENCH_WORKERS and BENCH_BATCH override Config.Workers and
+// Config.PullBatch; BENCH_DEBUG=1 logs each chunk's cumulative times and
+// the keyed consumer's barrier waits.
 func BenchmarkKeyedConsumer(b *testing.B) {
 	for _, tg := range targets(b) {
 		b.Run(tg.name, func(b *testing.B) {
@@ -34,6 +39,12 @@ func BenchmarkKeyedConsumer(b *testing.B) {
 				f := newFixture(b, tg, 4)
 				f.cfg.AckWait, f.cfg.InProgressEvery = 30*time.Second, 10*time.Second
 				f.cfg.PinnedTTL, f.cfg.PullExpiry = 10*time.Second, 5*time.Second
+				if v := os.Getenv("BENCH_WORKERS"); v != "" {
+					f.cfg.Workers, _ = strconv.Atoi(v)
+				}
+				if v := os.Getenv("BENCH_BATCH"); v != "" {
+					f.cfg.PullBatch, _ = strconv.Atoi(v)
+				}
 				f.publish(keysFor(n, 1000, 0))
 				if turn%2 == 0 {
 					raw += rawConsume(b, f, n)
