@@ -49,11 +49,13 @@ type partition struct {
 	failed       uint64
 	late         uint64
 	barrierTime  time.Duration
+	sweepKeys    int // see dropIfEmptyLocked
 }
 
 func newPartition(c *Consumer, n int, stream jetstream.Stream, cons jetstream.Consumer) *partition {
 	return &partition{c: c, index: n, name: c.cfg.ConsumerName(n), stream: stream, cons: cons,
-		draining: make(map[uint64]*entry), done: newDoneRing(4 * c.cfg.MaxPending)}
+		draining: make(map[uint64]*entry), done: newDoneRing(4 * c.cfg.MaxPending),
+		sweepKeys: max(4096, 2*c.cfg.MaxPending)}
 }
 
 // start begins pulling.
@@ -214,10 +216,19 @@ func (p *partition) release(e *entry) {
 	e.kq.remove(e)
 }
 
-// dropIfEmptyLocked forgets a key with nothing left.
+// dropIfEmptyLocked keeps the keys of a session bounded. A key with nothing
+// left stays in the map, so that its next message costs no allocation,
+// until the map holds more than sweepKeys keys; then every idle key goes.
+// At most MaxPending keys hold messages, so sweeps are rare.
 func (p *partition) dropIfEmptyLocked(kq *keyQueue) {
-	if kq.len() == 0 && !kq.running && !kq.scheduled && kq.sess.keys[kq.key] == kq {
-		delete(kq.sess.keys, kq.key)
+	s := kq.sess
+	if len(s.keys) <= p.sweepKeys || kq.len() > 0 {
+		return
+	}
+	for k, q := range s.keys {
+		if q.len() == 0 && !q.running && !q.scheduled {
+			delete(s.keys, k)
+		}
 	}
 }
 
@@ -427,9 +438,12 @@ func (p *partition) stats() (PartitionStats, []KeyDepth) {
 	var keys []KeyDepth
 	if s := p.sess; s != nil {
 		ps.Owned = s.open
-		ps.Keys = len(s.keys)
 		for _, kq := range s.keys {
 			d := kq.len()
+			if d == 0 {
+				continue
+			}
+			ps.Keys++
 			ps.MaxKeyDepth = max(ps.MaxKeyDepth, d)
 			keys = append(keys, KeyDepth{Key: kq.key, Partition: p.index, Depth: d})
 		}
