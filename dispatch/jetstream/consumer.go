@@ -334,15 +334,15 @@ func (c *Consumer) heartbeat() {
 // PinnedTTL. It is safe to call more than once.
 func (c *Consumer) Close() {
 	c.closeOnce.Do(func() {
-		deadline := time.NewTimer(c.cfg.DrainTimeout)
-		defer deadline.Stop()
+		drain, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
+		defer cancel()
 		for _, p := range c.parts {
 			p.cc.Drain()
 		}
 		for _, p := range c.parts {
 			select {
 			case <-p.cc.Closed():
-			case <-deadline.C:
+			case <-drain.Done():
 			}
 		}
 		var pins []string
@@ -356,8 +356,8 @@ func (c *Consumer) Close() {
 		}()
 		select {
 		case <-done:
-		case <-deadline.C:
-			c.cancel()
+		case <-drain.Done():
+			c.cancel() // handlers' context: give up waiting politely
 			<-done
 		}
 		close(c.stop)

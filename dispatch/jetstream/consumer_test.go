@@ -475,3 +475,49 @@ func TestNakDelayDoubles(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseCancelsHandlersAfterDrainTimeout: a handler that waits for its
+// context makes Close give up after DrainTimeout; its message is not
+// acknowledged, so the server still counts it pending.
+func TestCloseCancelsHandlersAfterDrainTimeout(t *testing.T) {
+	tg := targets(t)[0]
+	f := newFixture(t, tg, 1)
+	f.cfg.DrainTimeout = 200 * time.Millisecond
+	f.publish([]string{"k"})
+	started := make(chan struct{})
+	c, err := New(context.Background(), f.js, f.cfg, func(ctx context.Context, e Event) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler did not start in 30s")
+	}
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return in 30s with a DrainTimeout of 200ms")
+	}
+	stream, err := f.js.Stream(context.Background(), f.cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.Consumer(context.Background(), f.cfg.ConsumerName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := cons.CachedInfo()
+	if info.AckFloor.Stream != 0 {
+		t.Errorf("the cancelled event was acknowledged (ack floor %d)", info.AckFloor.Stream)
+	}
+	if st := c.Stats(); st.Acked != 0 || st.Failed != 1 {
+		t.Errorf("Stats: %d acked, %d failed; want 0 and 1", st.Acked, st.Failed)
+	}
+}
