@@ -26,10 +26,12 @@
 // MaxNakDelay) and the message stays at the head of its key: later messages
 // of the key wait for its redelivery.
 //
-// Every held message — queued behind its key, running, or waiting for its
-// redelivery's turn — is reported in progress every InProgressEvery (at most
-// AckWait/2), so messages waiting behind a hot key are not redelivered
-// because their AckWait passed. The consumer's MaxAckPending is MaxPending,
+// Every held message — queued behind its key or behind the barrier below,
+// or running — is reported in progress every InProgressEvery (at most
+// AckWait/2), so messages waiting behind a hot key, and a handler slower
+// than AckWait, are not redelivered because their AckWait passed. (A
+// message negatively acknowledged is not reported: the server holds it for
+// its delay.) The consumer's MaxAckPending is MaxPending,
 // so the server never has more than MaxPending unacknowledged messages of a
 // partition out, and a process holds at most MaxPending × served partitions
 // messages whatever the backlog. A hot key can fill that window; its
