@@ -521,3 +521,73 @@ func TestCloseCancelsHandlersAfterDrainTimeout(t *testing.T) {
 		t.Errorf("Stats: %d acked, %d failed; want 0 and 1", st.Acked, st.Failed)
 	}
 }
+
+// TestUnpinMidRunKeepsOrder unpins every partition while A owns them and B
+// waits, as an operator or an expired PinnedTTL would: A learns from its
+// next pull that its pin is gone, ends its sessions (running events finish,
+// queued ones go back), and whoever the server pins next opens only behind
+// its barrier.
+func TestUnpinMidRunKeepsOrder(t *testing.T) {
+	tg := targets(t)[0]
+	f := newFixture(t, tg, 4)
+	if !f.cfg.Pinned {
+		t.Skipf("nats-server %s has no pinned-client priority groups", f.version)
+	}
+	f.cfg.MaxPending, f.cfg.PullBatch = 100, 50
+	const n = 3000
+	f.publish(keysFor(n, 50, 4))
+	prog := newProgress()
+	h := orderHandler(f, prog, func(key string) time.Duration {
+		if key == "hot" {
+			return time.Millisecond
+		}
+		return 0
+	})
+	ctx := context.Background()
+	_, jsA := connect(t, f.url)
+	a, err := New(ctx, jsA, f.cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	waitUntil(t, 30*time.Second, "A owns every partition", func() bool {
+		for _, p := range a.Stats().Partitions {
+			if !p.Owned {
+				return false
+			}
+		}
+		return true
+	})
+	_, jsB := connect(t, f.url)
+	b, err := New(ctx, jsB, f.cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	prog.waitFor(t, n/3, 60*time.Second)
+	stream, err := f.js.Stream(ctx, f.cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range f.cfg.Partitions {
+		if err := stream.UnpinConsumer(ctx, f.cfg.ConsumerName(p), f.cfg.Group); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prog.waitFor(t, n, 60*time.Second)
+	sa, sb := a.Stats(), b.Stats()
+	a.Close()
+	b.Close()
+	checkLedger(t, f.ledger)
+	var sessions uint64
+	for _, p := range append(sa.Partitions, sb.Partitions...) {
+		sessions += p.Sessions
+	}
+	if sessions <= uint64(f.cfg.Partitions) {
+		t.Errorf("%d sessions over %d partitions: no pin moved", sessions, f.cfg.Partitions)
+	}
+	if sa.Late+sb.Late != 0 {
+		t.Errorf("%d late arrivals", sa.Late+sb.Late)
+	}
+	t.Logf("A: %d acked, B: %d acked, %d sessions in all", sa.Acked, sb.Acked, sessions)
+}
