@@ -68,6 +68,13 @@ func (p *partition) start() error {
 	}
 	if cfg.Pinned {
 		opts = append(opts, jetstream.PullPriorityGroup(cfg.Group))
+	} else {
+		// Unpinned, the one session starts now: its barrier usually opens
+		// before the first message arrives, instead of after a full
+		// window has piled up behind it.
+		p.mu.Lock()
+		p.startSessionLocked("")
+		p.mu.Unlock()
 	}
 	cc, err := p.cons.Consume(p.onMsg, opts...)
 	if err != nil {
