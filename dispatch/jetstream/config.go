@@ -25,7 +25,12 @@ type Config struct {
 	Partitions int
 	// Serve lists the partitions this process consumes. Empty means all of
 	// them: with Pinned, every process then asks for every partition and the
-	// server pins each partition to one of them.
+	// server pins each partition to one of them. Pinning does not balance:
+	// the first process to pull a partition keeps it while it lives, so
+	// spreading partitions over processes means giving each its own Serve
+	// list (the others take a partition over only when its owner goes).
+	// Without Pinned, two processes serving one partition at once keep
+	// each other's barrier closed: no order is broken, nothing runs.
 	Serve []int
 	// Pinned makes each partition's consumer a priority-group consumer with
 	// the pinned_client policy (NATS 2.11+), so that the server delivers a
