@@ -29,8 +29,10 @@ type Config struct {
 	// the first process to pull a partition keeps it while it lives, so
 	// spreading partitions over processes means giving each its own Serve
 	// list (the others take a partition over only when its owner goes).
-	// Without Pinned, two processes serving one partition at once keep
-	// each other's barrier closed: no order is broken, nothing runs.
+	// Without Pinned, two processes must never serve one partition at
+	// once: the server would split its messages between them and per-key
+	// order would not hold. A process taking over a partition from one
+	// that has stopped is safe (its barrier waits for what the other held).
 	Serve []int
 	// Pinned makes each partition's consumer a priority-group consumer with
 	// the pinned_client policy (NATS 2.11+), so that the server delivers a
