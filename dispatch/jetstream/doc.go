@@ -85,7 +85,9 @@
 // running them, and its messages already queued may start when it
 // reconnects before it learns that its pin moved. Messages are not started
 // while the connection is down, which narrows but does not close this
-// window; nor is ordering kept if MaxDeliver is limited by someone else.
+// window. Nor does it hold when, without pinning, two processes serve one
+// partition at once (a deployment error: see Config.Serve), or when someone
+// else limits the consumers' MaxDeliver.
 //
 // Delivery is at least once. A message runs again after a handler error,
 // and may run again in another process when its owner died after the
