@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -590,4 +591,49 @@ func TestUnpinMidRunKeepsOrder(t *testing.T) {
 		t.Errorf("%d late arrivals", sa.Late+sb.Late)
 	}
 	t.Logf("A: %d acked, B: %d acked, %d sessions in all", sa.Acked, sb.Acked, sessions)
+}
+
+// TestCloseLeavesNoGoroutines: after Close, none of the consumer's
+// goroutines (pulls, barrier, progress reports, dispatcher workers) runs.
+// The embedded server's goroutines are not ours and are not counted.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	tg := targets(t)[0]
+	f := newFixture(t, tg, 2)
+	f.publish(keysFor(200, 10, 0))
+	_, js := connect(t, f.url)
+	prog := newProgress()
+	c, err := New(context.Background(), js, f.cfg, orderHandler(f, prog, func(string) time.Duration { return 0 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog.waitFor(t, 200, 30*time.Second)
+	if ours := ourGoroutines(); len(ours) == 0 {
+		t.Fatal("no goroutine of the consumer found while it runs: the check would be vacuous")
+	}
+	c.Close()
+	var ours []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if ours = ourGoroutines(); len(ours) == 0 {
+			return
+		}
+	}
+	t.Errorf("%d goroutines of the consumer left after Close:\n%s", len(ours), strings.Join(ours, "\n\n"))
+}
+
+// ourGoroutines returns the stacks of running goroutines that belong to a
+// Consumer: this package's, the dispatcher's and nats.go's pull loops.
+func ourGoroutines() []string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var ours []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "TestCloseLeavesNoGoroutines") || strings.Contains(g, "ourGoroutines") {
+			continue
+		}
+		if strings.Contains(g, "stampede/dispatch/jetstream.(*") || strings.Contains(g, "stampede/dispatch.(*keyedEngine") ||
+			strings.Contains(g, "jetstream.(*pullSubscription)") {
+			ours = append(ours, g)
+		}
+	}
+	return ours
 }
