@@ -40,8 +40,8 @@
 //
 // A message delivered again while held (its progress report came late)
 // keeps its one entry, and a message completed here recently (its
-// acknowledgement was lost) is acknowledged again, not run: within a
-// process, a message runs at most once per success.
+// acknowledgement was lost; a partition remembers its last 4 × MaxPending
+// completions) is acknowledged again, not run.
 //
 // Ownership comes in sessions: one pin id of the pinned consumer, or the
 // whole life of an unpinned one. A new session starts with a barrier: none
@@ -66,9 +66,11 @@
 // # Guarantee
 //
 // Per-key order: within a partition, a message of key K starts only after
-// every earlier (lower stream sequence) message of K delivered to the
-// partition's owner has been acknowledged, and no two messages of K run at
-// once. This holds
+// every earlier (lower stream sequence) message of K has succeeded and been
+// acknowledged, and no two messages of K run at once. (A consumer delivers
+// a partition's messages for the first time in stream order, so an earlier
+// message is either acknowledged or pending, and the barrier makes every
+// pending one the owner's.) This holds
 //
 //   - under handler errors (the failed message keeps its place);
 //   - under hot keys and slow handlers, as long as the process can reach
