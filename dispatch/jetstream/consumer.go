@@ -134,7 +134,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 		c.parts = append(c.parts, newPartition(c, n, stream, cons))
 	}
 	for _, p := range c.parts {
-		if err := p.start(); err != nil {
+		if err := p.start(ctx); err != nil {
 			c.abort()
 			return nil, fmt.Errorf("dispatch/jetstream: consume %s: %w", p.name, err)
 		}
@@ -182,7 +182,7 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 		p.mu.Unlock()
 		return
 	}
-	if e.delivered > 1 && p.done.has(e.seq) {
+	if (e.delivered > 1 || e.seq <= kq.lastDone) && p.done.has(e.seq) {
 		// Completed here before (its acknowledgement was lost):
 		// acknowledge again, do not run again.
 		kq.popFront()
@@ -219,6 +219,7 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 	if err == nil {
 		p.acked++
 		p.done.add(e.seq)
+		kq.lastDone = max(kq.lastDone, e.seq)
 		p.release(e)
 		_ = msg.Ack()
 	} else {

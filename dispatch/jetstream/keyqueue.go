@@ -44,6 +44,7 @@ type keyQueue struct {
 	head      int
 	running   bool
 	scheduled bool
+	lastDone  uint64 // highest stream sequence of the key completed in this session
 }
 
 func (q *keyQueue) len() int { return len(q.items) - q.head }
@@ -102,6 +103,9 @@ func (q *keyQueue) remove(e *entry) {
 // find returns the live entry with stream sequence seq, or nil.
 func (q *keyQueue) find(seq uint64) *entry {
 	live := q.items[q.head:]
+	if len(live) == 0 || live[len(live)-1].seq < seq {
+		return nil // the common case: a new message comes after all held
+	}
 	i := sort.Search(len(live), func(i int) bool { return live[i].seq >= seq })
 	if i < len(live) && live[i].seq == seq {
 		return live[i]

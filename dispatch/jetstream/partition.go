@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -58,8 +59,12 @@ func newPartition(c *Consumer, n int, stream jetstream.Stream, cons jetstream.Co
 		sweepKeys: max(4096, 2*c.cfg.MaxPending)}
 }
 
-// start begins pulling.
-func (p *partition) start() error {
+// start begins pulling. Unpinned, it first waits until no other client
+// has a pull request waiting on the partition: a previous owner's requests
+// outlive it by up to PullExpiry, and the server would deliver to them
+// (messages that come back only after AckWait) while this process's
+// barrier, which counts pending messages, cannot see a request.
+func (p *partition) start(ctx context.Context) error {
 	cfg := p.c.cfg
 	opts := []jetstream.PullConsumeOpt{
 		jetstream.PullMaxMessages(cfg.PullBatch),
@@ -69,9 +74,12 @@ func (p *partition) start() error {
 	if cfg.Pinned {
 		opts = append(opts, jetstream.PullPriorityGroup(cfg.Group))
 	} else {
-		// Unpinned, the one session starts now: its barrier usually opens
-		// before the first message arrives, instead of after a full
-		// window has piled up behind it.
+		if err := p.awaitNoPullers(ctx); err != nil {
+			return err
+		}
+		// The one session starts now: its barrier usually opens before the
+		// first message arrives, instead of after a full window has piled
+		// up behind it.
 		p.mu.Lock()
 		p.startSessionLocked("")
 		p.mu.Unlock()
@@ -82,6 +90,32 @@ func (p *partition) start() error {
 	}
 	p.cc = cc
 	return nil
+}
+
+// awaitNoPullers waits until the consumer has no waiting pull request, for
+// at most twice PullExpiry: longer means another live client pulls this
+// partition, which Serve must rule out when unpinned.
+func (p *partition) awaitNoPullers(ctx context.Context) error {
+	limit := time.Now().Add(2*p.c.cfg.PullExpiry + time.Second)
+	wait := 5 * time.Millisecond
+	for {
+		info, err := p.cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumWaiting == 0 {
+			return nil
+		}
+		if time.Now().After(limit) {
+			return fmt.Errorf("Serve: partition %d: another client keeps %d pull requests waiting on %s; without Pinned, one process per partition", p.index, info.NumWaiting, p.name)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
 }
 
 // onErr hears about pull errors. A pin id mismatch means the server gave
@@ -129,12 +163,6 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 		return
 	}
 	redelivery := md.NumDelivered > 1
-	if redelivery && p.done.has(seq) {
-		p.duplicates++
-		p.mu.Unlock()
-		_ = msg.Ack()
-		return
-	}
 	var naks []jetstream.Msg
 	if p.sess == nil || p.sess.pin != pin {
 		naks = p.endSessionLocked()
@@ -144,14 +172,15 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 	kq := s.keys[key]
 	var submit *keyQueue
 	var e *entry
-	if redelivery && kq != nil {
+	if kq != nil {
 		e = kq.find(seq)
 	}
 	switch {
 	case e != nil:
 		// Delivered again while held: after a failure (away), or because
-		// its AckWait passed before a progress report arrived. Keep the
-		// one entry, so the message never runs twice here.
+		// its AckWait passed before a progress report arrived (or, seen on
+		// nats-server 2.9 after a handover, a second first delivery). Keep
+		// the one entry, so the message never runs twice here.
 		p.duplicates++
 		if e.state != running {
 			e.msg, e.delivered, e.touched = msg, md.NumDelivered, now
@@ -162,22 +191,31 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 				submit = kq
 			}
 		}
-	case redelivery && p.draining[seq] != nil:
+	case len(p.draining) > 0 && p.draining[seq] != nil:
 		// Still running from an ended session; its acknowledgement covers
 		// this delivery, and a failure gets it redelivered.
 		p.duplicates++
+	case (redelivery || kq != nil && seq <= kq.lastDone) && p.done.has(seq):
+		// Completed here already: acknowledge again, do not run again.
+		p.duplicates++
+		p.mu.Unlock()
+		for _, m := range naks {
+			_ = m.Nak()
+		}
+		_ = msg.Ack()
+		return
 	default:
 		if kq == nil {
 			kq = &keyQueue{p: p, sess: s, key: key}
 			s.keys[key] = kq
 		}
-		if f := kq.front(); f != nil && f.state != queued && f.seq > seq {
+		if f := kq.front(); seq <= kq.lastDone || f != nil && f.state != queued && f.seq > seq {
 			// An earlier message of the key arrives after a later one
 			// started: order is already lost (see the package
 			// documentation for when this can happen).
 			p.late++
 			p.c.cfg.Logger.Warn("dispatch/jetstream: message arrived after a later one of its key had started",
-				"consumer", p.name, "key", key, "seq", seq, "started", f.seq)
+				"consumer", p.name, "key", key, "seq", seq, "done", kq.lastDone)
 		}
 		kq.insert(&entry{msg: msg, seq: seq, dseq: md.Sequence.Consumer, delivered: md.NumDelivered,
 			published: md.Timestamp, touched: now, kq: kq})
