@@ -38,13 +38,17 @@
 // neighbours in the partition then wait for it (the price of bounded
 // memory; other partitions are unaffected).
 //
-// A message delivered again while held (its progress report came late)
+// Every delivery is checked against the messages held and the key's recent
+// completions: a message delivered again while held (its progress report
+// came late; or, seen on nats-server 2.9 after a handover, delivered twice)
 // keeps its one entry, and a message completed here recently (its
 // acknowledgement was lost; a partition remembers its last 4 × MaxPending
 // completions) is acknowledged again, not run.
 //
 // Ownership comes in sessions: one pin id of the pinned consumer, or the
-// whole life of an unpinned one. A new session starts with a barrier: none
+// whole life of an unpinned one (which first waits until no other client
+// has a pull request waiting on the partition: a stopped owner's requests
+// live on for up to PullExpiry). A new session starts with a barrier: none
 // of its messages runs until the consumer's NumAckPending, read from the
 // server, is no larger than the number of messages the session holds that
 // were delivered no later than that reading (and, pinned, the pin is still
