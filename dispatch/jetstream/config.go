@@ -1,0 +1,198 @@
+package jetstream
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Consumer. Every duration is a server-side or
+// client-side deadline of the protocol described in the package
+// documentation; Validate checks the relations between them.
+type Config struct {
+	// Stream is the JetStream stream to consume.
+	Stream string
+	// Subject is the subject prefix of the partitioned stream: partition p
+	// holds the subjects <Subject>.<p>.>, as produced by the transform of
+	// StreamConfig.
+	Subject string
+	// Durable is the name prefix of the durable consumers: partition p is
+	// consumed through the durable consumer <Durable>-<p>. Every process
+	// that serves the same partitions uses the same Durable.
+	Durable string
+	// Partitions is the number of partitions of the stream (the n of
+	// partition(n, ...) in its subject transform).
+	Partitions int
+	// Serve lists the partitions this process consumes. Empty means all of
+	// them: with Pinned, every process then asks for every partition and the
+	// server pins each partition to one of them. Pinning does not balance:
+	// the first process to pull a partition keeps it while it lives, so
+	// spreading partitions over processes means giving each its own Serve
+	// list (the others take a partition over only when its owner goes).
+	// Without Pinned, two processes must never serve one partition at
+	// once: the server would split its messages between them and per-key
+	// order would not hold. A process taking over a partition from one
+	// that has stopped is safe (its barrier waits for what the other held).
+	Serve []int
+	// Pinned makes each partition's consumer a priority-group consumer with
+	// the pinned_client policy (NATS 2.11+), so that the server delivers a
+	// partition to one client at a time and moves it when that client stops
+	// pulling for PinnedTTL. Without it, exclusivity is the deployment's
+	// job: give each process its own Serve set.
+	Pinned bool
+	// Group is the priority group name (Pinned only).
+	Group string
+	// PinnedTTL is how long the server keeps a partition pinned to a client
+	// that has stopped pulling (Pinned only). It must exceed PullExpiry, the
+	// longest a live client goes without a pull request.
+	PinnedTTL time.Duration
+
+	// Workers is the number of handlers that run at once (the keyed
+	// dispatcher's workers, shared by every served partition).
+	Workers int
+	// MaxPending bounds, per partition, the messages delivered to this
+	// process and not yet acknowledged: queued, running or waiting for a
+	// redelivery after a failure. It is the consumer's MaxAckPending, so
+	// the server enforces it; the memory a Consumer holds is at most
+	// MaxPending × served partitions messages, whatever the backlog.
+	MaxPending int
+	// PullBatch is how many messages one pull request asks for (at most
+	// MaxPending).
+	PullBatch int
+	// PullExpiry is how long one pull request waits at the server.
+	PullExpiry time.Duration
+
+	// AckWait is how long the server waits for an acknowledgement, or a
+	// progress report, before it redelivers a message.
+	AckWait time.Duration
+	// InProgressEvery is how often every held message — queued behind its
+	// key, running, or waiting for the barrier — is reported in progress,
+	// which restarts its AckWait. At most AckWait/2.
+	InProgressEvery time.Duration
+	// NakDelay is the redelivery delay after a handler's first failure of a
+	// message; it doubles with each further delivery, up to MaxNakDelay.
+	NakDelay time.Duration
+	// MaxNakDelay caps the redelivery delay.
+	MaxNakDelay time.Duration
+
+	// KeyHeader, when set, names the header that holds a message's key.
+	// A message without it falls back to KeyToken.
+	KeyHeader string
+	// KeyToken is the index of the subject token that holds the key, from
+	// 0; negative counts from the end (-1 is the last token). For subjects
+	// <Subject>.<p>.<id>, -1 selects <id>.
+	KeyToken int
+
+	// DrainTimeout is how long Close waits for running handlers before it
+	// cancels their context.
+	DrainTimeout time.Duration
+	// Logger receives the consumer's logs.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a consumer of stream PAYMENTS, subjects
+// payments.<p>.<id> in 8 partitions, durable consumers payments-<p>, all
+// partitions served through pinned priority groups, 8 workers, 1,024
+// pending messages and pulls of 256 per partition, a 30 s AckWait with
+// progress every 10 s, and the key from the last subject token.
+func DefaultConfig() Config {
+	return Config{
+		Stream:          "PAYMENTS",
+		Subject:         "payments",
+		Durable:         "payments",
+		Partitions:      8,
+		Pinned:          true,
+		Group:           "workers",
+		PinnedTTL:       15 * time.Second,
+		Workers:         8,
+		MaxPending:      1024,
+		PullBatch:       256,
+		PullExpiry:      5 * time.Second,
+		AckWait:         30 * time.Second,
+		InProgressEvery: 10 * time.Second,
+		NakDelay:        time.Second,
+		MaxNakDelay:     30 * time.Second,
+		KeyToken:        -1,
+		DrainTimeout:    30 * time.Second,
+		Logger:          slog.Default(),
+	}
+}
+
+// Validate reports the first unusable field, by name.
+func (c Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("dispatch/jetstream: %s: %s", field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Stream == "":
+		return bad("Stream", "must not be empty")
+	case c.Subject == "":
+		return bad("Subject", "must not be empty")
+	case c.Durable == "":
+		return bad("Durable", "must not be empty")
+	case c.Partitions < 1:
+		return bad("Partitions", "must be at least 1, got %d", c.Partitions)
+	case c.Pinned && c.Group == "":
+		return bad("Group", "must not be empty when Pinned")
+	case c.Pinned && c.PinnedTTL < 2*c.PullExpiry:
+		return bad("PinnedTTL", "must be at least 2 × PullExpiry (%s) when Pinned, got %s", 2*c.PullExpiry, c.PinnedTTL)
+	case c.Workers < 1:
+		return bad("Workers", "must be at least 1, got %d", c.Workers)
+	case c.MaxPending < 1:
+		return bad("MaxPending", "must be at least 1, got %d", c.MaxPending)
+	case c.PullBatch < 1 || c.PullBatch > c.MaxPending:
+		return bad("PullBatch", "must be between 1 and MaxPending (%d), got %d", c.MaxPending, c.PullBatch)
+	case c.PullExpiry < time.Second:
+		return bad("PullExpiry", "must be at least 1s, got %s", c.PullExpiry)
+	case c.AckWait < time.Second:
+		return bad("AckWait", "must be at least 1s, got %s", c.AckWait)
+	case c.InProgressEvery <= 0 || c.InProgressEvery > c.AckWait/2:
+		return bad("InProgressEvery", "must be positive and at most AckWait/2 (%s), got %s", c.AckWait/2, c.InProgressEvery)
+	case c.NakDelay <= 0:
+		return bad("NakDelay", "must be positive, got %s", c.NakDelay)
+	case c.MaxNakDelay < c.NakDelay:
+		return bad("MaxNakDelay", "must be at least NakDelay (%s), got %s", c.NakDelay, c.MaxNakDelay)
+	case c.DrainTimeout <= 0:
+		return bad("DrainTimeout", "must be positive, got %s", c.DrainTimeout)
+	case c.Logger == nil:
+		return bad("Logger", "must not be nil")
+	}
+	seen := make(map[int]bool, len(c.Serve))
+	for _, p := range c.Serve {
+		if p < 0 || p >= c.Partitions {
+			return bad("Serve", "partition %d is outside 0..%d", p, c.Partitions-1)
+		}
+		if seen[p] {
+			return bad("Serve", "partition %d is listed twice", p)
+		}
+		seen[p] = true
+	}
+	return nil
+}
+
+// served returns the partitions this process consumes.
+func (c Config) served() []int {
+	if len(c.Serve) > 0 {
+		return c.Serve
+	}
+	all := make([]int, c.Partitions)
+	for i := range all {
+		all[i] = i
+	}
+	return all
+}
+
+// ConsumerName is the durable consumer of partition p.
+func (c Config) ConsumerName(p int) string { return fmt.Sprintf("%s-%d", c.Durable, p) }
+
+// FilterSubject is the subject filter of partition p.
+func (c Config) FilterSubject(p int) string { return fmt.Sprintf("%s.%d.>", c.Subject, p) }
+
+// nakDelay is the redelivery delay after a failed delivery number n (from 1).
+func (c Config) nakDelay(n uint64) time.Duration {
+	d := c.NakDelay
+	for i := uint64(1); i < n && d < c.MaxNakDelay; i++ {
+		d *= 2
+	}
+	return min(d, c.MaxNakDelay)
+}

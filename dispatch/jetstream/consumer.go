@@ -1,0 +1,481 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/stampede-lab/stampede/dispatch"
+)
+
+// pinHeader carries the pin id on every message of a pinned consumer.
+const pinHeader = "Nats-Pin-Id"
+
+// Event is one message as a handler sees it.
+type Event struct {
+	// ID identifies the event for deduplication: the Nats-Msg-Id header
+	// when the publisher set one (the payment relay does), else
+	// <stream>-<stream sequence>. It is the same on every delivery.
+	ID string
+	// Key is the message's key; events of one key run one at a time, in
+	// stream order.
+	Key string
+	// Partition is the partition the message was stored in.
+	Partition int
+	// Subject is the stored subject, e.g. payments.3.<id>.
+	Subject string
+	// Sequence is the stream sequence: within a partition, larger means
+	// later.
+	Sequence uint64
+	// Delivery counts deliveries of this message, from 1. Above 1 the
+	// message may have run before (a handler failure, or a process that
+	// died before its acknowledgement reached the server).
+	Delivery uint64
+	// Published is when the stream stored the message.
+	Published time.Time
+	// Header holds the message headers.
+	Header nats.Header
+	// Data is the payload.
+	Data []byte
+}
+
+// Handler processes one event. A nil error acknowledges the message; an
+// error negatively acknowledges it with a delay (Config.NakDelay, doubling
+// per delivery) and holds the rest of its key until it comes back. The
+// context ends when Close gives up waiting (Config.DrainTimeout).
+type Handler func(ctx context.Context, e Event) error
+
+// Consumer feeds the messages of a partitioned JetStream stream to a keyed
+// dispatcher. See the package documentation for the protocol and what it
+// guarantees.
+type Consumer struct {
+	cfg     Config
+	js      jetstream.JetStream
+	nc      *nats.Conn
+	handler Handler
+	d       *dispatch.Dispatcher[*keyQueue]
+	parts   []*partition
+
+	ctx       context.Context // handlers' context, cancelled after DrainTimeout in Close
+	cancel    context.CancelFunc
+	stop      chan struct{} // closed by Close: stops the background loops
+	bg        sync.WaitGroup
+	closeOnce sync.Once
+	inFlight  atomic.Int64
+	connected atomic.Bool // the connection was up at the last check
+}
+
+// New creates or updates the durable consumer of every served partition
+// and starts consuming. The stream must exist (see StreamConfig). Close
+// must be called to stop.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, errors.New("dispatch/jetstream: handler: must not be nil")
+	}
+	nc := js.Conn()
+	if cfg.Pinned && !PinningSupported(nc.ConnectedServerVersion()) {
+		return nil, fmt.Errorf("dispatch/jetstream: Pinned: nats-server %s has no pinned-client priority groups (2.11+ needed); serve partitions statically instead", nc.ConnectedServerVersion())
+	}
+	stream, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch/jetstream: stream %s: %w", cfg.Stream, err)
+	}
+	c := &Consumer{cfg: cfg, js: js, nc: nc, handler: h, stop: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.connected.Store(nc.IsConnected())
+	c.bg.Go(c.watch)
+	served := cfg.served()
+	// Each keyQueue has at most one token outstanding, so a key's queue in
+	// the dispatcher holds at most one token per partition and session: it
+	// never fills, and Submit never blocks.
+	dcfg := dispatch.DefaultConfig()
+	dcfg.Strategy, dcfg.Workers, dcfg.QueueSize = dispatch.Keyed, cfg.Workers, 1<<20
+	c.d, err = dispatch.New(dcfg, c.run)
+	if err != nil {
+		close(c.stop)
+		c.cancel()
+		c.bg.Wait()
+		return nil, err
+	}
+	for _, n := range served {
+		ccfg := jetstream.ConsumerConfig{
+			Durable:       cfg.ConsumerName(n),
+			FilterSubject: cfg.FilterSubject(n),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       cfg.AckWait,
+			MaxAckPending: cfg.MaxPending,
+			MaxDeliver:    -1,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		}
+		if cfg.Pinned {
+			ccfg.PriorityPolicy = jetstream.PriorityPolicyPinned
+			ccfg.PriorityGroups = []string{cfg.Group}
+			ccfg.PinnedTTL = cfg.PinnedTTL
+		}
+		cons, err := stream.CreateOrUpdateConsumer(ctx, ccfg)
+		if err != nil {
+			c.abort()
+			return nil, fmt.Errorf("dispatch/jetstream: consumer %s: %w", ccfg.Durable, err)
+		}
+		if got := cons.CachedInfo().Config.MaxAckPending; got != cfg.MaxPending {
+			c.abort()
+			return nil, fmt.Errorf("dispatch/jetstream: MaxPending: consumer %s has MaxAckPending %d, want %d", ccfg.Durable, got, cfg.MaxPending)
+		}
+		c.parts = append(c.parts, newPartition(c, n, stream, cons))
+	}
+	for _, p := range c.parts {
+		if err := p.start(ctx); err != nil {
+			c.abort()
+			return nil, fmt.Errorf("dispatch/jetstream: consume %s: %w", p.name, err)
+		}
+	}
+	c.bg.Go(c.heartbeat)
+	return c, nil
+}
+
+// abort undoes a New that failed half-way.
+func (c *Consumer) abort() {
+	for _, p := range c.parts {
+		if p.cc != nil {
+			p.cc.Stop()
+		}
+	}
+	close(c.stop)
+	c.d.Close()
+	c.cancel()
+	c.bg.Wait()
+}
+
+// Config returns the configuration the consumer was started with.
+func (c *Consumer) Config() Config { return c.cfg }
+
+// submit hands kq's next message to the dispatcher.
+func (c *Consumer) submit(kq *keyQueue) {
+	if err := c.d.Submit(context.Background(), kq.key, kq); err != nil {
+		// Only after Close, which has ended every session: nothing to run.
+		kq.p.mu.Lock()
+		kq.scheduled = false
+		kq.p.mu.Unlock()
+	}
+}
+
+// run is the dispatcher's handler: it runs the oldest message of kq, if it
+// may run now. The dispatcher runs at most one token per key at a time.
+func (c *Consumer) run(_ string, kq *keyQueue) {
+	p := kq.p
+	p.mu.Lock()
+	kq.scheduled = false
+	e := kq.front()
+	if kq.sess != p.sess || !kq.sess.open || kq.running || e == nil || e.state != queued || !c.connected.Load() {
+		// Stale token (session ended), barrier closed, or disconnected (the
+		// heartbeat loop reschedules once connected): do not start.
+		p.mu.Unlock()
+		return
+	}
+	if (e.delivered > 1 || e.seq <= kq.lastDone) && p.done.has(e.seq) {
+		// Completed here before (its acknowledgement was lost):
+		// acknowledge again, do not run again.
+		kq.popFront()
+		p.held--
+		p.duplicates++
+		_ = e.msg.Ack()
+		next := p.scheduleLocked(kq)
+		p.dropIfEmptyLocked(kq)
+		p.mu.Unlock()
+		if next {
+			c.submit(kq)
+		}
+		return
+	}
+	e.state = running
+	kq.running = true
+	p.inFlight++
+	msg := e.msg
+	ev := Event{ID: eventID(c.cfg.Stream, msg, e.seq), Key: kq.key, Partition: p.index, Subject: msg.Subject(),
+		Sequence: e.seq, Delivery: e.delivered, Published: e.published, Header: msg.Headers(), Data: msg.Data()}
+	p.mu.Unlock()
+
+	c.inFlight.Add(1)
+	err := c.handler(c.ctx, ev)
+	c.inFlight.Add(-1)
+
+	// The outcome is booked and sent under the lock, so that a message the
+	// server hands out once this acknowledgement frees a slot never finds
+	// this one still counted (the bound is exact), and a redelivery after
+	// the negative acknowledgement finds it away.
+	p.mu.Lock()
+	p.inFlight--
+	kq.running = false
+	if err == nil {
+		p.acked++
+		p.done.add(e.seq)
+		kq.lastDone = max(kq.lastDone, e.seq)
+		p.release(e)
+		_ = msg.Ack()
+	} else {
+		p.failed++
+		if e.draining {
+			// Its session ended while it ran: forget it, the server
+			// redelivers it to whoever owns the partition now.
+			p.release(e)
+		} else {
+			e.state = away // its key waits until the server delivers it again
+		}
+		_ = msg.NakWithDelay(c.cfg.nakDelay(ev.Delivery))
+	}
+	next := p.scheduleLocked(kq)
+	p.dropIfEmptyLocked(kq)
+	p.mu.Unlock()
+	if next {
+		c.submit(kq)
+	}
+}
+
+// eventID is the Nats-Msg-Id header, or <stream>-<sequence>.
+func eventID(stream string, msg jetstream.Msg, seq uint64) string {
+	if h := msg.Headers(); h != nil {
+		if id := h.Get(nats.MsgIdHdr); id != "" {
+			return id
+		}
+	}
+	return stream + "-" + strconv.FormatUint(seq, 10)
+}
+
+// keyOf returns a message's key.
+func (c *Consumer) keyOf(msg jetstream.Msg) string {
+	if c.cfg.KeyHeader != "" {
+		if h := msg.Headers(); h != nil {
+			if k := h.Get(c.cfg.KeyHeader); k != "" {
+				return k
+			}
+		}
+	}
+	return subjectToken(msg.Subject(), c.cfg.KeyToken)
+}
+
+// subjectToken returns token i of subject (negative from the end), or the
+// whole subject when it has no such token.
+func subjectToken(subject string, i int) string {
+	if i < 0 {
+		end := len(subject)
+		for k := len(subject) - 1; k >= -1; k-- {
+			if k == -1 || subject[k] == '.' {
+				i++
+				if i == 0 {
+					return subject[k+1 : end]
+				}
+				end = k
+			}
+		}
+		return subject
+	}
+	start := 0
+	for k := 0; k <= len(subject); k++ {
+		if k == len(subject) || subject[k] == '.' {
+			if i == 0 {
+				return subject[start:k]
+			}
+			i--
+			start = k + 1
+		}
+	}
+	return subject
+}
+
+// watch follows the connection's status, so that run can check it
+// without taking the connection's lock.
+func (c *Consumer) watch() {
+	ch := c.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	defer c.nc.RemoveStatusListener(ch)
+	for {
+		select {
+		case <-c.stop:
+			return
+		case st := <-ch:
+			c.connected.Store(st == nats.CONNECTED)
+		}
+	}
+}
+
+// heartbeat reports held messages in progress, reschedules keys that could
+// not start while disconnected, and refreshes idle partitions' lag.
+func (c *Consumer) heartbeat() {
+	every := c.cfg.InProgressEvery / 2
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		connected := c.nc.IsConnected()
+		c.connected.Store(connected)
+		for _, p := range c.parts {
+			p.tick(every, connected)
+		}
+	}
+}
+
+// Close stops pulling, hands back the messages that have not started
+// (negative acknowledgement, so the server redelivers them at once),
+// waits for running handlers (at most DrainTimeout, then cancels their
+// context) and acknowledges them, and unpins the partitions this process
+// held so that another process takes them over without waiting for
+// PinnedTTL. It is safe to call more than once.
+func (c *Consumer) Close() {
+	c.closeOnce.Do(func() {
+		drain, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
+		defer cancel()
+		for _, p := range c.parts {
+			p.cc.Drain()
+		}
+		for _, p := range c.parts {
+			select {
+			case <-p.cc.Closed():
+			case <-drain.Done():
+			}
+		}
+		var pins []string
+		for _, p := range c.parts {
+			pins = append(pins, p.shut())
+		}
+		done := make(chan struct{})
+		go func() {
+			c.d.Close() // waits for running handlers; stale tokens return at once
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-drain.Done():
+			c.cancel() // handlers' context: give up waiting politely
+			<-done
+		}
+		close(c.stop)
+		c.bg.Wait()
+		c.cancel()
+		_ = c.nc.FlushTimeout(5 * time.Second)
+		if c.cfg.Pinned {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			for i, p := range c.parts {
+				p.unpin(ctx, pins[i])
+			}
+		}
+	})
+}
+
+// KeyDepth is one key's backlog.
+type KeyDepth struct {
+	// Key is the key.
+	Key string
+	// Partition is the key's partition.
+	Partition int
+	// Depth counts its held messages, the running one included.
+	Depth int
+}
+
+// PartitionStats is one partition's part of Stats.
+type PartitionStats struct {
+	// Partition is the partition number.
+	Partition int
+	// Owned reports whether this process holds the partition now: it has
+	// a session whose barrier has passed.
+	Owned bool
+	// Lag counts the partition's messages not yet delivered to any client
+	// (the consumer's NumPending, from the latest delivery or consumer
+	// info).
+	Lag uint64
+	// Held counts messages delivered to this process and not yet
+	// acknowledged; never more than Config.MaxPending.
+	Held int
+	// HeldPeak is the largest Held seen.
+	HeldPeak int
+	// InFlight counts running handlers.
+	InFlight int
+	// Keys counts keys with held messages.
+	Keys int
+	// MaxKeyDepth is the largest backlog of one key.
+	MaxKeyDepth int
+	// Sessions counts ownership sessions (pins) this process had.
+	Sessions uint64
+	// BarrierWaits counts barrier checks that found messages still held
+	// elsewhere.
+	BarrierWaits uint64
+	// BarrierTime is the time sessions spent behind their barrier, from
+	// their first message to their opening.
+	BarrierTime time.Duration
+}
+
+// Stats is a snapshot of a Consumer's counters, summed over partitions
+// where it makes sense.
+type Stats struct {
+	// Partitions holds one entry per served partition.
+	Partitions []PartitionStats
+	// Delivered counts deliveries received.
+	Delivered uint64
+	// Redelivered counts deliveries with NumDelivered above 1.
+	Redelivered uint64
+	// Duplicates counts deliveries of a message already held or recently
+	// completed here, which were not run again.
+	Duplicates uint64
+	// Acked counts messages whose handler succeeded.
+	Acked uint64
+	// Failed counts handler errors (each negatively acknowledged).
+	Failed uint64
+	// Late counts messages that arrived while a later message of their key
+	// was running or waiting for its redelivery: per-key order lost, which
+	// the protocol rules out except in the failures the package
+	// documentation lists. Alert on it. (A late message whose later
+	// neighbours had all completed goes uncounted.)
+	Late uint64
+	// InFlight counts running handlers.
+	InFlight int
+	// Held counts messages held over all partitions.
+	Held int
+	// HotKeys lists up to five keys with the largest backlog, largest first.
+	HotKeys []KeyDepth
+}
+
+// Stats returns a snapshot of the consumer's counters. It does not call
+// the server.
+func (c *Consumer) Stats() Stats {
+	var s Stats
+	var all []KeyDepth
+	for _, p := range c.parts {
+		ps, keys := p.stats()
+		s.Partitions = append(s.Partitions, ps)
+		s.Held += ps.Held
+		all = append(all, keys...)
+		p.mu.Lock()
+		s.Delivered += p.delivered
+		s.Redelivered += p.redelivered
+		s.Duplicates += p.duplicates
+		s.Acked += p.acked
+		s.Failed += p.failed
+		s.Late += p.late
+		p.mu.Unlock()
+	}
+	s.InFlight = int(c.inFlight.Load())
+	for i := 0; i < len(all) && i < 5; i++ {
+		m := i
+		for j := i + 1; j < len(all); j++ {
+			if all[j].Depth > all[m].Depth {
+				m = j
+			}
+		}
+		all[i], all[m] = all[m], all[i]
+		s.HotKeys = append(s.HotKeys, all[i])
+	}
+	return s
+}

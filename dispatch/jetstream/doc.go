@@ -1,0 +1,107 @@
+// Package jetstream feeds the keyed dispatcher (package dispatch, Keyed
+// strategy) from a partitioned NATS JetStream stream: events of one key run
+// one at a time and in stream order, while any idle worker takes any key
+// that is ready, so one hot key occupies one worker and no more.
+//
+// # Layout
+//
+// One stream holds every event. A subject transform (StreamConfig) stores
+// <subject>.<id> as <subject>.<p>.<id>, p = partition(n, id), so all events
+// of an id share a partition and a partition's order is the stream order.
+// Each partition p has one durable pull consumer, <Durable>-<p>, filtered on
+// <subject>.<p>.>. With Config.Pinned (NATS 2.11+) the consumer has a
+// priority group with the pinned_client policy: every process asks for every
+// partition, the server delivers a partition to one pinned client at a
+// time, and moves it when that client stops pulling for PinnedTTL. Without
+// pinning, Config.Serve assigns partitions to processes statically.
+//
+// # Protocol
+//
+// A partition's messages arrive on one goroutine, in delivery order. Each is
+// held in its key's queue, sorted by stream sequence, and the key gets a
+// token in the keyed dispatcher when its oldest message may run; the
+// dispatcher's worker runs that one message and acknowledges it only after
+// the handler returned nil. A handler error negatively acknowledges the
+// message with a delay (NakDelay, doubling per delivery, at most
+// MaxNakDelay) and the message stays at the head of its key: later messages
+// of the key wait for its redelivery.
+//
+// Every held message — queued behind its key or behind the barrier below,
+// or running — is reported in progress every InProgressEvery (at most
+// AckWait/2), so messages waiting behind a hot key, and a handler slower
+// than AckWait, are not redelivered because their AckWait passed. (A
+// message negatively acknowledged is not reported: the server holds it for
+// its delay.) The consumer's MaxAckPending is MaxPending,
+// so the server never has more than MaxPending unacknowledged messages of a
+// partition out, and a process holds at most MaxPending × served partitions
+// messages whatever the backlog. A hot key can fill that window; its
+// neighbours in the partition then wait for it (the price of bounded
+// memory; other partitions are unaffected).
+//
+// Every delivery is checked against the messages held and the key's recent
+// completions: a message delivered again while held (its progress report
+// came late; or, seen on nats-server 2.9 after a handover, delivered twice)
+// keeps its one entry, and a message completed here recently (its
+// acknowledgement was lost; a partition remembers its last 4 × MaxPending
+// completions) is acknowledged again, not run.
+//
+// Ownership comes in sessions: one pin id of the pinned consumer, or the
+// whole life of an unpinned one (which first waits until no other client
+// has a pull request waiting on the partition: a stopped owner's requests
+// live on for up to PullExpiry). A new session starts with a barrier: none
+// of its messages runs until the consumer's NumAckPending, read from the
+// server, is no larger than the number of messages the session holds that
+// were delivered no later than that reading (and, pinned, the pin is still
+// this session's). Those held messages are pending at the server, so the
+// counts being equal means every pending message of the partition is held
+// here: nothing earlier is still running in the previous owner, or waiting
+// for its AckWait before it is redelivered. Messages the previous owner
+// held come back to the new one (after its Close hands them back, or after
+// AckWait when it died) and take their place in stream order before the
+// barrier opens. A session ends when the pin changes (ErrPinIDMismatch, a
+// message with another pin id, or a barrier reading another pin id): its
+// queued messages go back to the server, its running ones finish.
+//
+// Close stops pulling, hands queued messages back (negative acknowledgement
+// without delay), waits for running handlers and acknowledges them, and
+// unpins the partitions it held, so that the next process takes over at
+// once instead of after PinnedTTL.
+//
+// # Guarantee
+//
+// Per-key order: within a partition, a message of key K starts only after
+// every earlier (lower stream sequence) message of K has succeeded and been
+// acknowledged, and no two messages of K run at once. (A consumer delivers
+// a partition's messages for the first time in stream order, so an earlier
+// message is either acknowledged or pending, and the barrier makes every
+// pending one the owner's.) This holds
+//
+//   - under handler errors (the failed message keeps its place);
+//   - under hot keys and slow handlers, as long as the process can reach
+//     the server at least once per AckWait (progress reports);
+//   - across Close and failover to another process (pinning gives one
+//     owner per partition, the barrier keeps the new owner waiting for
+//     everything the old one held);
+//   - across the death of a process: its messages are redelivered after
+//     AckWait, and the barrier holds the new owner until they arrive.
+//
+// It does not hold when a live process loses contact with the server for
+// longer than AckWait (a network partition, a pause longer than AckWait):
+// the server then redelivers its messages elsewhere while it may still be
+// running them, and its messages already queued may start when it
+// reconnects before it learns that its pin moved. Messages are not started
+// while the connection is down, which narrows but does not close this
+// window. Nor does it hold when, without pinning, two processes serve one
+// partition at once (a deployment error: see Config.Serve), or when someone
+// else limits the consumers' MaxDeliver.
+//
+// Delivery is at least once. A message runs again after a handler error,
+// and may run again in another process when its owner died after the
+// handler finished and before the acknowledgement reached the server.
+// Event.ID (the Nats-Msg-Id header, else stream and sequence) and
+// Event.Delivery let a handler make its effects exactly once: record the
+// processed ID in the same transaction as the effect, and skip an ID
+// already recorded (an inbox table). Recording the highest Event.Sequence
+// per key alongside would also reject the late effects of the
+// network-partition case above.
+package jetstream

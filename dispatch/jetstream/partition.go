@@ -1,0 +1,497 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// session is one period during which this process owns a partition: one
+// pin id of the pinned consumer, or the whole life of an unpinned one. A
+// session's messages do not run until its barrier has passed (open).
+type session struct {
+	pin   string
+	open  bool
+	ended bool
+	keys  map[string]*keyQueue
+}
+
+// partition consumes one partition through its durable consumer.
+type partition struct {
+	c      *Consumer
+	index  int
+	name   string
+	stream jetstream.Stream
+	cons   jetstream.Consumer
+	cc     jetstream.ConsumeContext
+
+	mu       sync.Mutex
+	sess     *session          // current session; nil when not owned
+	held     int               // the current session's messages
+	draining map[uint64]*entry // running messages of ended sessions
+	done     doneRing
+	closing  bool
+	lastPin  string // the latest pin id this process held
+
+	lag          uint64
+	lagAt        time.Time
+	inFlight     int
+	peak         int
+	sessions     uint64
+	barrierWaits uint64
+	delivered    uint64
+	redelivered  uint64
+	duplicates   uint64
+	acked        uint64
+	failed       uint64
+	late         uint64
+	barrierTime  time.Duration
+	sweepKeys    int // see dropIfEmptyLocked
+}
+
+func newPartition(c *Consumer, n int, stream jetstream.Stream, cons jetstream.Consumer) *partition {
+	return &partition{c: c, index: n, name: c.cfg.ConsumerName(n), stream: stream, cons: cons,
+		draining: make(map[uint64]*entry), done: newDoneRing(4 * c.cfg.MaxPending),
+		sweepKeys: max(4096, 2*c.cfg.MaxPending)}
+}
+
+// start begins pulling. Unpinned, it first waits until no other client
+// has a pull request waiting on the partition: a previous owner's requests
+// outlive it by up to PullExpiry, and the server would deliver to them
+// (messages that come back only after AckWait) while this process's
+// barrier, which counts pending messages, cannot see a request.
+func (p *partition) start(ctx context.Context) error {
+	cfg := p.c.cfg
+	opts := []jetstream.PullConsumeOpt{
+		jetstream.PullMaxMessages(cfg.PullBatch),
+		jetstream.PullExpiry(cfg.PullExpiry),
+		jetstream.ConsumeErrHandler(p.onErr),
+	}
+	if cfg.Pinned {
+		opts = append(opts, jetstream.PullPriorityGroup(cfg.Group))
+	} else {
+		if err := p.awaitNoPullers(ctx); err != nil {
+			return err
+		}
+		// The one session starts now: its barrier usually opens before the
+		// first message arrives, instead of after a full window has piled
+		// up behind it.
+		p.mu.Lock()
+		p.startSessionLocked("")
+		p.mu.Unlock()
+	}
+	cc, err := p.cons.Consume(p.onMsg, opts...)
+	if err != nil {
+		return err
+	}
+	p.cc = cc
+	return nil
+}
+
+// awaitNoPullers waits until the consumer has no waiting pull request, for
+// at most twice PullExpiry: longer means another live client pulls this
+// partition, which Serve must rule out when unpinned.
+func (p *partition) awaitNoPullers(ctx context.Context) error {
+	limit := time.Now().Add(2*p.c.cfg.PullExpiry + time.Second)
+	wait := 5 * time.Millisecond
+	for {
+		info, err := p.cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumWaiting == 0 {
+			return nil
+		}
+		if time.Now().After(limit) {
+			return fmt.Errorf("Serve: partition %d: another client keeps %d pull requests waiting on %s; without Pinned, one process per partition", p.index, info.NumWaiting, p.name)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// onErr hears about pull errors. A pin id mismatch means the server gave
+// the partition to another client: the session ends.
+func (p *partition) onErr(_ jetstream.ConsumeContext, err error) {
+	if !errors.Is(err, jetstream.ErrPinIDMismatch) {
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, jetstream.ErrConnectionClosed) {
+			p.c.cfg.Logger.Debug("dispatch/jetstream: pull", "consumer", p.name, "err", err)
+		}
+		return
+	}
+	p.mu.Lock()
+	naks := p.endSessionLocked()
+	p.mu.Unlock()
+	for _, m := range naks {
+		_ = m.Nak()
+	}
+}
+
+// onMsg receives each delivered message, in delivery order (one goroutine
+// per partition).
+func (p *partition) onMsg(msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		p.c.cfg.Logger.Warn("dispatch/jetstream: message without metadata", "consumer", p.name, "err", err)
+		return
+	}
+	pin := ""
+	if p.c.cfg.Pinned {
+		pin = msg.Headers().Get(pinHeader)
+	}
+	key := p.c.keyOf(msg)
+	seq := md.Sequence.Stream
+	now := time.Now()
+
+	p.mu.Lock()
+	p.delivered++
+	if md.NumDelivered > 1 {
+		p.redelivered++
+	}
+	p.lag, p.lagAt = md.NumPending, now
+	if p.closing {
+		p.mu.Unlock()
+		_ = msg.Nak()
+		return
+	}
+	redelivery := md.NumDelivered > 1
+	var naks []jetstream.Msg
+	if p.sess == nil || p.sess.pin != pin {
+		naks = p.endSessionLocked()
+		p.startSessionLocked(pin)
+	}
+	s := p.sess
+	kq := s.keys[key]
+	var submit *keyQueue
+	var e *entry
+	if kq != nil {
+		e = kq.find(seq)
+	}
+	switch {
+	case e != nil:
+		// Delivered again while held: after a failure (away), or because
+		// its AckWait passed before a progress report arrived (or, seen on
+		// nats-server 2.9 after a handover, a second first delivery). Keep
+		// the one entry, so the message never runs twice here.
+		p.duplicates++
+		if e.state != running {
+			e.msg, e.delivered, e.touched = msg, md.NumDelivered, now
+		}
+		if e.state == away {
+			e.state = queued
+			if p.scheduleLocked(kq) {
+				submit = kq
+			}
+		}
+	case len(p.draining) > 0 && p.draining[seq] != nil:
+		// Still running from an ended session; its acknowledgement covers
+		// this delivery, and a failure gets it redelivered.
+		p.duplicates++
+	case (redelivery || kq != nil && seq <= kq.lastDone) && p.done.has(seq):
+		// Completed here already: acknowledge again, do not run again.
+		p.duplicates++
+		p.mu.Unlock()
+		for _, m := range naks {
+			_ = m.Nak()
+		}
+		_ = msg.Ack()
+		return
+	default:
+		if kq == nil {
+			kq = &keyQueue{p: p, sess: s, key: key}
+			s.keys[key] = kq
+		}
+		if f := kq.front(); seq <= kq.lastDone || f != nil && f.state != queued && f.seq > seq {
+			// An earlier message of the key arrives after a later one
+			// started: order is already lost (see the package
+			// documentation for when this can happen).
+			p.late++
+			p.c.cfg.Logger.Warn("dispatch/jetstream: message arrived after a later one of its key had started",
+				"consumer", p.name, "key", key, "seq", seq, "done", kq.lastDone)
+		}
+		kq.insert(&entry{msg: msg, seq: seq, dseq: md.Sequence.Consumer, delivered: md.NumDelivered,
+			published: md.Timestamp, touched: now, kq: kq})
+		p.held++
+		if n := p.held + len(p.draining); n > p.peak {
+			p.peak = n
+		}
+		if p.scheduleLocked(kq) {
+			submit = kq
+		}
+	}
+	p.mu.Unlock()
+	for _, m := range naks {
+		_ = m.Nak()
+	}
+	if submit != nil {
+		p.c.submit(submit)
+	}
+}
+
+// scheduleLocked reports whether kq should get a dispatcher token now, and
+// if so marks it scheduled; the caller submits after unlocking.
+func (p *partition) scheduleLocked(kq *keyQueue) bool {
+	s := kq.sess
+	if s != p.sess || !s.open || kq.running || kq.scheduled || p.closing {
+		return false
+	}
+	if e := kq.front(); e == nil || e.state != queued {
+		return false
+	}
+	kq.scheduled = true
+	return true
+}
+
+// release forgets a finished message: the head of its key (it ran), or a
+// running message of an ended session.
+func (p *partition) release(e *entry) {
+	if e.draining {
+		delete(p.draining, e.seq)
+	} else {
+		p.held--
+	}
+	e.kq.remove(e)
+}
+
+// dropIfEmptyLocked keeps the keys of a session bounded. A key with nothing
+// left stays in the map, so that its next message costs no allocation,
+// until the map holds more than sweepKeys keys; then every idle key goes.
+// At most MaxPending keys hold messages, so sweeps are rare.
+func (p *partition) dropIfEmptyLocked(kq *keyQueue) {
+	s := kq.sess
+	if len(s.keys) <= p.sweepKeys || kq.len() > 0 {
+		return
+	}
+	for k, q := range s.keys {
+		if q.len() == 0 && !q.running && !q.scheduled {
+			delete(s.keys, k)
+		}
+	}
+}
+
+// startSessionLocked begins a session and its barrier.
+func (p *partition) startSessionLocked(pin string) {
+	s := &session{pin: pin, keys: make(map[string]*keyQueue)}
+	p.sess = s
+	p.sessions++
+	if pin != "" {
+		p.lastPin = pin
+	}
+	p.c.bg.Go(func() { p.barrier(s) })
+}
+
+// endSessionLocked ends the current session: running messages finish (and
+// are acknowledged), queued ones are returned for the caller to negatively
+// acknowledge after unlocking, so that the server redelivers them at once
+// to the partition's owner. Messages away after a failure are already
+// back at the server.
+func (p *partition) endSessionLocked() []jetstream.Msg {
+	s := p.sess
+	if s == nil {
+		return nil
+	}
+	s.ended = true
+	p.sess = nil
+	var naks []jetstream.Msg
+	for _, kq := range s.keys {
+		for _, e := range kq.items[kq.head:] {
+			switch e.state {
+			case running:
+				e.draining = true
+				p.draining[e.seq] = e
+			case queued:
+				naks = append(naks, e.msg)
+			}
+		}
+	}
+	p.held = 0
+	return naks
+}
+
+// barrier opens session s once every message the server counts as pending
+// on this partition is held by s: then no earlier message of any key can
+// still be running elsewhere, or be waiting for its AckWait to pass before
+// it comes here. It compares the consumer's NumAckPending with the
+// messages s holds that were delivered no later than the info's last
+// delivery; those are pending and unacknowledged, so equal counts mean
+// equal sets. With pinning, it also checks that s's pin is the current one.
+func (p *partition) barrier(s *session) {
+	wait := 2 * time.Millisecond
+	began := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(p.c.ctx, 5*time.Second)
+		info, err := p.cons.Info(ctx)
+		cancel()
+		var submit []*keyQueue
+		p.mu.Lock()
+		if s.ended || p.closing {
+			p.mu.Unlock()
+			return
+		}
+		if err == nil {
+			p.lag, p.lagAt = info.NumPending, time.Now()
+			pin := s.pin
+			if p.c.cfg.Pinned {
+				pin = pinnedID(info, p.c.cfg.Group)
+			}
+			if pin != s.pin && pin != "" {
+				// Another client owns the partition: this session is stale.
+				naks := p.endSessionLocked()
+				p.mu.Unlock()
+				for _, m := range naks {
+					_ = m.Nak()
+				}
+				return
+			}
+			known := 0
+			for _, kq := range s.keys {
+				for _, e := range kq.items[kq.head:] {
+					if e.dseq <= info.Delivered.Consumer {
+						known++
+					}
+				}
+			}
+			if pin == s.pin && info.NumAckPending <= known {
+				s.open = true
+				p.barrierTime += time.Since(began)
+				for _, kq := range s.keys {
+					if p.scheduleLocked(kq) {
+						submit = append(submit, kq)
+					}
+				}
+				p.mu.Unlock()
+				for _, kq := range submit {
+					p.c.submit(kq)
+				}
+				return
+			}
+		}
+		p.barrierWaits++
+		p.mu.Unlock()
+		select {
+		case <-time.After(wait):
+		case <-p.c.stop:
+			return
+		}
+		wait = min(2*wait, 250*time.Millisecond)
+	}
+}
+
+// pinnedID is the pin id of group in info, or "".
+func pinnedID(info *jetstream.ConsumerInfo, group string) string {
+	for _, g := range info.PriorityGroups {
+		if g.Group == group {
+			return g.PinnedClientID
+		}
+	}
+	return ""
+}
+
+// tick reports in progress every held message not reported for at least
+// every, reschedules keys when connected, and refreshes the lag of a
+// partition that received nothing for a while.
+func (p *partition) tick(every time.Duration, connected bool) {
+	now := time.Now()
+	var progress []jetstream.Msg
+	var submit []*keyQueue
+	p.mu.Lock()
+	touch := func(e *entry) {
+		if e.state != away && now.Sub(e.touched) >= every {
+			e.touched = now
+			progress = append(progress, e.msg)
+		}
+	}
+	for _, e := range p.draining {
+		touch(e)
+	}
+	if p.sess != nil {
+		for _, kq := range p.sess.keys {
+			for _, e := range kq.items[kq.head:] {
+				touch(e)
+			}
+		}
+	}
+	if connected && p.sess != nil {
+		for _, kq := range p.sess.keys {
+			if p.scheduleLocked(kq) {
+				submit = append(submit, kq)
+			}
+		}
+	}
+	stale := now.Sub(p.lagAt) >= every
+	p.mu.Unlock()
+	for _, m := range progress {
+		_ = m.InProgress()
+	}
+	for _, kq := range submit {
+		p.c.submit(kq)
+	}
+	if stale && connected {
+		ctx, cancel := context.WithTimeout(p.c.ctx, every)
+		info, err := p.cons.Info(ctx)
+		cancel()
+		if err == nil {
+			p.mu.Lock()
+			p.lag, p.lagAt = info.NumPending, time.Now()
+			p.mu.Unlock()
+		}
+	}
+}
+
+// shut ends the partition's session for Close and returns the pin id it
+// last held.
+func (p *partition) shut() string {
+	p.mu.Lock()
+	p.closing = true
+	naks := p.endSessionLocked()
+	pin := p.lastPin
+	p.mu.Unlock()
+	for _, m := range naks {
+		_ = m.Nak()
+	}
+	return pin
+}
+
+// unpin releases the partition if it is still pinned to this process.
+func (p *partition) unpin(ctx context.Context, pin string) {
+	if pin == "" {
+		return
+	}
+	info, err := p.cons.Info(ctx)
+	if err != nil || pinnedID(info, p.c.cfg.Group) != pin {
+		return
+	}
+	if err := p.stream.UnpinConsumer(ctx, p.name, p.c.cfg.Group); err != nil {
+		p.c.cfg.Logger.Debug("dispatch/jetstream: unpin", "consumer", p.name, "err", err)
+	}
+}
+
+// stats returns the partition's figures and its keys' depths.
+func (p *partition) stats() (PartitionStats, []KeyDepth) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps := PartitionStats{Partition: p.index, Lag: p.lag, Held: p.held + len(p.draining), HeldPeak: p.peak,
+		InFlight: p.inFlight, Sessions: p.sessions, BarrierWaits: p.barrierWaits, BarrierTime: p.barrierTime}
+	var keys []KeyDepth
+	if s := p.sess; s != nil {
+		ps.Owned = s.open
+		for _, kq := range s.keys {
+			d := kq.len()
+			if d == 0 {
+				continue
+			}
+			ps.Keys++
+			ps.MaxKeyDepth = max(ps.MaxKeyDepth, d)
+			keys = append(keys, KeyDepth{Key: kq.key, Partition: p.index, Depth: d})
+		}
+	}
+	return ps, keys
+}
