@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 // pageSource is the waiting page: an html/template with one inline style
@@ -210,7 +212,7 @@ func (h *handler) renderPage(w http.ResponseWriter, r *http.Request, room string
 	}
 	var buf bytes.Buffer
 	if err := pageTemplate.Execute(&buf, d); err != nil {
-		h.api.Fail(w, r, Internal(err))
+		h.api.Fail(w, r, httpapi.Internal(err))
 		return
 	}
 	hd := w.Header()
@@ -227,9 +229,6 @@ func (h *handler) renderPage(w http.ResponseWriter, r *http.Request, room string
 		w.Write(buf.Bytes())
 	}
 }
-
-// Internal wraps an unexpected failure (a bug): 500, the cause logged.
-func Internal(err error) error { return &Error{Code: CodeInternal, Message: "internal error", Err: err} }
 
 // page serves the waiting page of GET /rooms/{room}: 200 with the room's
 // template, 404 with a page that tells buyers the room does not exist (and
