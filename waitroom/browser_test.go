@@ -412,6 +412,7 @@ func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx conte
 		t.Errorf("first in line: ahead %q, progress %q; want %q, 50", p.Ahead, p.Progress, want.ahead)
 	}
 	p = browserWait(tab, t, "the polite announcement", 5*time.Second, func(p browserPage) bool { return strings.Contains(p.Polite, "1") })
+	time.Sleep(700 * time.Millisecond) // the progress bar's transition
 	screenshot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-1-waiting", lang, width), width)
 
 	// carol leaves: bob's turn.
@@ -512,8 +513,9 @@ func TestBrowserProofOfWork(t *testing.T) {
 }
 
 // TestBrowserPoWCost measures the page's proof-of-work solver in Chromium
-// at 16, 18 and 20 bits (the README's table). It takes a minute or so, so
-// it runs only with STAMPEDE_POW_COST=1 (and -run TestBrowserPoWCost -v).
+// at 16, 18 and 20 bits, or at the bits listed in STAMPEDE_POW_BITS (the
+// README's table), STAMPEDE_POW_RUNS times each (default 15). It runs only
+// with STAMPEDE_POW_COST=1 (and -run TestBrowserPoWCost -v).
 func TestBrowserPoWCost(t *testing.T) {
 	if os.Getenv("STAMPEDE_POW_COST") == "" {
 		t.Skip("set STAMPEDE_POW_COST=1 to measure the proof of work's cost in Chromium")
@@ -532,7 +534,18 @@ func TestBrowserPoWCost(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("STAMPEDE_POW_RUNS")); err == nil && v > 0 {
 		runs = v
 	}
-	for _, bits := range []int{16, 18, 20} {
+	bitsList := []int{16, 18, 20}
+	if v := os.Getenv("STAMPEDE_POW_BITS"); v != "" {
+		bitsList = nil
+		for f := range strings.SplitSeq(v, ",") {
+			b, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || b < 1 || b > 32 {
+				t.Fatalf("STAMPEDE_POW_BITS: %q is not a number of bits", f)
+			}
+			bitsList = append(bitsList, b)
+		}
+	}
+	for _, bits := range bitsList {
 		js := fmt.Sprintf(`(async () => {
 			const out = [];
 			for (let r = 0; r < %d; r++) {
