@@ -580,3 +580,122 @@ func TestBrowserPoWCost(t *testing.T) {
 			bits, len(ms), ms[len(ms)/2], ms[0], ms[len(ms)-1], rates[len(rates)/2]/1e6)
 	}
 }
+
+// roomOverlay adds fields to the answers of GET /v1/rooms/{room}, standing
+// in for room settings (opens_at, paused, closed, message) that the page
+// must handle when the server sends them.
+type roomOverlay struct {
+	next   http.Handler
+	mu     sync.Mutex
+	fields map[string]any
+}
+
+func (o *roomOverlay) set(fields map[string]any) {
+	o.mu.Lock()
+	o.fields = fields
+	o.mu.Unlock()
+}
+
+func (o *roomOverlay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet || !regexp.MustCompile(`^/v1/rooms/[^/]+$`).MatchString(r.URL.Path) {
+		o.next.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	o.next.ServeHTTP(rec, r)
+	var v map[string]any
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &v) != nil {
+		for k, vals := range rec.Header() {
+			w.Header()[k] = vals
+		}
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
+		return
+	}
+	o.mu.Lock()
+	for k, x := range o.fields {
+		v[k] = x
+	}
+	o.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// TestBrowserRoomStates: the page counts down to a scheduled opening and
+// joins at it, says when admission is paused, and when the sale is closed
+// shows the room's message and offers no way back in.
+func TestBrowserRoomStates(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	bctx := startBrowser(t, ctx)
+	emb, err := redisstore.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	client := redis.NewClient(&redis.Options{Addr: emb.Addr()})
+	t.Cleanup(func() { client.Close() })
+	opts := waitroom.DefaultServerOptions()
+	opts.Secret, opts.AdminToken = browserSecret, browserAdminToken
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.RoomRefresh = 50 * time.Millisecond
+	srv, err := waitroom.NewServer(context.Background(), redisstore.New(client), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	overlay := &roomOverlay{next: srv.Handler()}
+	ts := httptest.NewServer(overlay)
+	t.Cleanup(ts.Close)
+	s := &browserServer{url: ts.URL, hc: http.DefaultClient}
+	dir := screenshotDir(t)
+
+	room := "states-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1}`, browserAdminToken)
+	s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", `{"user_id":"holder"}`, "")
+
+	// Opens in 3 s: a countdown, then the page joins by itself.
+	overlay.set(map[string]any{"opens_at": time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)})
+	tab := openTab(t, bctx, 390, browserTexts["ko"].accept, s.url+"/rooms/"+room)
+	countdown := `document.getElementById("countdown").textContent`
+	browserWait(tab, t, "the countdown", 10*time.Second, func(p browserPage) bool {
+		return p.State == "scheduled" && strings.Contains(p.Text, "오픈까지")
+	})
+	cd, err := chromedp.Run(tab, chromedp.Evaluate[string](countdown))
+	if err != nil || !regexp.MustCompile(`^00:00:0[1-3]$`).MatchString(cd) {
+		t.Errorf("countdown = %q, %v", cd, err)
+	}
+	screenshot(t, tab, dir, "waitroom-ko-390-0-scheduled", 390)
+	if st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", ""); st["joined_total"] != 1.0 {
+		t.Errorf("the page joined before opening: %v", st)
+	}
+	browserWait(tab, t, "joined at opening", 10*time.Second, func(p browserPage) bool {
+		return p.State == "waiting" && p.Position == "1"
+	})
+
+	// Paused: the page says so and keeps the place. The page reads the room
+	// every 30 s; reload to see it now.
+	overlay.set(map[string]any{"paused": true})
+	if err := chromedp.Do(tab, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	p := browserWait(tab, t, "the paused notice", 10*time.Second, func(p browserPage) bool {
+		return p.State == "waiting" && strings.Contains(p.Notice, "잠시 멈췄습니다")
+	})
+	if p.Position != "1" {
+		t.Errorf("paused: position %q, want 1 (kept)", p.Position)
+	}
+	screenshot(t, tab, dir, "waitroom-ko-390-4-paused", 390)
+
+	// Closed with a message: shown, and no way to rejoin.
+	overlay.set(map[string]any{"closed": true, "message": "오늘 판매는 매진되었습니다. <b>감사합니다</b>"})
+	if err := chromedp.Do(tab, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	p = browserWait(tab, t, "closed", 10*time.Second, func(p browserPage) bool { return p.State == "closed" })
+	rejoinHidden, _ := chromedp.Run(tab, chromedp.Evaluate[bool](`document.getElementById("rejoin").hidden`))
+	if !strings.Contains(p.EndedText, "매진되었습니다. <b>감사합니다</b>") || strings.Contains(p.HTML, "<b>감사") || !rejoinHidden {
+		t.Errorf("closed: %s (rejoin hidden %t)", p, rejoinHidden)
+	}
+	screenshot(t, tab, dir, "waitroom-ko-390-5-closed", 390)
+}
