@@ -699,3 +699,74 @@ func TestBrowserRoomStates(t *testing.T) {
 	}
 	screenshot(t, tab, dir, "waitroom-ko-390-5-closed", 390)
 }
+
+// TestBrowserOnAdmitHook: a page served with data-on-admit (the gate's
+// hook) POSTs the admission there with the ticket token once admitted and
+// follows the redirect.
+func TestBrowserOnAdmitHook(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	bctx := startBrowser(t, ctx)
+	emb, err := redisstore.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	client := redis.NewClient(&redis.Options{Addr: emb.Addr()})
+	t.Cleanup(func() { client.Close() })
+	opts := waitroom.DefaultServerOptions()
+	opts.Secret, opts.AdminToken = browserSecret, browserAdminToken
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.OnAdmit = "/.stampede/admitted"
+	srv, err := waitroom.NewServer(context.Background(), redisstore.New(client), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	type hookCall struct {
+		auth string
+		body map[string]string
+	}
+	calls := make(chan hookCall, 4)
+	mux := http.NewServeMux()
+	mux.Handle("/", srv.Handler())
+	mux.HandleFunc("POST /.stampede/admitted", func(w http.ResponseWriter, r *http.Request) {
+		var b map[string]string
+		json.NewDecoder(r.Body).Decode(&b)
+		calls <- hookCall{auth: r.Header.Get("Authorization"), body: b}
+		http.Redirect(w, r, "/welcome", http.StatusSeeOther)
+	})
+	mux.HandleFunc("GET /welcome", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, "<!doctype html><title>checkout</title><body data-state=welcome><p id=x>checkout</p>")
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	s := &browserServer{url: ts.URL, hc: http.DefaultClient}
+	room := "hook-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1}`, browserAdminToken)
+
+	tab := openTab(t, bctx, 390, "en", s.url+"/rooms/"+room)
+	select {
+	case c := <-calls:
+		if !strings.HasPrefix(c.auth, "Bearer ") || c.body["room"] != room || c.body["user_id"] == "" || c.body["admission_token"] == "" {
+			t.Errorf("hook called with %q %v", c.auth, c.body)
+		} else if _, err := waitroom.VerifyAdmission(c.body["admission_token"], browserSecret, room, time.Now()); err != nil {
+			t.Errorf("the hook's admission token does not verify: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		p, _ := chromedp.Run(tab, chromedp.Evaluate[browserPage](browserPageJS))
+		t.Fatalf("the page never called the on-admit hook; it shows %s", p)
+	}
+	for {
+		u, err := chromedp.Run(tab, chromedp.Evaluate[string](`location.pathname`))
+		if err == nil && u == "/welcome" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the page did not follow the hook's redirect: at %q, %v", u, err)
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}

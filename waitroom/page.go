@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"crypto/rand"
 	_ "embed"
-	"encoding/base64"
+	"encoding/hex"
 	"errors"
+	"html"
 	"html/template"
 	"net/http"
 	"strconv"
@@ -179,8 +180,12 @@ type pageData struct {
 	// Missing says the room does not exist: the page says so and does
 	// not join.
 	Missing bool
-	OnAdmit string
-	Nonce   string
+	// OnAdmitAttr is the data-on-admit attribute, or empty. It is built
+	// here because html/template takes any attribute named on* (even
+	// data-on*) for an event handler and would write the path as a
+	// quoted JavaScript string.
+	OnAdmitAttr template.HTMLAttr
+	Nonce       string
 }
 
 // renderPage writes the waiting page for room (with its configuration
@@ -191,8 +196,13 @@ func (h *handler) renderPage(w http.ResponseWriter, r *http.Request, room string
 	rand.Read(nonceRaw[:])
 	d := pageData{
 		Lang: lang, S: pageStrings[lang], Room: room, Title: pageStrings[lang]["title"],
-		Missing: cfg == nil && status == http.StatusNotFound, OnAdmit: h.cfg.OnAdmit,
-		Nonce: base64.RawStdEncoding.EncodeToString(nonceRaw[:]),
+		Missing: cfg == nil && status == http.StatusNotFound,
+		Nonce:   hex.EncodeToString(nonceRaw[:]), // hex: nothing to escape in the attribute
+	}
+	if h.cfg.OnAdmit != "" {
+		// HandlerConfig.Validate allows no quotes, angle brackets or
+		// spaces in it; escaped all the same.
+		d.OnAdmitAttr = template.HTMLAttr(`data-on-admit="` + html.EscapeString(h.cfg.OnAdmit) + `"`)
 	}
 	imgSrc := "'none'"
 	if cfg != nil {
