@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -768,5 +769,89 @@ func TestBrowserOnAdmitHook(t *testing.T) {
 			t.Fatalf("the page did not follow the hook's redirect: at %q, %v", u, err)
 		case <-time.After(25 * time.Millisecond):
 		}
+	}
+}
+
+// TestBrowserETARange: in a line that moves one place every 3 s, 40
+// places back, the page shows the wait as a stable range of minutes
+// (the real wait is about two minutes), never seconds and never "0".
+func TestBrowserETARange(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 30 s")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	bctx := startBrowser(t, ctx)
+	s := newBrowserServer(t)
+	room := "eta-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1,"lease_seconds":600}`, browserAdminToken)
+	const ahead = 40
+	tokens := make([]string, ahead)
+	for i := range ahead {
+		a := s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", fmt.Sprintf(`{"user_id":"u%d"}`, i), "")
+		tokens[i], _ = a["ticket_token"].(string)
+	}
+	// The one slot is handed on every 3 s: 0.33 admissions/s.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(3 * time.Second)
+		defer tick.Stop()
+		for i := 0; i < ahead; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			r, _ := http.NewRequestWithContext(ctx, "DELETE", s.url+"/v1/rooms/"+room+fmt.Sprintf("/tickets/u%d", i), nil)
+			r.Header.Set("Authorization", "Bearer "+tokens[i])
+			if res, err := http.DefaultClient.Do(r); err == nil {
+				res.Body.Close()
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+
+	tab := openTab(t, bctx, 390, "en", s.url+"/rooms/"+room)
+	minutes := regexp.MustCompile(`^about (\d+)–(\d+) min$`)
+	var before []string // the texts shown before the first range
+	p := browserWait(tab, t, "an ETA in minutes", 40*time.Second, func(p browserPage) bool {
+		if p.State == "waiting" && (len(before) == 0 || before[len(before)-1] != p.Position+": "+p.ETA) {
+			before = append(before, p.Position+": "+p.ETA)
+		}
+		return p.State == "waiting" && minutes.MatchString(p.ETA)
+	})
+	t.Logf("first range: %s; before it (position: ETA): %q", p, before)
+
+	// Watch it for 8 s: it stays a range of minutes and moves little.
+	seen := map[string]bool{}
+	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		p, err := chromedp.Run(tab, chromedp.Evaluate[browserPage](browserPageJS))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.State != "waiting" {
+			break
+		}
+		seen[p.ETA] = true
+		m := minutes.FindStringSubmatch(p.ETA)
+		if m == nil {
+			if p.ETA != "less than a minute" {
+				t.Errorf("ETA %q at position %s", p.ETA, p.Position)
+			}
+			continue
+		}
+		lo, _ := strconv.Atoi(m[1])
+		hi, _ := strconv.Atoi(m[2])
+		pos, _ := strconv.Atoi(p.Position)
+		real := float64(pos) * 3 / 60
+		if lo < 1 || hi <= lo || float64(lo) > real*2+1 || float64(hi) < real/2 {
+			t.Errorf("ETA %q at position %d (real wait about %.1f min)", p.ETA, pos, real)
+		}
+	}
+	t.Logf("ETA texts seen over 8 s: %v", slices.Sorted(maps.Keys(seen)))
+	if len(seen) > 3 {
+		t.Errorf("the ETA jumped between %d texts in 8 s", len(seen))
 	}
 }
