@@ -142,13 +142,6 @@ func (l *joinLimiter) allow(addr netip.Addr) (bool, time.Duration) {
 	return false, wait
 }
 
-// clients returns how many buckets the limiter holds.
-func (l *joinLimiter) clients() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.buckets)
-}
-
 // clientKey is the bucket key of a client address: IPv4 addresses as they
 // are, IPv6 addresses by their /64 (one subscriber usually holds a whole
 // /64, so single addresses would be free to rotate).
