@@ -409,6 +409,23 @@ func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx conte
 	})
 	t.Logf("first: %s", p)
 	checkBrowserPage(t, p, lang, width, title)
+	// The alert button asks for notification permission on this click
+	// (headless Chromium denies it: the page falls back to sound) and says
+	// what it will do.
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.ID("notify"))); err != nil {
+		t.Fatalf("clicking #notify: %v", err)
+	}
+	notify := `(() => { const s = document.getElementById("notify-status"); return s.hidden ? "" : s.textContent; })()`
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(25 * time.Millisecond) {
+		got, _ := chromedp.Run(tab, chromedp.Evaluate[string](notify))
+		if got != "" {
+			t.Logf("after the alert button: %q", got)
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the alert button changed nothing")
+		}
+	}
 	if !strings.Contains(p.Ahead, want.ahead) || p.Progress != "50" {
 		t.Errorf("first in line: ahead %q, progress %q; want %q, 50", p.Ahead, p.Progress, want.ahead)
 	}
