@@ -433,6 +433,15 @@ func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx conte
 	time.Sleep(700 * time.Millisecond) // the progress bar's transition
 	screenshot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-1-waiting", lang, width), width)
 
+	// Stand in for a granted notification permission (headless Chromium
+	// has none to grant) and record the notifications the page makes.
+	fake := `window.__notes = []; window.Notification = class { static permission = "granted";
+		static requestPermission() { return Promise.resolve("granted"); }
+		constructor(title, o) { window.__notes.push(title + " | " + (o && o.body)); } close() {} };`
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[any](fake+"0")); err != nil {
+		t.Fatalf("installing the fake Notification: %v", err)
+	}
+
 	// carol leaves: bob's turn.
 	s.call(ctx, t, http.StatusOK, "DELETE", "/v1/rooms/"+room+"/tickets/carol", "", users["carol"])
 	p = browserWait(tab, t, "admitted", 40*time.Second, func(p browserPage) bool {
@@ -442,6 +451,12 @@ func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx conte
 	checkBrowserPage(t, p, lang, width, title)
 	if !p.WaitingHidden || !strings.Contains(p.Title, "✅") || p.AdmittedText == "" {
 		t.Errorf("admitted page: %s", p)
+	}
+	notes, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`window.__notes`))
+	if err != nil || len(notes) != 1 || !strings.Contains(notes[0], title) {
+		t.Errorf("notifications on admission: %q, %v; want one naming %q", notes, err, title)
+	} else {
+		t.Logf("notification: %q", notes[0])
 	}
 	// The admission token exists (the API gives it to bob) but is not on
 	// the page.
