@@ -8,16 +8,22 @@ import (
 	"image/png"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
@@ -32,9 +38,9 @@ import (
 
 const (
 	browserAdminToken = "browser-test-admin-token-0123456789"
-	// browserShotsEnv names a folder that also receives the test's
-	// screenshots, for a person to look at; they always go to t.TempDir().
-	browserShotsEnv = "STAMPEDE_BROWSER_SCREENSHOTS"
+	// browserShotsEnv names a folder for the test's screenshots, for a
+	// person to look at; without it they go to t.TempDir().
+	browserShotsEnv = "STAMPEDE_SCREENSHOTS"
 )
 
 var browserSecret = []byte("browser-test-secret-0123456789abcdef-0123")
@@ -111,28 +117,33 @@ func (s *browserServer) call(ctx context.Context, t *testing.T, want int, method
 
 // browserPage is what the waiting page shows, read in one evaluation.
 type browserPage struct {
-	Room           string `json:"room"`
 	State          string `json:"state"`
 	Position       string `json:"position"`
+	Ahead          string `json:"ahead"`
 	ETA            string `json:"eta"`
-	Status         string `json:"status"`
-	Error          string `json:"error"`
-	ErrorHidden    bool   `json:"errorHidden"`
-	TicketHidden   bool   `json:"ticketHidden"`
+	Progress       string `json:"progress"`
+	Notice         string `json:"notice"`
+	AdmittedText   string `json:"admittedText"`
+	EndedText      string `json:"endedText"`
+	Polite         string `json:"polite"`
+	Assertive      string `json:"assertive"`
+	LiveRegions    int    `json:"liveRegions"`
+	Title          string `json:"title"`
+	Lang           string `json:"lang"`
+	ScrollWidth    int    `json:"scrollWidth"`
+	ViewportWidth  int    `json:"viewportWidth"`
+	HTML           string `json:"html"`
+	Text           string `json:"text"`
+	TicketToken    string `json:"ticketToken"`
+	UserID         string `json:"userID"`
+	WaitingHidden  bool   `json:"waitingHidden"`
 	AdmittedHidden bool   `json:"admittedHidden"`
-	Token          string `json:"token"`
-	LeaseExpires   string `json:"leaseExpires"`
-	JoinDisabled   bool   `json:"joinDisabled"`
-	LeaveDisabled  bool   `json:"leaveDisabled"`
+	EndedHidden    bool   `json:"endedHidden"`
 }
 
 func (p browserPage) String() string {
-	token := p.Token
-	if len(token) > 24 {
-		token = token[:24] + "…"
-	}
-	return fmt.Sprintf("state=%q position=%q eta=%q status=%q error=%q (hidden %t) ticket hidden=%t admitted hidden=%t token=%q lease=%q join disabled=%t leave disabled=%t",
-		p.State, p.Position, p.ETA, p.Status, p.Error, p.ErrorHidden, p.TicketHidden, p.AdmittedHidden, token, p.LeaseExpires, p.JoinDisabled, p.LeaveDisabled)
+	return fmt.Sprintf("state=%q position=%q ahead=%q eta=%q progress=%q notice=%q admitted=%q ended=%q polite=%q assertive=%q title=%q scrollWidth=%d",
+		p.State, p.Position, p.Ahead, p.ETA, p.Progress, p.Notice, p.AdmittedText, p.EndedText, p.Polite, p.Assertive, p.Title, p.ScrollWidth)
 }
 
 // browserPageJS reads a browserPage. It runs through the DevTools protocol
@@ -141,20 +152,31 @@ func (p browserPage) String() string {
 // the page showed last.
 const browserPageJS = `(() => {
 	const $ = (id) => document.getElementById(id);
+	const room = document.body.dataset.room;
+	const text = (id) => $(id) ? $(id).textContent : "";
 	return {
-		room: $("room").textContent,
-		state: $("state").textContent,
-		position: $("position").textContent,
-		eta: $("eta").textContent,
-		status: $("status").textContent,
-		error: $("error").textContent,
-		errorHidden: $("error").hidden,
-		ticketHidden: $("ticket").hidden,
-		admittedHidden: $("admitted").hidden,
-		token: $("admission-token").textContent,
-		leaseExpires: $("lease-expires").textContent,
-		joinDisabled: $("join").disabled,
-		leaveDisabled: $("leave").disabled,
+		state: document.body.dataset.state || "",
+		position: text("position"),
+		ahead: text("ahead"),
+		eta: text("eta"),
+		progress: $("progress") ? $("progress").getAttribute("aria-valuenow") : "",
+		notice: $("notice").hidden ? "" : text("notice"),
+		admittedText: text("admitted-text"),
+		endedText: text("ended-text"),
+		polite: text("live-polite"),
+		assertive: text("live-assertive"),
+		liveRegions: document.querySelectorAll('[aria-live="polite"]#live-polite, [aria-live="assertive"]#live-assertive').length,
+		title: document.title,
+		lang: document.documentElement.lang,
+		scrollWidth: document.documentElement.scrollWidth,
+		viewportWidth: window.innerWidth,
+		html: document.documentElement.outerHTML,
+		text: document.body.innerText,
+		ticketToken: localStorage.getItem("stampede:" + room + ":token") || "",
+		userID: localStorage.getItem("stampede:" + room + ":user") || "",
+		waitingHidden: $("s-waiting").hidden,
+		admittedHidden: $("s-admitted").hidden,
+		endedHidden: $("s-ended").hidden,
 	};
 })()`
 
@@ -214,19 +236,11 @@ func (l *browserLog) String() string {
 	return strings.Join(keep, "")
 }
 
-// TestBrowserWaitingToAdmitted drives the waiting page in headless
-// Chromium: bob joins a full room, waits first in line behind alice, is
-// admitted when she releases her slot, sees an admission token that
-// verifies, and leaves.
-func TestBrowserWaitingToAdmitted(t *testing.T) {
+// startBrowser starts headless Chromium for the test and returns its
+// chromedp context; tabs are made from it with chromedp.NewContext.
+func startBrowser(t *testing.T, ctx context.Context) context.Context {
+	t.Helper()
 	chromium := testenv.Chromium(t) // skips, or fails in CI, without one
-	s := newBrowserServer(t)
-
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-
-	// The browser starts first: alice's lease runs from her admission, and
-	// a slow browser start must not eat it.
 	out := &browserLog{}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),
@@ -238,130 +252,638 @@ func TestBrowserWaitingToAdmitted(t *testing.T) {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
+		chromedp.Flag("font-render-hinting", "none"),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.CombinedOutput(out),
 	)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer func() {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("browser output (without its D-Bus complaints):\n%s", out)
+		}
 		// Close the browser gracefully, and wait for it.
 		if err := chromedp.Cancel(bctx); err != nil && ctx.Err() == nil {
 			t.Logf("closing the browser: %v", err)
 		}
 		cancelBrowser()
-	}()
-	defer func() {
-		if t.Failed() {
-			t.Logf("browser output (without its D-Bus complaints):\n%s", out)
-		}
-	}()
+		cancelAlloc()
+	})
 	if err := chromedp.Do(bctx); err != nil {
 		t.Fatalf("starting %s: %v", chromium, err)
 	}
+	return bctx
+}
 
-	// A full room: capacity 1, and alice holds the slot.
+// openTab opens a tab of width × 860 CSS pixels whose requests carry
+// Accept-Language: accept, and loads url in it.
+func openTab(t *testing.T, bctx context.Context, width int64, accept, url string) context.Context {
+	t.Helper()
+	tab, cancel := chromedp.NewContext(bctx)
+	t.Cleanup(cancel)
+	err := chromedp.Do(tab,
+		chromedp.EmulateViewport(width, 860, func(p *emulation.SetDeviceMetricsOverrideParams, _ *emulation.SetTouchEmulationEnabledParams) {
+			p.Mobile = width < 600
+		}),
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+				return err
+			}
+			_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
+				Headers: network.Headers{"Accept-Language": accept}})
+			return err
+		}),
+		chromedp.Navigate(url),
+	)
+	if err != nil {
+		t.Fatalf("opening %s: %v", url, err)
+	}
+	return tab
+}
+
+// screenshotDir is where the screenshots go: $STAMPEDE_SCREENSHOTS, or a
+// temporary folder.
+func screenshotDir(t *testing.T) string {
+	if dir := os.Getenv(browserShotsEnv); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatalf("%s: %v", browserShotsEnv, err)
+		}
+		return dir
+	}
+	return t.TempDir()
+}
+
+// screenshot saves a full-page PNG of tab as dir/name.png and checks it
+// decodes and is at least as wide as the viewport.
+func screenshot(t *testing.T, tab context.Context, dir, name string, width int) {
+	t.Helper()
+	shot, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		t.Fatalf("screenshot %s (%d bytes) is not a PNG: %v", name, len(shot), err)
+	}
+	if b := img.Bounds(); b.Dx() != width || b.Dy() < 300 {
+		t.Errorf("screenshot %s is %dx%d, want %d wide", name, b.Dx(), b.Dy(), width)
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", path)
+}
+
+// browserTexts are what the page must say in each language.
+var browserTexts = map[string]struct {
+	accept, waiting, ahead, admitted, released string
+}{
+	"ko": {"ko-KR,ko;q=0.9,en-US;q=0.8", "대기 순번", "다음 차례입니다", "입장 차례입니다", "퇴장했습니다"},
+	"en": {"en-US,en;q=0.9", "Your place in line", "You are next", "It's your turn", "You have left"},
+}
+
+// TestBrowserWaitingToAdmitted drives the waiting page in headless
+// Chromium, in Korean and in English, 1200 and 390 pixels wide: bob opens
+// the page of a full room and joins anonymously behind carol (second in
+// line), moves to first, is admitted when carol releases her slot, is
+// told so (assertive live region, title), and leaves. The page shows the
+// position from 1, never overflows the 390-pixel width, and never shows a
+// token.
+func TestBrowserWaitingToAdmitted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Second)
+	defer cancel()
+	// The browser starts first: alice's lease runs from her admission, and
+	// a slow browser start must not eat it.
+	bctx := startBrowser(t, ctx)
+	s := newBrowserServer(t)
+	dir := screenshotDir(t)
+	for _, lang := range []string{"ko", "en"} {
+		for _, width := range []int{1200, 390} {
+			t.Run(fmt.Sprintf("%s-%d", lang, width), func(t *testing.T) {
+				browserFlow(ctx, t, s, bctx, lang, width, dir)
+			})
+		}
+	}
+}
+
+// browserFlow is one run of TestBrowserWaitingToAdmitted.
+func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx context.Context, lang string, width int, dir string) {
+	want := browserTexts[lang]
 	room := "browser-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	title := map[string]string{"ko": "2026 봄 콘서트 <b>티켓</b>", "en": "Spring Concert 2026 <b>tickets</b>"}[lang]
 	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room,
-		`{"capacity":1,"lease_seconds":10,"admit_interval_ms":100}`, browserAdminToken)
-	alice := s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", `{"user_id":"alice"}`, "")
-	aliceToken, _ := alice["ticket_token"].(string)
-	if aliceToken == "" {
-		t.Fatalf("alice's join has no ticket_token: %v", alice)
+		`{"capacity":1,"lease_seconds":60,"admit_interval_ms":100,"template":{"title":`+strconv.Quote(title)+
+			`,"primary_color":"#6a1b9a","background_color":"#f3e5f5","text_ko":"좌석은 선착순입니다.\n창을 닫지 마세요.","text_en":"Seats are first come, first served.\nPlease keep this window open."}}`,
+		browserAdminToken)
+	// alice holds the one slot; carol waits first in line.
+	users := map[string]string{}
+	for _, u := range []string{"alice", "carol"} {
+		a := s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", `{"user_id":"`+u+`"}`, "")
+		users[u], _ = a["ticket_token"].(string)
+		if u == "alice" {
+			for s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room+"/tickets/alice", "", users[u])["state"] != "admitted" {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+
+	tab := openTab(t, bctx, int64(width), want.accept, s.url+"/rooms/"+room)
+	p := browserWait(tab, t, "second in line", 20*time.Second, func(p browserPage) bool {
+		return p.State == "waiting" && p.Position == "2"
+	})
+	t.Logf("second: %s", p)
+	checkBrowserPage(t, p, lang, width, title)
+	if !strings.Contains(p.Text, want.waiting) || p.Lang != lang || !strings.Contains(p.Title, "2") {
+		t.Errorf("waiting page in %s lacks %q or a title with the position: %s", lang, want.waiting, p)
+	}
+	if !strings.Contains(p.Text, map[string]string{"ko": "좌석은 선착순입니다.", "en": "Seats are first come"}[lang]) {
+		t.Errorf("the room's text is missing")
+	}
+
+	// alice leaves: carol is admitted, bob is first in line.
+	s.call(ctx, t, http.StatusOK, "DELETE", "/v1/rooms/"+room+"/tickets/alice", "", users["alice"])
+	p = browserWait(tab, t, "first in line", 40*time.Second, func(p browserPage) bool {
+		return p.State == "waiting" && p.Position == "1"
+	})
+	t.Logf("first: %s", p)
+	checkBrowserPage(t, p, lang, width, title)
+	// The alert button asks for notification permission on this click
+	// (headless Chromium denies it: the page falls back to sound) and says
+	// what it will do.
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.ID("notify"))); err != nil {
+		t.Fatalf("clicking #notify: %v", err)
+	}
+	notify := `(() => { const s = document.getElementById("notify-status"); return s.hidden ? "" : s.textContent; })()`
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(25 * time.Millisecond) {
+		got, _ := chromedp.Run(tab, chromedp.Evaluate[string](notify))
+		if got != "" {
+			t.Logf("after the alert button: %q", got)
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the alert button changed nothing")
+		}
+	}
+	if !strings.Contains(p.Ahead, want.ahead) || p.Progress != "50" {
+		t.Errorf("first in line: ahead %q, progress %q; want %q, 50", p.Ahead, p.Progress, want.ahead)
+	}
+	p = browserWait(tab, t, "the polite announcement", 5*time.Second, func(p browserPage) bool { return strings.Contains(p.Polite, "1") })
+	time.Sleep(700 * time.Millisecond) // the progress bar's transition
+	screenshot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-1-waiting", lang, width), width)
+
+	// Stand in for a granted notification permission (headless Chromium
+	// has none to grant) and record the notifications the page makes.
+	fake := `window.__notes = []; window.Notification = class { static permission = "granted";
+		static requestPermission() { return Promise.resolve("granted"); }
+		constructor(title, o) { window.__notes.push(title + " | " + (o && o.body)); } close() {} };`
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[any](fake+"0")); err != nil {
+		t.Fatalf("installing the fake Notification: %v", err)
+	}
+
+	// carol leaves: bob's turn.
+	s.call(ctx, t, http.StatusOK, "DELETE", "/v1/rooms/"+room+"/tickets/carol", "", users["carol"])
+	p = browserWait(tab, t, "admitted", 40*time.Second, func(p browserPage) bool {
+		return p.State == "admitted" && !p.AdmittedHidden && strings.Contains(p.Assertive, want.admitted)
+	})
+	t.Logf("admitted: %s", p)
+	checkBrowserPage(t, p, lang, width, title)
+	if !p.WaitingHidden || !strings.Contains(p.Title, "✅") || p.AdmittedText == "" {
+		t.Errorf("admitted page: %s", p)
+	}
+	notes, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`window.__notes`))
+	if err != nil || len(notes) != 1 || !strings.Contains(notes[0], title) {
+		t.Errorf("notifications on admission: %q, %v; want one naming %q", notes, err, title)
+	} else {
+		t.Logf("notification: %q", notes[0])
+	}
+	// The admission token exists (the API gives it to bob) but is not on
+	// the page.
+	bob := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room+"/tickets/"+p.UserID, "", p.TicketToken)
+	adm, _ := bob["admission_token"].(string)
+	if adm == "" {
+		t.Fatalf("bob's ticket has no admission token: %v", bob)
+	}
+	if strings.Contains(p.HTML, adm) || strings.Contains(p.HTML, adm[:20]) {
+		t.Error("the admission token is in the page")
+	}
+	screenshot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-2-admitted", lang, width), width)
+
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.ID("done"))); err != nil {
+		t.Fatalf("clicking #done: %v", err)
+	}
+	p = browserWait(tab, t, "released", 15*time.Second, func(p browserPage) bool { return p.State == "released" })
+	t.Logf("released: %s", p)
+	checkBrowserPage(t, p, lang, width, title)
+	if !strings.Contains(p.EndedText, want.released) || p.EndedHidden || !p.AdmittedHidden || p.TicketToken != "" {
+		t.Errorf("after leaving: %s (token kept: %t)", p, p.TicketToken != "")
+	}
+	screenshot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-3-released", lang, width), width)
+	st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", "")
+	if st["active"] != 0.0 || st["waiting"] != 0.0 || st["admitted_total"] != 3.0 || st["released_total"] != 3.0 {
+		t.Errorf("the room after bob left = %v", st)
+	}
+}
+
+// checkBrowserPage checks what every state of the page must hold.
+func checkBrowserPage(t *testing.T, p browserPage, lang string, width int, title string) {
+	t.Helper()
+	if p.LiveRegions != 2 {
+		t.Errorf("%d aria-live regions, want polite and assertive", p.LiveRegions)
+	}
+	if p.ScrollWidth > width || p.ViewportWidth != width {
+		t.Errorf("scrollWidth %d in a %d-pixel viewport (innerWidth %d): horizontal overflow", p.ScrollWidth, width, p.ViewportWidth)
+	}
+	if p.TicketToken != "" && strings.Contains(p.HTML, p.TicketToken[:20]) {
+		t.Error("the ticket token is in the page")
+	}
+	if strings.Contains(p.Text, "eyJ") || strings.Contains(p.Text, "token") {
+		t.Errorf("the page's text shows something like a token: %q", p.Text)
+	}
+	if strings.Contains(p.HTML, "<b>") || !strings.Contains(p.Text, title) {
+		t.Errorf("the template title %q is not shown escaped", title)
+	}
+	if p.State == "waiting" {
+		if p.ETA == "" || regexp.MustCompile(`(^|\D)0\s?(s|초)`).MatchString(p.ETA) {
+			t.Errorf("ETA %q", p.ETA)
+		}
+	}
+}
+
+// TestBrowserUnknownRoom: a buyer following a link to a room that does not
+// exist is told so, in their language, without admin instructions.
+func TestBrowserUnknownRoom(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	bctx := startBrowser(t, ctx)
+	s := newBrowserServer(t)
+	for lang, want := range map[string]string{"ko": "대기실을 찾을 수 없습니다", "en": "We can't find this waiting room"} {
+		tab := openTab(t, bctx, 390, browserTexts[lang].accept, s.url+"/rooms/no-such-room")
+		p := browserWait(tab, t, "the unknown-room text", 10*time.Second, func(p browserPage) bool {
+			return p.State == "unknown" && strings.Contains(p.Text, want)
+		})
+		if strings.Contains(p.Text, "PUT") || strings.Contains(p.Text, "admin") || p.ScrollWidth > 390 {
+			t.Errorf("%s: unknown room page: %q (scrollWidth %d)", lang, p.Text, p.ScrollWidth)
+		}
+	}
+}
+
+// TestBrowserProofOfWork: the page solves a room's proof of work and joins.
+func TestBrowserProofOfWork(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	bctx := startBrowser(t, ctx)
+	s := newBrowserServer(t)
+	room := "pow-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1,"pow_difficulty":12}`, browserAdminToken)
+	tab := openTab(t, bctx, 1200, "en", s.url+"/rooms/"+room)
+	p := browserWait(tab, t, "admitted after the proof of work", 30*time.Second, func(p browserPage) bool { return p.State == "admitted" })
+	st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", "")
+	if st["joined_total"] != 1.0 || p.Notice != "" {
+		t.Errorf("room after the page's join = %v; notice %q", st, p.Notice)
+	}
+}
+
+// TestBrowserPoWCost measures the page's proof-of-work solver in Chromium
+// at 16, 18 and 20 bits, or at the bits listed in STAMPEDE_POW_BITS (the
+// README's table), STAMPEDE_POW_RUNS times each (default 15). It runs only
+// with STAMPEDE_POW_COST=1 (and -run TestBrowserPoWCost -v).
+func TestBrowserPoWCost(t *testing.T) {
+	if os.Getenv("STAMPEDE_POW_COST") == "" {
+		t.Skip("set STAMPEDE_POW_COST=1 to measure the proof of work's cost in Chromium")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	bctx := startBrowser(t, ctx)
+	s := newBrowserServer(t)
+	room := "cost-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	// Capacity 1 with someone inside: the page waits and stays idle.
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1}`, browserAdminToken)
+	s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", `{"user_id":"holder"}`, "")
+	tab := openTab(t, bctx, 1200, "en", s.url+"/rooms/"+room)
+	browserWait(tab, t, "waiting", 20*time.Second, func(p browserPage) bool { return p.State == "waiting" })
+	runs := 15
+	if v, err := strconv.Atoi(os.Getenv("STAMPEDE_POW_RUNS")); err == nil && v > 0 {
+		runs = v
+	}
+	bitsList := []int{16, 18, 20}
+	if v := os.Getenv("STAMPEDE_POW_BITS"); v != "" {
+		bitsList = nil
+		for f := range strings.SplitSeq(v, ",") {
+			b, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || b < 1 || b > 32 {
+				t.Fatalf("STAMPEDE_POW_BITS: %q is not a number of bits", f)
+			}
+			bitsList = append(bitsList, b)
+		}
+	}
+	for _, bits := range bitsList {
+		js := fmt.Sprintf(`(async () => {
+			const out = [];
+			for (let r = 0; r < %d; r++) {
+				const b = new Uint8Array(32); crypto.getRandomValues(b);
+				const ch = btoa(String.fromCharCode(...b)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+				const t0 = performance.now();
+				const sol = await window.stampedeSolvePoW(ch, %d);
+				out.push({ms: performance.now() - t0, tries: parseInt(sol, 36) + 1, ch: ch, sol: sol});
+			}
+			return out;
+		})()`, runs, bits)
+		res, err := chromedp.Run(tab, chromedp.Evaluate[[]struct {
+			MS    float64 `json:"ms"`
+			Tries float64 `json:"tries"`
+			Ch    string  `json:"ch"`
+			Sol   string  `json:"sol"`
+		}](js, chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatalf("%d bits: %v", bits, err)
+		}
+		var ms, rates []float64
+		for _, r := range res {
+			if !waitroom.SolvesChallenge(r.Ch, r.Sol, bits) {
+				t.Fatalf("%d bits: the page's solution %q of %q is wrong", bits, r.Sol, r.Ch)
+			}
+			ms = append(ms, r.MS)
+			rates = append(rates, r.Tries/(r.MS/1000))
+		}
+		slices.Sort(ms)
+		slices.Sort(rates)
+		t.Logf("PoW %d bits: %d runs, median %.0f ms (min %.0f, max %.0f), median %.2f M hashes/s",
+			bits, len(ms), ms[len(ms)/2], ms[0], ms[len(ms)-1], rates[len(rates)/2]/1e6)
+	}
+}
+
+// roomOverlay adds fields to the answers of GET /v1/rooms/{room}, standing
+// in for room settings (opens_at, paused, closed, message) that the page
+// must handle when the server sends them.
+type roomOverlay struct {
+	next   http.Handler
+	mu     sync.Mutex
+	fields map[string]any
+}
+
+func (o *roomOverlay) set(fields map[string]any) {
+	o.mu.Lock()
+	o.fields = fields
+	o.mu.Unlock()
+}
+
+func (o *roomOverlay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet || !regexp.MustCompile(`^/v1/rooms/[^/]+$`).MatchString(r.URL.Path) {
+		o.next.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	o.next.ServeHTTP(rec, r)
+	var v map[string]any
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &v) != nil {
+		for k, vals := range rec.Header() {
+			w.Header()[k] = vals
+		}
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
+		return
+	}
+	o.mu.Lock()
+	for k, x := range o.fields {
+		v[k] = x
+	}
+	o.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// TestBrowserRoomStates: the page counts down to a scheduled opening and
+// joins at it, says when admission is paused, and when the sale is closed
+// shows the room's message and offers no way back in.
+func TestBrowserRoomStates(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	bctx := startBrowser(t, ctx)
+	emb, err := redisstore.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	client := redis.NewClient(&redis.Options{Addr: emb.Addr()})
+	t.Cleanup(func() { client.Close() })
+	opts := waitroom.DefaultServerOptions()
+	opts.Secret, opts.AdminToken = browserSecret, browserAdminToken
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.RoomRefresh = 50 * time.Millisecond
+	srv, err := waitroom.NewServer(context.Background(), redisstore.New(client), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	overlay := &roomOverlay{next: srv.Handler()}
+	ts := httptest.NewServer(overlay)
+	t.Cleanup(ts.Close)
+	s := &browserServer{url: ts.URL, hc: http.DefaultClient}
+	dir := screenshotDir(t)
+
+	room := "states-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1}`, browserAdminToken)
+	s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", `{"user_id":"holder"}`, "")
+
+	// Opens in 3 s: a countdown, then the page joins by itself.
+	overlay.set(map[string]any{"opens_at": time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)})
+	tab := openTab(t, bctx, 390, browserTexts["ko"].accept, s.url+"/rooms/"+room)
+	countdown := `document.getElementById("countdown").textContent`
+	browserWait(tab, t, "the countdown", 10*time.Second, func(p browserPage) bool {
+		return p.State == "scheduled" && strings.Contains(p.Text, "오픈까지")
+	})
+	cd, err := chromedp.Run(tab, chromedp.Evaluate[string](countdown))
+	if err != nil || !regexp.MustCompile(`^00:00:0[1-3]$`).MatchString(cd) {
+		t.Errorf("countdown = %q, %v", cd, err)
+	}
+	screenshot(t, tab, dir, "waitroom-ko-390-0-scheduled", 390)
+	if st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", ""); st["joined_total"] != 1.0 {
+		t.Errorf("the page joined before opening: %v", st)
+	}
+	browserWait(tab, t, "joined at opening", 10*time.Second, func(p browserPage) bool {
+		return p.State == "waiting" && p.Position == "1"
+	})
+
+	// Paused: the page says so and keeps the place. The page reads the room
+	// every 30 s; reload to see it now.
+	overlay.set(map[string]any{"paused": true})
+	if err := chromedp.Do(tab, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	p := browserWait(tab, t, "the paused notice", 10*time.Second, func(p browserPage) bool {
+		return p.State == "waiting" && strings.Contains(p.Notice, "잠시 멈췄습니다")
+	})
+	if p.Position != "1" {
+		t.Errorf("paused: position %q, want 1 (kept)", p.Position)
+	}
+	screenshot(t, tab, dir, "waitroom-ko-390-4-paused", 390)
+
+	// Closed with a message: shown, and no way to rejoin.
+	overlay.set(map[string]any{"closed": true, "message": "오늘 판매는 매진되었습니다. <b>감사합니다</b>"})
+	if err := chromedp.Do(tab, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	p = browserWait(tab, t, "closed", 10*time.Second, func(p browserPage) bool { return p.State == "closed" })
+	rejoinHidden, _ := chromedp.Run(tab, chromedp.Evaluate[bool](`document.getElementById("rejoin").hidden`))
+	if !strings.Contains(p.EndedText, "매진되었습니다. <b>감사합니다</b>") || strings.Contains(p.HTML, "<b>감사") || !rejoinHidden {
+		t.Errorf("closed: %s (rejoin hidden %t)", p, rejoinHidden)
+	}
+	screenshot(t, tab, dir, "waitroom-ko-390-5-closed", 390)
+}
+
+// TestBrowserOnAdmitHook: a page served with data-on-admit (the gate's
+// hook) POSTs the admission there with the ticket token once admitted and
+// follows the redirect.
+func TestBrowserOnAdmitHook(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	bctx := startBrowser(t, ctx)
+	emb, err := redisstore.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	client := redis.NewClient(&redis.Options{Addr: emb.Addr()})
+	t.Cleanup(func() { client.Close() })
+	opts := waitroom.DefaultServerOptions()
+	opts.Secret, opts.AdminToken = browserSecret, browserAdminToken
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.OnAdmit = "/.stampede/admitted"
+	srv, err := waitroom.NewServer(context.Background(), redisstore.New(client), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	type hookCall struct {
+		auth string
+		body map[string]string
+	}
+	calls := make(chan hookCall, 4)
+	mux := http.NewServeMux()
+	mux.Handle("/", srv.Handler())
+	mux.HandleFunc("POST /.stampede/admitted", func(w http.ResponseWriter, r *http.Request) {
+		var b map[string]string
+		json.NewDecoder(r.Body).Decode(&b)
+		calls <- hookCall{auth: r.Header.Get("Authorization"), body: b}
+		http.Redirect(w, r, "/welcome", http.StatusSeeOther)
+	})
+	mux.HandleFunc("GET /welcome", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, "<!doctype html><title>checkout</title><body data-state=welcome><p id=x>checkout</p>")
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	s := &browserServer{url: ts.URL, hc: http.DefaultClient}
+	room := "hook-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1}`, browserAdminToken)
+
+	tab := openTab(t, bctx, 390, "en", s.url+"/rooms/"+room)
+	select {
+	case c := <-calls:
+		if !strings.HasPrefix(c.auth, "Bearer ") || c.body["room"] != room || c.body["user_id"] == "" || c.body["admission_token"] == "" {
+			t.Errorf("hook called with %q %v", c.auth, c.body)
+		} else if _, err := waitroom.VerifyAdmission(c.body["admission_token"], browserSecret, room, time.Now()); err != nil {
+			t.Errorf("the hook's admission token does not verify: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		p, _ := chromedp.Run(tab, chromedp.Evaluate[browserPage](browserPageJS))
+		t.Fatalf("the page never called the on-admit hook; it shows %s", p)
 	}
 	for {
-		got := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room+"/tickets/alice", "", aliceToken)
-		if got["state"] == "admitted" {
+		u, err := chromedp.Run(tab, chromedp.Evaluate[string](`location.pathname`))
+		if err == nil && u == "/welcome" {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("alice was never admitted: %v", got)
-		case <-time.After(20 * time.Millisecond):
+			t.Fatalf("the page did not follow the hook's redirect: at %q, %v", u, err)
+		case <-time.After(25 * time.Millisecond):
 		}
 	}
+}
 
-	// bob joins on the page and waits first in line.
-	err := chromedp.Do(bctx,
-		chromedp.Navigate(s.url+"/rooms/"+room),
-		chromedp.WaitVisible(chromedp.ID("join")),
-		chromedp.SendKeys(chromedp.ID("user"), "bob"),
-		chromedp.Click(chromedp.ID("join")),
-	)
-	if err != nil {
-		t.Fatalf("joining on the page: %v", err)
+// TestBrowserETARange: in a line that moves one place every 3 s, 40
+// places back, the page shows the wait as a stable range of minutes
+// (the real wait is about two minutes), never seconds and never "0".
+func TestBrowserETARange(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 30 s")
 	}
-	waiting := browserWait(bctx, t, `#state "waiting" and #position "0"`, 15*time.Second, func(p browserPage) bool {
-		return p.State == "waiting" && p.Position == "0"
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	bctx := startBrowser(t, ctx)
+	s := newBrowserServer(t)
+	room := "eta-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1,"lease_seconds":600}`, browserAdminToken)
+	const ahead = 40
+	tokens := make([]string, ahead)
+	for i := range ahead {
+		a := s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", fmt.Sprintf(`{"user_id":"u%d"}`, i), "")
+		tokens[i], _ = a["ticket_token"].(string)
+	}
+	// The one slot is handed on every 3 s: 0.33 admissions/s.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(3 * time.Second)
+		defer tick.Stop()
+		for i := 0; i < ahead; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			r, _ := http.NewRequestWithContext(ctx, "DELETE", s.url+"/v1/rooms/"+room+fmt.Sprintf("/tickets/u%d", i), nil)
+			r.Header.Set("Authorization", "Bearer "+tokens[i])
+			if res, err := http.DefaultClient.Do(r); err == nil {
+				res.Body.Close()
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+
+	tab := openTab(t, bctx, 390, "en", s.url+"/rooms/"+room)
+	minutes := regexp.MustCompile(`^about (\d+)–(\d+) min$`)
+	var before []string // the texts shown before the first range
+	p := browserWait(tab, t, "an ETA in minutes", 40*time.Second, func(p browserPage) bool {
+		if p.State == "waiting" && (len(before) == 0 || before[len(before)-1] != p.Position+": "+p.ETA) {
+			before = append(before, p.Position+": "+p.ETA)
+		}
+		return p.State == "waiting" && minutes.MatchString(p.ETA)
 	})
-	t.Logf("waiting: %s", waiting)
-	if waiting.Room != room || waiting.TicketHidden || !waiting.AdmittedHidden || waiting.Token != "" ||
-		!waiting.JoinDisabled || waiting.LeaveDisabled || !waiting.ErrorHidden || waiting.ETA == "" || waiting.ETA == "—" {
-		t.Errorf("while waiting (room %q) the page shows room %q, %s", room, waiting.Room, waiting)
-	}
+	t.Logf("first range: %s; before it (position: ETA): %q", p, before)
 
-	// alice leaves: her slot goes to bob, and the page shows it.
-	released := s.call(ctx, t, http.StatusOK, "DELETE", "/v1/rooms/"+room+"/tickets/alice", "", aliceToken)
-	if released["state"] != "released" {
-		t.Fatalf("alice's release = %v", released)
-	}
-	admitted := browserWait(bctx, t, `#state "admitted" with an admission token`, 30*time.Second, func(p browserPage) bool {
-		return p.State == "admitted" && !p.AdmittedHidden && p.Token != ""
-	})
-	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.ID("admitted")), chromedp.WaitVisible(chromedp.ID("admission-token"))); err != nil {
-		t.Fatalf("the admitted block is not visible: %v", err)
-	}
-	t.Logf("admitted: %s", admitted)
-	if admitted.Position != "—" || admitted.ETA != "—" || admitted.LeaseExpires == "—" || admitted.LeaveDisabled || !admitted.ErrorHidden {
-		t.Errorf("once admitted the page shows %s", admitted)
-	}
-	claims, err := waitroom.VerifyAdmission(admitted.Token, browserSecret, room, time.Now())
-	if err != nil {
-		t.Fatalf("the page's admission token %q does not verify: %v", admitted.Token, err)
-	}
-	if claims.Room != room || claims.User != "bob" || claims.Kind != waitroom.AdmissionToken {
-		t.Errorf("the page's admission token says %+v, want room %q, user bob", claims, room)
-	}
-
-	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	shotPath := filepath.Join(t.TempDir(), "admitted.png")
-	if err := os.WriteFile(shotPath, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(bytes.NewReader(shot))
-	if err != nil {
-		t.Fatalf("the screenshot (%d bytes) is not a PNG: %v", len(shot), err)
-	}
-	if b := img.Bounds(); b.Dx() < 100 || b.Dy() < 100 {
-		t.Errorf("the screenshot is only %dx%d", b.Dx(), b.Dy())
-	}
-	t.Logf("screenshot: %s (%dx%d, %d bytes)", shotPath, img.Bounds().Dx(), img.Bounds().Dy(), len(shot))
-	if dir := os.Getenv(browserShotsEnv); dir != "" {
-		keep := filepath.Join(dir, "waitroom-admitted.png")
-		if err := os.WriteFile(keep, shot, 0o644); err != nil {
-			t.Errorf("%s: %v", browserShotsEnv, err)
-		} else {
-			t.Logf("screenshot kept in %s", keep)
+	// Watch it for 8 s: it stays a range of minutes and moves little.
+	seen := map[string]bool{}
+	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		p, err := chromedp.Run(tab, chromedp.Evaluate[browserPage](browserPageJS))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.State != "waiting" {
+			break
+		}
+		seen[p.ETA] = true
+		m := minutes.FindStringSubmatch(p.ETA)
+		if m == nil {
+			if p.ETA != "less than a minute" {
+				t.Errorf("ETA %q at position %s", p.ETA, p.Position)
+			}
+			continue
+		}
+		lo, _ := strconv.Atoi(m[1])
+		hi, _ := strconv.Atoi(m[2])
+		pos, _ := strconv.Atoi(p.Position)
+		real := float64(pos) * 3 / 60
+		if lo < 1 || hi <= lo || float64(lo) > real*2+1 || float64(hi) < real/2 {
+			t.Errorf("ETA %q at position %d (real wait about %.1f min)", p.ETA, pos, real)
 		}
 	}
-
-	// bob leaves on the page.
-	if err := chromedp.Do(bctx, chromedp.Click(chromedp.ID("leave"))); err != nil {
-		t.Fatalf("clicking #leave: %v", err)
-	}
-	left := browserWait(bctx, t, `#state "released"`, 15*time.Second, func(p browserPage) bool {
-		return p.State == "released"
-	})
-	t.Logf("left: %s", left)
-	if !left.AdmittedHidden || left.Token != "" || left.JoinDisabled || !left.LeaveDisabled || !left.ErrorHidden ||
-		!strings.Contains(left.Status, "You left the room.") {
-		t.Errorf("after leaving the page shows %s", left)
-	}
-	st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", "")
-	if st["active"] != 0.0 || st["waiting"] != 0.0 || st["admitted_total"] != 2.0 || st["released_total"] != 2.0 {
-		t.Errorf("the room after bob left = %v", st)
+	t.Logf("ETA texts seen over 8 s: %v", slices.Sorted(maps.Keys(seen)))
+	if len(seen) > 3 {
+		t.Errorf("the ETA jumped between %d texts in 8 s", len(seen))
 	}
 }

@@ -25,6 +25,8 @@ const (
 	CodeNotFound     = httpapi.CodeNotFound     // 404: no such room, ticket or path
 	CodeMethod       = httpapi.CodeMethod       // 405: wrong HTTP method
 	CodeTooLarge     = httpapi.CodeTooLarge     // 413: request body over the limit
+	CodeRateLimited  = httpapi.CodeRateLimited  // 429: too many joins from one client address
+	CodeBusy         = httpapi.CodeBusy         // 503: too many challenges in flight
 	CodeUnsupported  = httpapi.CodeUnsupported  // 415: wrong media type
 	CodeInternal     = httpapi.CodeInternal     // 500: a bug
 	CodeUnavailable  = httpapi.CodeUnavailable  // 503: the store cannot be reached in time

@@ -29,15 +29,31 @@ type HandlerConfig struct {
 	// answer with a 5xx status (package httpapi). Nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// JoinLimit limits joins per client address; its zero Rate turns the
+	// limit off.
+	JoinLimit JoinLimitConfig
+	// PoW configures the proof-of-work challenges of rooms that ask for
+	// one (RoomConfig.PoWDifficulty).
+	PoW PoWConfig
+	// OnAdmit, when set, is a same-origin path the waiting page POSTs to
+	// once its holder is admitted, then follows the answer's redirect
+	// (the gate's hook: it sets an admission cookie). Empty: the page
+	// just says it is your turn.
+	OnAdmit string
+	// Now is the clock of the join limit and the challenges; nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // minAdminTokenLen is the shortest admin token accepted.
 const minAdminTokenLen = 16
 
 // DefaultHandlerConfig returns 24-hour ticket tokens, a 4096-byte body
-// limit and slog.Default(). AdminToken is empty and must be set.
+// limit, slog.Default(), no join limit (the command sets one) and
+// DefaultPoWConfig. AdminToken is empty and must be set.
 func DefaultHandlerConfig() HandlerConfig {
-	return HandlerConfig{TicketTTL: 24 * time.Hour, MaxBody: 4096, Logger: slog.Default()}
+	return HandlerConfig{TicketTTL: 24 * time.Hour, MaxBody: 4096, Logger: slog.Default(),
+		JoinLimit: JoinLimitConfig{MaxClients: DefaultJoinLimitConfig().MaxClients}, PoW: DefaultPoWConfig()}
 }
 
 // Validate reports the first unusable field by name.
@@ -49,6 +65,19 @@ func (c HandlerConfig) Validate() error {
 		return fieldError("TicketTTL", "must be at least 1s, got %s", c.TicketTTL)
 	case c.MaxBody < 64:
 		return fieldError("MaxBody", "must be at least 64 bytes, got %d", c.MaxBody)
+	case c.OnAdmit != "" && (!strings.HasPrefix(c.OnAdmit, "/") || strings.HasPrefix(c.OnAdmit, "//") ||
+		strings.ContainsAny(c.OnAdmit, "\\\"'<> \t\r\n")):
+		return fieldError("OnAdmit", "must be a same-origin path starting with one '/', got %q", c.OnAdmit)
+	}
+	if err := c.JoinLimit.Validate(); err != nil {
+		e := err.(*Error)
+		e.Field = "JoinLimit." + e.Field
+		return e
+	}
+	if err := c.PoW.Validate(); err != nil {
+		e := err.(*Error)
+		e.Field = "PoW." + e.Field
+		return e
 	}
 	return nil
 }
@@ -61,13 +90,16 @@ type handler struct {
 	cfg       HandlerConfig
 	api       *httpapi.API
 	adminHash [sha256.Size]byte
+	limiter   *joinLimiter // nil: no join limit
+	pow       *powIssuer
 }
 
 // NewHandler returns the waiting room's HTTP handler:
 //
 //	PUT    /v1/rooms/{room}                 configure a room (admin token)
 //	GET    /v1/rooms/{room}                 the room's counters
-//	POST   /v1/rooms/{room}/tickets         join: {"user_id"} → ticket and ticket_token
+//	GET    /v1/rooms/{room}/challenge       a proof-of-work challenge, when the room asks for one
+//	POST   /v1/rooms/{room}/tickets         join: {"user_id"[, "challenge", "solution"]} → ticket and ticket_token
 //	GET    /v1/rooms/{room}/tickets/{user}  the ticket (ticket token); admission_token once admitted
 //	DELETE /v1/rooms/{room}/tickets/{user}  leave the queue or release the slot (ticket token)
 //	GET    /rooms/{room}                    the waiting page (HTML)
@@ -97,6 +129,9 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -113,11 +148,18 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 		return nil, err
 	}
 	api.AddCheck(httpapi.Check{Name: "redis", Ping: svc.store.Ping})
-	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken))}
+	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken)),
+		pow: newPoWIssuer(signer.key, cfg.PoW, cfg.Now)}
+	if cfg.JoinLimit.Rate > 0 {
+		h.limiter = newJoinLimiter(cfg.JoinLimit, cfg.Now)
+	}
 
 	api.Handle("/v1/rooms/{room}", httpapi.Methods{
 		http.MethodGet: h.getRoom,
 		http.MethodPut: h.putRoom,
+	})
+	api.Handle("/v1/rooms/{room}/challenge", httpapi.Methods{
+		http.MethodGet: h.challenge,
 	})
 	api.Handle("/v1/rooms/{room}/tickets", httpapi.Methods{
 		http.MethodPost: h.join,
@@ -205,9 +247,12 @@ type roomConfigJSON struct {
 	LeaseSeconds    float64 `json:"lease_seconds"`
 	AdmitIntervalMS int64   `json:"admit_interval_ms"`
 	Mode            Mode    `json:"mode"`
+	PoWDifficulty   int     `json:"pow_difficulty"`
+	// Template is omitted when the room has none.
+	Template *RoomTemplate `json:"template,omitempty"`
 }
 
-const roomConfigFields = `"capacity", "lease_seconds", "admit_interval_ms", "mode"`
+const roomConfigFields = `"capacity", "lease_seconds", "admit_interval_ms", "mode", "pow_difficulty", "template"`
 
 func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authAdmin(r); err != nil {
@@ -218,10 +263,12 @@ func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var body struct {
-		Capacity        *int     `json:"capacity"`
-		LeaseSeconds    *float64 `json:"lease_seconds"`
-		AdmitIntervalMS *int64   `json:"admit_interval_ms"`
-		Mode            *string  `json:"mode"`
+		Capacity        *int          `json:"capacity"`
+		LeaseSeconds    *float64      `json:"lease_seconds"`
+		AdmitIntervalMS *int64        `json:"admit_interval_ms"`
+		Mode            *string       `json:"mode"`
+		PoWDifficulty   *int          `json:"pow_difficulty"`
+		Template        *RoomTemplate `json:"template"`
 	}
 	if err := h.decodeJSON(w, r, &body, roomConfigFields); err != nil {
 		return err
@@ -246,13 +293,23 @@ func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 	if body.Mode != nil {
 		cfg.Mode = Mode(*body.Mode)
 	}
+	if body.PoWDifficulty != nil {
+		cfg.PoWDifficulty = *body.PoWDifficulty
+	}
+	if body.Template != nil {
+		cfg.Template = *body.Template
+	}
 	if err := h.svc.Configure(r.Context(), room, cfg); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, roomConfigJSON{
+	v := roomConfigJSON{
 		Room: room, Capacity: cfg.Capacity, LeaseSeconds: cfg.Lease.Seconds(),
-		AdmitIntervalMS: cfg.AdmitInterval.Milliseconds(), Mode: cfg.Mode,
-	})
+		AdmitIntervalMS: cfg.AdmitInterval.Milliseconds(), Mode: cfg.Mode, PoWDifficulty: cfg.PoWDifficulty,
+	}
+	if !cfg.Template.IsZero() {
+		v.Template = &cfg.Template
+	}
+	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 
@@ -268,6 +325,7 @@ type roomJSON struct {
 	LeftTotal     int64   `json:"left_total"`
 	JoinedTotal   int64   `json:"joined_total"`
 	AdmissionRate float64 `json:"admission_rate_per_s"`
+	PoWDifficulty int     `json:"pow_difficulty"`
 }
 
 func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
@@ -283,6 +341,7 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 		Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting,
 		AdmittedTotal: st.AdmittedTotal, ExpiredTotal: st.ExpiredTotal, ReleasedTotal: st.ReleasedTotal,
 		LeftTotal: st.LeftTotal, JoinedTotal: st.JoinedTotal, AdmissionRate: st.AdmissionRate,
+		PoWDifficulty: st.Config.PoWDifficulty,
 	})
 	return nil
 }
@@ -329,10 +388,15 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var body struct {
-		UserID *string `json:"user_id"`
+	if err := h.limitJoin(r); err != nil {
+		return err
 	}
-	if err := h.decodeJSON(w, r, &body, `"user_id"`); err != nil {
+	var body struct {
+		UserID    *string `json:"user_id"`
+		Challenge *string `json:"challenge"`
+		Solution  *string `json:"solution"`
+	}
+	if err := h.decodeJSON(w, r, &body, `"user_id", "challenge", "solution"`); err != nil {
 		return err
 	}
 	if body.UserID == nil {
@@ -341,6 +405,15 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	user := *body.UserID
 	if err := ValidateUser(user); err != nil {
 		return err
+	}
+	cfg, err := h.svc.RoomConfig(r.Context(), room)
+	if err != nil {
+		return err
+	}
+	if cfg.PoWDifficulty > 0 {
+		if err := h.pow.check(room, cfg.PoWDifficulty, body.Challenge, body.Solution); err != nil {
+			return err
+		}
 	}
 	t, err := h.svc.Join(r.Context(), room, user)
 	if err != nil {
@@ -400,5 +473,35 @@ func (h *handler) leave(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, h.ticketView(t))
+	return nil
+}
+
+// challengeJSON is the answer of GET /v1/rooms/{room}/challenge.
+type challengeJSON struct {
+	Room       string `json:"room"`
+	Difficulty int    `json:"difficulty"`
+	// Challenge and ExpiresAt are omitted when the room asks for no
+	// proof of work (Difficulty 0).
+	Challenge string `json:"challenge,omitempty"`
+	ExpiresAt string `json:"expires_at,omitempty"`
+}
+
+func (h *handler) challenge(w http.ResponseWriter, r *http.Request) error {
+	room, err := roomParam(r)
+	if err != nil {
+		return err
+	}
+	cfg, err := h.svc.RoomConfig(r.Context(), room)
+	if err != nil {
+		return err
+	}
+	v := challengeJSON{Room: room, Difficulty: cfg.PoWDifficulty}
+	if cfg.PoWDifficulty > 0 {
+		var exp time.Time
+		v.Challenge, exp = h.pow.issue(room, cfg.PoWDifficulty)
+		v.ExpiresAt = exp.UTC().Format(time.RFC3339)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, v)
 	return nil
 }

@@ -37,6 +37,13 @@ type ServerOptions struct {
 	RoomRefresh time.Duration
 	// TicketTTL is the ticket tokens' lifetime; 0 means the default.
 	TicketTTL time.Duration
+	// JoinLimit limits joins per client address
+	// (HandlerConfig.JoinLimit); a zero Rate turns it off, a zero
+	// MaxClients means the default.
+	JoinLimit JoinLimitConfig
+	// OnAdmit is the waiting page's admission hook
+	// (HandlerConfig.OnAdmit); empty means none.
+	OnAdmit string
 	// OnPass, if set, is called after every admission pass, after the
 	// metrics have recorded it (for example by the lab, to count store
 	// round trips).
@@ -111,6 +118,11 @@ func NewServer(ctx context.Context, store Store, opts ServerOptions) (*Server, e
 	if opts.TicketTTL > 0 {
 		hcfg.TicketTTL = opts.TicketTTL
 	}
+	hcfg.JoinLimit = opts.JoinLimit
+	if hcfg.JoinLimit.MaxClients == 0 {
+		hcfg.JoinLimit.MaxClients = DefaultJoinLimitConfig().MaxClients
+	}
+	hcfg.OnAdmit = opts.OnAdmit
 	handler, err := NewHandler(svc, signer, hcfg, reg)
 	if err != nil {
 		return nil, err

@@ -219,6 +219,8 @@ type RoomStatus struct {
 	// AdmissionRate is admissions per second over the rate window, as seen
 	// by this instance's samples of the shared counter.
 	AdmissionRate float64
+	// Config is the room's configuration.
+	Config RoomConfig
 }
 
 // Room returns a room's counters and measured admission rate.
@@ -226,14 +228,31 @@ func (s *Service) Room(ctx context.Context, room string) (RoomStatus, error) {
 	if err := ValidateRoom(room); err != nil {
 		return RoomStatus{}, err
 	}
-	if _, err := s.store.Config(ctx, room); err != nil {
+	cfg, err := s.store.Config(ctx, room)
+	if err != nil {
 		return RoomStatus{}, err
 	}
 	st, err := s.store.Stats(ctx, room)
 	if err != nil {
 		return RoomStatus{}, err
 	}
-	return RoomStatus{RoomStats: st, AdmissionRate: s.rate(room).perSecond()}, nil
+	return RoomStatus{RoomStats: st, AdmissionRate: s.rate(room).perSecond(), Config: cfg}, nil
+}
+
+// RoomConfig returns a room's configuration: the copy this instance's
+// admitter holds (at most RoomRefresh old) when it runs one, otherwise
+// the store's. An unknown room is ErrNoRoom.
+func (s *Service) RoomConfig(ctx context.Context, room string) (RoomConfig, error) {
+	if err := ValidateRoom(room); err != nil {
+		return RoomConfig{}, err
+	}
+	s.mu.Lock()
+	a := s.admitters[room]
+	s.mu.Unlock()
+	if a != nil {
+		return a.config(), nil
+	}
+	return s.store.Config(ctx, room)
 }
 
 // Estimate returns a waiting ticket's expected wait (negative when no rate

@@ -112,6 +112,12 @@ type RoomConfig struct {
 	AdmitInterval time.Duration `json:"-"`
 	// Mode is the admission mode.
 	Mode Mode `json:"mode"`
+	// PoWDifficulty is the leading zero bits of the proof of work a join
+	// must carry (see GET /v1/rooms/{room}/challenge); 0 turns it off.
+	PoWDifficulty int `json:"pow_difficulty"`
+	// Template brands the room's waiting page; the zero value is the
+	// plain page.
+	Template RoomTemplate `json:"template"`
 }
 
 // DefaultRoomConfig is a room of 100 with 5-minute leases, admitting every
@@ -133,7 +139,10 @@ func (c RoomConfig) Validate() error {
 	if _, err := ParseMode(string(c.Mode)); err != nil {
 		return fieldError("mode", "%v", err)
 	}
-	return nil
+	if c.PoWDifficulty < 0 || c.PoWDifficulty > MaxPoWDifficulty {
+		return fieldError("pow_difficulty", "must be between 0 (off) and %d bits, got %d", MaxPoWDifficulty, c.PoWDifficulty)
+	}
+	return c.Template.Validate()
 }
 
 // Ticket is one user's place in one room.

@@ -31,6 +31,11 @@ func TestServeWaitroomRejectsBadFlags(t *testing.T) {
 		{[]string{long, "--idle-timeout", "0s"}, "--idle-timeout"},
 		{[]string{long, "--write-timeout", "-1s"}, "--write-timeout"},
 		{[]string{long, "--write-timeout", "1s", "--redis-timeout", "2s"}, "--write-timeout"},
+		{[]string{long, "--join-rate", "-1"}, "--join-rate"},
+		{[]string{long, "--join-burst", "0"}, "--join-burst"},
+		{[]string{long, "--join-clients", "0"}, "--join-clients"},
+		{[]string{long, "--trusted-proxy", "10.0.0.0/33"}, "--trusted-proxy"},
+		{[]string{long, "--trusted-proxy", "proxy.local"}, "--trusted-proxy"},
 	}
 	for _, tc := range cases {
 		_, _, err := execute(t, append([]string{"serve", "waitroom"}, tc.args...)...)

@@ -27,6 +27,10 @@ type waitroomOptions struct {
 	instance     string
 	immediate    bool
 	pipeline     bool
+	joinRate     float64
+	joinBurst    int
+	joinClients  int
+	trustedProxy string
 	server       httpapi.ServerConfig
 }
 
@@ -53,11 +57,15 @@ capacity and admits them, a waiting page at /rooms/{room}, /healthz,
 
   PUT    /v1/rooms/{room}                 configure a room (Bearer admin token)
   GET    /v1/rooms/{room}                 the room's counters
-  POST   /v1/rooms/{room}/tickets         join: {"user_id"}
+  GET    /v1/rooms/{room}/challenge       a proof-of-work challenge (rooms with pow_difficulty)
+  POST   /v1/rooms/{room}/tickets         join: {"user_id"[, "challenge", "solution"]}
   GET    /v1/rooms/{room}/tickets/{user}  the ticket (Bearer ticket_token)
   DELETE /v1/rooms/{room}/tickets/{user}  leave or release the slot (Bearer ticket_token)
 
-Errors are RFC 9457 application/problem+json. Every call to Redis ends
+Errors are RFC 9457 application/problem+json. Joins are limited per client
+address (--join-rate, --join-burst: 429 rate_limited with Retry-After);
+behind a reverse proxy, name it with --trusted-proxy so that its
+X-Forwarded-For counts. Every call to Redis ends
 within --redis-timeout: a down or frozen Redis answers 503 with
 Retry-After, never a hang; /readyz then fails while /healthz stays ok.
 
@@ -86,6 +94,12 @@ STAMPEDE_ADMIN_TOKEN, STAMPEDE_SECRET, STAMPEDE_REDIS_TIMEOUT=500ms.`,
 	f.BoolVar(&opts.immediate, "immediate", true, "admit right after a release and when a lease runs out, not only on the tick")
 	f.BoolVar(&opts.pipeline, "autopipeline", true, "send the join, ticket and leave scripts of concurrent requests to Redis in shared pipelines\n"+
 		"(go-redis automatic pipelining, an experimental go-redis feature; false: one round trip each)")
+	jl := waitroom.DefaultJoinLimitConfig()
+	f.Float64Var(&opts.joinRate, "join-rate", jl.Rate, "joins per second allowed per client address (token bucket, per instance); 0: no limit")
+	f.IntVar(&opts.joinBurst, "join-burst", jl.Burst, "joins a client address may make at once before --join-rate applies")
+	f.IntVar(&opts.joinClients, "join-clients", jl.MaxClients, "client addresses whose buckets are kept (least recently seen dropped first)")
+	f.StringVar(&opts.trustedProxy, "trusted-proxy", "", "CIDR[,CIDR...] of reverse proxies whose X-Forwarded-For names the client;\n"+
+		"from any other peer the header is ignored (empty: trust none)")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "HTTP: time to read a request's headers")
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "HTTP: time to read a whole request, body included (a stalled body is cut)")
 	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", opts.server.WriteTimeout, "HTTP: time from the end of a request's headers to the end of its answer")
@@ -107,6 +121,9 @@ func (o *waitroomOptions) validate() error {
 	}
 	if o.http == "" {
 		return errors.New("--http must not be empty")
+	}
+	if _, err := o.joinLimit(); err != nil {
+		return err
 	}
 	if err := o.storeConfig().Validate(); err != nil {
 		return fmt.Errorf("--redis-timeout must be between 1ms and 1m, got %s", o.redisTimeout)
@@ -132,6 +149,24 @@ func (o *waitroomOptions) validate() error {
 		client.Close()
 	}
 	return nil
+}
+
+// joinLimit is the join limit from the flags, validated; errors name the
+// flag.
+func (o *waitroomOptions) joinLimit() (waitroom.JoinLimitConfig, error) {
+	proxies, err := waitroom.ParseTrustedProxies(o.trustedProxy)
+	if err != nil {
+		return waitroom.JoinLimitConfig{}, fmt.Errorf("--trusted-proxy: %w", err)
+	}
+	cfg := waitroom.JoinLimitConfig{Rate: o.joinRate, Burst: o.joinBurst, MaxClients: o.joinClients, TrustedProxies: proxies}
+	if err := cfg.Validate(); err != nil {
+		flag := map[string]string{"Rate": "--join-rate", "Burst": "--join-burst", "MaxClients": "--join-clients"}
+		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
+		}
+		return cfg, err
+	}
+	return cfg, nil
 }
 
 // storeConfig is the Redis store's configuration from the flags.
@@ -218,6 +253,7 @@ func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
 	sopts := waitroom.DefaultServerOptions()
 	sopts.Instance, sopts.Immediate = opts.instance, opts.immediate
 	sopts.Secret, sopts.AdminToken, sopts.Logger = secret, opts.adminToken, log
+	sopts.JoinLimit, _ = opts.joinLimit() // validated above
 	store, err := redisstore.NewWithConfig(client, scfg)
 	if err != nil {
 		return err

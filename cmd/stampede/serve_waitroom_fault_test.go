@@ -133,7 +133,7 @@ func wrStart(t *testing.T, name string, args ...string) *wrInstance {
 		t.Fatal(err)
 	}
 	all := append([]string{"serve", "waitroom", "--http", addr, "--instance", name,
-		"--admin-token", wrAdminToken, "--secret", wrSecret}, args...)
+		"--admin-token", wrAdminToken, "--secret", wrSecret, "--join-rate", "0"}, args...)
 	child := exec.Command(os.Args[0], "-test.run=^TestWaitroomChildProcess$")
 	// An empty STAMPEDE_REDIS_URL: the embedded Redis unless --redis is
 	// among args, never a Redis of the environment.

@@ -12,6 +12,7 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -286,12 +287,21 @@ func (s *Store) Configure(ctx context.Context, room string, cfg waitroom.RoomCon
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	var tmpl []byte
+	if !cfg.Template.IsZero() {
+		var err error
+		if tmpl, err = json.Marshal(cfg.Template); err != nil {
+			return err
+		}
+	}
 	return call0(s, ctx, func(ctx context.Context) error {
 		err := s.client.HSet(ctx, KeysFor(room).Config,
 			"capacity", cfg.Capacity,
 			"lease_ms", cfg.Lease.Milliseconds(),
 			"interval_ms", cfg.AdmitInterval.Milliseconds(),
-			"mode", string(cfg.Mode)).Err()
+			"mode", string(cfg.Mode),
+			"pow_difficulty", cfg.PoWDifficulty,
+			"template", string(tmpl)).Err()
 		if err != nil {
 			return err
 		}
@@ -302,7 +312,8 @@ func (s *Store) Configure(ctx context.Context, room string, cfg waitroom.RoomCon
 // Config implements waitroom.Store.
 func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, error) {
 	vals, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
-		return s.client.HMGet(ctx, KeysFor(room).Config, "capacity", "lease_ms", "interval_ms", "mode").Result()
+		return s.client.HMGet(ctx, KeysFor(room).Config, "capacity", "lease_ms", "interval_ms", "mode",
+			"pow_difficulty", "template").Result()
 	})
 	if err != nil {
 		return waitroom.RoomConfig{}, err
@@ -314,12 +325,21 @@ func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, e
 		n, _ := strconv.ParseInt(fmt.Sprint(v), 10, 64)
 		return n
 	}
-	return waitroom.RoomConfig{
+	cfg := waitroom.RoomConfig{
 		Capacity:      int(num(vals[0])),
 		Lease:         time.Duration(num(vals[1])) * time.Millisecond,
 		AdmitInterval: time.Duration(num(vals[2])) * time.Millisecond,
 		Mode:          waitroom.Mode(fmt.Sprint(vals[3])),
-	}, nil
+		PoWDifficulty: int(num(vals[4])),
+	}
+	// Rooms configured before templates existed have no field: the
+	// zero template.
+	if t, ok := vals[5].(string); ok && t != "" {
+		if err := json.Unmarshal([]byte(t), &cfg.Template); err != nil {
+			return waitroom.RoomConfig{}, fmt.Errorf("redisstore: room %q has an unreadable template: %w", room, err)
+		}
+	}
+	return cfg, nil
 }
 
 // DeleteRoom removes a room and every key it has. Instances stop admitting
