@@ -256,7 +256,9 @@ type SoldOutError struct {
 }
 
 // Error implements error.
-func (e *SoldOutError) Error() string { return fmt.Sprintf("checkout: sold out: %d seats left", e.Left) }
+func (e *SoldOutError) Error() string {
+	return fmt.Sprintf("checkout: sold out: %d seats left", e.Left)
+}
 
 // StateError is Store.StartOrder's answer when the hold is no longer
 // held (or has expired).
