@@ -56,7 +56,9 @@ func startPay(t *testing.T, approvalTimeout time.Duration) *payRig {
 	its := httptest.NewServer(inst)
 	t.Cleanup(func() { inst.Close(); its.Close() })
 
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "pay.db"))
+	scfg := sqlite.DefaultConfig()
+	scfg.Path, scfg.OpTimeout, scfg.BusyTimeout = filepath.Join(t.TempDir(), "pay.db"), time.Minute, time.Minute
+	store, err := sqlite.OpenConfig(context.Background(), scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func sqliteFile(t *testing.T) checkout.Store {
 	t.Helper()
 	cfg := sqlstore.DefaultConfig()
 	cfg.SQLitePath = filepath.Join(t.TempDir(), "checkout.db")
-	cfg.OpTimeout = 10 * time.Second // 1,000 buyers queue for the one writer
+	cfg.OpTimeout = 2 * time.Minute // 1,000 buyers queue for the one writer (slow under -race)
 	return openStore(t, cfg)
 }
 

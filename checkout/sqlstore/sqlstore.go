@@ -313,9 +313,18 @@ func (s *Store) soldOut(ctx context.Context, tx *sql.Tx, event string) error {
 	return &checkout.SoldOutError{Left: e.SeatsLeft}
 }
 
-// Hold implements checkout.Store: the guarded path.
+// Hold implements checkout.Store: the guarded path. A read on the read
+// pool first turns away holds of an event already sold out without
+// queueing for the writer; it decides nothing else (the guard does).
 func (s *Store) Hold(ctx context.Context, h checkout.Hold, n int) (checkout.Hold, error) {
-	err := s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	e, err := s.Event(ctx, h.EventID)
+	if err != nil {
+		return checkout.Hold{}, err
+	}
+	if e.SeatsLeft < n {
+		return checkout.Hold{}, &checkout.SoldOutError{Left: e.SeatsLeft}
+	}
+	err = s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.q.takeSeats, n, h.EventID)
 		if err != nil {
 			return err
