@@ -159,7 +159,10 @@ func testUnsafeOversells(t *testing.T, open storeOpener) {
 	}
 }
 
-func TestUnsafeInventoryOversellsSQLite(t *testing.T) { t.Parallel(); testUnsafeOversells(t, sqliteFile) }
+func TestUnsafeInventoryOversellsSQLite(t *testing.T) {
+	t.Parallel()
+	testUnsafeOversells(t, sqliteFile)
+}
 func TestUnsafeInventoryOversellsPostgres(t *testing.T) {
 	t.Parallel()
 	testUnsafeOversells(t, postgresSchema)
@@ -359,7 +362,9 @@ type checker struct {
 	err error
 }
 
-func (c checker) CheckAdmission(context.Context, string) (checkout.Admission, error) { return c.a, c.err }
+func (c checker) CheckAdmission(context.Context, string) (checkout.Admission, error) {
+	return c.a, c.err
+}
 
 // TestAdmissionChecker: with an online checker, a hold needs an admission
 // that still holds its slot, for the same user, and expires with the
