@@ -56,6 +56,8 @@ type Config struct {
 	NewID func() string
 	// Logger receives the sweeper's and the payment path's logs.
 	Logger *slog.Logger
+	// Metrics, when set, receives the domain counters (NewMetrics).
+	Metrics *Metrics
 }
 
 // DefaultConfig returns 10-minute holds of at most 10 seats, a 10 s pay
@@ -266,12 +268,21 @@ func (s *Service) Hold(ctx context.Context, event string, b Buyer, n int) (Hold,
 		} else {
 			got, err = s.store.Hold(ctx, h, n)
 		}
-		if _, soldOut := errors.AsType[*SoldOutError](err); !soldOut || attempt > 0 {
+		_, soldOut := errors.AsType[*SoldOutError](err)
+		if err == nil {
+			s.cfg.Metrics.hold("held")
+		} else if soldOut && attempt > 0 {
+			s.cfg.Metrics.hold("sold_out")
+		}
+		if !soldOut || attempt > 0 {
 			return got, err
 		}
 		// Expired holds not swept yet still count: release them and
 		// try once more.
-		if freed, rerr := s.store.ReleaseExpired(ctx, event, now, 100); rerr != nil || freed == 0 {
+		freed, rerr := s.store.ReleaseExpired(ctx, event, now, 100)
+		s.cfg.Metrics.expired(freed)
+		if rerr != nil || freed == 0 {
+			s.cfg.Metrics.hold("sold_out")
 			return got, err
 		}
 	}
@@ -372,6 +383,15 @@ func (s *Service) settle(ctx context.Context, o Order, admission string) (Order,
 
 // apply records what pay answered for pending order o.
 func (s *Service) apply(ctx context.Context, o Order, p Payment, err error) (Order, error) {
+	got, err := s.record(ctx, o, p, err)
+	if err == nil {
+		s.cfg.Metrics.ended(got) // o was pending (two settling at once may both count it)
+	}
+	return got, err
+}
+
+// record is apply's store write.
+func (s *Service) record(ctx context.Context, o Order, p Payment, err error) (Order, error) {
 	now := s.cfg.Now()
 	if rej, ok := errors.AsType[*RejectedError](err); ok {
 		s.log.Warn("checkout: pay refused the payment; the seats go back", "order", o.ID, "code", rej.Code, "status", rej.Status)
@@ -402,6 +422,7 @@ func (s *Service) Sweep(ctx context.Context) (released, settled int, err error) 
 	for {
 		n, err := s.store.ReleaseExpired(ctx, "", now, 100)
 		released += n
+		s.cfg.Metrics.expired(n)
 		if err != nil {
 			return released, settled, err
 		}

@@ -588,6 +588,7 @@ func (s *Store) ReleaseExpired(ctx context.Context, event string, now time.Time,
 	}
 	released := 0
 	for _, h := range due {
+		freed := false
 		err := s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, s.q.expireHold, s.enc(now), h.ID)
 			if err != nil {
@@ -596,7 +597,7 @@ func (s *Store) ReleaseExpired(ctx context.Context, event string, now time.Time,
 			if k, err := res.RowsAffected(); err != nil || k != 1 {
 				return err // paid for or released meanwhile
 			}
-			released++
+			freed = true
 			if err := s.exec1(ctx, tx, s.q.giveBack, len(h.Seats), h.EventID); err != nil {
 				return err
 			}
@@ -605,6 +606,9 @@ func (s *Store) ReleaseExpired(ctx context.Context, event string, now time.Time,
 		})
 		if err != nil {
 			return released, err
+		}
+		if freed {
+			released++
 		}
 	}
 	return released, nil

@@ -201,13 +201,13 @@ func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
 	}
 	defer store.Close()
 
-	ccfg.Logger = log
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ccfg.Logger, ccfg.Metrics = log, checkout.NewMetrics(reg)
 	svc, err := checkout.NewService(store, payer, ccfg)
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	hcfg := checkout.DefaultHandlerConfig()
 	hcfg.AdminToken, hcfg.Logger = opts.adminToken, log
 	api, err := checkout.NewHandler(svc, hcfg, reg)

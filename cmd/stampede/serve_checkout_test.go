@@ -120,6 +120,17 @@ func TestServeCheckoutSells(t *testing.T) {
 	if resp, m := send("GET", "/readyz", ""); resp.StatusCode != 200 {
 		t.Fatalf("/readyz = %d %v", resp.StatusCode, m)
 	}
+	mresp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{`stampede_checkout_orders_total{status="paid"} 1`, `stampede_checkout_holds_total{result="held"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	cancel()
 	select {
 	case err := <-done:
