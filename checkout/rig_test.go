@@ -111,7 +111,7 @@ func postgresSchema(t *testing.T) checkout.Store {
 	cfg := sqlstore.DefaultConfig()
 	cfg.PostgresURL = testenv.URL(t, testenv.PostgresURL)
 	cfg.Schema = fmt.Sprintf("checkout_test_%d", time.Now().UnixNano())
-	cfg.MaxConns, cfg.OpTimeout = 16, 10*time.Second
+	cfg.MaxConns, cfg.OpTimeout = 16, 2*time.Minute
 	return openStore(t, cfg)
 }
 

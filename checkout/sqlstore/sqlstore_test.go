@@ -40,10 +40,10 @@ func file(path string) sqlstore.Config {
 // stores are the databases every test runs on.
 func stores(t *testing.T) map[string]func(t *testing.T) *sqlstore.Store {
 	return map[string]func(t *testing.T) *sqlstore.Store{
-		"memory": func(t *testing.T) *sqlstore.Store { return open(t, sqlstore.DefaultConfig()) },
+		"memory": func(t *testing.T) *sqlstore.Store { return open(t, file(sqlstore.Memory)) },
 		"file":   func(t *testing.T) *sqlstore.Store { return open(t, file(filepath.Join(t.TempDir(), "c.db"))) },
 		"postgres": func(t *testing.T) *sqlstore.Store {
-			cfg := sqlstore.DefaultConfig()
+			cfg := file("")
 			cfg.PostgresURL = testenv.URL(t, testenv.PostgresURL)
 			cfg.Schema, cfg.MaxConns = fmt.Sprintf("checkout_store_%d", time.Now().UnixNano()), 16
 			return open(t, cfg)
