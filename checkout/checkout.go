@@ -1,0 +1,310 @@
+// Package checkout is the minimal checkout behind the gate: it holds seat
+// inventory per event, puts seats on hold for an admitted buyer, pays for
+// a hold through pay and then confirms the sale or releases the seats.
+//
+// The one rule that matters: no seat is sold twice, and no more seats are
+// sold than exist. The Store enforces it, in SQL, in the transaction that
+// writes the hold: a conditional update (seats_left = seats_left - n WHERE
+// seats_left >= n) on the event row, and a seat row per seat whose holder
+// is set only while it has none (checkout/sqlstore). Config.UnsafeInventory
+// switches to a read-then-write path without that guard, for the lab only:
+// it oversells under concurrency, which is what it is for.
+//
+// Life of a purchase:
+//
+//	POST /v1/events/{event}/holds   hold n seats: state held, expiring with the admission
+//	POST /v1/holds/{id}/purchase    held → paying: an order with an idempotency key per order,
+//	                                 then POST /v1/payments on pay
+//	  APPROVED                      paying → sold; order paid; Stampede-Release: done
+//	  DECLINED, FAILED, refused     paying → released, seats back; order failed; Stampede-Release: done
+//	  UNKNOWN, no answer            the order stays pending and the seats stay held, whatever
+//	                                 the hold's expiry, until the payment settles
+//
+// An UNKNOWN payment may still become APPROVED, so its seats are never
+// given back on a timer: the Sweeper asks pay (GET /v1/payments/{id}, or
+// the same POST again under the same idempotency key when no payment id
+// came back) every Config.SettleEvery until the payment is final, and a
+// buyer's GET /v1/orders/{id} asks too. Holds that were never paid for are
+// released by the Sweeper once their admission has expired.
+//
+// Identity: the buyer is the Stampede-User header and the admission the
+// Stampede-Admission header, both set by the gate, which removes them from
+// what the buyer sends. The checkout trusts them only because it is
+// deployed behind the gate, unreachable otherwise. With an
+// AdmissionChecker (the waiting room's online check), the checkout also
+// asks whether the admission still holds its slot before it holds seats
+// or pays; a nil checker trusts the gate.
+package checkout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/pay"
+)
+
+// Event is a sale of a fixed number of seats, numbered 1 to Seats.
+type Event struct {
+	ID        string
+	Seats     int    // seats that exist
+	SeatsLeft int    // seats neither held nor sold
+	Sold      int    // seats sold (their hold's payment was approved)
+	Price     int64  // per seat, in minor units of Currency
+	Currency  string // ISO 4217, one of pay.Currencies()
+	CreatedAt time.Time
+}
+
+// Held returns the seats on hold: neither free nor sold.
+func (e Event) Held() int { return e.Seats - e.SeatsLeft - e.Sold }
+
+// HoldState is where a hold is in its life.
+type HoldState string
+
+// The hold states. held → paying → sold | released; held → released
+// (expiry); sold and released are final.
+const (
+	HoldHeld     HoldState = "held"     // seats reserved, not yet paid for
+	HoldPaying   HoldState = "paying"   // an order exists; its payment has not settled
+	HoldSold     HoldState = "sold"     // paid: the seats are sold
+	HoldReleased HoldState = "released" // expired, declined or failed: the seats went back
+)
+
+// Hold is seats reserved for one buyer, tied to the buyer's admission.
+type Hold struct {
+	ID        string // random UUID
+	EventID   string
+	User      string // the Stampede-User the gate sent
+	Seats     []int  // the seat numbers, ascending
+	Amount    int64  // Price × len(Seats)
+	Currency  string
+	State     HoldState
+	Reason    string    // why it was released: expired, declined, failed, rejected
+	ExpiresAt time.Time // the admission's expiry (or the cap); only a held hold expires
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// OrderStatus is where an order's payment is.
+type OrderStatus string
+
+// The order statuses.
+const (
+	OrderPending OrderStatus = "pending" // paying: the payment has not ended (in flight, UNKNOWN)
+	OrderPaid    OrderStatus = "paid"    // APPROVED: the seats are sold
+	OrderFailed  OrderStatus = "failed"  // DECLINED, FAILED or refused by pay: the seats went back
+)
+
+// Ended reports whether the order's payment has ended, one way or the
+// other: the moment the gate may release the buyer's slot.
+func (s OrderStatus) Ended() bool { return s == OrderPaid || s == OrderFailed }
+
+// Order is the purchase of one hold: one payment attempt.
+type Order struct {
+	ID             string // random UUID; pay's order_id
+	HoldID         string
+	EventID        string
+	User           string
+	Seats          []int
+	Amount         int64
+	Currency       string
+	Status         OrderStatus
+	IdempotencyKey string     // sent to pay with every attempt of this order
+	PaymentID      string     // "" until pay answered with a payment
+	PaymentStatus  pay.Status // the payment's last known status
+	Reason         string     // why it failed (declined, failed, a pay error code)
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// Store keeps events, holds and orders. Every method is one transaction;
+// implementations must be safe for concurrent use by many processes on
+// one database. checkout/sqlstore implements it over SQLite and
+// PostgreSQL.
+type Store interface {
+	// CreateEvent stores a new event with all its seats free; an
+	// existing id is a CodeConflict error.
+	CreateEvent(ctx context.Context, e Event) (Event, error)
+	// Event returns an event, or ErrNotFound.
+	Event(ctx context.Context, id string) (Event, error)
+	// Hold reserves n seats for h: in one transaction it takes n from
+	// the event's seats_left only if that many are left, gives the lowest free seat numbers to the hold and
+	// inserts it. Not enough seats is a *SoldOutError; an unknown event
+	// ErrNotFound. It returns h with Seats set.
+	Hold(ctx context.Context, h Hold, n int) (Hold, error)
+	// GetHold returns a hold, or ErrNotFound.
+	GetHold(ctx context.Context, id string) (Hold, error)
+	// StartOrder moves hold o.HoldID from held to paying and inserts o,
+	// in one transaction, if the hold is still held and unexpired at
+	// now. A hold that is not (any longer) is an *StateError with its
+	// current state.
+	StartOrder(ctx context.Context, o Order, now time.Time) (Order, error)
+	// GetOrder returns an order, or ErrNotFound.
+	GetOrder(ctx context.Context, id string) (Order, error)
+	// OrderOfHold returns the order of a hold, or ErrNotFound.
+	OrderOfHold(ctx context.Context, holdID string) (Order, error)
+	// RecordPayment records what pay said about a pending order's
+	// payment (its id and a non-final status) and returns the order.
+	RecordPayment(ctx context.Context, orderID, paymentID string, status pay.Status, now time.Time) (Order, error)
+	// Settle ends a pending order in one transaction: paid (its hold
+	// sold, the event's sold count up) or failed (its hold released,
+	// its seats free again), with the payment's id, status and reason.
+	// An order already ended is returned unchanged.
+	Settle(ctx context.Context, orderID string, paid bool, paymentID string, status pay.Status, reason string, now time.Time) (Order, error)
+	// ReleaseExpired releases up to limit holds still held whose
+	// ExpiresAt is at or before now (of event, or of every event when
+	// event is ""), and returns how many it released.
+	ReleaseExpired(ctx context.Context, event string, now time.Time, limit int) (int, error)
+	// PendingOrders returns up to limit pending orders last updated at
+	// or before before, oldest first.
+	PendingOrders(ctx context.Context, before time.Time, limit int) ([]Order, error)
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+	// Close releases the store.
+	Close() error
+}
+
+// UnsafeStore is the lab-only inventory path: a Store that can also hold
+// seats by reading the inventory and then writing it, in two steps, with
+// no guard. It exists to show that the guard matters (Config.UnsafeInventory).
+type UnsafeStore interface {
+	Store
+	// HoldUnsafe reads the event's seats_left and free seats, checks n
+	// against them in Go, calls between (nil: nothing) and then writes
+	// the hold, seats_left = what it read - n, and the seats' holder,
+	// without checking that they are still free. Concurrent calls
+	// oversell and give one seat to several holds.
+	HoldUnsafe(ctx context.Context, h Hold, n int, between func(context.Context)) (Hold, error)
+}
+
+// PaymentRequest is what the checkout asks pay to charge for an order.
+type PaymentRequest struct {
+	OrderID        string
+	IdempotencyKey string
+	Amount         int64
+	Currency       string
+	// Admission is the buyer's admission token, passed on to pay (header
+	// Stampede-Admission) so that pay can check it (--require-admission);
+	// "" when the checkout has none (a re-sent request of the sweeper).
+	Admission string
+}
+
+// Payment is what pay answered: the payment and its status.
+type Payment struct {
+	ID     string
+	Status pay.Status
+}
+
+// Payer charges orders: the payment service, through its HTTP API
+// (checkout/payclient). Errors:
+//   - a *RejectedError: pay refused the request and made no payment (a
+//     4xx answer other than 409): the order fails;
+//   - anything else (no answer, 5xx, a 409 for a request in flight): the
+//     outcome is unknown, the order stays pending and is asked about
+//     again.
+type Payer interface {
+	// Pay creates (or, for a repeated idempotency key, replays) the
+	// payment of an order.
+	Pay(ctx context.Context, req PaymentRequest) (Payment, error)
+	// Payment returns a payment's current status; for an UNKNOWN one pay
+	// settles it by a status inquiry first.
+	Payment(ctx context.Context, id string) (Payment, error)
+}
+
+// RejectedError is a Payer's answer when pay refused the request without
+// making a payment.
+type RejectedError struct {
+	Code    string // pay's problem code, such as invalid or forbidden
+	Status  int    // the HTTP status
+	Message string
+}
+
+// Error implements error.
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("pay refused the payment: HTTP %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Admission is what the waiting room says about an admission token.
+type Admission struct {
+	Held      bool      // the admission still holds its slot
+	User      string    // the admitted user
+	ExpiresAt time.Time // when the slot's lease ends (zero when not held)
+	Reason    string    // why it is not held: expired, released, invalid_token, ...
+}
+
+// AdmissionChecker asks the waiting room online whether an admission
+// token still holds its slot (POST /v1/rooms/{room}/admissions/check with
+// the checkout key); the waiting room's client implements it, bound to
+// one room. A nil AdmissionChecker means: trust the gate.
+type AdmissionChecker interface {
+	CheckAdmission(ctx context.Context, token string) (Admission, error)
+}
+
+// Error is checkout's error type: every Stampede service's (a code mapped
+// to one HTTP status, a field, a safe message, a logged cause).
+type Error = httpapi.Error
+
+// ErrNotFound is the error of a read that finds nothing.
+var ErrNotFound = errors.New("checkout: not found")
+
+// SoldOutError is Store.Hold's answer when fewer seats are left than
+// asked for. Nothing was written.
+type SoldOutError struct {
+	Left int // the seats left when it was refused
+}
+
+// Error implements error.
+func (e *SoldOutError) Error() string {
+	return fmt.Sprintf("checkout: sold out: %d seats left", e.Left)
+}
+
+// StateError is Store.StartOrder's answer when the hold is no longer
+// held (or has expired).
+type StateError struct {
+	State   HoldState
+	Expired bool // the hold is held but its admission expired
+}
+
+// Error implements error.
+func (e *StateError) Error() string {
+	if e.Expired {
+		return "checkout: the hold expired with its admission"
+	}
+	return fmt.Sprintf("checkout: the hold is %s", e.State)
+}
+
+// Unavailable wraps a storage failure that a retry may cure: 503 with
+// Retry-After.
+func Unavailable(err error) *Error {
+	return &Error{Code: httpapi.CodeUnavailable, Message: "the checkout store is unavailable, try again shortly", Err: err}
+}
+
+// MapError turns checkout's errors into *Error for the HTTP layer:
+// ErrNotFound is 404, *SoldOutError 409 conflict with seats_left,
+// *StateError 409 conflict with the hold's state; an *Error passes
+// through and anything else is left to httpapi.As.
+func MapError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*Error](err); ok {
+		return err
+	}
+	if errors.Is(err, ErrNotFound) {
+		return &Error{Code: httpapi.CodeNotFound, Message: "not found", Err: err}
+	}
+	if so, ok := errors.AsType[*SoldOutError](err); ok {
+		return &Error{Code: httpapi.CodeConflict, Field: "seats", Message: fmt.Sprintf("sold out: %d seats left", so.Left),
+			Extra: map[string]any{"seats_left": so.Left}, Err: err}
+	}
+	if se, ok := errors.AsType[*StateError](err); ok {
+		msg := "the hold is " + string(se.State)
+		if se.Expired {
+			msg = "the hold expired with its admission"
+		}
+		return &Error{Code: httpapi.CodeConflict, Message: msg, Extra: map[string]any{"hold_state": string(se.State)}, Err: err}
+	}
+	return err
+}

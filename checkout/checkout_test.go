@@ -1,0 +1,442 @@
+package checkout_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stampede-lab/stampede/checkout"
+	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/internal/httpapi"
+)
+
+// saleResult is what the buyers of a sale got.
+type saleResult struct {
+	paid    int         // orders paid
+	soldOut int         // holds refused: sold out
+	seats   map[int]int // seat number → paid orders holding it
+	other   []string    // any other answer
+}
+
+// sale sends buyers concurrent buyers, each holding one seat of event
+// and paying for it at once.
+func sale(t *testing.T, r *rig, event string, buyers int) saleResult {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		res = saleResult{seats: map[int]int{}}
+		wg  sync.WaitGroup
+	)
+	start := make(chan struct{})
+	exp := time.Now().Add(5 * time.Minute)
+	for i := range buyers {
+		wg.Go(func() {
+			user := fmt.Sprintf("buyer-%04d", i)
+			adm := admissionToken(user, exp)
+			<-start
+			h := r.hold(t, event, user, adm, 1)
+			if h.status == http.StatusConflict && h.body["code"] == "conflict" {
+				mu.Lock()
+				res.soldOut++
+				mu.Unlock()
+				return
+			}
+			if h.status != http.StatusCreated {
+				mu.Lock()
+				res.other = append(res.other, fmt.Sprintf("hold %d %v", h.status, h.body))
+				mu.Unlock()
+				return
+			}
+			o := r.purchase(t, h.body["id"].(string), user, adm)
+			for deadline := time.Now().Add(2 * time.Minute); o.status == http.StatusAccepted && time.Now().Before(deadline); {
+				// pay did not answer in time: ask again, as a buyer would
+				time.Sleep(100 * time.Millisecond)
+				o = r.do(t, http.MethodGet, "/v1/orders/"+o.body["id"].(string), "", checkout.HeaderUser, user, checkout.HeaderAdmission, adm)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if o.status != http.StatusOK || o.body["status"] != "paid" || o.header.Get(checkout.HeaderRelease) != "done" {
+				res.other = append(res.other, fmt.Sprintf("purchase %d %v release=%q", o.status, o.body, o.header.Get(checkout.HeaderRelease)))
+				return
+			}
+			res.paid++
+			for _, s := range seatsOf(o.body) {
+				res.seats[s]++
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return res
+}
+
+// testNoOversell: 1,000 buyers at once for 100 seats: exactly 100 are
+// sold, each seat once, the other 900 are told it is sold out.
+func testNoOversell(t *testing.T, open storeOpener) {
+	p := startPay(t, 3*time.Second)
+	r := newRig(t, open(t), p, nil)
+	r.createEvent(t, "concert", 100)
+	res := sale(t, r, "concert", 1000)
+	if len(res.other) > 0 {
+		t.Fatalf("%d unexpected answers, first: %s", len(res.other), res.other[0])
+	}
+	if res.paid != 100 || res.soldOut != 900 {
+		t.Fatalf("paid %d, sold out %d; want 100 and 900", res.paid, res.soldOut)
+	}
+	for seat, n := range res.seats {
+		if n != 1 || seat < 1 || seat > 100 {
+			t.Errorf("seat %d sold %d times", seat, n)
+		}
+	}
+	if len(res.seats) != 100 {
+		t.Errorf("%d distinct seats sold, want 100", len(res.seats))
+	}
+	e := r.event(t, "concert")
+	if e["sold"] != 100.0 || e["seats_left"] != 0.0 || e["held"] != 0.0 {
+		t.Fatalf("event after the sale = %v; want sold 100, seats_left 0, held 0", e)
+	}
+}
+
+// The sales run one at a time: each keeps the machine busy (and is slow
+// under -race, where the SQLite engine is instrumented too).
+
+func TestNoOversellSQLite(t *testing.T)   { testNoOversell(t, sqliteFile) }
+func TestNoOversellPostgres(t *testing.T) { testNoOversell(t, postgresSchema) }
+
+// barrier holds the first n callers until all n arrived (or a few
+// seconds passed); later callers pass.
+type barrier struct {
+	n       int
+	arrived atomic.Int32
+	release chan struct{}
+	once    sync.Once
+}
+
+func newBarrier(n int) *barrier { return &barrier{n: n, release: make(chan struct{})} }
+
+func (b *barrier) wait(ctx context.Context) {
+	if int(b.arrived.Add(1)) >= b.n {
+		b.once.Do(func() { close(b.release) })
+	}
+	select {
+	case <-b.release:
+	case <-time.After(5 * time.Second):
+	case <-ctx.Done():
+	}
+}
+
+// testUnsafeOversells: the same sale with the lab-only unsafe inventory,
+// the race forced by a barrier between its read and its write, sells
+// more seats than exist and sells seats twice. (The checker of the lab
+// must see this.)
+func testUnsafeOversells(t *testing.T, open storeOpener) {
+	p := startPay(t, 3*time.Second)
+	b := newBarrier(150)
+	r := newRig(t, open(t), p, func(c *checkout.Config) {
+		c.UnsafeInventory, c.UnsafeBetween = true, b.wait
+	})
+	r.createEvent(t, "concert", 100)
+	res := sale(t, r, "concert", 250)
+	if len(res.other) > 0 {
+		t.Fatalf("%d unexpected answers, first: %s", len(res.other), res.other[0])
+	}
+	twice := 0
+	for _, n := range res.seats {
+		if n > 1 {
+			twice++
+		}
+	}
+	e := r.event(t, "concert")
+	t.Logf("unsafe inventory: %d orders paid for 100 seats, %d seats sold more than once, event %v", res.paid, twice, e)
+	if res.paid <= 100 || twice == 0 {
+		t.Fatalf("the unsafe path did not oversell: %d paid, %d seats sold twice", res.paid, twice)
+	}
+	if sold, _ := e["sold"].(float64); sold <= 100 {
+		t.Fatalf("event sold = %v, want over 100", e["sold"])
+	}
+}
+
+func TestUnsafeInventoryOversellsSQLite(t *testing.T) {
+	t.Parallel()
+	testUnsafeOversells(t, sqliteFile)
+}
+func TestUnsafeInventoryOversellsPostgres(t *testing.T) {
+	t.Parallel()
+	testUnsafeOversells(t, postgresSchema)
+}
+
+// TestHoldExpiresWithAdmission: a hold expires when its admission does;
+// it can no longer be paid for, the sweeper gives its seats back, and a
+// hold that finds the event sold out releases expired holds first.
+func TestHoldExpiresWithAdmission(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Now().UTC()}
+	p := startPay(t, 3*time.Second)
+	r := newRig(t, sqliteFile(t), p, func(c *checkout.Config) { c.Now = clock.Now })
+	r.createEvent(t, "gig", 2)
+	exp := clock.Now().Add(30 * time.Second).Truncate(time.Second)
+	h := r.hold(t, "gig", "ann", admissionToken("ann", exp), 2)
+	if h.status != http.StatusCreated || h.body["expires_at"] != exp.Format(time.RFC3339) {
+		t.Fatalf("hold = %d %v; want 201 expiring at %s", h.status, h.body, exp.Format(time.RFC3339))
+	}
+	clock.Add(31 * time.Second)
+	o := r.purchase(t, h.body["id"].(string), "ann", admissionToken("ann", exp))
+	if o.status != http.StatusConflict || o.header.Get(checkout.HeaderRelease) != "" {
+		t.Fatalf("purchase after the admission expired = %d %v; want 409", o.status, o.body)
+	}
+	if e := r.event(t, "gig"); e["held"] != 2.0 {
+		t.Fatalf("before the sweep: %v, want 2 held", e)
+	}
+	released, _, err := r.svc.Sweep(context.Background())
+	if err != nil || released != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1 hold released", released, err)
+	}
+	if e := r.event(t, "gig"); e["seats_left"] != 2.0 || e["held"] != 0.0 {
+		t.Fatalf("after the sweep: %v, want 2 seats left", e)
+	}
+
+	// Without the sweeper: a new hold that finds no seat releases the
+	// expired hold and takes its seats.
+	later := clock.Now().Add(10 * time.Second)
+	h = r.hold(t, "gig", "bob", admissionToken("bob", later), 2)
+	if h.status != http.StatusCreated {
+		t.Fatalf("bob's hold = %d %v", h.status, h.body)
+	}
+	if a := r.hold(t, "gig", "cat", admissionToken("cat", later), 1); a.status != http.StatusConflict || a.body["seats_left"] != 0.0 {
+		t.Fatalf("cat's hold while bob holds all = %d %v; want 409 sold out", a.status, a.body)
+	}
+	clock.Add(11 * time.Second)
+	h = r.hold(t, "gig", "cat", admissionToken("cat", clock.Now().Add(time.Minute)), 1)
+	if h.status != http.StatusCreated || fmt.Sprint(seatsOf(h.body)) != "[1]" {
+		t.Fatalf("cat's hold after bob's expired = %d %v; want seat 1", h.status, h.body)
+	}
+	if got := r.do(t, http.MethodGet, "/v1/holds/"+h.body["id"].(string), "", checkout.HeaderUser, "cat"); got.body["state"] != "held" {
+		t.Fatalf("GET hold = %d %v", got.status, got.body)
+	}
+}
+
+// TestDeclinedReleasesSeats: a DECLINED payment fails the order, gives
+// the seats back and tells the gate to release the slot.
+func TestDeclinedReleasesSeats(t *testing.T) {
+	t.Parallel()
+	p := startPay(t, 3*time.Second)
+	b := institution.DefaultBehavior()
+	b.Mode = institution.ModeDecline
+	if err := p.inst.SetBehavior(b); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, sqliteFile(t), p, nil)
+	r.createEvent(t, "gig", 3)
+	adm := admissionToken("dan", time.Now().Add(time.Minute))
+	h := r.hold(t, "gig", "dan", adm, 2)
+	if e := r.event(t, "gig"); e["held"] != 2.0 || e["seats_left"] != 1.0 {
+		t.Fatalf("while held: %v", e)
+	}
+	o := r.purchase(t, h.body["id"].(string), "dan", adm)
+	if o.status != http.StatusOK || o.body["status"] != "failed" || o.body["payment_status"] != "DECLINED" ||
+		o.header.Get(checkout.HeaderRelease) != "done" {
+		t.Fatalf("purchase declined = %d %v release=%q", o.status, o.body, o.header.Get(checkout.HeaderRelease))
+	}
+	if e := r.event(t, "gig"); e["held"] != 0.0 || e["seats_left"] != 3.0 || e["sold"] != 0.0 {
+		t.Fatalf("after DECLINED: %v, want every seat back", e)
+	}
+	// The same purchase again answers the same order.
+	again := r.purchase(t, h.body["id"].(string), "dan", adm)
+	if again.status != http.StatusOK || again.body["id"] != o.body["id"] {
+		t.Fatalf("purchase again = %d %v", again.status, again.body)
+	}
+}
+
+// TestUnknownKeepsHoldUntilSettled: a payment that times out (UNKNOWN)
+// keeps the seats held past the hold's expiry; once pay settles it
+// APPROVED, reading the order sells them.
+func TestUnknownKeepsHoldUntilSettled(t *testing.T) {
+	t.Parallel()
+	p := startPay(t, 1500*time.Millisecond)
+	b := institution.DefaultBehavior()
+	b.Mode, b.HangMS = institution.ModeHangAfter, 4000
+	if err := p.inst.SetBehavior(b); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, sqliteFile(t), p, func(c *checkout.Config) { c.MaxHold = 2 * time.Second })
+	r.createEvent(t, "gig", 1)
+	adm := admissionToken("eve", time.Now().Add(time.Minute))
+	h := r.hold(t, "gig", "eve", adm, 1)
+	o := r.purchase(t, h.body["id"].(string), "eve", adm)
+	if o.status != http.StatusAccepted || o.body["status"] != "pending" || o.body["payment_status"] != "UNKNOWN" ||
+		o.header.Get(checkout.HeaderRelease) != "" {
+		t.Fatalf("purchase with a timed-out payment = %d %v; want 202 pending UNKNOWN, no release", o.status, o.body)
+	}
+	holdExp, err := time.Parse(time.RFC3339Nano, h.body["expires_at"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(holdExp.Add(200 * time.Millisecond))) // past the hold's expiry
+	if released, _, err := r.svc.Sweep(context.Background()); err != nil || released != 0 {
+		t.Fatalf("Sweep = %d, %v; an UNKNOWN payment's hold must stay", released, err)
+	}
+	if a := r.hold(t, "gig", "fay", admissionToken("fay", time.Now().Add(time.Minute)), 1); a.status != http.StatusConflict {
+		t.Fatalf("another hold while the payment is UNKNOWN = %d %v; want sold out", a.status, a.body)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got := r.do(t, http.MethodGet, "/v1/orders/"+o.body["id"].(string), "", checkout.HeaderUser, "eve")
+		if got.status == http.StatusOK {
+			if got.body["status"] != "paid" || got.header.Get(checkout.HeaderRelease) != "done" {
+				t.Fatalf("settled order = %v", got.body)
+			}
+			break
+		}
+		if got.status != http.StatusAccepted || time.Now().After(deadline) {
+			t.Fatalf("order = %d %v; want it settled", got.status, got.body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if e := r.event(t, "gig"); e["sold"] != 1.0 || e["held"] != 0.0 {
+		t.Fatalf("after settling: %v", e)
+	}
+}
+
+// TestBadInput: every mistake is a problem+json 4xx naming what is wrong
+// (the rig's client checks each answer against openapi.yaml).
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	p := startPay(t, 3*time.Second)
+	r := newRig(t, sqliteFile(t), p, nil)
+	r.createEvent(t, "gig", 5)
+	adm := admissionToken("gus", time.Now().Add(time.Minute))
+	h := r.hold(t, "gig", "gus", adm, 1)
+	admin := []string{"Authorization", "Bearer " + adminToken}
+	cases := []struct {
+		name, method, path, body string
+		headers                  []string
+		status                   int
+		code, field              string
+	}{
+		{"no admin token", "POST", "/v1/events/x", `{"seats":1,"price":1,"currency":"KRW"}`, nil, 401, "unauthorized", ""},
+		{"wrong admin token", "POST", "/v1/events/x", `{"seats":1,"price":1,"currency":"KRW"}`, []string{"Authorization", "Bearer nope"}, 401, "unauthorized", ""},
+		{"zero seats", "POST", "/v1/events/x", `{"seats":0,"price":1,"currency":"KRW"}`, admin, 400, "invalid", "seats"},
+		{"no price", "POST", "/v1/events/x", `{"seats":1,"currency":"KRW"}`, admin, 400, "invalid", "price"},
+		{"bad currency", "POST", "/v1/events/x", `{"seats":1,"price":1,"currency":"XXX"}`, admin, 400, "invalid", "currency"},
+		{"unknown field", "POST", "/v1/events/x", `{"seats":1,"price":1,"currency":"KRW","vip":true}`, admin, 400, "invalid", "vip"},
+		{"bad event id", "POST", "/v1/events/-x", `{"seats":1,"price":1,"currency":"KRW"}`, admin, 400, "invalid", "event"},
+		{"event exists", "POST", "/v1/events/gig", `{"seats":1,"price":1,"currency":"KRW"}`, admin, 409, "conflict", ""},
+		{"unknown event", "GET", "/v1/events/nope", "", nil, 404, "not_found", ""},
+		{"hold without user", "POST", "/v1/events/gig/holds", `{"seats":1}`, nil, 401, "unauthorized", "Stampede-User"},
+		{"hold too many", "POST", "/v1/events/gig/holds", `{"seats":11}`, []string{checkout.HeaderUser, "gus"}, 400, "invalid", "seats"},
+		{"hold no seats", "POST", "/v1/events/gig/holds", `{}`, []string{checkout.HeaderUser, "gus"}, 400, "invalid", "seats"},
+		{"hold not JSON", "POST", "/v1/events/gig/holds", `seats=1`, []string{checkout.HeaderUser, "gus"}, 400, "invalid", ""},
+		{"hold unknown event", "POST", "/v1/events/nope/holds", `{"seats":1}`, []string{checkout.HeaderUser, "gus"}, 404, "not_found", ""},
+		{"hold sold out", "POST", "/v1/events/gig/holds", `{"seats":5}`, []string{checkout.HeaderUser, "gus"}, 409, "conflict", "seats"},
+		{"purchase another's hold", "POST", "/v1/holds/" + h.body["id"].(string) + "/purchase", "", []string{checkout.HeaderUser, "hal"}, 404, "not_found", ""},
+		{"purchase unknown hold", "POST", "/v1/holds/nope/purchase", "", []string{checkout.HeaderUser, "gus"}, 404, "not_found", ""},
+		{"purchase with a body field", "POST", "/v1/holds/" + h.body["id"].(string) + "/purchase", `{"x":1}`, []string{checkout.HeaderUser, "gus"}, 400, "invalid", "x"},
+		{"order without user", "GET", "/v1/orders/nope", "", nil, 401, "unauthorized", "Stampede-User"},
+		{"unknown order", "GET", "/v1/orders/nope", "", admin, 404, "not_found", ""},
+		{"method", "DELETE", "/v1/events/gig", "", nil, 405, "method_not_allowed", ""},
+		{"path", "GET", "/v1/nothing", "", nil, 404, "not_found", ""},
+	}
+	for _, c := range cases {
+		a := r.do(t, c.method, c.path, c.body, c.headers...)
+		if a.status != c.status || a.body["code"] != c.code || (c.field != "" && a.body["field"] != c.field) ||
+			!strings.HasPrefix(a.header.Get("Content-Type"), httpapi.ProblemContentType) {
+			t.Errorf("%s: %d %v (%s); want %d %s field %q as problem+json", c.name, a.status, a.body, a.header.Get("Content-Type"), c.status, c.code, c.field)
+		}
+	}
+	// A wrong media type.
+	req, _ := http.NewRequest(http.MethodPost, r.base+"/v1/events/gig/holds", strings.NewReader(`{"seats":1}`))
+	req.Header.Set("Content-Type", "text/plain")
+	req.Header.Set(checkout.HeaderUser, "gus")
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Errorf("text/plain hold = %d, want 415", resp.StatusCode)
+	}
+}
+
+// checker is an AdmissionChecker with a fixed answer.
+type checker struct {
+	a   checkout.Admission
+	err error
+}
+
+func (c checker) CheckAdmission(context.Context, string) (checkout.Admission, error) {
+	return c.a, c.err
+}
+
+// TestAdmissionChecker: with an online checker, a hold needs an admission
+// that still holds its slot, for the same user, and expires with the
+// lease the checker reports.
+func TestAdmissionChecker(t *testing.T) {
+	t.Parallel()
+	p := startPay(t, 3*time.Second)
+	lease := time.Now().Add(20 * time.Second).UTC().Truncate(time.Second)
+	for _, c := range []struct {
+		name   string
+		chk    checker
+		adm    string
+		status int
+	}{
+		{"held", checker{a: checkout.Admission{Held: true, User: "ivy", ExpiresAt: lease}}, "token", 201},
+		{"no token", checker{a: checkout.Admission{Held: true, User: "ivy", ExpiresAt: lease}}, "", 401},
+		{"released", checker{a: checkout.Admission{Reason: "released"}}, "token", 403},
+		{"another user", checker{a: checkout.Admission{Held: true, User: "joe", ExpiresAt: lease}}, "token", 403},
+		{"waiting room down", checker{err: errors.New("connection refused")}, "token", 503},
+	} {
+		r := newRig(t, sqliteFile(t), p, func(cfg *checkout.Config) { cfg.Checker = c.chk })
+		r.createEvent(t, "gig", 1)
+		a := r.hold(t, "gig", "ivy", c.adm, 1)
+		if a.status != c.status {
+			t.Errorf("%s: hold = %d %v, want %d", c.name, a.status, a.body, c.status)
+		}
+		if c.status == 201 && a.body["expires_at"] != lease.Format(time.RFC3339) {
+			t.Errorf("%s: hold expires %v, want the lease's end %s", c.name, a.body["expires_at"], lease.Format(time.RFC3339))
+		}
+	}
+}
+
+// TestConfigValidateNamesFields: every invalid field is named.
+func TestConfigValidateNamesFields(t *testing.T) {
+	if err := checkout.DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for field, mutate := range map[string]func(*checkout.Config){
+		"MaxHold":         func(c *checkout.Config) { c.MaxHold = 0 },
+		"MaxSeatsPerHold": func(c *checkout.Config) { c.MaxSeatsPerHold = 0 },
+		"PayTimeout":      func(c *checkout.Config) { c.PayTimeout = -1 },
+		"SweepEvery":      func(c *checkout.Config) { c.SweepEvery = 0 },
+		"Now":             func(c *checkout.Config) { c.Now = nil },
+		"UnsafeBetween":   func(c *checkout.Config) { c.UnsafeBetween = func(context.Context) {} },
+	} {
+		c := checkout.DefaultConfig()
+		mutate(&c)
+		if e, ok := errors.AsType[*httpapi.Error](c.Validate()); !ok || e.Field != field {
+			t.Errorf("%s: Validate = %v, want an error naming it", field, c.Validate())
+		}
+	}
+	if err := (checkout.HandlerConfig{}).Validate(); err == nil || !strings.Contains(err.Error(), "AdminToken") {
+		t.Errorf("HandlerConfig{}.Validate() = %v, want AdminToken named", err)
+	}
+}
+
+// TestAdmissionExpiry reads exp from both token shapes, unverified.
+func TestAdmissionExpiry(t *testing.T) {
+	exp := time.Unix(1_900_000_000, 0).UTC()
+	if got, ok := checkout.AdmissionExpiry(admissionToken("u", exp)); !ok || !got.Equal(exp) {
+		t.Errorf("JWT: %v %v", got, ok)
+	}
+	for _, bad := range []string{"", "x", "a.b.c", strings.Repeat("a", 9000)} {
+		if _, ok := checkout.AdmissionExpiry(bad); ok {
+			t.Errorf("%q: want no expiry", bad)
+		}
+	}
+}

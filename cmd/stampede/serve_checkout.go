@@ -1,0 +1,235 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/stampede-lab/stampede/checkout"
+	"github.com/stampede-lab/stampede/checkout/payclient"
+	"github.com/stampede-lab/stampede/checkout/sqlstore"
+	"github.com/stampede-lab/stampede/internal/httpapi"
+)
+
+// checkoutOptions are the flags of `stampede serve checkout`.
+type checkoutOptions struct {
+	http            string
+	pay             string
+	payKey          string
+	payTimeout      time.Duration
+	adminToken      string
+	postgres        string
+	sqlite          string
+	dataDir         string
+	dbTimeout       time.Duration
+	maxHold         time.Duration
+	maxSeats        int
+	unsafeInventory bool
+	server          httpapi.ServerConfig
+}
+
+func newServeCheckoutCmd() *cobra.Command {
+	defaults := checkout.DefaultConfig()
+	opts := &checkoutOptions{server: httpapi.DefaultServerConfig()}
+	cmd := &cobra.Command{
+		Use:   "checkout",
+		Short: "Run the checkout behind the gate: seat holds paid through pay, never oversold",
+		Long: `Run the minimal checkout, the upstream behind the gate:
+
+  POST /v1/events/{event}         create an event {"seats","price","currency"} (Bearer admin token)
+  GET  /v1/events/{event}         seats, seats_left, held, sold
+  POST /v1/events/{event}/holds   hold {"seats": n} for the gate's Stampede-User; the hold
+                                  expires with the admission (Stampede-Admission), at most --max-hold
+  GET  /v1/holds/{id}             the buyer's hold
+  POST /v1/holds/{id}/purchase    pay for the hold through pay (an idempotency key per order);
+                                  200 paid or failed with Stampede-Release: done, 202 pending
+  GET  /v1/orders/{id}            the buyer's order (admin: any); a pending one is asked about at pay
+  GET  /healthz, /readyz, /metrics, /openapi.json
+
+No seat is sold twice and no more seats are sold than exist: the hold's
+transaction takes seats only WHERE seats_left >= n, and gives each seat to
+one hold. A DECLINED or FAILED payment gives the seats back; an UNKNOWN one
+keeps them until pay settles it (a sweeper asks every few seconds, and
+releases holds that expired unpaid).
+
+Deploy it behind the gate only: it trusts the Stampede-User and
+Stampede-Admission headers the gate sets.
+
+Storage: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite (--sqlite,
+default <data-dir>/checkout.db).
+
+--unsafe-inventory is FOR THE LAB ONLY: holds read the inventory and then
+write it without the guard, and oversell under load.`,
+		Example: `  stampede serve checkout --pay http://127.0.0.1:8081 --pay-key "$PAY_KEY" --admin-token "$(openssl rand -hex 16)"`,
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runCheckout(cmd, opts) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.http, "http", "127.0.0.1:8083", "address to listen on")
+	f.StringVar(&opts.pay, "pay", "", "base URL of the payment service, e.g. http://127.0.0.1:8081 (required)")
+	f.StringVar(&opts.payKey, "pay-key", "", "the merchant API key the checkout pays with (stampede pay merchant add) (required)")
+	f.DurationVar(&opts.payTimeout, "pay-timeout", defaults.PayTimeout, "deadline of one call to pay; past it the order stays pending and is asked about later")
+	f.StringVar(&opts.adminToken, "admin-token", "", "bearer token for creating events and reading any order, at least 16 bytes (required)")
+	f.StringVar(&opts.postgres, "postgres", "", "PostgreSQL URL (empty: SQLite)")
+	f.StringVar(&opts.sqlite, "sqlite", "", "SQLite database file, used when no PostgreSQL URL is given (default: <data-dir>/checkout.db)")
+	f.StringVar(&opts.dataDir, "data-dir", defaultDataDir, "directory of the default SQLite file")
+	f.DurationVar(&opts.dbTimeout, "db-timeout", 2*time.Second, "deadline of every database call; past it the request answers 503")
+	f.DurationVar(&opts.maxHold, "max-hold", defaults.MaxHold, "longest life of a hold, whatever its admission says")
+	f.IntVar(&opts.maxSeats, "max-seats-per-hold", defaults.MaxSeatsPerHold, "most seats one hold may take")
+	f.BoolVar(&opts.unsafeInventory, "unsafe-inventory", false, "LAB ONLY: hold seats by a read then a write without the guard; oversells under concurrency")
+	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
+	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
+	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", 0, "longest time from a request's headers to the end of its answer (0: --pay-timeout plus "+writeTimeoutMargin.String()+"); must exceed --pay-timeout")
+	f.DurationVar(&opts.server.IdleTimeout, "idle-timeout", opts.server.IdleTimeout, "close keep-alive connections idle this long")
+	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", shutdownTimeout, "on SIGINT or SIGTERM, how long running requests may finish")
+	return cmd
+}
+
+// storeConfig returns the store the flags name.
+func (o *checkoutOptions) storeConfig() (sqlstore.Config, string, error) {
+	cfg := sqlstore.DefaultConfig()
+	if o.dbTimeout <= 0 {
+		return cfg, "", fmt.Errorf("--db-timeout must be positive, got %s", o.dbTimeout)
+	}
+	cfg.OpTimeout = o.dbTimeout
+	if o.postgres != "" {
+		cfg.PostgresURL, cfg.SQLitePath, cfg.MaxConns = o.postgres, "", 16
+		return cfg, "postgres", nil
+	}
+	path := o.sqlite
+	if path == "" {
+		if o.dataDir == "" {
+			return cfg, "", errors.New("--data-dir must not be empty when neither --sqlite nor a PostgreSQL URL is given")
+		}
+		if err := os.MkdirAll(o.dataDir, 0o700); err != nil {
+			return cfg, "", fmt.Errorf("--data-dir: %w", err)
+		}
+		path = filepath.Join(o.dataDir, "checkout.db")
+	}
+	cfg.SQLitePath = path
+	return cfg, "sqlite " + path, nil
+}
+
+// serverConfig checks the server flags, naming the flag.
+func (o *checkoutOptions) serverConfig() (httpapi.ServerConfig, error) {
+	cfg := o.server
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = o.payTimeout + writeTimeoutMargin
+	}
+	if cfg.WriteTimeout <= o.payTimeout {
+		return cfg, fmt.Errorf("--write-timeout must exceed --pay-timeout (%s), got %s", o.payTimeout, cfg.WriteTimeout)
+	}
+	if err := cfg.Validate(); err != nil {
+		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
+			"WriteTimeout": "--write-timeout", "IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
+		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+			return cfg, fmt.Errorf("%s %s", flag[e.Field], strings.ReplaceAll(e.Message, "ReadHeaderTimeout", "--read-header-timeout"))
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// serviceConfig returns the service's configuration, naming the flag at
+// fault.
+func (o *checkoutOptions) serviceConfig() (checkout.Config, error) {
+	cfg := checkout.DefaultConfig()
+	cfg.MaxHold, cfg.MaxSeatsPerHold, cfg.PayTimeout, cfg.UnsafeInventory = o.maxHold, o.maxSeats, o.payTimeout, o.unsafeInventory
+	if err := cfg.Validate(); err != nil {
+		flag := map[string]string{"MaxHold": "--max-hold", "MaxSeatsPerHold": "--max-seats-per-hold", "PayTimeout": "--pay-timeout"}
+		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
+	switch {
+	case opts.pay == "":
+		return errors.New("--pay is required: the base URL of the payment service")
+	case opts.payKey == "":
+		return errors.New("--pay-key is required: a merchant API key of the payment service (stampede pay merchant add)")
+	case opts.adminToken == "":
+		return fmt.Errorf("--admin-token (or %s) is required: the token that authorizes creating events", envAdminToken)
+	case len(opts.adminToken) < 16:
+		return fmt.Errorf("--admin-token must be at least 16 bytes, got %d", len(opts.adminToken))
+	case opts.http == "":
+		return errors.New("--http must not be empty")
+	}
+	ccfg, err := opts.serviceConfig()
+	if err != nil {
+		return err
+	}
+	scfg, err := opts.serverConfig()
+	if err != nil {
+		return err
+	}
+	stcfg, where, err := opts.storeConfig()
+	if err != nil {
+		return err
+	}
+	// Keep connections to pay open for bursts of purchases.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256
+	payer, err := payclient.New(opts.pay, opts.payKey, &http.Client{Transport: tr})
+	if err != nil {
+		if e, ok := errors.AsType[*httpapi.Error](err); ok {
+			return fmt.Errorf("--%s %s", e.Field, e.Message)
+		}
+		return err
+	}
+	log := loggerOf(cmd)
+	ctx := cmd.Context()
+	store, err := sqlstore.Open(ctx, stcfg)
+	if err != nil {
+		if opts.postgres != "" {
+			return fmt.Errorf("--postgres: cannot open the PostgreSQL database (does it exist, and is the server reachable?): %w", err)
+		}
+		return fmt.Errorf("--sqlite: %w", err)
+	}
+	defer store.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ccfg.Logger, ccfg.Metrics = log, checkout.NewMetrics(reg)
+	svc, err := checkout.NewService(store, payer, ccfg)
+	if err != nil {
+		return err
+	}
+	hcfg := checkout.DefaultHandlerConfig()
+	hcfg.AdminToken, hcfg.Logger = opts.adminToken, log
+	api, err := checkout.NewHandler(svc, hcfg, reg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", opts.http)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	if opts.unsafeInventory {
+		log.Warn("--unsafe-inventory: holds skip the inventory guard and WILL oversell under load; for the lab only")
+	}
+	log.Info("checkout listening", "addr", ln.Addr().String(), "store", where, "pay", opts.pay,
+		"unsafe_inventory", opts.unsafeInventory, "max_hold", ccfg.MaxHold,
+		"read_timeout", scfg.ReadTimeout, "write_timeout", scfg.WriteTimeout, "idle_timeout", scfg.IdleTimeout)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return httpapi.Serve(gctx, ln, api, scfg, log) })
+	g.Go(func() error { return svc.RunSweeper(gctx) })
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("http server: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stampede-lab/stampede/checkout"
+	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
+)
+
+// runCheckoutCmd runs `serve checkout` with args until ctx ends, through
+// the root command, logging text lines.
+func runCheckoutCmd(ctx context.Context, args ...string) (*syncBuffer, <-chan error) {
+	cmd := newRootCmd()
+	errOut := &syncBuffer{}
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(errOut)
+	cmd.SetArgs(append([]string{"serve", "checkout", "--log-format", "text"}, args...))
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	return errOut, done
+}
+
+func TestServeCheckoutRejectsBadFlags(t *testing.T) {
+	t.Setenv(envAdminToken, "")
+	t.Setenv(envPostgres, "")
+	dir := t.TempDir()
+	ok := []string{"--pay", "http://127.0.0.1:1", "--pay-key", "sk_test", "--admin-token", "0123456789abcdef", "--data-dir", dir}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pay-key", "k", "--admin-token", "0123456789abcdef"}, "--pay"},
+		{[]string{"--pay", "http://127.0.0.1:1", "--admin-token", "0123456789abcdef"}, "--pay-key"},
+		{[]string{"--pay", "http://127.0.0.1:1", "--pay-key", "k"}, "--admin-token"},
+		{append(ok, "--admin-token", "short"), "--admin-token"},
+		{append(ok, "--pay", "ftp://x"), "--pay"},
+		{append(ok, "--max-hold", "0s"), "--max-hold"},
+		{append(ok, "--max-seats-per-hold", "0"), "--max-seats-per-hold"},
+		{append(ok, "--pay-timeout", "5s", "--write-timeout", "2s"), "--write-timeout"},
+		{append(ok, "--db-timeout", "0s"), "--db-timeout"},
+		{append(ok, "--postgres", "not a url"), "--postgres"},
+		{append(ok, "--http", ""), "--http"},
+	}
+	for _, c := range cases {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, done := runCheckoutCmd(ctx, c.args...)
+		err := <-done
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want one naming %s", c.args, err, c.want)
+		}
+	}
+}
+
+// TestServeCheckoutSells runs the command on a SQLite file against a
+// stand-in pay that approves, and sells a seat through the API.
+func TestServeCheckoutSells(t *testing.T) {
+	var payments atomic.Int32
+	payStub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/payments" || r.Header.Get("Authorization") != "Bearer sk_test" ||
+			!strings.HasPrefix(r.Header.Get("Idempotency-Key"), "checkout-order-") || r.Header.Get("Stampede-Admission") != "adm" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		payments.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"id":"3f1c1c9e-3c48-4b8e-9d7a-4d1b2f9a0c11","status":"APPROVED"}`)
+	}))
+	defer payStub.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const admin = "0123456789abcdef0123"
+	errOut, done := runCheckoutCmd(ctx, "--http", "127.0.0.1:0", "--pay", payStub.URL, "--pay-key", "sk_test",
+		"--admin-token", admin, "--sqlite", filepath.Join(t.TempDir(), "checkout.db"), "--postgres", "")
+	base := "http://" + listeningAddr(t, errOut)
+	hc := apitest.New(t, checkout.OpenAPI()).Client(t)
+	send := func(method, path, body string, headers ...string) (*http.Response, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		return resp, m
+	}
+	if resp, m := send("POST", "/v1/events/show", `{"seats":2,"price":500,"currency":"USD"}`, "Authorization", "Bearer "+admin); resp.StatusCode != 201 {
+		t.Fatalf("create = %d %v", resp.StatusCode, m)
+	}
+	resp, h := send("POST", "/v1/events/show/holds", `{"seats":2}`, checkout.HeaderUser, "u1", checkout.HeaderAdmission, "adm")
+	if resp.StatusCode != 201 {
+		t.Fatalf("hold = %d %v", resp.StatusCode, h)
+	}
+	resp, o := send("POST", "/v1/holds/"+h["id"].(string)+"/purchase", "", checkout.HeaderUser, "u1", checkout.HeaderAdmission, "adm")
+	if resp.StatusCode != 200 || o["status"] != "paid" || resp.Header.Get(checkout.HeaderRelease) != "done" || payments.Load() != 1 {
+		t.Fatalf("purchase = %d %v release=%q payments=%d", resp.StatusCode, o, resp.Header.Get(checkout.HeaderRelease), payments.Load())
+	}
+	if resp, e := send("GET", "/v1/events/show", ""); e["sold"] != 2.0 || e["seats_left"] != 0.0 {
+		t.Fatalf("event = %d %v", resp.StatusCode, e)
+	}
+	if resp, m := send("GET", "/readyz", ""); resp.StatusCode != 200 {
+		t.Fatalf("/readyz = %d %v", resp.StatusCode, m)
+	}
+	mresp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{`stampede_checkout_orders_total{status="paid"} 1`, `stampede_checkout_holds_total{result="held"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve checkout: %v\n%s", err, errOut.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve checkout did not stop")
+	}
+}
