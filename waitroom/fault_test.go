@@ -40,6 +40,7 @@ var faultSecret = []byte("fault-test-secret-0123456789abcdef0123456789")
 func faultStart(t *testing.T, store waitroom.Store, instance string, onPass func(string, waitroom.Mode, time.Duration, waitroom.AdmitResult, error)) (*waitroom.Server, *httptest.Server) {
 	t.Helper()
 	opts := waitroom.DefaultServerOptions()
+	opts.AllowUnsignedUsers = true // these tests join as named users
 	opts.Instance = instance
 	opts.Immediate = true
 	opts.Secret, opts.AdminToken = faultSecret, faultAdminToken
