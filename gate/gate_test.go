@@ -317,8 +317,8 @@ func TestCheckoutSeesAtMostCapacity(t *testing.T) {
 					abandoned.Add(1)
 					return
 				}
-				for range 2 {
-					time.Sleep(20 * time.Millisecond)
+				for range 3 {
+					time.Sleep(60 * time.Millisecond)
 					if st, _, err := b.get(pick(3), "/shop/cart", "text/html"); err != nil || st != http.StatusOK {
 						lost.Add(1)
 						return
