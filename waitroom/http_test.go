@@ -83,6 +83,13 @@ type env struct {
 
 func newEnv(t testing.TB, b backend, network bool) *env {
 	t.Helper()
+	return newEnvWith(t, b, network, nil)
+}
+
+// newEnvWith is newEnv with the server options changed by change (if not
+// nil) after the tests' defaults.
+func newEnvWith(t testing.TB, b backend, network bool, change func(*waitroom.ServerOptions)) *env {
+	t.Helper()
 	store := redisstore.New(b.client)
 	opts := waitroom.DefaultServerOptions()
 	opts.AllowUnsignedUsers = true // these tests join as named users
@@ -90,6 +97,9 @@ func newEnv(t testing.TB, b backend, network bool) *env {
 	opts.Secret, opts.AdminToken = testSecret, adminToken
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.RoomRefresh = 50 * time.Millisecond
+	if change != nil {
+		change(&opts)
+	}
 	srv, err := waitroom.NewServer(context.Background(), store, opts)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
