@@ -141,7 +141,10 @@ func New(cfg Config, srv *waitroom.Server) (*Gate, error) {
 		return nil, httpapi.Invalid("srv", "must not be nil")
 	}
 	g := &Gate{cfg: cfg, srv: srv, cache: map[admissionKey]cached{}}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = 256 // one upstream: keep connections instead of churning ports
 	g.proxy = &httputil.ReverseProxy{
+		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(cfg.Upstream)
 			pr.SetXForwarded()
