@@ -143,6 +143,13 @@ type world struct {
 
 func newWorld(t *testing.T, client redis.UniversalClient, capacity int, lease time.Duration) *world {
 	t.Helper()
+	return newWorldWith(t, client, capacity, lease, nil)
+}
+
+// newWorldWith is newWorld with each gate's configuration changed by
+// change (if not nil).
+func newWorldWith(t *testing.T, client redis.UniversalClient, capacity int, lease time.Duration, change func(*gate.Config)) *world {
+	t.Helper()
 	store := redisstore.New(client)
 	room := "gate-" + randomName()
 	ctx := context.Background()
@@ -180,6 +187,9 @@ func newWorld(t *testing.T, client redis.UniversalClient, capacity int, lease ti
 		gcfg.Room, gcfg.Upstream = room, upURL
 		gcfg.Logger = slog.New(slog.DiscardHandler)
 		gcfg.SafetyMargin = 300 * time.Millisecond
+		if change != nil {
+			change(&gcfg)
+		}
 		g, err := gate.New(gcfg, srv)
 		if err != nil {
 			t.Fatalf("gate.New: %v", err)
@@ -473,6 +483,66 @@ func TestReleasedUserRefusedWithinOneSecond(t *testing.T) {
 		tampered.hc.Jar.SetCookies(u, []*http.Cookie{{Name: "stampede_admission", Value: adm[:len(adm)-2] + "AA"}})
 		if st, loc, _ := tampered.get(0, "/shop/cart", ""); st != http.StatusSeeOther || !strings.HasPrefix(loc, "/rooms/") {
 			t.Errorf("tampered cookie: %d %q, want 303 to the waiting page", st, loc)
+		}
+	})
+}
+
+// TestLeaseSlidesUpToMaxSession: an active visitor keeps the slot past
+// the room's lease, but not past the maximum session; the admission
+// cookie is HttpOnly and SameSite=Lax.
+func TestLeaseSlidesUpToMaxSession(t *testing.T) {
+	withRedis(t, func(t *testing.T, client redis.UniversalClient) {
+		const lease, maxSession = 2 * time.Second, 5 * time.Second
+		w := newWorldWith(t, client, 1, lease, func(c *gate.Config) { c.MaxSession = maxSession })
+		b := newBuyer(w)
+		var tk waitroom.TicketInfo
+		if st, err := b.call(0, "POST", "/v1/rooms/"+w.room+"/tickets", `{}`, "", &tk); err != nil || st != http.StatusCreated {
+			t.Fatalf("join: %d %v", st, err)
+		}
+		for tk.State != waitroom.StateAdmitted {
+			time.Sleep(50 * time.Millisecond)
+			b.call(1, "GET", "/v1/rooms/"+w.room+"/tickets/"+tk.UserID, "", tk.TicketToken, &tk)
+		}
+		req, _ := http.NewRequest("POST", w.gates[2]+gate.AdmitPath, nil)
+		req.Header.Set("Authorization", "Bearer "+tk.TicketToken)
+		res, err := b.hc.Do(req)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("hand-off: %v %v", res, err)
+		}
+		res.Body.Close()
+		admitted := time.Now()
+		var sc string
+		for _, v := range res.Header.Values("Set-Cookie") {
+			if strings.HasPrefix(v, "stampede_admission=") && !strings.Contains(v, "Max-Age=0") {
+				sc = v
+			}
+		}
+		if !strings.Contains(sc, "HttpOnly") || !strings.Contains(sc, "SameSite=Lax") || strings.Contains(sc, "Secure") || !strings.Contains(sc, "Path=/") {
+			t.Errorf("admission cookie %q: want HttpOnly, SameSite=Lax, Path=/, not Secure without TLS", sc)
+		}
+		// Active every 250 ms: past the 2 s lease the slot holds; past
+		// the 5 s session (counted from the admission's whole second) it
+		// ends.
+		var lastOK, firstRefused time.Duration
+		for time.Since(admitted) < maxSession+2*time.Second {
+			st, _, err := b.get(pick(3), "/shop/cart", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := time.Since(admitted)
+			if st == http.StatusOK && firstRefused == 0 {
+				lastOK = at
+			} else if st != http.StatusOK && firstRefused == 0 {
+				firstRefused = at
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		t.Logf("lease %s, max session %s: last let through at %s, refused from %s", lease, maxSession, lastOK.Round(time.Millisecond), firstRefused.Round(time.Millisecond))
+		if lastOK < lease+time.Second {
+			t.Errorf("an active visitor was refused at %s, soon after the %s lease: the lease did not slide", firstRefused, lease)
+		}
+		if firstRefused == 0 || firstRefused > maxSession+500*time.Millisecond {
+			t.Errorf("refused from %s, want by the %s session's end", firstRefused, maxSession)
 		}
 	})
 }
