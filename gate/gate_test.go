@@ -296,6 +296,9 @@ func (b *buyer) enter(deadline time.Time) (string, error) {
 	b.user = t.UserID
 	tok := t.TicketToken
 	for t.State != waitroom.StateAdmitted {
+		if t.State != waitroom.StateWaiting {
+			return "", errSlotLost // admitted and expired before this poll saw it
+		}
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("not admitted in time (%s)", t.State)
 		}
