@@ -542,10 +542,15 @@ func TestLeaseSlidesUpToMaxSession(t *testing.T) {
 				t.Fatal(err)
 			}
 			at := time.Since(admitted)
-			if st == http.StatusOK && firstRefused == 0 {
+			switch {
+			case st == http.StatusServiceUnavailable:
+				// The store was slow (-race on a loaded machine): neither.
+			case st == http.StatusOK && firstRefused == 0:
 				lastOK = at
-			} else if st != http.StatusOK && firstRefused == 0 {
+			case st == http.StatusSeeOther && firstRefused == 0:
 				firstRefused = at
+			case st != http.StatusOK && st != http.StatusSeeOther:
+				t.Fatalf("GET /shop/cart = %d", st)
 			}
 			time.Sleep(250 * time.Millisecond)
 		}

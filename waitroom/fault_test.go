@@ -550,10 +550,10 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 	outcomes := make([]outcome, nUsers)
 	var (
 		joined, joinsAfterKill, lapsed, lostAnswers atomic.Int64
-		firstWaveIn                    = make(chan struct{}) // closed when the whole first wave has joined
-		secondWaveGo                   = make(chan struct{}) // closed after the kill (or when there is none)
-		noKill                         atomic.Bool           // the kill never came: the second wave stays home
-		wg                             sync.WaitGroup
+		firstWaveIn                                 = make(chan struct{}) // closed when the whole first wave has joined
+		secondWaveGo                                = make(chan struct{}) // closed after the kill (or when there is none)
+		noKill                                      atomic.Bool           // the kill never came: the second wave stays home
+		wg                                          sync.WaitGroup
 	)
 	for i := range nUsers {
 		action := "release"
