@@ -118,6 +118,7 @@ func BenchmarkHTTPJoin(b *testing.B) {
 		store := redisstore.New(client)
 		stores = append(stores, store)
 		so := waitroom.DefaultServerOptions()
+		so.AllowUnsignedUsers = true
 		so.Instance = fmt.Sprintf("bench-join-%d-%s", i, faultRand())
 		so.Secret, so.AdminToken = faultSecret, faultAdminToken
 		so.Logger = slog.New(slog.DiscardHandler)

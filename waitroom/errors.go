@@ -23,6 +23,7 @@ const (
 	CodeUnauthorized = httpapi.CodeUnauthorized // 401: missing or bad token
 	CodeForbidden    = httpapi.CodeForbidden    // 403: a token for someone else
 	CodeNotFound     = httpapi.CodeNotFound     // 404: no such room, ticket or path
+	CodeConflict     = httpapi.CodeConflict     // 409: the user holds a ticket the request cannot prove
 	CodeMethod       = httpapi.CodeMethod       // 405: wrong HTTP method
 	CodeTooLarge     = httpapi.CodeTooLarge     // 413: request body over the limit
 	CodeRateLimited  = httpapi.CodeRateLimited  // 429: too many joins from one client address

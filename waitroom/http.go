@@ -43,6 +43,22 @@ type HandlerConfig struct {
 	// Now is the clock of the join limit and the challenges; nil means
 	// time.Now.
 	Now func() time.Time
+	// SiteSecret, when set (at least 32 bytes), enables trusted joins: a
+	// user_id signed by the site with user_sig and user_expires (see
+	// SignUser).
+	SiteSecret []byte
+	// AllowUnsignedUsers accepts joins with a bare user_id. Off by
+	// default: anyone could then join as anyone (though never take over
+	// a live ticket).
+	AllowUnsignedUsers bool
+	// CheckoutKey authorizes POST /v1/rooms/{room}/admissions/check and
+	// /done ("Authorization: Bearer <CheckoutKey>"): empty turns them
+	// off, else at least 16 bytes; compared in constant time.
+	CheckoutKey string
+	// Admissions signs the admission tokens (JWTs) and serves their
+	// public keys; nil means keys derived from the ticket signer's secret
+	// with DefaultKeyEpoch.
+	Admissions *AdmissionSigner
 }
 
 // minAdminTokenLen is the shortest admin token accepted.
@@ -65,6 +81,10 @@ func (c HandlerConfig) Validate() error {
 		return fieldError("TicketTTL", "must be at least 1s, got %s", c.TicketTTL)
 	case c.MaxBody < 64:
 		return fieldError("MaxBody", "must be at least 64 bytes, got %d", c.MaxBody)
+	case len(c.SiteSecret) > 0 && len(c.SiteSecret) < minSecretLen:
+		return fieldError("SiteSecret", "must be empty or at least %d bytes, got %d", minSecretLen, len(c.SiteSecret))
+	case c.CheckoutKey != "" && len(c.CheckoutKey) < minAdminTokenLen:
+		return fieldError("CheckoutKey", "must be empty or at least %d bytes, got %d", minAdminTokenLen, len(c.CheckoutKey))
 	case c.OnAdmit != "" && (!strings.HasPrefix(c.OnAdmit, "/") || strings.HasPrefix(c.OnAdmit, "//") ||
 		strings.ContainsAny(c.OnAdmit, "\\\"'<> \t\r\n")):
 		return fieldError("OnAdmit", "must be a same-origin path starting with one '/', got %q", c.OnAdmit)
@@ -92,6 +112,9 @@ type handler struct {
 	adminHash [sha256.Size]byte
 	limiter   *joinLimiter // nil: no join limit
 	pow       *powIssuer
+	// checkoutHash is the SHA-256 of CheckoutKey; zero when it is empty.
+	checkoutHash [sha256.Size]byte
+	admissions   *AdmissionSigner
 }
 
 // NewHandler returns the waiting room's HTTP handler:
@@ -99,9 +122,13 @@ type handler struct {
 //	PUT    /v1/rooms/{room}                 configure a room (admin token)
 //	GET    /v1/rooms/{room}                 the room's counters
 //	GET    /v1/rooms/{room}/challenge       a proof-of-work challenge, when the room asks for one
-//	POST   /v1/rooms/{room}/tickets         join: {"user_id"[, "challenge", "solution"]} → ticket and ticket_token
-//	GET    /v1/rooms/{room}/tickets/{user}  the ticket (ticket token); admission_token once admitted
+//	POST   /v1/rooms/{room}/tickets         join (anonymous, trusted or ticket token; see identity.go; with
+//	                                        "challenge" and "solution" when the room asks for proof of work) → ticket and ticket_token
+//	GET    /v1/rooms/{room}/tickets/{user}  the ticket (ticket token); admission_token (a JWT) once admitted
 //	DELETE /v1/rooms/{room}/tickets/{user}  leave the queue or release the slot (ticket token)
+//	POST   /v1/rooms/{room}/admissions/check  is an admission token's slot still held? (checkout key)
+//	POST   /v1/rooms/{room}/admissions/done   release an admission token's slot (checkout key)
+//	GET    /.well-known/jwks.json           the admission tokens' public keys
 //	GET    /rooms/{room}                    the waiting page (HTML)
 //	GET    /healthz                         {"status":"ok"}: the process is alive
 //	GET    /readyz                          200 when the store answers a ping within 1 s, else 503
@@ -148,8 +175,16 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 		return nil, err
 	}
 	api.AddCheck(httpapi.Check{Name: "redis", Ping: svc.store.Ping})
-	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken)),
+	if cfg.Admissions == nil {
+		if cfg.Admissions, err = NewAdmissionSigner(KeySpec{Secret: signer.key, Epoch: DefaultKeyEpoch}, nil, signer.now); err != nil {
+			return nil, err
+		}
+	}
+	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken)), admissions: cfg.Admissions,
 		pow: newPoWIssuer(signer.key, cfg.PoW, cfg.Now)}
+	if cfg.CheckoutKey != "" {
+		h.checkoutHash = sha256.Sum256([]byte(cfg.CheckoutKey))
+	}
 	if cfg.JoinLimit.Rate > 0 {
 		h.limiter = newJoinLimiter(cfg.JoinLimit, cfg.Now)
 	}
@@ -167,6 +202,15 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 	api.Handle("/v1/rooms/{room}/tickets/{user}", httpapi.Methods{
 		http.MethodGet:    h.getTicket,
 		http.MethodDelete: h.leave,
+	})
+	api.Handle("/v1/rooms/{room}/admissions/check", httpapi.Methods{
+		http.MethodPost: h.checkAdmission,
+	})
+	api.Handle("/v1/rooms/{room}/admissions/done", httpapi.Methods{
+		http.MethodPost: h.doneAdmission,
+	})
+	api.Handle("/.well-known/jwks.json", httpapi.Methods{
+		http.MethodGet: h.admissions.serveJWKS,
 	})
 	api.HandleHTTP("/rooms/{room}", map[string]http.Handler{
 		http.MethodGet: http.HandlerFunc(h.page),
@@ -383,6 +427,77 @@ func (h *handler) ticketView(t Ticket) ticketJSON {
 	return v
 }
 
+// joinBody is the body of POST /v1/rooms/{room}/tickets. Every field is
+// optional: no user_id is an anonymous join.
+type joinBody struct {
+	UserID      *string `json:"user_id"`
+	UserSig     *string `json:"user_sig"`
+	UserExpires *int64  `json:"user_expires"`
+	// Challenge and Solution are the proof of work of a room that asks
+	// for one (see pow.go).
+	Challenge *string `json:"challenge"`
+	Solution  *string `json:"solution"`
+}
+
+// joinFields lists joinBody's fields for the unknown-field message.
+const joinFields = `"user_id", "user_sig", "user_expires", "challenge", "solution"`
+
+// joinUser decides who a join is for and whether the request proves that
+// it holds the user's ticket (a ticket token for them). See identity.go.
+func (h *handler) joinUser(r *http.Request, room string, body joinBody) (user string, owner bool, err error) {
+	var tokenUser string
+	if r.Header.Get("Authorization") != "" {
+		token, err := bearer(r, "ticket_token")
+		if err != nil {
+			return "", false, err
+		}
+		c, err := h.signer.Verify(token, TicketToken)
+		if err != nil {
+			return "", false, err
+		}
+		if c.Room != room {
+			return "", false, &Error{Code: CodeForbidden, Message: "the ticket token is for another room"}
+		}
+		tokenUser = c.User
+	}
+	if body.UserID == nil {
+		if body.UserSig != nil || body.UserExpires != nil {
+			return "", false, fieldError("user_id", "is required with user_sig and user_expires")
+		}
+		if tokenUser != "" {
+			return tokenUser, true, nil
+		}
+		return AnonymousID(), false, nil
+	}
+	user = *body.UserID
+	if err := ValidateUser(user); err != nil {
+		return "", false, err
+	}
+	if tokenUser != "" && tokenUser != user {
+		return "", false, &Error{Code: CodeForbidden, Message: "the ticket token is for another user"}
+	}
+	switch {
+	case body.UserSig != nil || body.UserExpires != nil:
+		if body.UserSig == nil {
+			return "", false, fieldError("user_sig", "is required with user_expires")
+		}
+		if body.UserExpires == nil {
+			return "", false, fieldError("user_expires", "is required with user_sig")
+		}
+		if err := VerifyUser(h.cfg.SiteSecret, room, user, *body.UserSig, *body.UserExpires, h.signer.now()); err != nil {
+			return "", false, err
+		}
+	case tokenUser != "":
+	case strings.HasPrefix(user, anonPrefix):
+		return "", false, &Error{Code: CodeForbidden, Field: "user_id",
+			Message: "anon- ids are assigned by the server; present the ticket_token to join again"}
+	case !h.cfg.AllowUnsignedUsers:
+		return "", false, &Error{Code: CodeForbidden, Field: "user_sig",
+			Message: "unsigned user ids are not accepted: omit user_id for an anonymous ticket, or sign it (user_sig, user_expires)"}
+	}
+	return user, tokenUser != "", nil
+}
+
 func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	room, err := roomParam(r)
 	if err != nil {
@@ -391,19 +506,12 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	if err := h.limitJoin(r); err != nil {
 		return err
 	}
-	var body struct {
-		UserID    *string `json:"user_id"`
-		Challenge *string `json:"challenge"`
-		Solution  *string `json:"solution"`
-	}
-	if err := h.decodeJSON(w, r, &body, `"user_id", "challenge", "solution"`); err != nil {
+	var body joinBody
+	if err := h.decodeJSON(w, r, &body, joinFields); err != nil {
 		return err
 	}
-	if body.UserID == nil {
-		return fieldError("user_id", "is required")
-	}
-	user := *body.UserID
-	if err := ValidateUser(user); err != nil {
+	user, owner, err := h.joinUser(r, room, body)
+	if err != nil {
 		return err
 	}
 	cfg, err := h.svc.RoomConfig(r.Context(), room)
@@ -418,6 +526,11 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	t, err := h.svc.Join(r.Context(), room, user)
 	if err != nil {
 		return err
+	}
+	if !t.Created && !owner {
+		// Never reveal nor replace a live ticket's token.
+		return &Error{Code: CodeConflict, Field: "user_id",
+			Message: "user already holds a ticket; present its ticket_token (Authorization: Bearer) to join again"}
 	}
 	status := http.StatusOK // an existing ticket, returned unchanged
 	if t.Created {
@@ -450,9 +563,8 @@ func (h *handler) getTicket(w http.ResponseWriter, r *http.Request) error {
 		// Tokens count whole seconds: a lease ending within this second
 		// gets no token (it is over for any checkout that would see it).
 		if t.LeaseExpires.Unix() > h.signer.now().Unix() {
-			v.AdmissionToken, err = h.signer.Sign(Claims{Kind: AdmissionToken, Room: room, User: user, Seq: t.Seq, Expires: t.LeaseExpires})
-			if err != nil {
-				return &Error{Code: CodeInternal, Message: "cannot sign the admission token", Err: err}
+			if v.AdmissionToken, err = h.admissionToken(r.Context(), t); err != nil {
+				return err
 			}
 		}
 	}

@@ -44,6 +44,20 @@ type ServerOptions struct {
 	// OnAdmit is the waiting page's admission hook
 	// (HandlerConfig.OnAdmit); empty means none.
 	OnAdmit string
+	// KeyEpoch picks the admission signing key derived from Secret (see
+	// jwt.go); empty means DefaultKeyEpoch.
+	KeyEpoch string
+	// PreviousKeys still verify (and are served in the JWKS) after a
+	// rotation, until the tokens they signed have expired.
+	PreviousKeys []KeySpec
+	// SiteSecret enables trusted joins (HandlerConfig.SiteSecret).
+	SiteSecret []byte
+	// AllowUnsignedUsers accepts bare user_id joins
+	// (HandlerConfig.AllowUnsignedUsers); off by default.
+	AllowUnsignedUsers bool
+	// CheckoutKey authorizes the online admission check and done
+	// endpoints (HandlerConfig.CheckoutKey); empty turns them off.
+	CheckoutKey string
 	// OnPass, if set, is called after every admission pass, after the
 	// metrics have recorded it (for example by the lab, to count store
 	// round trips).
@@ -59,9 +73,11 @@ func DefaultServerOptions() ServerOptions {
 // Server is one waiting-room instance: a Service admitting in the
 // background and its HTTP handler.
 type Server struct {
-	svc      *Service
-	handler  http.Handler
-	registry *prometheus.Registry
+	svc        *Service
+	handler    http.Handler
+	signer     *Signer
+	admissions *AdmissionSigner
+	registry   *prometheus.Registry
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -112,8 +128,19 @@ func NewServer(ctx context.Context, store Store, opts ServerOptions) (*Server, e
 		return nil, err
 	}
 
+	epoch := opts.KeyEpoch
+	if epoch == "" {
+		epoch = DefaultKeyEpoch
+	}
+	admissions, err := NewAdmissionSigner(KeySpec{Secret: opts.Secret, Epoch: epoch}, opts.PreviousKeys, nil)
+	if err != nil {
+		return nil, err
+	}
+
 	hcfg := DefaultHandlerConfig()
 	hcfg.AdminToken = opts.AdminToken
+	hcfg.SiteSecret, hcfg.AllowUnsignedUsers, hcfg.CheckoutKey = opts.SiteSecret, opts.AllowUnsignedUsers, opts.CheckoutKey
+	hcfg.Admissions = admissions
 	hcfg.Logger = log
 	if opts.TicketTTL > 0 {
 		hcfg.TicketTTL = opts.TicketTTL
@@ -129,7 +156,7 @@ func NewServer(ctx context.Context, store Store, opts ServerOptions) (*Server, e
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
-	s := &Server{svc: svc, handler: handler, registry: reg, cancel: cancel, done: make(chan struct{})}
+	s := &Server{svc: svc, handler: handler, signer: signer, admissions: admissions, registry: reg, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		svc.Run(runCtx)
@@ -142,6 +169,12 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Service returns the running service.
 func (s *Server) Service() *Service { return s.svc }
+
+// Signer returns the ticket token signer.
+func (s *Server) Signer() *Signer { return s.signer }
+
+// Admissions returns the admission token signer.
+func (s *Server) Admissions() *AdmissionSigner { return s.admissions }
 
 // Registry returns the registry served on /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }

@@ -76,8 +76,10 @@ const (
 	// out at join and sent as "Authorization: Bearer" to read or leave
 	// one's own ticket.
 	TicketToken TokenKind = "ticket"
-	// AdmissionToken proves that user U was admitted to room R until
-	// Expires. Downstream checkout services verify it with VerifyAdmission.
+	// AdmissionToken is the HMAC form of an admission: user U admitted to
+	// room R until Expires, verified with VerifyAdmission and the shared
+	// secret. The server no longer issues it: admission tokens are JWTs
+	// (jwt.go, VerifyAdmissionJWT), verifiable without the secret.
 	AdmissionToken TokenKind = "admission"
 )
 
@@ -325,7 +327,8 @@ func parsePayload(body []byte) (tokenPayload, error) {
 	return p, nil
 }
 
-// VerifyAdmission verifies an admission token for room, signed with secret,
+// VerifyAdmission verifies an HMAC admission token (kind AdmissionToken;
+// the server now issues JWTs instead, see VerifyAdmissionJWT) for room, signed with secret,
 // at time now. It is for downstream services (a checkout) that share the
 // waiting room's secret. Token errors are as Verify's; a genuine admission
 // to another room is an *Error with code CodeForbidden; a short secret, an

@@ -12,6 +12,7 @@ in-process, so every service runs with no set-up.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newServeWaitroomCmd())
+	cmd.AddCommand(newServeGateCmd())
 	cmd.AddCommand(newServeInstitutionCmd())
 	cmd.AddCommand(newServePayCmd())
 	cmd.AddCommand(newServeCheckoutCmd())

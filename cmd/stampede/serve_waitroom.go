@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/waitroom"
@@ -32,6 +33,16 @@ type waitroomOptions struct {
 	joinClients  int
 	trustedProxy string
 	server       httpapi.ServerConfig
+	// onAdmit is the waiting page's admission hook; set by serve gate
+	// (its hand-off path), not a flag.
+	onAdmit string
+	// Identity and checkout integration.
+	checkoutKey      string
+	siteSecret       string
+	allowUnsigned    bool
+	keyEpoch         string
+	previousSecret   string
+	previousKeyEpoch string
 }
 
 // The environment variables `stampede serve waitroom` reads when the flag
@@ -58,9 +69,20 @@ capacity and admits them, a waiting page at /rooms/{room}, /healthz,
   PUT    /v1/rooms/{room}                 configure a room (Bearer admin token)
   GET    /v1/rooms/{room}                 the room's counters
   GET    /v1/rooms/{room}/challenge       a proof-of-work challenge (rooms with pow_difficulty)
-  POST   /v1/rooms/{room}/tickets         join: {"user_id"[, "challenge", "solution"]}
-  GET    /v1/rooms/{room}/tickets/{user}  the ticket (Bearer ticket_token)
+  POST   /v1/rooms/{room}/tickets         join: {} (anonymous), {"user_id","user_sig","user_expires"}
+                                          (trusted, --site-secret), or again with Bearer ticket_token;
+                                          plus "challenge" and "solution" in rooms with pow_difficulty
+  GET    /v1/rooms/{room}/tickets/{user}  the ticket (Bearer ticket_token); admission_token (a JWT) once admitted
   DELETE /v1/rooms/{room}/tickets/{user}  leave or release the slot (Bearer ticket_token)
+  POST   /v1/rooms/{room}/admissions/check  {"admission_token"}: is the slot still held? (Bearer --checkout-key)
+  POST   /v1/rooms/{room}/admissions/done   {"admission_token"}: release the slot (Bearer --checkout-key)
+  GET    /.well-known/jwks.json           the admission tokens' public keys (EdDSA)
+
+A join for a user who holds a live ticket answers 409 unless it presents
+that ticket's token. Admission tokens are signed with an Ed25519 key
+derived from --secret and --key-epoch, so every instance with the same
+pair serves the same keys; rotate with a new --key-epoch and the old one
+as --previous-key-epoch until the old tokens have expired.
 
 Errors are RFC 9457 application/problem+json. Joins are limited per client
 address (--join-rate, --join-burst: 429 rate_limited with Retry-After);
@@ -81,7 +103,13 @@ STAMPEDE_ADMIN_TOKEN, STAMPEDE_SECRET, STAMPEDE_REDIS_TIMEOUT=500ms.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runWaitroom(cmd, opts) },
 	}
-	f := cmd.Flags()
+	opts.addFlags(cmd.Flags())
+	return cmd
+}
+
+// addFlags registers the waiting room's flags on f: `serve waitroom` and
+// `serve gate` (which embeds a waiting room) share them.
+func (opts *waitroomOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&opts.http, "http", "127.0.0.1:8080", "address to listen on for HTTP")
 	f.StringVar(&opts.redis, "redis", "", "Redis URL: redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path, or\n"+
 		"redis-cluster://[user:pass@]host1:port,host2:port,... for Redis Cluster; empty: start an in-process miniredis")
@@ -105,7 +133,15 @@ STAMPEDE_ADMIN_TOKEN, STAMPEDE_SECRET, STAMPEDE_REDIS_TIMEOUT=500ms.`,
 	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", opts.server.WriteTimeout, "HTTP: time from the end of a request's headers to the end of its answer")
 	f.DurationVar(&opts.server.IdleTimeout, "idle-timeout", opts.server.IdleTimeout, "HTTP: an idle keep-alive connection is closed after this long")
 	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", opts.server.ShutdownTimeout, "HTTP: requests still running this long after SIGINT or SIGTERM are cut")
-	return cmd
+	f.StringVar(&opts.checkoutKey, "checkout-key", "", "bearer key of POST /v1/rooms/{room}/admissions/check and /done, at least 16 bytes;\n"+
+		"empty: the online admission check is off")
+	f.StringVar(&opts.siteSecret, "site-secret", "", "secret shared with the site for trusted joins (user_id signed with user_sig, user_expires),\n"+
+		"at least 32 bytes; empty: only anonymous joins (and unsigned ones with --allow-unsigned-users)")
+	f.BoolVar(&opts.allowUnsigned, "allow-unsigned-users", false, "accept joins with a bare, unsigned user_id (anyone may then join as anyone; never take over a ticket)")
+	f.StringVar(&opts.keyEpoch, "key-epoch", waitroom.DefaultKeyEpoch, "epoch of the admission-token signing key derived from --secret; change it to rotate keys")
+	f.StringVar(&opts.previousSecret, "previous-secret", "", "the secret before a rotation: its key (with --previous-key-epoch) still verifies\n"+
+		"admission tokens and is served in /.well-known/jwks.json; empty: --secret")
+	f.StringVar(&opts.previousKeyEpoch, "previous-key-epoch", "", "the key epoch before a rotation; empty: no previous key unless --previous-secret is set")
 }
 
 // validate checks the options before anything starts, naming the flag.
@@ -124,6 +160,26 @@ func (o *waitroomOptions) validate() error {
 	}
 	if _, err := o.joinLimit(); err != nil {
 		return err
+	}
+	if n := len(o.checkoutKey); n > 0 && n < 16 {
+		return fmt.Errorf("--checkout-key must be at least 16 bytes, got %d", n)
+	}
+	if n := len(o.siteSecret); n > 0 && n < 32 {
+		return fmt.Errorf("--site-secret must be at least 32 bytes, got %d", n)
+	}
+	if err := (waitroom.KeySpec{Secret: make([]byte, 32), Epoch: o.keyEpoch}).Validate(); err != nil {
+		return fmt.Errorf("--key-epoch: %v", err)
+	}
+	if o.previousSecret != "" || o.previousKeyEpoch != "" {
+		if o.secret == "" {
+			return errors.New("--previous-secret and --previous-key-epoch need --secret: a random secret cannot be rotated")
+		}
+		if n := len(o.previousSecret); n > 0 && n < 32 {
+			return fmt.Errorf("--previous-secret must be at least 32 bytes, got %d", n)
+		}
+		if err := (waitroom.KeySpec{Secret: make([]byte, 32), Epoch: o.prevEpoch()}).Validate(); err != nil {
+			return fmt.Errorf("--previous-key-epoch: %v", err)
+		}
 	}
 	if err := o.storeConfig().Validate(); err != nil {
 		return fmt.Errorf("--redis-timeout must be between 1ms and 1m, got %s", o.redisTimeout)
@@ -169,6 +225,27 @@ func (o *waitroomOptions) joinLimit() (waitroom.JoinLimitConfig, error) {
 	return cfg, nil
 }
 
+// prevEpoch is the previous key's epoch: --previous-key-epoch, else
+// --key-epoch (a rotation of the secret alone).
+func (o *waitroomOptions) prevEpoch() string {
+	if o.previousKeyEpoch != "" {
+		return o.previousKeyEpoch
+	}
+	return o.keyEpoch
+}
+
+// previousKeys is the verification-only key of a rotation, if any.
+func (o *waitroomOptions) previousKeys() []waitroom.KeySpec {
+	if o.previousSecret == "" && o.previousKeyEpoch == "" {
+		return nil
+	}
+	secret := o.previousSecret
+	if secret == "" {
+		secret = o.secret
+	}
+	return []waitroom.KeySpec{{Secret: []byte(secret), Epoch: o.prevEpoch()}}
+}
+
 // storeConfig is the Redis store's configuration from the flags.
 func (o *waitroomOptions) storeConfig() redisstore.Config {
 	cfg := redisstore.DefaultConfig()
@@ -209,39 +286,49 @@ func redisClient(url string, cfg redisstore.Config) (redis.UniversalClient, erro
 	return redis.NewClient(ropts), nil
 }
 
-func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
-	if err := opts.validate(); err != nil {
-		return err
-	}
+// start connects to Redis (or starts an embedded one) and starts a
+// waiting-room instance on it. stop closes both; call it once the HTTP
+// server is done.
+func (opts *waitroomOptions) start(cmd *cobra.Command) (srv *waitroom.Server, stop func(), err error) {
 	log := loggerOf(cmd)
 	ctx := cmd.Context()
 	scfg := opts.storeConfig()
+	var closers []func()
+	stop = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 
 	var client redis.UniversalClient
 	if opts.redis == "" {
 		m, err := redisstore.StartEmbedded()
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		defer m.Close()
+		closers = append(closers, func() { m.Close() })
 		log.Info("no --redis given: started an in-process Redis (miniredis); its state is lost on exit", "addr", m.Addr())
 		ropts := &redis.Options{Addr: m.Addr()}
 		scfg.ApplyTimeouts(ropts)
 		client = redis.NewClient(ropts)
 	} else {
-		var err error
 		if client, err = redisClient(opts.redis, scfg); err != nil {
-			return err
+			return nil, nil, err
 		}
 		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err = client.Ping(pingCtx).Err()
 		cancel()
 		if err != nil {
 			client.Close()
-			return fmt.Errorf("--redis: cannot reach Redis: %w", err)
+			return nil, nil, fmt.Errorf("--redis: cannot reach Redis: %w", err)
 		}
 	}
-	defer client.Close()
+	closers = append(closers, func() { client.Close() })
 
 	secret := []byte(opts.secret)
 	if len(secret) == 0 {
@@ -254,15 +341,36 @@ func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
 	sopts.Instance, sopts.Immediate = opts.instance, opts.immediate
 	sopts.Secret, sopts.AdminToken, sopts.Logger = secret, opts.adminToken, log
 	sopts.JoinLimit, _ = opts.joinLimit() // validated above
+	sopts.OnAdmit = opts.onAdmit
+	sopts.CheckoutKey, sopts.AllowUnsignedUsers = opts.checkoutKey, opts.allowUnsigned
+	sopts.KeyEpoch, sopts.PreviousKeys = opts.keyEpoch, opts.previousKeys()
+	if opts.siteSecret != "" {
+		sopts.SiteSecret = []byte(opts.siteSecret)
+	}
 	store, err := redisstore.NewWithConfig(client, scfg)
 	if err != nil {
+		return nil, nil, err
+	}
+	srv, err = waitroom.NewServer(ctx, store, sopts)
+	if err != nil {
+		return nil, nil, err
+	}
+	closers = append(closers, srv.Close)
+	log.Info("admission tokens: EdDSA JWTs", "kid", srv.Admissions().KeyID(), "jwks", "/.well-known/jwks.json",
+		"online_check", opts.checkoutKey != "", "trusted_joins", opts.siteSecret != "", "unsigned_joins", opts.allowUnsigned)
+	return srv, stop, nil
+}
+
+func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
+	if err := opts.validate(); err != nil {
 		return err
 	}
-	srv, err := waitroom.NewServer(ctx, store, sopts)
+	log := loggerOf(cmd)
+	srv, stop, err := opts.start(cmd)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
+	defer stop()
 
 	ln, err := net.Listen("tcp", opts.http)
 	if err != nil {
@@ -270,7 +378,7 @@ func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
 	}
 	log.Info("waiting room listening", "addr", ln.Addr().String(), "page", "http://"+ln.Addr().String()+"/rooms/{room}",
 		"redis_timeout", opts.redisTimeout)
-	if err := httpapi.Serve(ctx, ln, srv.Handler(), opts.server, log); err != nil {
+	if err := httpapi.Serve(cmd.Context(), ln, srv.Handler(), opts.server, log); err != nil {
 		return fmt.Errorf("http server: %w", err)
 	}
 	log.Info("shutting down: HTTP server closed, stopping admission")

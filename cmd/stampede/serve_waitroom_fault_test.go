@@ -132,7 +132,7 @@ func wrStart(t *testing.T, name string, args ...string) *wrInstance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := append([]string{"serve", "waitroom", "--http", addr, "--instance", name,
+	all := append([]string{"serve", "waitroom", "--http", addr, "--instance", name, "--allow-unsigned-users",
 		"--admin-token", wrAdminToken, "--secret", wrSecret, "--join-rate", "0"}, args...)
 	child := exec.Command(os.Args[0], "-test.run=^TestWaitroomChildProcess$")
 	// An empty STAMPEDE_REDIS_URL: the embedded Redis unless --redis is

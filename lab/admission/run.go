@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -418,7 +419,6 @@ func (u *users) configure(ctx context.Context, rc runContext) error {
 
 // plan is one user's script, drawn up front so runs are reproducible.
 type plan struct {
-	id      string
 	arrive  time.Duration
 	hold    time.Duration
 	abandon bool
@@ -434,7 +434,6 @@ func (u *users) plans() []plan {
 			t += time.Duration(u.rng.ExpFloat64() / c.Rate * float64(time.Second))
 		}
 		out[i] = plan{
-			id:      fmt.Sprintf("user-%05d", i),
 			arrive:  t,
 			hold:    time.Duration(float64(c.Hold) * (0.5 + u.rng.Float64())),
 			abandon: u.rng.Float64() < c.Abandon,
@@ -455,6 +454,7 @@ func (u *users) run(ctx context.Context, start time.Time) {
 
 // ticketReply is the part of the API's ticket JSON the lab reads.
 type ticketReply struct {
+	UserID      string `json:"user_id"`
 	State       string `json:"state"`
 	PollAfterMS int64  `json:"poll_after_ms"`
 	TicketToken string `json:"ticket_token"`
@@ -466,20 +466,22 @@ func (u *users) play(ctx context.Context, start time.Time, p plan) {
 	}
 	base := u.instances[p.via].url + "/v1/rooms/" + u.room + "/tickets"
 	joined := time.Now()
-	body, _ := json.Marshal(map[string]string{"user_id": p.id})
+	// An anonymous join, as the waiting page makes: the server names the
+	// user, and the ticket token is the only handle on the ticket.
 	var t ticketReply
-	if !u.call(ctx, http.MethodPost, base, "", body, &t) {
+	if !u.call(ctx, http.MethodPost, base, "", []byte(`{}`), &t) || t.UserID == "" {
 		return
 	}
+	id := t.UserID
 	u.mu.Lock()
-	u.joinedAt[p.id] = joined
+	u.joinedAt[id] = joined
 	u.mu.Unlock()
 	token := t.TicketToken
 	for t.State == string(waitroom.StateWaiting) {
 		if !sleepUntil(ctx, time.Now().Add(time.Duration(t.PollAfterMS)*time.Millisecond)) {
 			return
 		}
-		if !u.call(ctx, http.MethodGet, base+"/"+p.id, token, nil, &t) {
+		if !u.call(ctx, http.MethodGet, base+"/"+url.PathEscape(id), token, nil, &t) {
 			return
 		}
 	}
@@ -489,7 +491,7 @@ func (u *users) play(ctx context.Context, start time.Time, p plan) {
 	if !sleepUntil(ctx, time.Now().Add(p.hold)) || p.abandon {
 		return
 	}
-	u.call(ctx, http.MethodDelete, base+"/"+p.id, token, nil, &t)
+	u.call(ctx, http.MethodDelete, base+"/"+url.PathEscape(id), token, nil, &t)
 }
 
 // call makes one API request and decodes a 2xx answer into out.

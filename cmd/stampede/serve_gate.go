@@ -1,0 +1,123 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stampede-lab/stampede/gate"
+	"github.com/stampede-lab/stampede/internal/httpapi"
+)
+
+// gateOptions are the flags of `stampede serve gate`: the embedded waiting
+// room's (shared with `serve waitroom`) and the gate's own.
+type gateOptions struct {
+	wr         waitroomOptions
+	upstream   string
+	room       string
+	cookie     string
+	checkCache time.Duration
+	maxSession time.Duration
+}
+
+func newServeGateCmd() *cobra.Command {
+	opts := &gateOptions{wr: waitroomOptions{server: httpapi.DefaultServerConfig()}}
+	def := gate.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "gate",
+		Short: "Run a reverse proxy that puts a waiting room in front of a checkout",
+		Long: `Run the gate: a reverse proxy in front of any checkout (--upstream) that
+lets through only visitors admitted to the waiting room --room. It embeds a
+waiting-room instance with the same flags as 'stampede serve waitroom'
+(--redis, --secret, ...): run any number of gates and waiting rooms on one
+Redis and the room's capacity holds across all of them.
+
+A visitor without an admission cookie is sent to the waiting page
+(/rooms/{room}?join=anonymous); once admitted, the page hands its ticket to
+the gate, which sets an HttpOnly, SameSite=Lax cookie (Secure under TLS)
+and sends the visitor back to the address first asked for. An API client
+(Accept: application/json) gets 503 problem+json with the queue's length
+and Retry-After instead.
+
+Admitted requests go upstream with Stampede-User and Stampede-Admission
+(the admission JWT) headers, after an online check of the slot (cached for
+at most --check-cache). Each check slides the lease, up to --max-session
+after admission. An upstream answer with 'Stampede-Release: done' releases
+the slot. A tampered, expired or released cookie leads back to the
+waiting page.
+
+The gate also serves the waiting room's API for --room, its page and
+/.well-known/jwks.json; every other path goes upstream.`,
+		Example: `  stampede serve gate --upstream http://127.0.0.1:9000 --room drop --admin-token "$(openssl rand -hex 16)"
+  STAMPEDE_REDIS_URL=redis://localhost:6379/0 STAMPEDE_SECRET=... stampede serve gate --upstream http://checkout:9000 --room drop --http :8443`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runGate(cmd, opts) },
+	}
+	f := cmd.Flags()
+	opts.wr.addFlags(f)
+	f.StringVar(&opts.upstream, "upstream", "", "the checkout to proxy admitted visitors to: an http or https URL (required)")
+	f.StringVar(&opts.room, "room", "", "the waiting room guarding the checkout (required; an admin creates it with PUT /v1/rooms/{room})")
+	f.StringVar(&opts.cookie, "cookie", def.CookieName, "name of the admission cookie")
+	f.DurationVar(&opts.checkCache, "check-cache", def.CheckCache, "how long an online check of a slot is reused, at most 1s")
+	f.DurationVar(&opts.maxSession, "max-session", def.MaxSession, "longest an admission lasts, however active the visitor (the lease slides up to it)")
+	return cmd
+}
+
+// config is the gate's configuration from the flags.
+func (o *gateOptions) config(cmd *cobra.Command) (gate.Config, error) {
+	cfg := gate.DefaultConfig()
+	cfg.Room, cfg.CookieName, cfg.CheckCache, cfg.MaxSession = o.room, o.cookie, o.checkCache, o.maxSession
+	cfg.Logger = loggerOf(cmd)
+	if o.upstream == "" {
+		return cfg, errors.New("--upstream is required: the checkout's URL")
+	}
+	u, err := url.Parse(o.upstream)
+	if err != nil {
+		return cfg, fmt.Errorf("--upstream: %w", err)
+	}
+	cfg.Upstream = u
+	if err := cfg.Validate(); err != nil {
+		flag := map[string]string{"Room": "--room", "Upstream": "--upstream", "CookieName": "--cookie",
+			"CheckCache": "--check-cache", "MaxSession": "--max-session"}
+		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func runGate(cmd *cobra.Command, opts *gateOptions) error {
+	if err := opts.wr.validate(); err != nil {
+		return err
+	}
+	cfg, err := opts.config(cmd)
+	if err != nil {
+		return err
+	}
+	log := loggerOf(cmd)
+	opts.wr.onAdmit = gate.AdmitPath
+	srv, stop, err := opts.wr.start(cmd)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	g, err := gate.New(cfg, srv)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", opts.wr.http)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	log.Info("gate listening", "addr", ln.Addr().String(), "room", cfg.Room, "upstream", cfg.Upstream.String())
+	if err := httpapi.Serve(cmd.Context(), ln, g, opts.wr.server, log); err != nil {
+		return fmt.Errorf("http server: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,405 @@
+// Package gate is a reverse proxy that puts a waiting room in front of any
+// checkout. It embeds a waiting-room instance (waitroom.Server) on the
+// shared store, so any number of gates and waiting-room instances on one
+// Redis hold one room's capacity together.
+//
+// A visitor without a valid admission cookie is sent to the waiting page
+// (GET /rooms/{room}?join=anonymous, served by the embedded waiting room,
+// which the gate also serves the API of), and the address first asked for
+// is remembered in a cookie. Once admitted, the page hands its ticket
+// token to POST /.stampede/gate/admit: the gate sets the admission cookie
+// (the admission JWT; HttpOnly, SameSite=Lax, Secure under TLS) and names
+// that address. An API client (Accept: application/json, no text/html)
+// gets 503 problem+json with the queue's length and Retry-After instead.
+//
+// Every admitted request is checked online, against the store (the answer
+// cached for at most CheckCache and never past the lease's end less
+// SafetyMargin): a released, expired or superseded admission, like a
+// tampered or expired cookie, leads back to the waiting page. Checked
+// requests go upstream with Stampede-User and Stampede-Admission headers
+// (any the client sent are dropped). Each check slides the lease (now plus
+// the room's lease, never past the admission's start plus MaxSession), and
+// the cookie is re-issued with the new expiry. An upstream answer with
+// "Stampede-Release: done" releases the slot and clears the cookie.
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"mime"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/waitroom"
+)
+
+// The headers the gate sets on upstream requests and reads on answers.
+const (
+	// HeaderUser carries the admitted user id upstream.
+	HeaderUser = "Stampede-User"
+	// HeaderAdmission carries the admission token (a JWT) upstream.
+	HeaderAdmission = "Stampede-Admission"
+	// HeaderRelease on an upstream answer, with the value "done",
+	// releases the user's slot.
+	HeaderRelease = "Stampede-Release"
+)
+
+// AdmitPath is where the waiting page hands an admitted ticket token to
+// the gate.
+const AdmitPath = "/.stampede/gate/admit"
+
+// Config configures a Gate.
+type Config struct {
+	// Room is the waiting room the gate guards.
+	Room string
+	// Upstream is the checkout the gate proxies to.
+	Upstream *url.URL
+	// CookieName names the admission cookie; the return-address cookie
+	// is CookieName + "_return".
+	CookieName string
+	// CheckCache is how long an online check's answer is reused (at most
+	// 1 s): a slot released elsewhere is refused within it.
+	CheckCache time.Duration
+	// SafetyMargin: a cached check is not used past the lease's end less
+	// this, so that a request in flight reaches upstream before the slot
+	// can go to someone else.
+	SafetyMargin time.Duration
+	// MaxSession caps the sliding lease: the admission ends at its start
+	// plus MaxSession, however active the user is.
+	MaxSession time.Duration
+	// Logger receives the gate's logs.
+	Logger *slog.Logger
+	// Now is the gate's clock.
+	Now func() time.Time
+}
+
+// DefaultConfig returns cookie "stampede_admission", a one-second check
+// cache, a 500 ms safety margin and 30-minute sessions; Room and Upstream
+// must be set.
+func DefaultConfig() Config {
+	return Config{CookieName: "stampede_admission", CheckCache: time.Second, SafetyMargin: 500 * time.Millisecond,
+		MaxSession: 30 * time.Minute, Logger: slog.Default(), Now: time.Now}
+}
+
+// Validate reports the first unusable field by name.
+func (c Config) Validate() error {
+	switch {
+	case waitroom.ValidateRoom(c.Room) != nil:
+		return httpapi.Invalid("Room", "%v", waitroom.ValidateRoom(c.Room))
+	case c.Upstream == nil || (c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https") || c.Upstream.Host == "":
+		return httpapi.Invalid("Upstream", "must be an http or https URL")
+	case c.CookieName == "" || strings.ContainsAny(c.CookieName, "=;, \t\r\n"):
+		return httpapi.Invalid("CookieName", "must be a cookie name, got %q", c.CookieName)
+	case c.CheckCache < 0 || c.CheckCache > time.Second:
+		return httpapi.Invalid("CheckCache", "must be between 0 and 1s, got %s", c.CheckCache)
+	case c.SafetyMargin < 0 || c.SafetyMargin > time.Minute:
+		return httpapi.Invalid("SafetyMargin", "must be between 0 and 1m, got %s", c.SafetyMargin)
+	case c.MaxSession < time.Second:
+		return httpapi.Invalid("MaxSession", "must be at least 1s, got %s", c.MaxSession)
+	case c.Logger == nil:
+		return httpapi.Invalid("Logger", "must not be nil")
+	case c.Now == nil:
+		return httpapi.Invalid("Now", "must not be nil")
+	}
+	return nil
+}
+
+// Gate is the reverse proxy. It is an http.Handler.
+type Gate struct {
+	cfg   Config
+	srv   *waitroom.Server
+	proxy *httputil.ReverseProxy
+
+	mu    sync.Mutex
+	cache map[admissionKey]cached
+}
+
+// admissionKey identifies one admission.
+type admissionKey struct {
+	user string
+	seq  int64
+}
+
+// cached is a held answer reusable until until.
+type cached struct{ until time.Time }
+
+// New returns a Gate for cfg in front of cfg.Upstream, on the waiting
+// room instance srv (which must serve cfg.Room's store).
+func New(cfg Config, srv *waitroom.Server) (*Gate, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if srv == nil {
+		return nil, httpapi.Invalid("srv", "must not be nil")
+	}
+	g := &Gate{cfg: cfg, srv: srv, cache: map[admissionKey]cached{}}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = 256 // one upstream: keep connections instead of churning ports
+	g.proxy = &httputil.ReverseProxy{
+		Transport: transport,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(cfg.Upstream)
+			pr.SetXForwarded()
+			pr.Out.Host = pr.In.Host
+		},
+		ModifyResponse: g.modifyResponse,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			cfg.Logger.Warn("gate: upstream failed", "err", err)
+			httpapi.WriteProblem(w, httpapi.Unavailable("the checkout", err), "stampede-gate")
+		},
+	}
+	return g, nil
+}
+
+// ServeHTTP routes the waiting room's own paths to the embedded instance,
+// the hand-off to admit, and everything else upstream or to the waiting
+// page.
+func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	switch {
+	case p == AdmitPath:
+		g.admit(w, r)
+	case p == "/rooms/"+g.cfg.Room, strings.HasPrefix(p, "/v1/rooms/"+g.cfg.Room+"/"), p == "/.well-known/jwks.json":
+		g.srv.Handler().ServeHTTP(w, r)
+	default:
+		g.guard(w, r)
+	}
+}
+
+// guard proxies an admitted request upstream or sends the visitor to wait.
+func (g *Gate) guard(w http.ResponseWriter, r *http.Request) {
+	for _, h := range []string{HeaderUser, HeaderAdmission} {
+		r.Header.Del(h)
+	}
+	ck, err := r.Cookie(g.cfg.CookieName)
+	if err != nil {
+		g.wait(w, r, false)
+		return
+	}
+	adm := g.srv.Admissions()
+	c, err := waitroom.VerifyAdmissionJWT(ck.Value, adm.JWKS(), g.cfg.Room, g.cfg.Now())
+	if err != nil {
+		g.wait(w, r, true)
+		return
+	}
+	token, ok, err := g.check(r.Context(), c, ck.Value)
+	if err != nil {
+		httpapi.WriteProblem(w, err, "stampede-gate")
+		return
+	}
+	if !ok {
+		g.wait(w, r, true)
+		return
+	}
+	if token != ck.Value {
+		http.SetCookie(w, g.cookie(r, g.cfg.CookieName, token, 0))
+	}
+	r.Header.Set(HeaderUser, c.User)
+	r.Header.Set(HeaderAdmission, token)
+	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admissionCtxKey{}, c)))
+}
+
+// admissionCtxKey carries the request's admission claims to
+// modifyResponse.
+type admissionCtxKey struct{}
+
+// check tells whether admission c holds its slot: from the cache, or by
+// touching it in the store (which slides the lease), re-signing the token
+// when the lease has moved past its expiry. It returns the token to use.
+func (g *Gate) check(ctx context.Context, c waitroom.AdmissionClaims, token string) (string, bool, error) {
+	k := admissionKey{c.User, c.Seq}
+	now := g.cfg.Now()
+	g.mu.Lock()
+	e, ok := g.cache[k]
+	g.mu.Unlock()
+	if ok && now.Before(e.until) {
+		return token, true, nil
+	}
+	svc := g.srv.Service()
+	st, err := svc.TouchAdmission(ctx, g.cfg.Room, c.User, c.Seq, c.AdmittedAt.Add(g.cfg.MaxSession))
+	if err != nil {
+		return "", false, err
+	}
+	end := st.Ticket.LeaseExpires
+	if !st.Held || !now.Add(g.cfg.SafetyMargin).Before(end) {
+		g.forget(k)
+		return "", false, nil
+	}
+	g.mu.Lock()
+	g.cache[k] = cached{until: minTime(now.Add(g.cfg.CheckCache), end.Add(-g.cfg.SafetyMargin))}
+	if len(g.cache) > 100_000 { // bounded: drop stale entries
+		for kk, v := range g.cache {
+			if !now.Before(v.until) {
+				delete(g.cache, kk)
+			}
+		}
+	}
+	g.mu.Unlock()
+	if end.Unix() > c.Expires.Unix() {
+		fresh, err := g.srv.Admissions().Sign(waitroom.AdmissionClaims{Room: c.Room, User: c.User, Seq: c.Seq,
+			AdmittedAt: c.AdmittedAt, IssuedAt: now, Expires: end})
+		if err == nil && fresh != "" {
+			token = fresh
+		}
+	}
+	return token, true, nil
+}
+
+// forget drops k's cached answer.
+func (g *Gate) forget(k admissionKey) {
+	g.mu.Lock()
+	delete(g.cache, k)
+	g.mu.Unlock()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// modifyResponse releases the slot when upstream says "Stampede-Release:
+// done", before the answer reaches the client.
+func (g *Gate) modifyResponse(resp *http.Response) error {
+	v := resp.Header.Get(HeaderRelease)
+	resp.Header.Del(HeaderRelease)
+	if !strings.EqualFold(strings.TrimSpace(v), "done") {
+		return nil
+	}
+	c, ok := resp.Request.Context().Value(admissionCtxKey{}).(waitroom.AdmissionClaims)
+	if !ok {
+		return nil
+	}
+	g.forget(admissionKey{c.User, c.Seq})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := g.srv.Service().ReleaseAdmission(ctx, g.cfg.Room, c.User, c.Seq); err != nil {
+		g.cfg.Logger.Warn("gate: releasing the slot failed; it ends with its lease", "user", c.User, "err", err)
+	}
+	resp.Header.Add("Set-Cookie", g.cookie(resp.Request, g.cfg.CookieName, "", -1).String())
+	return nil
+}
+
+// wantsJSON reports an API client: Accept names application/json (or
+// problem+json) and not text/html.
+func wantsJSON(r *http.Request) bool {
+	json, html := false, false
+	for part := range strings.SplitSeq(r.Header.Get("Accept"), ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case "application/json", "application/problem+json":
+			json = true
+		case "text/html":
+			html = true
+		}
+	}
+	return json && !html
+}
+
+// wait answers a request that may not go upstream: 503 problem+json for
+// an API client, else a redirect to the waiting page that remembers the
+// address. clear drops a bad admission cookie.
+func (g *Gate) wait(w http.ResponseWriter, r *http.Request, clear bool) {
+	if clear {
+		http.SetCookie(w, g.cookie(r, g.cfg.CookieName, "", -1))
+	}
+	if wantsJSON(r) {
+		e := &httpapi.Error{Code: httpapi.CodeUnavailable, RetryAfter: 5 * time.Second,
+			Message: fmt.Sprintf("the checkout is full: join the waiting room %q", g.cfg.Room),
+			Extra:   map[string]any{"room": g.cfg.Room, "join": "/v1/rooms/" + g.cfg.Room + "/tickets"}}
+		if st, err := g.srv.Service().Room(r.Context(), g.cfg.Room); err == nil {
+			e.Extra["position"] = st.Waiting
+			if st.AdmissionRate > 0 {
+				e.RetryAfter = time.Duration(math.Min(300, float64(st.Waiting+1)/st.AdmissionRate)) * time.Second
+			}
+		}
+		httpapi.WriteProblem(w, e, "stampede-gate")
+		return
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		http.SetCookie(w, g.cookie(r, g.cfg.CookieName+"_return", url.QueryEscape(r.URL.RequestURI()), 0))
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, "/rooms/"+g.cfg.Room+"?join=anonymous", http.StatusSeeOther)
+}
+
+// cookie makes an HttpOnly, SameSite=Lax cookie for the whole site,
+// Secure under TLS; maxAge -1 deletes it, 0 makes a session cookie.
+func (g *Gate) cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
+	return &http.Cookie{Name: name, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode,
+		Secure: r.TLS != nil, MaxAge: maxAge}
+}
+
+// admit is POST /.stampede/gate/admit: the waiting page hands over an
+// admitted ticket token (Authorization: Bearer); the gate sets the
+// admission cookie and answers {"redirect": the address first asked for}.
+func (g *Gate) admit(w http.ResponseWriter, r *http.Request) {
+	fail := func(err error) { httpapi.WriteProblem(w, err, "stampede-gate") }
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		fail(httpapi.Errorf(httpapi.CodeMethod, "use POST"))
+		return
+	}
+	auth := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		fail(httpapi.Errorf(httpapi.CodeUnauthorized, "missing Authorization: Bearer <ticket_token>"))
+		return
+	}
+	c, err := g.srv.Signer().Verify(strings.TrimSpace(tok), waitroom.TicketToken)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if c.Room != g.cfg.Room {
+		fail(httpapi.Errorf(httpapi.CodeForbidden, "the ticket token is for another room"))
+		return
+	}
+	svc := g.srv.Service()
+	t, err := svc.Ticket(r.Context(), g.cfg.Room, c.User)
+	if errors.Is(err, waitroom.ErrNoTicket) {
+		fail(httpapi.Errorf(httpapi.CodeNotFound, "no ticket; join first"))
+		return
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	if t.State != waitroom.StateAdmitted {
+		fail(httpapi.Errorf(httpapi.CodeConflict, "the ticket is %s, not admitted", t.State))
+		return
+	}
+	token, err := svc.SignAdmission(r.Context(), g.srv.Admissions(), t, g.cfg.Now())
+	if err != nil || token == "" {
+		fail(httpapi.Errorf(httpapi.CodeConflict, "the admission is ending; join again"))
+		return
+	}
+	http.SetCookie(w, g.cookie(r, g.cfg.CookieName, token, 0))
+	redirect := "/"
+	if rc, err := r.Cookie(g.cfg.CookieName + "_return"); err == nil {
+		if p, err := url.QueryUnescape(rc.Value); err == nil && safeReturn(p) {
+			redirect = p
+		}
+	}
+	http.SetCookie(w, g.cookie(r, g.cfg.CookieName+"_return", "", -1))
+	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"redirect": redirect, "user_id": t.User})
+}
+
+// safeReturn accepts a same-site path: it starts with one slash and is
+// not a waiting-room path.
+func safeReturn(p string) bool {
+	return strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.ContainsAny(p, "\\\r\n") &&
+		!strings.HasPrefix(p, "/rooms/") && !strings.HasPrefix(p, "/.stampede/")
+}

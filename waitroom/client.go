@@ -1,0 +1,191 @@
+package waitroom
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/stampede-lab/stampede/internal/httpapi"
+)
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// BaseURL is the waiting room's address, such as
+	// "https://queue.example.com".
+	BaseURL string
+	// CheckoutKey authorizes Check and Done (the server's
+	// --checkout-key); not needed for Join, Ticket and Leave.
+	CheckoutKey string
+	// Timeout bounds every call, retries none.
+	Timeout time.Duration
+	// HTTPClient sends the requests; nil means a new http.Client.
+	HTTPClient *http.Client
+}
+
+// DefaultClientConfig returns a two-second timeout; BaseURL must be set.
+func DefaultClientConfig() ClientConfig { return ClientConfig{Timeout: 2 * time.Second} }
+
+// Validate reports the first unusable field by name.
+func (c ClientConfig) Validate() error {
+	u, err := url.Parse(c.BaseURL)
+	switch {
+	case c.BaseURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fieldError("BaseURL", "must be an http or https URL, got %q", c.BaseURL)
+	case c.Timeout <= 0:
+		return fieldError("Timeout", "must be positive, got %s", c.Timeout)
+	case c.CheckoutKey != "" && len(c.CheckoutKey) < minAdminTokenLen:
+		return fieldError("CheckoutKey", "must be empty or at least %d bytes, got %d", minAdminTokenLen, len(c.CheckoutKey))
+	}
+	return nil
+}
+
+// Client calls a waiting room's HTTP API: the online admission check and
+// release for checkouts, and join, ticket and leave for tests and the lab.
+// Error answers are *httpapi.Error values (httpapi.ReadProblem); a
+// transport failure or timeout is returned as it is. Safe for concurrent
+// use.
+type Client struct {
+	cfg  ClientConfig
+	base string
+	hc   *http.Client
+}
+
+// NewClient returns a Client for cfg.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	return &Client{cfg: cfg, base: strings.TrimSuffix(cfg.BaseURL, "/"), hc: hc}, nil
+}
+
+// Admission is the answer of Check and Done.
+type Admission struct {
+	// Held is true while the slot is held (always false after Done).
+	Held bool `json:"held"`
+	// Released is true when Done released the slot.
+	Released bool `json:"released"`
+	// Reason is "held" or why not: released, expired, superseded,
+	// no_ticket, not_admitted, invalid_token, other_room.
+	Reason string `json:"reason"`
+	// UserID and Seq identify the admission (empty for an invalid token).
+	UserID string `json:"user_id"`
+	Seq    int64  `json:"seq"`
+	// ExpiresAt is the lease's end while held.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// TicketInfo is a ticket as the API shows it.
+type TicketInfo struct {
+	Room           string    `json:"room"`
+	UserID         string    `json:"user_id"`
+	State          State     `json:"state"`
+	Position       *int64    `json:"position"`
+	ETASeconds     *float64  `json:"eta_seconds"`
+	PollAfterMS    int64     `json:"poll_after_ms"`
+	TicketToken    string    `json:"ticket_token"`
+	AdmissionToken string    `json:"admission_token"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+}
+
+// JoinRequest says who joins: all empty is an anonymous join; UserID with
+// UserSig and UserExpires a trusted one (SignUser); TicketToken re-joins
+// with a ticket already held.
+type JoinRequest struct {
+	UserID      string
+	UserSig     string
+	UserExpires time.Time
+	TicketToken string
+}
+
+// Check asks whether admissionToken's slot in room is still held.
+func (c *Client) Check(ctx context.Context, room, admissionToken string) (Admission, error) {
+	var a Admission
+	err := c.do(ctx, http.MethodPost, "/v1/rooms/"+url.PathEscape(room)+"/admissions/check", c.cfg.CheckoutKey,
+		map[string]string{"admission_token": admissionToken}, &a)
+	return a, err
+}
+
+// Done releases admissionToken's slot in room (the checkout is finished).
+func (c *Client) Done(ctx context.Context, room, admissionToken string) (Admission, error) {
+	var a Admission
+	err := c.do(ctx, http.MethodPost, "/v1/rooms/"+url.PathEscape(room)+"/admissions/done", c.cfg.CheckoutKey,
+		map[string]string{"admission_token": admissionToken}, &a)
+	return a, err
+}
+
+// Join joins room as req says.
+func (c *Client) Join(ctx context.Context, room string, req JoinRequest) (TicketInfo, error) {
+	body := map[string]any{}
+	if req.UserID != "" {
+		body["user_id"] = req.UserID
+	}
+	if req.UserSig != "" {
+		body["user_sig"] = req.UserSig
+		body["user_expires"] = req.UserExpires.Unix()
+	}
+	var t TicketInfo
+	err := c.do(ctx, http.MethodPost, "/v1/rooms/"+url.PathEscape(room)+"/tickets", req.TicketToken, body, &t)
+	return t, err
+}
+
+// Ticket reads user's ticket in room with its ticket token.
+func (c *Client) Ticket(ctx context.Context, room, user, ticketToken string) (TicketInfo, error) {
+	var t TicketInfo
+	err := c.do(ctx, http.MethodGet, "/v1/rooms/"+url.PathEscape(room)+"/tickets/"+url.PathEscape(user), ticketToken, nil, &t)
+	return t, err
+}
+
+// Leave leaves the queue or releases the slot of user's ticket in room.
+func (c *Client) Leave(ctx context.Context, room, user, ticketToken string) (TicketInfo, error) {
+	var t TicketInfo
+	err := c.do(ctx, http.MethodDelete, "/v1/rooms/"+url.PathEscape(room)+"/tickets/"+url.PathEscape(user), ticketToken, nil, &t)
+	return t, err
+}
+
+// do sends one request with bearer (if any) and body (if any) as JSON and
+// decodes a 2xx answer into out.
+func (c *Client) do(ctx context.Context, method, path, bearer string, body, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("waitroom client: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return httpapi.ReadProblem(resp)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
+		return fmt.Errorf("waitroom client: %s %s: decoding the answer: %w", method, path, err)
+	}
+	return nil
+}
