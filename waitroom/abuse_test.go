@@ -60,6 +60,7 @@ func newAbuseEnv(t *testing.T, limit waitroom.JoinLimitConfig) *abuseEnv {
 	}
 	cfg := waitroom.DefaultHandlerConfig()
 	cfg.AdminToken, cfg.Logger, cfg.Now, cfg.JoinLimit = adminToken, slog.New(slog.DiscardHandler), clock.Now, limit
+	cfg.AllowUnsignedUsers = true // these tests name their users; identity has its own tests
 	h, err := waitroom.NewHandler(svc, signer, cfg, nil)
 	if err != nil {
 		t.Fatalf("NewHandler: %v", err)
