@@ -56,10 +56,18 @@ type Config struct {
 	MaxReadConns int
 	// Now returns the current time; tests replace it with a fake clock.
 	Now func() time.Time
+	// GroupCommit commits the write transactions of concurrent callers
+	// together, up to MaxBatch at a time, one SAVEPOINT each (see
+	// sqlstore.Config.GroupCommit). Every caller is still answered only
+	// after the commit that holds its write.
+	GroupCommit bool
+	// MaxBatch bounds the write transactions of one group commit.
+	MaxBatch int
 }
 
 // DefaultConfig returns a configuration for an in-memory database: a 2 s
-// operation and busy timeout, 4 read connections, the wall clock.
+// operation and busy timeout, 4 read connections, the wall clock, group
+// commit in batches of up to 64.
 func DefaultConfig() Config {
 	return Config{
 		Path:         Memory,
@@ -67,6 +75,8 @@ func DefaultConfig() Config {
 		BusyTimeout:  sqlstore.DefaultOpTimeout,
 		MaxReadConns: 4,
 		Now:          time.Now,
+		GroupCommit:  true,
+		MaxBatch:     sqlstore.DefaultMaxBatch,
 	}
 }
 
@@ -91,7 +101,7 @@ func (c Config) Validate() error {
 
 // store returns the configuration of the shared store.
 func (c Config) store() sqlstore.Config {
-	return sqlstore.Config{OpTimeout: c.OpTimeout, Now: c.Now}
+	return sqlstore.Config{OpTimeout: c.OpTimeout, Now: c.Now, GroupCommit: c.GroupCommit, MaxBatch: c.MaxBatch}
 }
 
 // Store is the SQLite pay.Store.

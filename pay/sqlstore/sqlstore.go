@@ -71,14 +71,25 @@ type Config struct {
 	OpTimeout time.Duration
 	// Now returns the current time; tests replace it with a fake clock.
 	Now func() time.Time
+	// GroupCommit runs every write transaction on one writer goroutine
+	// that commits the transactions of concurrent callers together (see
+	// group.go). It suits a database with a single writer (SQLite), where
+	// writers queue anyway and each commit is a WAL append.
+	GroupCommit bool
+	// MaxBatch bounds the write transactions one group commit holds.
+	MaxBatch int
 }
 
 // DefaultOpTimeout is the default Config.OpTimeout.
 const DefaultOpTimeout = 2 * time.Second
 
-// DefaultConfig returns a 2 s operation timeout and the wall clock.
+// DefaultMaxBatch is the default Config.MaxBatch.
+const DefaultMaxBatch = 64
+
+// DefaultConfig returns a 2 s operation timeout, the wall clock and no
+// group commit (batches of up to 64 when it is turned on).
 func DefaultConfig() Config {
-	return Config{OpTimeout: DefaultOpTimeout, Now: time.Now}
+	return Config{OpTimeout: DefaultOpTimeout, Now: time.Now, MaxBatch: DefaultMaxBatch}
 }
 
 // Validate reports every invalid field; each error names its field.
@@ -90,6 +101,9 @@ func (c Config) Validate() error {
 	if c.Now == nil {
 		errs = append(errs, errors.New("sqlstore: Now: must not be nil (use time.Now)"))
 	}
+	if c.GroupCommit && c.MaxBatch < 1 {
+		errs = append(errs, fmt.Errorf("sqlstore: MaxBatch: must be at least 1 with GroupCommit, got %d", c.MaxBatch))
+	}
 	return errors.Join(errs...)
 }
 
@@ -100,6 +114,7 @@ type Store struct {
 	write  *sql.DB // write transactions
 	read   *sql.DB // reads; may be write
 	q      queries
+	gc     *committer // nil without Config.GroupCommit
 	closed atomic.Bool
 }
 
@@ -116,7 +131,11 @@ func New(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
 	if read == nil {
 		read = write
 	}
-	return &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d)}, nil
+	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d)}
+	if cfg.GroupCommit {
+		s.gc = newCommitter(write, cfg.OpTimeout, cfg.MaxBatch)
+	}
+	return s, nil
 }
 
 // errClosed is the cause of every error of a closed store.
@@ -150,6 +169,13 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 		return err
 	}
 	defer cancel()
+	if s.gc != nil {
+		err := s.gc.do(ctx, fn)
+		if errors.Is(err, errClosed) {
+			return pay.Unavailable(fmt.Errorf("%s: %w", s.d.Name(), err))
+		}
+		return s.mapErr(err)
+	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return s.mapErr(err)
@@ -218,6 +244,9 @@ func MapError(d Dialect, err error) error {
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
+	}
+	if s.gc != nil {
+		s.gc.close()
 	}
 	err := s.write.Close()
 	if s.read != s.write {
