@@ -101,7 +101,8 @@ func (c Config) Validate() error {
 
 // store returns the configuration of the shared store.
 func (c Config) store() sqlstore.Config {
-	return sqlstore.Config{OpTimeout: c.OpTimeout, Now: c.Now, GroupCommit: c.GroupCommit, MaxBatch: c.MaxBatch}
+	return sqlstore.Config{OpTimeout: c.OpTimeout, Now: c.Now, GroupCommit: c.GroupCommit, MaxBatch: c.MaxBatch,
+		PrepareStatements: true}
 }
 
 // Store is the SQLite pay.Store.
@@ -136,7 +137,10 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 		db.SetConnMaxIdleTime(0)
 		write, read = db, db
 	} else {
-		w, err := sql.Open("sqlite", dsn(cfg.Path, busy, "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(1)")+"&_txlock=immediate")
+		w, err := sql.Open("sqlite", dsn(cfg.Path, busy, "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(1)",
+			// Savepoints (group commit) journal the pages they change
+			// in a statement journal: in memory, not a temporary file.
+			"temp_store(MEMORY)")+"&_txlock=immediate")
 		if err != nil {
 			return nil, sqlstore.MapError(Dialect{}, err)
 		}

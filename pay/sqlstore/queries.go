@@ -68,7 +68,10 @@ func newQueries(d Dialect) queries {
 				request_hash = excluded.request_hash, payment_id = excluded.payment_id, state = excluded.state,
 				response_code = 0, response_body = NULL, created_at = excluded.created_at, expires_at = excluded.expires_at
 			WHERE idempotency_keys.expires_at <= excluded.created_at`,
-		completeByPayment: `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3 WHERE payment_id = $4`,
+		// Through the key (the payment's idempotency_key): the record of
+		// a key since replaced names another payment and is left alone.
+		completeByPayment: `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3
+			WHERE key = $5 AND payment_id = $4`,
 		completeByKey:     `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3 WHERE key = $4`,
 		pendingOutbox: `SELECT id, payment_id, seq, type, payload, created_at FROM outbox
 			WHERE published_at IS NULL ORDER BY id LIMIT $1`,
@@ -236,6 +239,7 @@ func (s *Store) scanPayment(row interface{ Scan(...any) error }) (pay.Payment, i
 
 // querier is what *sql.DB and *sql.Tx share.
 type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }

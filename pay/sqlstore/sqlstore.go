@@ -78,6 +78,10 @@ type Config struct {
 	GroupCommit bool
 	// MaxBatch bounds the write transactions one group commit holds.
 	MaxBatch int
+	// PrepareStatements prepares every statement once on each handle
+	// when the store is made (see prepared.go), for a driver that would
+	// otherwise compile each statement's text on every call.
+	PrepareStatements bool
 }
 
 // DefaultOpTimeout is the default Config.OpTimeout.
@@ -109,13 +113,16 @@ func (c Config) Validate() error {
 
 // Store is pay.Store over database/sql. Adapters embed it.
 type Store struct {
-	cfg    Config
-	d      Dialect
-	write  *sql.DB // write transactions
-	read   *sql.DB // reads; may be write
-	q      queries
-	gc     *committer // nil without Config.GroupCommit
-	closed atomic.Bool
+	cfg   Config
+	d     Dialect
+	write *sql.DB // write transactions
+	read  *sql.DB // reads; may be write
+	q     queries
+	gc    *committer // nil without Config.GroupCommit
+	// wst and rst are the prepared statements of write and read by
+	// text; nil without Config.PrepareStatements.
+	wst, rst map[string]*sql.Stmt
+	closed   atomic.Bool
 }
 
 // New returns a Store on write (write transactions) and read (everything
@@ -132,6 +139,14 @@ func New(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
 		read = write
 	}
 	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d)}
+	if cfg.PrepareStatements {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.OpTimeout)
+		err := s.prepare(ctx)
+		cancel()
+		if err != nil {
+			return nil, MapError(d, fmt.Errorf("prepare statements: %w", err))
+		}
+	}
 	if cfg.GroupCommit {
 		s.gc = newCommitter(write, cfg.OpTimeout, cfg.MaxBatch)
 	}
@@ -200,7 +215,7 @@ func (s *Store) readTx(ctx context.Context, fn func(ctx context.Context, tx *sql
 		return s.mapErr(err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	return s.mapErr(fn(ctx, tx))
+	return s.mapErr(fn(context.WithValue(ctx, readTxKey{}, true), tx))
 }
 
 // mapErr maps err with the store's dialect.
@@ -248,7 +263,11 @@ func (s *Store) Close() error {
 	if s.gc != nil {
 		s.gc.close()
 	}
-	err := s.write.Close()
+	err := closeStmts(s.wst)
+	if s.read != s.write {
+		err = errors.Join(err, closeStmts(s.rst))
+	}
+	err = errors.Join(err, s.write.Close())
 	if s.read != s.write {
 		err = errors.Join(err, s.read.Close())
 	}
