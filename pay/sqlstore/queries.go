@@ -72,7 +72,7 @@ func newQueries(d Dialect) queries {
 		// a key since replaced names another payment and is left alone.
 		completeByPayment: `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3
 			WHERE key = $5 AND payment_id = $4`,
-		completeByKey:     `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3 WHERE key = $4`,
+		completeByKey: `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3 WHERE key = $4`,
 		pendingOutbox: `SELECT id, payment_id, seq, type, payload, created_at FROM outbox
 			WHERE published_at IS NULL ORDER BY id LIMIT $1`,
 		deleteExpired: `DELETE FROM idempotency_keys WHERE expires_at <= $1`,
