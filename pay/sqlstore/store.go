@@ -26,6 +26,44 @@ func (s *Store) getPayment(ctx context.Context, q querier, id string, lock bool)
 	return p, seq, err
 }
 
+// lockWithHistory reads payment id with its history, locking the
+// payment row (Dialect.LockRow) for the rest of the transaction.
+func (s *Store) lockWithHistory(ctx context.Context, tx *sql.Tx, id string) (pay.Payment, int64, error) {
+	rows, err := s.query(ctx, tx, s.q.lockWithHistory, id)
+	if err != nil {
+		return pay.Payment{}, 0, err
+	}
+	defer rows.Close()
+	var (
+		p   pay.Payment
+		seq int64
+	)
+	for rows.Next() {
+		var (
+			status           string
+			from, to, reason sql.NullString
+			changeAt, next   time.Time
+		)
+		if err := rows.Scan(&p.ID, &p.MerchantID, &p.OrderID, &p.Amount, &p.Currency, &status, &p.ExternalKey, &p.IdempotencyKey,
+			&p.ManualReview, &p.ReviewReason, s.at(&p.CreatedAt), s.at(&p.UpdatedAt), &seq, s.nullAt(&next), &p.Inquiries,
+			&from, &to, &reason, s.nullAt(&changeAt)); err != nil {
+			return pay.Payment{}, 0, err
+		}
+		p.Status, p.NextInquiryAt = pay.Status(status), next
+		if from.Valid {
+			p.History = append(p.History, pay.StatusChange{
+				From: pay.Status(from.String), To: pay.Status(to.String), Reason: reason.String, At: changeAt})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return pay.Payment{}, 0, err
+	}
+	if p.ID == "" {
+		return p, 0, fmt.Errorf("payment %q: %w", id, pay.ErrNotFound)
+	}
+	return p, seq, nil
+}
+
 func (s *Store) history(ctx context.Context, q querier, id string) ([]pay.StatusChange, error) {
 	rows, err := s.query(ctx, q, s.q.history, id)
 	if err != nil {
@@ -209,7 +247,7 @@ func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, 
 		// The row lock (or the database-wide write lock) makes the read
 		// and the update below one compare-and-set, and serialises the
 		// payment's outbox sequence.
-		cur, seq, err := s.getPayment(ctx, tx, id, true)
+		cur, seq, err := s.lockWithHistory(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -239,9 +277,9 @@ func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, 
 				return err
 			}
 		}
-		if cur.History, err = s.history(ctx, tx, id); err != nil {
-			return err
-		}
+		// The new entry has the highest id of the payment's history: the
+		// lock held since the read above lets no other change in.
+		cur.History = append(cur.History, pay.StatusChange{From: from, To: to, Reason: reason, At: now})
 		p = cur
 		return nil
 	})
