@@ -12,6 +12,17 @@
 // row lock is needed. Reads use a separate pool of read-only connections
 // (WAL lets them run beside the writer). The path ":memory:" opens a
 // private in-memory database on a single connection, for tests.
+//
+// By default (Config.GroupCommit) one writer goroutine runs the write
+// transactions of concurrent callers in one BEGIN IMMEDIATE ... COMMIT,
+// each in its own SAVEPOINT, and answers each caller after that COMMIT:
+// one WAL append and one commit for a batch instead of one each, and a
+// failing write rolled back alone. Every statement is prepared once
+// (sqlstore.Config.PrepareStatements): modernc.org/sqlite would otherwise
+// compile its text on every call. Durability is what WAL with synchronous
+// NORMAL gives, batched or not: a commit survives the process crashing
+// (it is in the WAL file when COMMIT returns), and is fsynced at the next
+// checkpoint, so a power loss may lose the last commits.
 package sqlite
 
 import (
