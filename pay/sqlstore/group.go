@@ -24,6 +24,16 @@ import (
 // units are run again one transaction each, so that every caller gets its
 // own outcome; none of them has been answered yet.
 
+// unitCtx is the context a unit's statements run under: the batch's
+// values without its deadline. BEGIN IMMEDIATE, the only statement that
+// waits for another process (for the write lock, up to the busy
+// timeout), and COMMIT keep the deadline; once the lock is held the
+// statements wait for nothing, and a context that can be done costs
+// modernc.org/sqlite a goroutine per statement, to interrupt it. The
+// batch's deadline still ends the transaction: database/sql rolls it back
+// when it passes.
+func unitCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
 // Unit states.
 const (
 	unitQueued int32 = iota
@@ -152,7 +162,7 @@ func (c *committer) solo(u *unit) error {
 	if err != nil {
 		return err
 	}
-	if err := u.fn(ctx, tx); err != nil {
+	if err := u.fn(unitCtx(ctx), tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -174,21 +184,22 @@ func (c *committer) group(units []*unit) bool {
 		return true
 	}
 	errs := make([]error, len(units))
+	uctx := unitCtx(ctx)
 	for i, u := range units {
-		if _, err := tx.ExecContext(ctx, `SAVEPOINT unit`); err != nil {
+		if _, err := tx.ExecContext(uctx, `SAVEPOINT unit`); err != nil {
 			_ = tx.Rollback()
 			return false
 		}
-		if errs[i] = u.fn(ctx, tx); errs[i] != nil {
+		if errs[i] = u.fn(uctx, tx); errs[i] != nil {
 			// A failed statement may have ended the whole transaction
 			// (SQLite does on I/O errors, SQLITE_FULL, an interrupt): the
 			// savepoint is then gone and the batch falls back.
-			if _, err := tx.ExecContext(ctx, `ROLLBACK TO unit`); err != nil {
+			if _, err := tx.ExecContext(uctx, `ROLLBACK TO unit`); err != nil {
 				_ = tx.Rollback()
 				return false
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `RELEASE unit`); err != nil {
+		if _, err := tx.ExecContext(uctx, `RELEASE unit`); err != nil {
 			_ = tx.Rollback()
 			return false
 		}
