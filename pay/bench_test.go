@@ -12,9 +12,11 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,17 +36,15 @@ import (
 // clash with the helpers of the package's other test files. It reuses
 // adminToken and payment from service_test.go.
 
-const (
-	// benchClients is how many clients send at once, in both
-	// measurements.
-	benchClients = 16
-	// benchChunk is the items of one measurement chunk, for payments and
-	// bare transactions alike.
-	benchChunk = 500
-	// benchWarmup is the items each side runs before the timer starts
-	// (connections opened, statements and pages warm).
-	benchWarmup = 4 * benchClients
-)
+// benchClientCounts are the client counts of the scaling curves: each
+// sub-benchmark clients=N sends N requests at once, in both measurements.
+var benchClientCounts = []int{1, 4, 16, 64}
+
+// benchChunkOf returns the items of one measurement chunk at clients
+// clients, for payments and bare transactions alike: 500, or 125 per
+// client below 4 clients (one client is slow, and the count is large
+// enough for its p99).
+func benchChunkOf(clients int) int { return 125 * min(clients, 4) }
 
 // benchBare runs one bare transaction for item id: insert a row, update
 // it, commit.
@@ -60,50 +60,102 @@ type benchBare func(ctx context.Context, id string) error
 // payment costs at the least (a payment is two write transactions:
 // CreatePending, then Transition). Each iteration runs one chunk of each,
 // alternating which goes first, so that drift weighs on both alike.
-// Metrics: payments/s, bare-tx/s, and x-bare = payments/s ÷ bare-tx/s.
+// Metrics: payments/s, bare-tx/s, x-bare = payments/s ÷ bare-tx/s, and
+// p99-ms, the 99th percentile of a payment's latency as its client saw it.
+// Sub-benchmarks: sqlite/clients=N and postgres/clients=N for N in 1, 4,
+// 16, 64 (the scaling curves that cmd/benchchart draws).
 //
-// The postgres sub-benchmark needs STAMPEDE_POSTGRES_URL and works in a
+// The postgres sub-benchmarks need STAMPEDE_POSTGRES_URL and work in a
 // fresh schema stampede_bench_<random>, dropped at the end.
 func BenchmarkPaymentsHTTP(b *testing.B) {
-	b.Run("sqlite", func(b *testing.B) {
-		path := filepath.Join(b.TempDir(), "pay.db")
-		store, err := sqlite.Open(path)
-		if err != nil {
-			b.Fatalf("sqlite.Open: %v", err)
-		}
-		b.Cleanup(func() { store.Close() })
-		benchPaymentsVsBare(b, store, benchSQLiteBare(b, path))
-	})
-	b.Run("postgres", func(b *testing.B) {
-		dbURL := testenv.URL(b, testenv.PostgresURL)
-		schema := benchSchema(b, dbURL)
-		cfg := postgres.DefaultConfig()
-		cfg.URL, cfg.Schema = dbURL, schema
-		store, err := postgres.OpenConfig(context.Background(), cfg)
-		if err != nil {
-			b.Fatalf("postgres.OpenConfig: %v", err)
-		}
-		b.Cleanup(func() { store.Close() })
-		benchPaymentsVsBare(b, store, benchPostgresBare(b, dbURL, schema, cfg.MaxConns))
-	})
+	for _, clients := range benchClientCounts {
+		b.Run(fmt.Sprintf("sqlite/clients=%d", clients), func(b *testing.B) {
+			benchSQLite(b, sqlite.DefaultConfig(), clients)
+		})
+	}
+	for _, clients := range benchClientCounts {
+		b.Run(fmt.Sprintf("postgres/clients=%d", clients), func(b *testing.B) {
+			benchPostgres(b, postgres.DefaultConfig(), clients)
+		})
+	}
 }
 
-// benchPaymentsVsBare runs the measurement on store, with bare as the
-// baseline on the same database.
-func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare) {
+// BenchmarkPaymentsPostgresPool measures BenchmarkPaymentsHTTP's
+// PostgreSQL payments against the size of the store's connection pool
+// (postgres.Config.MaxConns; the bare baseline gets the same pool), at 16
+// and 64 clients. synchronous_commit stays at the server's default, on:
+// every commit waits for its WAL flush.
+func BenchmarkPaymentsPostgresPool(b *testing.B) {
+	for _, clients := range []int{16, 64} {
+		for _, pool := range []int{2, 4, 10, 32} {
+			b.Run(fmt.Sprintf("clients=%d/pool=%d", clients, pool), func(b *testing.B) {
+				cfg := postgres.DefaultConfig()
+				cfg.MaxConns = pool
+				benchPostgres(b, cfg, clients)
+			})
+		}
+	}
+}
+
+// BenchmarkPaymentsSQLiteGroupCommit compares SQLite with and without
+// group commit (sqlite.Config.GroupCommit) at 16 and 64 clients.
+func BenchmarkPaymentsSQLiteGroupCommit(b *testing.B) {
+	for _, clients := range []int{16, 64} {
+		for _, group := range []bool{false, true} {
+			b.Run(fmt.Sprintf("clients=%d/group=%t", clients, group), func(b *testing.B) {
+				cfg := sqlite.DefaultConfig()
+				cfg.GroupCommit = group
+				benchSQLite(b, cfg, clients)
+			})
+		}
+	}
+}
+
+// benchSQLite runs the measurement on a fresh SQLite file opened with cfg
+// (its Path replaced).
+func benchSQLite(b *testing.B, cfg sqlite.Config, clients int) {
+	path := filepath.Join(b.TempDir(), "pay.db")
+	cfg.Path = path
+	store, err := sqlite.OpenConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatalf("sqlite.OpenConfig: %v", err)
+	}
+	b.Cleanup(func() { store.Close() })
+	benchPaymentsVsBare(b, store, benchSQLiteBare(b, path), clients)
+}
+
+// benchPostgres runs the measurement in a fresh schema with cfg (its URL
+// and Schema replaced).
+func benchPostgres(b *testing.B, cfg postgres.Config, clients int) {
+	dbURL := testenv.URL(b, testenv.PostgresURL)
+	schema := benchSchema(b, dbURL)
+	cfg.URL, cfg.Schema = dbURL, schema
+	store, err := postgres.OpenConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatalf("postgres.OpenConfig: %v", err)
+	}
+	b.Cleanup(func() { store.Close() })
+	benchPaymentsVsBare(b, store, benchPostgresBare(b, dbURL, schema, cfg.MaxConns), clients)
+}
+
+// benchPaymentsVsBare runs the measurement on store with clients clients,
+// with bare as the baseline on the same database.
+func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare, clients int) {
 	b.Helper()
 	ctx := context.Background()
+	chunk, warmup := benchChunkOf(clients), 4*clients
 
 	// Idle connections for every client: the default transport keeps 2
 	// per host, and 16 clients would then open and close a connection
 	// for most requests, measuring TCP set-up and filling TIME_WAIT.
-	tr := &http.Transport{MaxIdleConns: 4 * benchClients, MaxIdleConnsPerHost: 2 * benchClients, IdleConnTimeout: time.Minute}
+	tr := &http.Transport{MaxIdleConns: 4 * clients, MaxIdleConnsPerHost: 2 * clients, IdleConnTimeout: time.Minute}
 	b.Cleanup(tr.CloseIdleConnections)
 	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 
 	// The institution: NORMAL mode (DefaultBehavior) answers at once.
 	icfg := institution.DefaultConfig()
 	icfg.AdminToken = adminToken
+	icfg.Logger = slog.New(slog.DiscardHandler) // no request log in the timed loop
 	isrv, err := institution.NewServer(icfg)
 	if err != nil {
 		b.Fatalf("institution.NewServer: %v", err)
@@ -134,8 +186,14 @@ func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare) {
 
 	run := fmt.Sprintf("%016x", rand.Uint64()) // unique across runs on one database
 	mid, apiKey := addMerchant(b, store, "")   // a merchant of this run
-	var seq atomic.Int64
+	var (
+		seq       atomic.Int64
+		latMu     sync.Mutex
+		latencies []time.Duration // of the timed payments
+		timed     atomic.Bool
+	)
 	postOne := func() error {
+		start := time.Now()
 		n := seq.Add(1)
 		key := fmt.Sprintf("bench-%s-%d", run, n)
 		req, err := http.NewRequest(http.MethodPost, api.URL+"/v1/payments", strings.NewReader(paymentOf(mid, "order-"+key, 1000+n%9000)))
@@ -160,6 +218,12 @@ func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare) {
 		if res.StatusCode != http.StatusCreated || json.Unmarshal(body, &got) != nil || got.Status != string(pay.StatusApproved) {
 			return fmt.Errorf("POST %s = %d %s, want 201 APPROVED", key, res.StatusCode, body)
 		}
+		if timed.Load() {
+			took := time.Since(start)
+			latMu.Lock()
+			latencies = append(latencies, took)
+			latMu.Unlock()
+		}
 		return nil
 	}
 	bareOne := func() error {
@@ -170,26 +234,29 @@ func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare) {
 		return nil
 	}
 
-	if _, err := benchRun(benchWarmup, postOne); err != nil {
+	if _, err := benchRun(warmup, clients, postOne); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := benchRun(benchWarmup, bareOne); err != nil {
+	if _, err := benchRun(warmup, clients, bareOne); err != nil {
 		b.Fatal(err)
 	}
+	timed.Store(true)
 
-	var payTime, bareTime time.Duration
+	var payTime, bareTime, payCPU, bareCPU time.Duration
 	var pays, bares int
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		phases := []func() error{
 			func() error {
-				d, err := benchRun(benchChunk, postOne)
-				payTime, pays = payTime+d, pays+benchChunk
+				cpu0 := benchProcessCPU()
+				d, err := benchRun(chunk, clients, postOne)
+				payTime, pays, payCPU = payTime+d, pays+chunk, payCPU+benchProcessCPU()-cpu0
 				return err
 			},
 			func() error {
-				d, err := benchRun(benchChunk, bareOne)
-				bareTime, bares = bareTime+d, bares+benchChunk
+				cpu0 := benchProcessCPU()
+				d, err := benchRun(chunk, clients, bareOne)
+				bareTime, bares, bareCPU = bareTime+d, bares+chunk, bareCPU+benchProcessCPU()-cpu0
 				return err
 			},
 		}
@@ -208,11 +275,34 @@ func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare) {
 	b.ReportMetric(paysPerS, "payments/s")
 	b.ReportMetric(baresPerS, "bare-tx/s")
 	b.ReportMetric(paysPerS/baresPerS, "x-bare")
+	// CPU time of this process (clients, API, institution and, for
+	// SQLite, the database) per item; a PostgreSQL server's is not in it.
+	b.ReportMetric(float64(payCPU.Microseconds())/float64(pays), "cpu-us/payment")
+	b.ReportMetric(float64(bareCPU.Microseconds())/float64(bares), "cpu-us/bare-tx")
+	// What the CPU alone allows: the bare transaction's CPU over the
+	// payment's, x-bare's value on a machine that only this process keeps
+	// busy (SQLite; PostgreSQL's server CPU is not counted).
+	b.ReportMetric((float64(bareCPU)/float64(bares))/(float64(payCPU)/float64(pays)), "cpu-x-bare")
+	slices.Sort(latencies)
+	if len(latencies) > 0 {
+		p99 := latencies[min(len(latencies)-1, len(latencies)*99/100)]
+		b.ReportMetric(float64(p99)/float64(time.Millisecond), "p99-ms")
+	}
 }
 
-// benchRun runs n operations on benchClients goroutines and returns how
-// long they took; the first error stops the run.
-func benchRun(n int, op func() error) (time.Duration, error) {
+// benchProcessCPU returns the CPU time (user and system, every thread)
+// this process has used so far.
+func benchProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchRun runs n operations on clients goroutines and returns how long
+// they took; the first error stops the run.
+func benchRun(n, clients int, op func() error) (time.Duration, error) {
 	var (
 		next    atomic.Int64
 		errOnce sync.Once
@@ -221,7 +311,7 @@ func benchRun(n int, op func() error) (time.Duration, error) {
 		wg      sync.WaitGroup
 	)
 	start := time.Now()
-	for range benchClients {
+	for range clients {
 		wg.Go(func() {
 			for !failed.Load() {
 				if next.Add(1) > int64(n) {

@@ -73,6 +73,8 @@ func run(t *testing.T, newStore func(t *testing.T) pay.Store, parallel bool) {
 		{"TextIsPrintableUTF8", testText},
 		{"Merchants", testMerchants},
 		{"WebhookDeliveriesInPaymentOrder", testDeliveries},
+		{"ConcurrentWritersAllCommit", testConcurrentWriters},
+		{"FailingWriterFailsAlone", testFailingWriterAlone},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,6 +13,12 @@
 // key waits on the key's row (INSERT ... ON CONFLICT) and then sees the
 // winner's record. Get reads at REPEATABLE READ: the payment and its
 // history from one snapshot.
+//
+// Commits are durable when they return: the store leaves
+// synchronous_commit at the server's setting (on), so each of a payment's
+// two commits waits for its WAL flush. Config.MaxConns sizes the pool;
+// BenchmarkPaymentsPostgresPool (package pay) measures it against
+// throughput.
 package postgres
 
 import (

@@ -60,7 +60,7 @@ func (s *Store) CreateMerchant(ctx context.Context, m pay.Merchant) error {
 		m.CreatedAt = s.cfg.Now()
 	}
 	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, s.q.insertMerchant, m.ID, m.Name, m.KeyHash, m.WebhookURL, m.WebhookSecret,
+		_, err := s.exec(ctx, tx, s.q.insertMerchant, m.ID, m.Name, m.KeyHash, m.WebhookURL, m.WebhookSecret,
 			s.d.EncodeTime(pay.StoreTime(m.CreatedAt)))
 		return err
 	})
@@ -70,7 +70,7 @@ func (s *Store) CreateMerchant(ctx context.Context, m pay.Merchant) error {
 func (s *Store) Merchants(ctx context.Context) ([]pay.Merchant, error) {
 	out := []pay.Merchant{}
 	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
-		rows, err := db.QueryContext(ctx, s.q.listMerchants)
+		rows, err := s.query(ctx, db, s.q.listMerchants)
 		if err != nil {
 			return err
 		}
@@ -95,7 +95,7 @@ func (s *Store) Merchant(ctx context.Context, id string) (pay.Merchant, error) {
 	var m pay.Merchant
 	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
 		var err error
-		m, err = s.scanMerchant(db.QueryRowContext(ctx, s.q.getMerchant, id))
+		m, err = s.scanMerchant(s.queryRow(ctx, db, s.q.getMerchant, id))
 		if errors.Is(err, pay.ErrNotFound) {
 			err = fmt.Errorf("merchant %q: %w", id, pay.ErrNotFound)
 		}
@@ -109,7 +109,7 @@ func (s *Store) MerchantByKeyHash(ctx context.Context, hash string) (pay.Merchan
 	var m pay.Merchant
 	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
 		var err error
-		m, err = s.scanMerchant(db.QueryRowContext(ctx, s.q.merchantByKey, hash))
+		m, err = s.scanMerchant(s.queryRow(ctx, db, s.q.merchantByKey, hash))
 		return err
 	})
 	return m, err
@@ -118,14 +118,14 @@ func (s *Store) MerchantByKeyHash(ctx context.Context, hash string) (pay.Merchan
 // RevokeMerchant implements pay.MerchantStore.
 func (s *Store) RevokeMerchant(ctx context.Context, id string, at time.Time) error {
 	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q.revokeMerchant, s.d.EncodeTime(pay.StoreTime(at)), id)
+		res, err := s.exec(ctx, tx, s.q.revokeMerchant, s.d.EncodeTime(pay.StoreTime(at)), id)
 		if err != nil {
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n > 0 {
 			return err
 		}
-		_, err = s.scanMerchant(tx.QueryRowContext(ctx, s.q.getMerchant, id))
+		_, err = s.scanMerchant(s.queryRow(ctx, tx, s.q.getMerchant, id))
 		if errors.Is(err, pay.ErrNotFound) {
 			err = fmt.Errorf("merchant %q: %w", id, pay.ErrNotFound)
 		}
@@ -146,7 +146,7 @@ func (s *Store) SetWebhook(ctx context.Context, id, url, secret string) error {
 		secret = ""
 	}
 	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q.setWebhook, url, secret, id)
+		res, err := s.exec(ctx, tx, s.q.setWebhook, url, secret, id)
 		if err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ const idemCols = `key, request_hash, payment_id, state, response_code, response_
 // rebound for the dialect when the store is made.
 type queries struct {
 	getPayment, lockPayment, history, listByStatus, list  string
+	lockWithHistory                                       string
 	insertPayment, updateStatus, flagReview               string
 	insertHistory, insertOutbox                           string
 	getIdem, upsertIdem, completeByPayment, completeByKey string
@@ -48,9 +49,15 @@ const liveStatuses = `('PENDING', 'UNKNOWN', 'APPROVED')`
 func newQueries(d Dialect) queries {
 	get := `SELECT ` + paymentCols + ` FROM payments WHERE id = $1`
 	q := queries{
-		getPayment:   get,
-		lockPayment:  get + d.LockRow(),
-		history:      `SELECT from_status, to_status, reason, at FROM payment_history WHERE payment_id = $1 ORDER BY id`,
+		getPayment:  get,
+		lockPayment: get + d.LockRow(),
+		history:     `SELECT from_status, to_status, reason, at FROM payment_history WHERE payment_id = $1 ORDER BY id`,
+		// A status change reads the payment, locked, and its history in
+		// one statement; the lock is the payment row's only. (A payment
+		// written before the history existed may have none: NULLs.)
+		lockWithHistory: `SELECT ` + prefixed("p.", paymentCols) + `, h.from_status, h.to_status, h.reason, h.at
+			FROM payments p LEFT JOIN payment_history h ON h.payment_id = p.id
+			WHERE p.id = $1 ORDER BY h.id` + lockOf(d, "p"),
 		listByStatus: `SELECT ` + paymentCols + ` FROM payments WHERE status = $1 ORDER BY created_at, id LIMIT $2`,
 		list:         `SELECT ` + paymentCols + ` FROM payments WHERE id > $1 ORDER BY id LIMIT $2`,
 		insertPayment: `INSERT INTO payments (` + paymentCols + `)
@@ -68,8 +75,11 @@ func newQueries(d Dialect) queries {
 				request_hash = excluded.request_hash, payment_id = excluded.payment_id, state = excluded.state,
 				response_code = 0, response_body = NULL, created_at = excluded.created_at, expires_at = excluded.expires_at
 			WHERE idempotency_keys.expires_at <= excluded.created_at`,
-		completeByPayment: `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3 WHERE payment_id = $4`,
-		completeByKey:     `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3 WHERE key = $4`,
+		// Through the key (the payment's idempotency_key): the record of
+		// a key since replaced names another payment and is left alone.
+		completeByPayment: `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3
+			WHERE key = $5 AND payment_id = $4`,
+		completeByKey: `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3 WHERE key = $4`,
 		pendingOutbox: `SELECT id, payment_id, seq, type, payload, created_at FROM outbox
 			WHERE published_at IS NULL ORDER BY id LIMIT $1`,
 		deleteExpired: `DELETE FROM idempotency_keys WHERE expires_at <= $1`,
@@ -127,7 +137,7 @@ func newQueries(d Dialect) queries {
 		oldestUnpublished: `SELECT created_at FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT 1`,
 	}
 	for _, p := range []*string{
-		&q.getPayment, &q.lockPayment, &q.history, &q.listByStatus, &q.list,
+		&q.getPayment, &q.lockPayment, &q.history, &q.lockWithHistory, &q.listByStatus, &q.list,
 		&q.insertPayment, &q.updateStatus, &q.flagReview, &q.insertHistory, &q.insertOutbox,
 		&q.getIdem, &q.upsertIdem, &q.completeByPayment, &q.completeByKey, &q.pendingOutbox, &q.deleteExpired,
 		&q.liveOrder, &q.insertMerchant, &q.listMerchants, &q.getMerchant, &q.merchantByKey, &q.revokeMerchant, &q.setWebhook,
@@ -157,6 +167,15 @@ func claimLock(d Dialect) string {
 		return ""
 	}
 	return d.LockRow() + " SKIP LOCKED"
+}
+
+// lockOf is the dialect's row lock restricted to the rows of table alias
+// (" FOR UPDATE OF p"), or nothing where the dialect needs no row lock.
+func lockOf(d Dialect, alias string) string {
+	if d.LockRow() == "" {
+		return ""
+	}
+	return d.LockRow() + " OF " + alias
 }
 
 // markPublished returns the statement that marks n outbox rows published:
@@ -236,6 +255,7 @@ func (s *Store) scanPayment(row interface{ Scan(...any) error }) (pay.Payment, i
 
 // querier is what *sql.DB and *sql.Tx share.
 type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }

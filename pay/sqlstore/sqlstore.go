@@ -71,14 +71,29 @@ type Config struct {
 	OpTimeout time.Duration
 	// Now returns the current time; tests replace it with a fake clock.
 	Now func() time.Time
+	// GroupCommit runs every write transaction on one writer goroutine
+	// that commits the transactions of concurrent callers together (see
+	// group.go). It suits a database with a single writer (SQLite), where
+	// writers queue anyway and each commit is a WAL append.
+	GroupCommit bool
+	// MaxBatch bounds the write transactions one group commit holds.
+	MaxBatch int
+	// PrepareStatements prepares every statement once on each handle
+	// when the store is made (see prepared.go), for a driver that would
+	// otherwise compile each statement's text on every call.
+	PrepareStatements bool
 }
 
 // DefaultOpTimeout is the default Config.OpTimeout.
 const DefaultOpTimeout = 2 * time.Second
 
-// DefaultConfig returns a 2 s operation timeout and the wall clock.
+// DefaultMaxBatch is the default Config.MaxBatch.
+const DefaultMaxBatch = 64
+
+// DefaultConfig returns a 2 s operation timeout, the wall clock and no
+// group commit (batches of up to 64 when it is turned on).
 func DefaultConfig() Config {
-	return Config{OpTimeout: DefaultOpTimeout, Now: time.Now}
+	return Config{OpTimeout: DefaultOpTimeout, Now: time.Now, MaxBatch: DefaultMaxBatch}
 }
 
 // Validate reports every invalid field; each error names its field.
@@ -90,17 +105,24 @@ func (c Config) Validate() error {
 	if c.Now == nil {
 		errs = append(errs, errors.New("sqlstore: Now: must not be nil (use time.Now)"))
 	}
+	if c.GroupCommit && c.MaxBatch < 1 {
+		errs = append(errs, fmt.Errorf("sqlstore: MaxBatch: must be at least 1 with GroupCommit, got %d", c.MaxBatch))
+	}
 	return errors.Join(errs...)
 }
 
 // Store is pay.Store over database/sql. Adapters embed it.
 type Store struct {
-	cfg    Config
-	d      Dialect
-	write  *sql.DB // write transactions
-	read   *sql.DB // reads; may be write
-	q      queries
-	closed atomic.Bool
+	cfg   Config
+	d     Dialect
+	write *sql.DB // write transactions
+	read  *sql.DB // reads; may be write
+	q     queries
+	gc    *committer // nil without Config.GroupCommit
+	// wst and rst are the prepared statements of write and read by
+	// text; nil without Config.PrepareStatements.
+	wst, rst map[string]*sql.Stmt
+	closed   atomic.Bool
 }
 
 // New returns a Store on write (write transactions) and read (everything
@@ -116,7 +138,19 @@ func New(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
 	if read == nil {
 		read = write
 	}
-	return &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d)}, nil
+	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d)}
+	if cfg.PrepareStatements {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.OpTimeout)
+		err := s.prepare(ctx)
+		cancel()
+		if err != nil {
+			return nil, MapError(d, fmt.Errorf("prepare statements: %w", err))
+		}
+	}
+	if cfg.GroupCommit {
+		s.gc = newCommitter(write, cfg.OpTimeout, cfg.MaxBatch)
+	}
+	return s, nil
 }
 
 // errClosed is the cause of every error of a closed store.
@@ -150,6 +184,13 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 		return err
 	}
 	defer cancel()
+	if s.gc != nil {
+		err := s.gc.do(ctx, fn)
+		if errors.Is(err, errClosed) {
+			return pay.Unavailable(fmt.Errorf("%s: %w", s.d.Name(), err))
+		}
+		return s.mapErr(err)
+	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return s.mapErr(err)
@@ -174,7 +215,7 @@ func (s *Store) readTx(ctx context.Context, fn func(ctx context.Context, tx *sql
 		return s.mapErr(err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	return s.mapErr(fn(ctx, tx))
+	return s.mapErr(fn(context.WithValue(ctx, readTxKey{}, true), tx))
 }
 
 // mapErr maps err with the store's dialect.
@@ -219,7 +260,14 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	err := s.write.Close()
+	if s.gc != nil {
+		s.gc.close()
+	}
+	err := closeStmts(s.wst)
+	if s.read != s.write {
+		err = errors.Join(err, closeStmts(s.rst))
+	}
+	err = errors.Join(err, s.write.Close())
 	if s.read != s.write {
 		err = errors.Join(err, s.read.Close())
 	}

@@ -19,15 +19,53 @@ func (s *Store) getPayment(ctx context.Context, q querier, id string, lock bool)
 	if lock {
 		query = s.q.lockPayment
 	}
-	p, seq, err := s.scanPayment(q.QueryRowContext(ctx, query, id))
+	p, seq, err := s.scanPayment(s.queryRow(ctx, q, query, id))
 	if errors.Is(err, pay.ErrNotFound) {
 		return p, 0, fmt.Errorf("payment %q: %w", id, pay.ErrNotFound)
 	}
 	return p, seq, err
 }
 
+// lockWithHistory reads payment id with its history, locking the
+// payment row (Dialect.LockRow) for the rest of the transaction.
+func (s *Store) lockWithHistory(ctx context.Context, tx *sql.Tx, id string) (pay.Payment, int64, error) {
+	rows, err := s.query(ctx, tx, s.q.lockWithHistory, id)
+	if err != nil {
+		return pay.Payment{}, 0, err
+	}
+	defer rows.Close()
+	var (
+		p   pay.Payment
+		seq int64
+	)
+	for rows.Next() {
+		var (
+			status           string
+			from, to, reason sql.NullString
+			changeAt, next   time.Time
+		)
+		if err := rows.Scan(&p.ID, &p.MerchantID, &p.OrderID, &p.Amount, &p.Currency, &status, &p.ExternalKey, &p.IdempotencyKey,
+			&p.ManualReview, &p.ReviewReason, s.at(&p.CreatedAt), s.at(&p.UpdatedAt), &seq, s.nullAt(&next), &p.Inquiries,
+			&from, &to, &reason, s.nullAt(&changeAt)); err != nil {
+			return pay.Payment{}, 0, err
+		}
+		p.Status, p.NextInquiryAt = pay.Status(status), next
+		if from.Valid {
+			p.History = append(p.History, pay.StatusChange{
+				From: pay.Status(from.String), To: pay.Status(to.String), Reason: reason.String, At: changeAt})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return pay.Payment{}, 0, err
+	}
+	if p.ID == "" {
+		return p, 0, fmt.Errorf("payment %q: %w", id, pay.ErrNotFound)
+	}
+	return p, seq, nil
+}
+
 func (s *Store) history(ctx context.Context, q querier, id string) ([]pay.StatusChange, error) {
-	rows, err := q.QueryContext(ctx, s.q.history, id)
+	rows, err := s.query(ctx, q, s.q.history, id)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +86,7 @@ func (s *Store) history(ctx context.Context, q querier, id string) ([]pay.Status
 }
 
 func (s *Store) listPayments(ctx context.Context, q querier, query string, args ...any) ([]pay.Payment, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+	rows, err := s.query(ctx, q, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -65,18 +103,18 @@ func (s *Store) listPayments(ctx context.Context, q querier, query string, args 
 }
 
 func (s *Store) insertHistory(ctx context.Context, tx *sql.Tx, id string, c pay.StatusChange) error {
-	_, err := tx.ExecContext(ctx, s.q.insertHistory, id, string(c.From), string(c.To), c.Reason, s.d.EncodeTime(c.At))
+	_, err := s.exec(ctx, tx, s.q.insertHistory, id, string(c.From), string(c.To), c.Reason, s.d.EncodeTime(c.At))
 	return err
 }
 
 // insertOutbox writes outbox row e of a payment of merchantID and, in the
 // same transaction, its webhook delivery when the merchant has a webhook.
 func (s *Store) insertOutbox(ctx context.Context, tx *sql.Tx, merchantID string, e pay.OutboxEvent) error {
-	if _, err := tx.ExecContext(ctx, s.q.insertOutbox, e.PaymentID, e.Seq, e.Type, string(e.Payload), s.d.EncodeTime(e.CreatedAt)); err != nil {
+	if _, err := s.exec(ctx, tx, s.q.insertOutbox, e.PaymentID, e.Seq, e.Type, string(e.Payload), s.d.EncodeTime(e.CreatedAt)); err != nil {
 		return err
 	}
 	d := pay.NewDelivery(e, merchantID)
-	_, err := tx.ExecContext(ctx, s.q.insertDelivery, d.ID, d.PaymentID, d.Seq, d.Type, string(d.Body), s.d.EncodeTime(d.CreatedAt), merchantID)
+	_, err := s.exec(ctx, tx, s.q.insertDelivery, d.ID, d.PaymentID, d.Seq, d.Type, string(d.Body), s.d.EncodeTime(d.CreatedAt), merchantID)
 	return err
 }
 
@@ -84,7 +122,7 @@ func (s *Store) insertOutbox(ctx context.Context, tx *sql.Tx, merchantID string,
 // APPROVED payment, or "" if it has none.
 func (s *Store) liveOrder(ctx context.Context, q querier, merchantID, orderID string) (string, error) {
 	var id string
-	err := q.QueryRowContext(ctx, s.q.liveOrder, merchantID, orderID).Scan(&id)
+	err := s.queryRow(ctx, q, s.q.liveOrder, merchantID, orderID).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
@@ -96,7 +134,7 @@ func (s *Store) getIdempotency(ctx context.Context, q querier, key string) (pay.
 		r     pay.IdempotencyRecord
 		state string
 	)
-	err := q.QueryRowContext(ctx, s.q.getIdem, key).
+	err := s.queryRow(ctx, q, s.q.getIdem, key).
 		Scan(&r.Key, &r.RequestHash, &r.PaymentID, &state, &r.ResponseCode, &r.ResponseBody, s.at(&r.CreatedAt), s.at(&r.ExpiresAt))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("idempotency key %q: %w", key, pay.ErrNotFound)
@@ -133,7 +171,7 @@ func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.Idemp
 		// concurrent insert of the same key waits for the other
 		// transaction (PostgreSQL: on the key's row; SQLite: on the write
 		// lock) and then finds its row; an expired record is replaced.
-		res, err := tx.ExecContext(ctx, s.q.upsertIdem, idem.Key, idem.RequestHash, idem.PaymentID, string(idem.State),
+		res, err := s.exec(ctx, tx, s.q.upsertIdem, idem.Key, idem.RequestHash, idem.PaymentID, string(idem.State),
 			s.d.EncodeTime(idem.CreatedAt), s.d.EncodeTime(idem.ExpiresAt))
 		if err != nil {
 			return err
@@ -156,7 +194,7 @@ func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.Idemp
 			}
 			return &pay.OrderExistsError{PaymentID: id}
 		}
-		if _, err := tx.ExecContext(ctx, s.q.insertPayment,
+		if _, err := s.exec(ctx, tx, s.q.insertPayment,
 			p.ID, p.MerchantID, p.OrderID, p.Amount, p.Currency, string(p.Status), p.ExternalKey, p.IdempotencyKey,
 			p.ManualReview, p.ReviewReason, s.d.EncodeTime(p.CreatedAt), s.d.EncodeTime(p.UpdatedAt),
 			s.encodeNullTime(p.NextInquiryAt)); err != nil {
@@ -209,7 +247,7 @@ func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, 
 		// The row lock (or the database-wide write lock) makes the read
 		// and the update below one compare-and-set, and serialises the
 		// payment's outbox sequence.
-		cur, seq, err := s.getPayment(ctx, tx, id, true)
+		cur, seq, err := s.lockWithHistory(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -222,7 +260,7 @@ func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, 
 		if to == pay.StatusUnknown {
 			next = now
 		}
-		if _, err := tx.ExecContext(ctx, s.q.updateStatus, string(to), s.d.EncodeTime(now), seq, id, s.encodeNullTime(next)); err != nil {
+		if _, err := s.exec(ctx, tx, s.q.updateStatus, string(to), s.d.EncodeTime(now), seq, id, s.encodeNullTime(next)); err != nil {
 			return err
 		}
 		cur.NextInquiryAt = next
@@ -234,14 +272,14 @@ func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, 
 			return err
 		}
 		if resp != nil {
-			if _, err := tx.ExecContext(ctx, s.q.completeByPayment,
-				string(pay.IdempotencyCompleted), resp.Code, nonNil(resp.Body), id); err != nil {
+			if _, err := s.exec(ctx, tx, s.q.completeByPayment,
+				string(pay.IdempotencyCompleted), resp.Code, nonNil(resp.Body), id, cur.IdempotencyKey); err != nil {
 				return err
 			}
 		}
-		if cur.History, err = s.history(ctx, tx, id); err != nil {
-			return err
-		}
+		// The new entry has the highest id of the payment's history: the
+		// lock held since the read above lets no other change in.
+		cur.History = append(cur.History, pay.StatusChange{From: from, To: to, Reason: reason, At: now})
 		p = cur
 		return nil
 	})
@@ -257,7 +295,7 @@ func (s *Store) CompleteIdempotency(ctx context.Context, key string, resp pay.St
 		return err
 	}
 	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q.completeByKey, string(pay.IdempotencyCompleted), resp.Code, nonNil(resp.Body), key)
+		res, err := s.exec(ctx, tx, s.q.completeByKey, string(pay.IdempotencyCompleted), resp.Code, nonNil(resp.Body), key)
 		if err != nil {
 			return err
 		}
@@ -351,7 +389,7 @@ func (s *Store) FlagReview(ctx context.Context, id, reason string) error {
 			return err
 		}
 		seq++
-		if _, err := tx.ExecContext(ctx, s.q.flagReview, true, reason, s.d.EncodeTime(now), seq, id); err != nil {
+		if _, err := s.exec(ctx, tx, s.q.flagReview, true, reason, s.d.EncodeTime(now), seq, id); err != nil {
 			return err
 		}
 		cur.ManualReview, cur.ReviewReason, cur.UpdatedAt = true, reason, now
@@ -366,7 +404,7 @@ func (s *Store) PendingOutbox(ctx context.Context, limit int) ([]pay.OutboxEvent
 	}
 	var out []pay.OutboxEvent
 	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
-		rows, err := db.QueryContext(ctx, s.q.pendingOutbox, limit)
+		rows, err := s.query(ctx, db, s.q.pendingOutbox, limit)
 		if err != nil {
 			return err
 		}
@@ -408,7 +446,7 @@ func (s *Store) MarkPublished(ctx context.Context, ids []int64, at time.Time) er
 			for _, id := range chunk {
 				args = append(args, id)
 			}
-			if _, err := tx.ExecContext(ctx, markPublished(s.d, len(chunk)), args...); err != nil {
+			if _, err := s.exec(ctx, tx, markPublished(s.d, len(chunk)), args...); err != nil {
 				return err
 			}
 		}
@@ -420,7 +458,7 @@ func (s *Store) MarkPublished(ctx context.Context, ids []int64, at time.Time) er
 func (s *Store) DeleteExpiredIdempotency(ctx context.Context, now time.Time) (int, error) {
 	var n int64
 	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q.deleteExpired, s.d.EncodeTime(pay.StoreTime(now)))
+		res, err := s.exec(ctx, tx, s.q.deleteExpired, s.d.EncodeTime(pay.StoreTime(now)))
 		if err != nil {
 			return err
 		}
@@ -468,7 +506,7 @@ func (s *Store) ClaimOne(ctx context.Context, id string, now, until time.Time) (
 	)
 	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		p, _, err = s.scanPayment(tx.QueryRowContext(ctx, s.q.claimOne, id,
+		p, _, err = s.scanPayment(s.queryRow(ctx, tx, s.q.claimOne, id,
 			s.d.EncodeTime(pay.StoreTime(now)), s.d.EncodeTime(pay.StoreTime(until))))
 		if errors.Is(err, pay.ErrNotFound) {
 			_, _, err = s.getPayment(ctx, tx, id, false) // not due, or no such payment?
@@ -494,7 +532,7 @@ func (s *Store) DeferInquiry(ctx context.Context, id string, status pay.Status, 
 	var p pay.Payment
 	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		p, _, err = s.scanPayment(tx.QueryRowContext(ctx, s.q.deferInquiry, id, string(status), s.d.EncodeTime(pay.StoreTime(next))))
+		p, _, err = s.scanPayment(s.queryRow(ctx, tx, s.q.deferInquiry, id, string(status), s.d.EncodeTime(pay.StoreTime(next))))
 		if errors.Is(err, pay.ErrNotFound) {
 			cur, _, gerr := s.getPayment(ctx, tx, id, false)
 			if gerr != nil {
@@ -514,7 +552,7 @@ func (s *Store) DeferInquiry(ctx context.Context, id string, status pay.Status, 
 func (s *Store) Stats(ctx context.Context) (pay.Stats, error) {
 	var st pay.Stats
 	err := s.readTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, s.q.countUnsettled)
+		rows, err := s.query(ctx, tx, s.q.countUnsettled)
 		if err != nil {
 			return err
 		}
@@ -537,10 +575,10 @@ func (s *Store) Stats(ctx context.Context) (pay.Stats, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if err := tx.QueryRowContext(ctx, s.q.countFlagged, true).Scan(&st.Flagged); err != nil {
+		if err := s.queryRow(ctx, tx, s.q.countFlagged, true).Scan(&st.Flagged); err != nil {
 			return err
 		}
-		err = tx.QueryRowContext(ctx, s.q.oldestUnpublished).Scan(s.at(&st.OldestUnpublished))
+		err = s.queryRow(ctx, tx, s.q.oldestUnpublished).Scan(s.at(&st.OldestUnpublished))
 		if errors.Is(err, sql.ErrNoRows) {
 			err = nil
 		}

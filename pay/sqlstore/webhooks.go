@@ -28,7 +28,7 @@ func (s *Store) scanDelivery(row interface{ Scan(...any) error }, extra ...any) 
 func (s *Store) listDeliveries(ctx context.Context, query string, withWebhook bool, args ...any) ([]pay.Delivery, error) {
 	out := []pay.Delivery{}
 	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
-		rows, err := db.QueryContext(ctx, query, args...)
+		rows, err := s.query(ctx, db, query, args...)
 		if err != nil {
 			return err
 		}
@@ -70,7 +70,7 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]
 func (s *Store) ClaimDelivery(ctx context.Context, id string, now, until time.Time) (bool, error) {
 	var n int64
 	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q.claimDelivery, s.d.EncodeTime(pay.StoreTime(until)), id, s.d.EncodeTime(pay.StoreTime(now)))
+		res, err := s.exec(ctx, tx, s.q.claimDelivery, s.d.EncodeTime(pay.StoreTime(until)), id, s.d.EncodeTime(pay.StoreTime(now)))
 		if err != nil {
 			return err
 		}
@@ -92,7 +92,7 @@ func (s *Store) RecordAttempt(ctx context.Context, id string, a pay.Attempt) err
 		next = a.At
 	}
 	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q.recordAttempt, string(a.Status), a.LastError,
+		res, err := s.exec(ctx, tx, s.q.recordAttempt, string(a.Status), a.LastError,
 			s.d.EncodeTime(pay.StoreTime(next)), s.d.EncodeTime(pay.StoreTime(a.At)), id)
 		if err != nil {
 			return err
@@ -123,7 +123,7 @@ func (s *Store) Delivery(ctx context.Context, id string) (pay.Delivery, error) {
 	var d pay.Delivery
 	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
 		var err error
-		d, err = s.scanDelivery(db.QueryRowContext(ctx, s.q.getDelivery, id))
+		d, err = s.scanDelivery(s.queryRow(ctx, db, s.q.getDelivery, id))
 		if errors.Is(err, pay.ErrNotFound) {
 			err = fmt.Errorf("delivery %q: %w", id, pay.ErrNotFound)
 		}
@@ -135,7 +135,7 @@ func (s *Store) Delivery(ctx context.Context, id string) (pay.Delivery, error) {
 // ResendDelivery implements pay.WebhookStore.
 func (s *Store) ResendDelivery(ctx context.Context, id string, now time.Time) error {
 	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q.resend, s.d.EncodeTime(pay.StoreTime(now)), id)
+		res, err := s.exec(ctx, tx, s.q.resend, s.d.EncodeTime(pay.StoreTime(now)), id)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,221 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Group commit: with Config.GroupCommit, one writer goroutine runs every
+// write transaction of the store. Requests that arrive while it commits
+// queue up; it then takes up to Config.MaxBatch of them and runs them in
+// one transaction (on SQLite, one BEGIN IMMEDIATE ... COMMIT, so one WAL
+// append and one commit for the lot instead of one each). Each unit runs
+// inside its own SAVEPOINT: a unit that fails is rolled back to it alone
+// and answered with its error, and the others commit. A unit is answered
+// only after the COMMIT that holds it has returned, so what a caller is
+// told has committed has committed exactly as with a transaction of its
+// own. When the batch as a whole cannot commit (a deferred constraint
+// violated, the database failing under it), it is rolled back and its
+// units are run again one transaction each, so that every caller gets its
+// own outcome; none of them has been answered yet.
+
+// unitCtx is the context a unit's statements run under: the batch's
+// values without its deadline. BEGIN IMMEDIATE, the only statement that
+// waits for another process (for the write lock, up to the busy
+// timeout), and COMMIT keep the deadline; once the lock is held the
+// statements wait for nothing, and a context that can be done costs
+// modernc.org/sqlite a goroutine per statement, to interrupt it. The
+// batch's deadline still ends the transaction: database/sql rolls it back
+// when it passes.
+func unitCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+// Unit states.
+const (
+	unitQueued int32 = iota
+	unitTaken
+	unitAbandoned
+)
+
+// unit is one write transaction's work, queued for the writer.
+type unit struct {
+	ctx   context.Context
+	fn    func(ctx context.Context, tx *sql.Tx) error
+	state atomic.Int32
+	done  chan error // buffered: the writer never blocks on an answer
+}
+
+// committer is the writer goroutine of a group-committing store.
+type committer struct {
+	db      *sql.DB
+	timeout time.Duration
+	max     int
+	queue   chan *unit // unbuffered: a unit is either taken or still its sender's
+	stop    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+func newCommitter(db *sql.DB, timeout time.Duration, max int) *committer {
+	c := &committer{
+		db:      db,
+		timeout: timeout,
+		max:     max,
+		queue:   make(chan *unit),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go c.loop()
+	return c
+}
+
+// close stops the writer after the batch it is running, if any.
+func (c *committer) close() {
+	c.once.Do(func() { close(c.stop) })
+	<-c.stopped
+}
+
+// do queues fn and returns its outcome once its transaction has committed
+// or failed. While fn waits in the queue, ctx bounds the wait; once the
+// writer has taken it, do waits for its answer (the batch runs under its
+// own deadline, Config.OpTimeout), so that no caller is told a write failed
+// when it may yet commit.
+func (c *committer) do(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	u := &unit{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case c.queue <- u:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.stopped:
+		return errClosed
+	}
+	select {
+	case err := <-u.done:
+		return err
+	case <-ctx.Done():
+		if u.state.CompareAndSwap(unitQueued, unitAbandoned) {
+			return ctx.Err()
+		}
+		return <-u.done
+	}
+}
+
+func (c *committer) loop() {
+	defer close(c.stopped)
+	batch := make([]*unit, 0, c.max)
+	for {
+		select {
+		case <-c.stop:
+			return
+		case u := <-c.queue:
+			batch = append(batch[:0], u)
+		drain:
+			for len(batch) < c.max {
+				select {
+				case u := <-c.queue:
+					batch = append(batch, u)
+				default:
+					break drain
+				}
+			}
+			c.run(batch)
+			clear(batch)
+		}
+	}
+}
+
+// run takes the units of batch that are still wanted and commits them.
+func (c *committer) run(batch []*unit) {
+	live := batch[:0]
+	for _, u := range batch {
+		if !u.state.CompareAndSwap(unitQueued, unitTaken) {
+			continue // its caller gave up waiting
+		}
+		if err := u.ctx.Err(); err != nil {
+			u.done <- err
+			continue
+		}
+		live = append(live, u)
+	}
+	switch len(live) {
+	case 0:
+	case 1:
+		live[0].done <- c.solo(live[0])
+	default:
+		if !c.group(live) {
+			for _, u := range live {
+				u.done <- c.solo(u)
+			}
+		}
+	}
+}
+
+// solo runs u in a transaction of its own.
+func (c *committer) solo(u *unit) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	tx, err := c.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := u.fn(unitCtx(ctx), tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// group runs units in one transaction, each in a savepoint, and answers
+// each of them after the commit. It reports false, having answered none,
+// when the batch as a whole failed and was rolled back: the caller then
+// runs the units alone.
+func (c *committer) group(units []*unit) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	tx, err := c.db.BeginTx(ctx, nil)
+	if err != nil {
+		for _, u := range units {
+			u.done <- err
+		}
+		return true
+	}
+	errs := make([]error, len(units))
+	uctx := unitCtx(ctx)
+	for i, u := range units {
+		if _, err := tx.ExecContext(uctx, `SAVEPOINT unit`); err != nil {
+			_ = tx.Rollback()
+			return false
+		}
+		if errs[i] = u.fn(uctx, tx); errs[i] != nil {
+			// A failed statement may have ended the whole transaction
+			// (SQLite does on I/O errors, SQLITE_FULL, an interrupt): the
+			// savepoint is then gone and the batch falls back.
+			if _, err := tx.ExecContext(uctx, `ROLLBACK TO unit`); err != nil {
+				_ = tx.Rollback()
+				return false
+			}
+		}
+		if _, err := tx.ExecContext(uctx, `RELEASE unit`); err != nil {
+			_ = tx.Rollback()
+			return false
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		if ctx.Err() != nil {
+			// Out of time: answer rather than run everything again.
+			for i, u := range units {
+				u.done <- errors.Join(errs[i], fmt.Errorf("group commit: %w", err))
+			}
+			return true
+		}
+		return false
+	}
+	for i, u := range units {
+		u.done <- errs[i]
+	}
+	return true
+}
