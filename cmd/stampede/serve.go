@@ -14,5 +14,6 @@ in-process, so every service runs with no set-up.`,
 	cmd.AddCommand(newServeWaitroomCmd())
 	cmd.AddCommand(newServeInstitutionCmd())
 	cmd.AddCommand(newServePayCmd())
+	cmd.AddCommand(newServeWorkerCmd())
 	return cmd
 }

@@ -44,17 +44,23 @@ const defaultDataDir = "stampede-data"
 const oldDefaultSQLite = "stampede-pay.db"
 
 // payStoreOptions name the payment database; shared by serve pay and pay
-// parity.
+// parity, and, with file fulfilment.db, by serve worker for the
+// fulfilment database.
 type payStoreOptions struct {
 	postgres  string
 	sqlite    string
 	dataDir   string
 	dbTimeout time.Duration
+	// file is the SQLite file's name in dataDir; empty means pay.db.
+	file string
 }
 
 func (o *payStoreOptions) flags(cmd *cobra.Command) {
+	if o.file == "" {
+		o.file = "pay.db"
+	}
 	cmd.Flags().StringVar(&o.postgres, "postgres", "", "PostgreSQL URL (empty: SQLite)")
-	cmd.Flags().StringVar(&o.sqlite, "sqlite", "", "SQLite database file, used when no PostgreSQL URL is given (default: <data-dir>/pay.db)")
+	cmd.Flags().StringVar(&o.sqlite, "sqlite", "", "SQLite database file, used when no PostgreSQL URL is given (default: <data-dir>/"+o.file+")")
 	cmd.Flags().StringVar(&o.dataDir, "data-dir", defaultDataDir, "directory of the embedded defaults' data: the SQLite file and the embedded nats-server's JetStream store")
 	cmd.Flags().DurationVar(&o.dbTimeout, "db-timeout", sqlstore.DefaultOpTimeout, "deadline of every database call; past it the request answers 503 (a frozen or unreachable database)")
 }
@@ -64,7 +70,10 @@ func (o *payStoreOptions) sqlitePath() string {
 	if o.sqlite != "" {
 		return o.sqlite
 	}
-	return filepath.Join(o.dataDir, "pay.db")
+	if o.file == "" {
+		return filepath.Join(o.dataDir, "pay.db")
+	}
+	return filepath.Join(o.dataDir, o.file)
 }
 
 // open opens the payment store the options name. With mustExist, a
