@@ -12,9 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
 	"github.com/stampede-lab/stampede/fulfilment/worker"
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/jetstream"
 	"github.com/stampede-lab/stampede/pay/sqlite"
@@ -25,15 +27,34 @@ import (
 // invalid body among them; two workers consume into one fulfilment store.
 // Every event is processed, the invalid one is set aside (acknowledged,
 // counted, not retried), and the tickets match the APPROVED payments
-// exactly (fulfilment.Parity).
+// exactly (fulfilment.Parity). On the embedded server (2.10+: transform,
+// 2.11+: pinned partitions) and on the real one named by
+// STAMPEDE_NATS_URL (on 2.9: the publisher partitions, and each worker
+// serves half of the partitions statically).
 func TestTwoWorkersSettleEveryPaymentOnce(t *testing.T) {
-	ctx := context.Background()
-	emb, err := jetstream.StartEmbedded(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
+	for _, real := range []bool{false, true} {
+		name := "embedded"
+		if real {
+			name = "real"
+		}
+		t.Run(name, func(t *testing.T) { twoWorkers(t, real) })
 	}
-	defer emb.Close()
-	nc, err := nats.Connect(emb.URL())
+}
+
+func twoWorkers(t *testing.T, real bool) {
+	ctx := context.Background()
+	url := ""
+	if real {
+		url = testenv.URL(t, testenv.NATSURL)
+	} else {
+		emb, err := jetstream.StartEmbedded(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer emb.Close()
+		url = emb.URL()
+	}
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +63,10 @@ func TestTwoWorkersSettleEveryPaymentOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A stream of its own, so that a shared real server keeps nothing.
+	stream := fmt.Sprintf("WORKERTEST_%d", time.Now().UnixNano())
+	subject := "wt" + stream[len("WORKERTEST"):]
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
 
 	ps, err := sqlite.Open(sqlite.Memory)
 	if err != nil {
@@ -62,6 +87,7 @@ func TestTwoWorkersSettleEveryPaymentOnce(t *testing.T) {
 		}
 	}
 	pcfg := jetstream.DefaultConfig()
+	pcfg.Stream, pcfg.Subject = stream, subject
 	pub, err := jetstream.NewPublisher(ctx, nc, pcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -81,8 +107,13 @@ func TestTwoWorkersSettleEveryPaymentOnce(t *testing.T) {
 		}
 		rows += k
 	}
-	// Not a payment event: set aside, never retried.
-	if _, err := js.Publish(ctx, pcfg.Subject+".not-a-payment", []byte(`{"seq":"x"}`)); err != nil {
+	// Not a payment event: set aside, never retried. (Without a server
+	// transform, producers publish to the partitioned subject themselves.)
+	bad := pcfg.Subject + ".not-a-payment"
+	if !pub.ServerPartitions() {
+		bad = dispatchjs.PartitionedSubject(pcfg.Subject, "not-a-payment", pcfg.Partitions)
+	}
+	if _, err := js.Publish(ctx, bad, []byte(`{"seq":"x"}`)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -96,7 +127,16 @@ func TestTwoWorkersSettleEveryPaymentOnce(t *testing.T) {
 	var workers []*worker.Worker
 	for i := range 2 {
 		cfg := worker.DefaultConfig()
+		cfg.Consumer.Stream, cfg.Consumer.Subject = stream, subject
 		cfg.Consumer.Logger = slog.New(slog.DiscardHandler).With("worker", i)
+		if !dispatchjs.PinningSupported(nc.ConnectedServerVersion()) {
+			cfg.Consumer.Pinned = false
+			for p := range cfg.Consumer.Partitions {
+				if p%2 == i {
+					cfg.Consumer.Serve = append(cfg.Consumer.Serve, p)
+				}
+			}
+		}
 		w, err := worker.Start(ctx, js, store, cfg)
 		if err != nil {
 			t.Fatal(err)
