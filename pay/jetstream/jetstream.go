@@ -225,6 +225,9 @@ type EmbeddedConfig struct {
 	SyncInterval time.Duration
 	// ReadyTimeout bounds the start-up.
 	ReadyTimeout time.Duration
+	// Port is the client port on 127.0.0.1; 0 picks a free one. A fixed
+	// port lets clients reconnect to a restarted server.
+	Port int
 	// Logger receives the server's logs; nil means none.
 	Logger *slog.Logger
 }
@@ -244,6 +247,8 @@ func (c EmbeddedConfig) Validate() error {
 		return pay.Invalid("SyncInterval", "must not be negative, got %s", c.SyncInterval)
 	case c.ReadyTimeout <= 0:
 		return pay.Invalid("ReadyTimeout", "must be positive, got %s", c.ReadyTimeout)
+	case c.Port < 0 || c.Port > 65535:
+		return pay.Invalid("Port", "must be 0 (a free port) to 65535, got %d", c.Port)
 	}
 	return nil
 }
@@ -269,7 +274,11 @@ func StartEmbeddedConfig(cfg EmbeddedConfig) (*Embedded, error) {
 		return nil, err
 	}
 	log := cfg.Logger
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: cfg.Dir,
+	port := cfg.Port
+	if port == 0 {
+		port = -1
+	}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: cfg.Dir,
 		SyncAlways: cfg.SyncAlways, SyncInterval: cfg.SyncInterval, NoLog: log == nil, NoSigs: true})
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: embedded nats-server: %w", err)
