@@ -32,7 +32,8 @@ handler records its effect in a shared SQLite ledger in one transaction with
 an inbox row. Faults hit worker 0 (or the server) halfway through: kill
 (SIGKILL, then a restart), pause (SIGSTOP for 1.5 × --ack-wait, then
 SIGCONT), nats-restart (the embedded server stopped and started on the same
-directory and port).
+directory and port), node-kill (--node-kill-cmd kills one node of a NATS
+cluster given as --nats; use --replicas 3).
 
 Per run: lost events, effects applied twice, per-key order violations and
 overlaps (dispatch.Ledger over the effects' times), redeliveries, victim p99
@@ -60,7 +61,9 @@ Not part of 'stampede lab' / 'lab all': the default sweep (3 worker counts
 	f.Int("partitions", d.Partitions, "partitions of the stream")
 	f.Duration("cost", d.Cost, "handling time of one event")
 	f.Duration("ack-wait", d.AckWait, "the consumers' ack deadline")
-	f.String("nats", "", "a real NATS server's URL (empty: an embedded nats-server per run)")
+	f.String("nats", "", "a real NATS server's URL, or a cluster's comma-separated URLs (empty: an embedded nats-server per run)")
+	f.Int("replicas", d.Replicas, "the stream's replicas (3 on a 3-node cluster)")
+	f.String("node-kill-cmd", "", "shell command that kills one NATS cluster node, for --faults node-kill (e.g. '.ci/nats-cluster kill 4231')")
 	return cmd
 }
 
@@ -84,6 +87,16 @@ func buildEvents(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
 	x.set("cost", func(f *pflag.FlagSet) (e error) { cfg.Cost, e = f.GetDuration("cost"); return })
 	x.set("ack-wait", func(f *pflag.FlagSet) (e error) { cfg.AckWait, e = f.GetDuration("ack-wait"); return })
 	x.set("nats", func(f *pflag.FlagSet) (e error) { cfg.NATS, e = f.GetString("nats"); return })
+	x.set("replicas", func(f *pflag.FlagSet) (e error) { cfg.Replicas, e = f.GetInt("replicas"); return })
+	x.set("node-kill-cmd", func(f *pflag.FlagSet) error {
+		line, e := f.GetString("node-kill-cmd")
+		cfg.NodeKill = func() error {
+			c := exec.Command("sh", "-c", line)
+			c.Stdout, c.Stderr = os.Stderr, os.Stderr
+			return c.Run()
+		}
+		return e
+	})
 	if x.err != nil {
 		return nil, x.err
 	}

@@ -47,6 +47,9 @@ const (
 	FaultKill        = "kill"
 	FaultPause       = "pause"
 	FaultNATSRestart = "nats-restart"
+	// FaultNodeKill kills one node of a NATS cluster (Config.NodeKill);
+	// the stream needs Replicas 3 to keep its quorum.
+	FaultNodeKill = "node-kill"
 )
 
 // Config configures the events lab.
@@ -79,6 +82,11 @@ type Config struct {
 	// NATS is a real server's URL; empty starts an embedded one per run
 	// (the only one the nats-restart fault can restart).
 	NATS string
+	// Replicas is the stream's replica count (3 on a 3-node cluster).
+	Replicas int
+	// NodeKill kills one node of the NATS cluster, for the node-kill
+	// fault.
+	NodeKill func() error
 	// Seed makes the arrival streams reproducible.
 	Seed uint64
 	// WorkerCmd returns the command of one worker process given
@@ -93,7 +101,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Rate: 400, Keys: 64, HotLoads: []float64{0.8}, Seconds: 10, Repeat: 1, Workers: []int{1, 2, 4},
 		Faults: []string{FaultNone, FaultKill, FaultPause, FaultNATSRestart}, Concurrency: 4, Partitions: 8,
-		Cost: 5 * time.Millisecond, AckWait: 2 * time.Second, Seed: 11}
+		Cost: 5 * time.Millisecond, AckWait: 2 * time.Second, Replicas: 1, Seed: 11}
 }
 
 // Validate reports the first unusable field.
@@ -126,6 +134,8 @@ func (c Config) Validate() error {
 		return bad("AckWait", "must be at least 1s, got %s", c.AckWait)
 	case c.WorkerCmd == nil:
 		return bad("WorkerCmd", "must not be nil")
+	case c.Replicas < 1 || c.Replicas > 5:
+		return bad("Replicas", "must be 1 to 5, got %d", c.Replicas)
 	}
 	for _, w := range c.Workers {
 		if w < 1 {
@@ -139,8 +149,12 @@ func (c Config) Validate() error {
 			if c.NATS != "" {
 				return bad("Faults", "nats-restart needs the embedded server (no NATS URL)")
 			}
+		case FaultNodeKill:
+			if c.NodeKill == nil {
+				return bad("Faults", "node-kill needs NodeKill (a NATS cluster and the command that kills a node)")
+			}
 		default:
-			return bad("Faults", "unknown fault %q (none, kill, pause, nats-restart)", f)
+			return bad("Faults", "unknown fault %q (none, kill, pause, nats-restart, node-kill)", f)
 		}
 	}
 	for _, l := range c.HotLoads {
@@ -173,7 +187,7 @@ func (e *Experiment) Params() any {
 	c := e.cfg
 	return map[string]any{"rate": c.Rate, "keys": c.Keys, "hot_loads": c.HotLoads, "seconds": c.Seconds, "repeat": c.Repeat,
 		"workers": c.Workers, "faults": c.Faults, "concurrency": c.Concurrency, "partitions": c.Partitions,
-		"cost_ms": float64(c.Cost) / 1e6, "ack_wait_ms": c.AckWait.Milliseconds(), "nats": c.NATS != "", "seed": c.Seed}
+		"cost_ms": float64(c.Cost) / 1e6, "ack_wait_ms": c.AckWait.Milliseconds(), "nats": c.NATS != "", "replicas": c.Replicas, "seed": c.Seed}
 }
 
 // Conditions implements lab.Experiment: per hot load, the in-process keyed
@@ -337,7 +351,7 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 	if transform {
 		sc = dispatchjs.StreamConfig(stream, subject, c.Partitions)
 	}
-	sc.Storage, sc.Duplicates = natsjs.FileStorage, 2*time.Minute
+	sc.Storage, sc.Duplicates, sc.Replicas = natsjs.FileStorage, 2*time.Minute, c.Replicas
 	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 		return lab.RunResult{}, err
 	}
@@ -457,6 +471,8 @@ func (e *Experiment) inject(fault string, procs []*exec.Cmd, startWorker func(in
 		}
 		time.AfterFunc(e.cfg.AckWait*3/2, func() { _ = p.Signal(syscall.SIGCONT) })
 		return nil
+	case FaultNodeKill:
+		return e.cfg.NodeKill()
 	case FaultNATSRestart:
 		if *emb == nil {
 			return errors.New("events: nats-restart needs the embedded server")

@@ -71,7 +71,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.Consumer.Pinned && !dispatchjs.PinningSupported(nc.ConnectedServerVersion()) {
 		cfg.Consumer.Pinned = false
 	}
-	c, err := dispatchjs.New(ctx, js, cfg.Consumer, func(ctx context.Context, e dispatchjs.Event) error {
+	handle := func(ctx context.Context, e dispatchjs.Event) error {
 		start := time.Now()
 		var body struct {
 			Key string `json:"key"`
@@ -101,9 +101,21 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			}
 		}
 		return tx.Commit()
-	})
-	if err != nil {
-		return err
+	}
+	// Creating the consumers can time out while a cluster elects leaders
+	// (a node just died): retry until it works or ctx ends, as a
+	// supervisor restarting the process would.
+	var c *dispatchjs.Consumer
+	for {
+		if c, err = dispatchjs.New(ctx, js, cfg.Consumer, handle); err == nil {
+			break
+		}
+		cfg.Consumer.Logger.Warn("starting the consumer failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 	<-ctx.Done()
 	c.Close()
