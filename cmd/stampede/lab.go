@@ -83,6 +83,10 @@ then it exits with status 2 as well.`,
 	cmd.AddCommand(newLabOrderingCmd(opts))
 	cmd.AddCommand(newLabAdmissionCmd(opts))
 	cmd.AddCommand(newLabRetryStampedeCmd(opts))
+	// Not in experiments(): its sweep takes several minutes of child
+	// processes, beyond lab all's quick profile.
+	cmd.AddCommand(newLabEventsCmd(opts))
+	cmd.AddCommand(newLabEventsWorkerCmd())
 	return cmd
 }
 

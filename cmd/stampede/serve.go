@@ -16,5 +16,6 @@ in-process, so every service runs with no set-up.`,
 	cmd.AddCommand(newServeInstitutionCmd())
 	cmd.AddCommand(newServePayCmd())
 	cmd.AddCommand(newServeCheckoutCmd())
+	cmd.AddCommand(newServeWorkerCmd())
 	return cmd
 }

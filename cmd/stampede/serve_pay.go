@@ -44,17 +44,23 @@ const defaultDataDir = "stampede-data"
 const oldDefaultSQLite = "stampede-pay.db"
 
 // payStoreOptions name the payment database; shared by serve pay and pay
-// parity.
+// parity, and, with file fulfilment.db, by serve worker for the
+// fulfilment database.
 type payStoreOptions struct {
 	postgres  string
 	sqlite    string
 	dataDir   string
 	dbTimeout time.Duration
+	// file is the SQLite file's name in dataDir; empty means pay.db.
+	file string
 }
 
 func (o *payStoreOptions) flags(cmd *cobra.Command) {
+	if o.file == "" {
+		o.file = "pay.db"
+	}
 	cmd.Flags().StringVar(&o.postgres, "postgres", "", "PostgreSQL URL (empty: SQLite)")
-	cmd.Flags().StringVar(&o.sqlite, "sqlite", "", "SQLite database file, used when no PostgreSQL URL is given (default: <data-dir>/pay.db)")
+	cmd.Flags().StringVar(&o.sqlite, "sqlite", "", "SQLite database file, used when no PostgreSQL URL is given (default: <data-dir>/"+o.file+")")
 	cmd.Flags().StringVar(&o.dataDir, "data-dir", defaultDataDir, "directory of the embedded defaults' data: the SQLite file and the embedded nats-server's JetStream store")
 	cmd.Flags().DurationVar(&o.dbTimeout, "db-timeout", sqlstore.DefaultOpTimeout, "deadline of every database call; past it the request answers 503 (a frozen or unreachable database)")
 }
@@ -64,7 +70,10 @@ func (o *payStoreOptions) sqlitePath() string {
 	if o.sqlite != "" {
 		return o.sqlite
 	}
-	return filepath.Join(o.dataDir, "pay.db")
+	if o.file == "" {
+		return filepath.Join(o.dataDir, "pay.db")
+	}
+	return filepath.Join(o.dataDir, o.file)
 }
 
 // open opens the payment store the options name. With mustExist, a
@@ -184,6 +193,7 @@ past --idle-timeout.`,
 	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: <data-dir>/nats)")
 	f.BoolVar(&opts.natsSync, "nats-sync-always", false, "the embedded nats-server fsyncs every message before acknowledging it (survives power loss, not only a killed process)")
 	f.DurationVar(&opts.stream.MaxAge, "stream-max-age", opts.stream.MaxAge, "how long the event stream keeps a message (0: for ever)")
+	f.IntVar(&opts.stream.Partitions, "partitions", opts.stream.Partitions, "partitions of the event stream, payments.<p>.<payment id>; must match serve worker's --partitions")
 	f.Var(&byteSize{&opts.stream.MaxBytes}, "stream-max-bytes", "the event stream's size limit, e.g. 1GiB or 500MB (-1: none); the oldest messages go first")
 	f.DurationVar(&opts.giveUpAfter, "give-up-after", pay.DefaultRelayConfig().GiveUpAfter, "how long the reconciler or the relay may keep failing before the service stops (exit status 1)")
 	f.DurationVar(&opts.timeout, "timeout", 3*time.Second, "client timeout of one approval call")
@@ -285,6 +295,12 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	events, err := jetstream.NewPublisher(ctx, nc, opts.stream)
 	if err != nil {
 		return err
+	}
+	if events.ServerPartitions() {
+		log.Info("event stream partitioned by the server's subject transform", "stream", opts.stream.Stream, "partitions", opts.stream.Partitions)
+	} else {
+		log.Warn("nats-server older than 2.10 has no subject transforms: the relay partitions events itself", "stream", opts.stream.Stream,
+			"partitions", opts.stream.Partitions, "server_version", nc.ConnectedServerVersion())
 	}
 
 	reg := prometheus.NewRegistry()

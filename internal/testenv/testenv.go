@@ -33,6 +33,11 @@ const (
 	PostgresURL = "STAMPEDE_POSTGRES_URL"
 	// NATSURL names a NATS server with JetStream, e.g. nats://127.0.0.1:4222.
 	NATSURL = "STAMPEDE_NATS_URL"
+	// NATSClusterURL names a three-node NATS cluster with JetStream whose
+	// nodes .ci/nats-cluster started (a test kills one with
+	// `.ci/nats-cluster kill PORT`), e.g.
+	// nats://127.0.0.1:4231,nats://127.0.0.1:4232,nats://127.0.0.1:4233.
+	NATSClusterURL = "STAMPEDE_NATS_CLUSTER_URL"
 	// ChromiumPath names the Chromium executable of the browser test; when
 	// it is unset, Chromium looks for Debian's.
 	ChromiumPath = "STAMPEDE_CHROMIUM"
@@ -45,12 +50,14 @@ var examples = map[string]string{
 	RedisClusterURL: "redis-cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003",
 	PostgresURL:     "'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'",
 	NATSURL:         "nats://127.0.0.1:4222",
+	NATSClusterURL:  "nats://127.0.0.1:4231,nats://127.0.0.1:4232,nats://127.0.0.1:4233",
 }
 
 // starters say what starts a service locally, when .ci/run has a helper
 // for it.
 var starters = map[string]string{
 	RedisClusterURL: ".ci/redis-cluster starts one",
+	NATSClusterURL:  ".ci/nats-cluster starts one",
 }
 
 // debianChromium is where Debian's chromium package installs Chromium

@@ -1,6 +1,7 @@
 // Package jetstream is the NATS JetStream adapter of the payment outbox:
 // a pay.Publisher that sends every outbox row as one message on
-// payments.<payment id>, with the message id <payment id>-<seq> so that
+// payments.<payment id>, stored partitioned for the workers as
+// payments.<partition>.<payment id> (see Config.Partitions), with the message id <payment id>-<seq> so that
 // JetStream drops a row published twice (a relay that crashed after
 // publishing and before marking the row publishes it again on restart),
 // and the embedded nats-server that is the zero-set-up default.
@@ -22,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
 	"github.com/stampede-lab/stampede/internal/logging"
 	"github.com/stampede-lab/stampede/pay"
 )
@@ -42,14 +44,25 @@ type Config struct {
 	MaxBytes int64
 	// PublishTimeout bounds one publish, acknowledgement included.
 	PublishTimeout time.Duration
+	// Partitions is how many partitions the stream stores events in:
+	// <Subject>.<id> is stored as <Subject>.<p>.<id>, p the partition of
+	// the payment id (dispatch/jetstream.PartitionOf), so that keyed
+	// workers (dispatch/jetstream, one consumer per partition) see every
+	// event of a payment in one partition and in order. On NATS 2.10+ the
+	// server computes p with a subject transform; on an older server,
+	// which has none, the publisher computes it and publishes to
+	// <Subject>.<p>.<id> itself: the stored layout is the same. Changing
+	// it on a stream that holds unconsumed events re-partitions only the
+	// new ones: drain the workers first.
+	Partitions int
 }
 
 // DefaultConfig returns stream PAYMENTS on subjects payments.>, a
 // 10-minute duplicate window, messages kept 72 hours and at most 1 GiB,
-// and a 5-second publish timeout.
+// a 5-second publish timeout and 8 partitions.
 func DefaultConfig() Config {
 	return Config{Stream: "PAYMENTS", Subject: "payments", DuplicateWindow: 10 * time.Minute,
-		MaxAge: 72 * time.Hour, MaxBytes: 1 << 30, PublishTimeout: 5 * time.Second}
+		MaxAge: 72 * time.Hour, MaxBytes: 1 << 30, PublishTimeout: 5 * time.Second, Partitions: 8}
 }
 
 // Validate reports the first unusable field.
@@ -69,28 +82,55 @@ func (c Config) Validate() error {
 		return pay.Invalid("MaxBytes", "must be positive, or -1 for no limit, got %d", c.MaxBytes)
 	case c.PublishTimeout <= 0:
 		return pay.Invalid("PublishTimeout", "must be positive, got %s", c.PublishTimeout)
+	case c.Partitions < 1:
+		return pay.Invalid("Partitions", "must be at least 1, got %d", c.Partitions)
 	}
 	return nil
 }
 
 // StreamConfig is the JetStream configuration of cfg's stream: file
-// storage, so that acknowledged messages survive a server restart.
-func StreamConfig(cfg Config) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:       cfg.Stream,
-		Subjects:   []string{cfg.Subject + ".>"},
-		Storage:    jetstream.FileStorage,
-		Duplicates: cfg.DuplicateWindow,
-		MaxAge:     cfg.MaxAge,
-		MaxBytes:   cfg.MaxBytes,
-		Discard:    jetstream.DiscardOld,
+// storage, so that acknowledged messages survive a server restart, and,
+// when transform is true (NATS 2.10+), the partitioning subject transform
+// of dispatch/jetstream.StreamConfig. Without it the stream stores
+// subjects as published.
+func StreamConfig(cfg Config, transform bool) jetstream.StreamConfig {
+	sc := jetstream.StreamConfig{
+		Name:     cfg.Stream,
+		Subjects: []string{cfg.Subject + ".>"},
 	}
+	if transform {
+		sc = dispatchjs.StreamConfig(cfg.Stream, cfg.Subject, cfg.Partitions)
+	}
+	sc.Storage = jetstream.FileStorage
+	sc.Duplicates = cfg.DuplicateWindow
+	sc.MaxAge = cfg.MaxAge
+	sc.MaxBytes = cfg.MaxBytes
+	sc.Discard = jetstream.DiscardOld
+	return sc
 }
 
 // Publisher publishes outbox rows to a JetStream stream.
 type Publisher struct {
 	js  jetstream.JetStream
 	cfg Config
+	// transform reports whether the server partitions (NATS 2.10+);
+	// otherwise subject partitions on the publisher's side.
+	transform bool
+}
+
+// ServerPartitions reports whether the server partitions the stream with
+// a subject transform (NATS 2.10+); false means the publisher computes
+// each event's partition itself, for a server without transforms.
+func (p *Publisher) ServerPartitions() bool { return p.transform }
+
+// subject is where e is published: <Subject>.<payment id>, which the
+// server's transform partitions, or, without one, the partitioned subject
+// itself.
+func (p *Publisher) subject(e pay.OutboxEvent) string {
+	if p.transform {
+		return p.cfg.Subject + "." + e.PaymentID
+	}
+	return dispatchjs.PartitionedSubject(p.cfg.Subject, e.PaymentID, p.cfg.Partitions)
 }
 
 var _ pay.AsyncPublisher = (*Publisher)(nil)
@@ -107,10 +147,11 @@ func NewPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*Publisher, e
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, StreamConfig(cfg)); err != nil {
+	transform := dispatchjs.TransformSupported(nc.ConnectedServerVersion())
+	if _, err := js.CreateOrUpdateStream(ctx, StreamConfig(cfg, transform)); err != nil {
 		return nil, fmt.Errorf("jetstream: create or update stream %s: %w", cfg.Stream, err)
 	}
-	return &Publisher{js: js, cfg: cfg}, nil
+	return &Publisher{js: js, cfg: cfg, transform: transform}, nil
 }
 
 // MsgID is the JetStream message id of an outbox row.
@@ -122,7 +163,7 @@ func MsgID(e pay.OutboxEvent) string { return fmt.Sprintf("%s-%d", e.PaymentID, 
 func (p *Publisher) Publish(ctx context.Context, e pay.OutboxEvent) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
 	defer cancel()
-	ack, err := p.js.Publish(ctx, p.cfg.Subject+"."+e.PaymentID, e.Payload, jetstream.WithMsgID(MsgID(e)),
+	ack, err := p.js.Publish(ctx, p.subject(e), e.Payload, jetstream.WithMsgID(MsgID(e)),
 		jetstream.WithExpectStream(p.cfg.Stream))
 	if err != nil {
 		return fmt.Errorf("jetstream: publish %s: %w", MsgID(e), err)
@@ -142,7 +183,7 @@ func (p *Publisher) checkAck(e pay.OutboxEvent, ack *jetstream.PubAck) error {
 // JetStream acknowledged the message, or an error when it rejected it or
 // did not answer within PublishTimeout.
 func (p *Publisher) PublishAsync(_ context.Context, e pay.OutboxEvent) (pay.PublishAck, error) {
-	msg := &nats.Msg{Subject: p.cfg.Subject + "." + e.PaymentID, Data: e.Payload}
+	msg := &nats.Msg{Subject: p.subject(e), Data: e.Payload}
 	fut, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(MsgID(e)), jetstream.WithExpectStream(p.cfg.Stream))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: publish %s: %w", MsgID(e), err)
@@ -184,6 +225,9 @@ type EmbeddedConfig struct {
 	SyncInterval time.Duration
 	// ReadyTimeout bounds the start-up.
 	ReadyTimeout time.Duration
+	// Port is the client port on 127.0.0.1; 0 picks a free one. A fixed
+	// port lets clients reconnect to a restarted server.
+	Port int
 	// Logger receives the server's logs; nil means none.
 	Logger *slog.Logger
 }
@@ -203,6 +247,8 @@ func (c EmbeddedConfig) Validate() error {
 		return pay.Invalid("SyncInterval", "must not be negative, got %s", c.SyncInterval)
 	case c.ReadyTimeout <= 0:
 		return pay.Invalid("ReadyTimeout", "must be positive, got %s", c.ReadyTimeout)
+	case c.Port < 0 || c.Port > 65535:
+		return pay.Invalid("Port", "must be 0 (a free port) to 65535, got %d", c.Port)
 	}
 	return nil
 }
@@ -228,7 +274,11 @@ func StartEmbeddedConfig(cfg EmbeddedConfig) (*Embedded, error) {
 		return nil, err
 	}
 	log := cfg.Logger
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: cfg.Dir,
+	port := cfg.Port
+	if port == 0 {
+		port = -1
+	}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: cfg.Dir,
 		SyncAlways: cfg.SyncAlways, SyncInterval: cfg.SyncInterval, NoLog: log == nil, NoSigs: true})
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: embedded nats-server: %w", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/jetstream"
@@ -161,6 +162,11 @@ func TestRelayKeepsOrderAndSurvivesARestart(t *testing.T) {
 				if err := json.Unmarshal(msg.Data(), &e); err != nil {
 					t.Fatal(err)
 				}
+				// Stored partitioned, by the server's transform or by the
+				// publisher on a server without one.
+				if want := dispatchjs.PartitionedSubject(cfg.Subject, e.PaymentID, cfg.Partitions); msg.Subject() != want {
+					t.Errorf("event of %s stored on %s, want %s (server partitions: %v)", e.PaymentID, msg.Subject(), want, pub.ServerPartitions())
+				}
 				seqs[e.PaymentID] = append(seqs[e.PaymentID], e.Seq)
 			}
 			for _, id := range ids {
@@ -210,9 +216,10 @@ func TestStreamLimitsAreSetAndUpdated(t *testing.T) {
 
 func TestConfigValidateNamesTheField(t *testing.T) {
 	for field, mutate := range map[string]func(*jetstream.Config){
-		"Stream":   func(c *jetstream.Config) { c.Stream = "" },
-		"MaxAge":   func(c *jetstream.Config) { c.MaxAge = time.Second },
-		"MaxBytes": func(c *jetstream.Config) { c.MaxBytes = 0 },
+		"Stream":     func(c *jetstream.Config) { c.Stream = "" },
+		"MaxAge":     func(c *jetstream.Config) { c.MaxAge = time.Second },
+		"MaxBytes":   func(c *jetstream.Config) { c.MaxBytes = 0 },
+		"Partitions": func(c *jetstream.Config) { c.Partitions = 0 },
 	} {
 		cfg := jetstream.DefaultConfig()
 		mutate(&cfg)

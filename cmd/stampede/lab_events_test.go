@@ -1,0 +1,119 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stampede-lab/stampede/internal/testenv"
+)
+
+// TestLabEventsUnderFaults runs the events lab briefly with 2 worker
+// processes (this test binary re-run as `lab events-worker`) under each
+// fault, and reads its JSON: nothing lost, no effect applied twice, and no
+// order violation or overlap except under the pause fault (the documented
+// exception). The claims are counts, whatever the timing.
+func TestLabEventsUnderFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs worker processes under faults")
+	}
+	useTestWorkers(t)
+	out := t.TempDir()
+	if _, _, err := execute(t, "lab", "events", "--out", out, "--seconds", "2", "--rate", "200", "--workers", "2",
+		"--faults", "none,kill,pause,nats-restart"); err != nil {
+		t.Fatalf("lab events: %v", err)
+	}
+	runs := readEventsRuns(t, out)
+	if len(runs) != 5 {
+		t.Fatalf("%d runs, want 5", len(runs))
+	}
+	for _, r := range runs {
+		m := r.Metrics
+		t.Logf("%v: %v", r.Condition, m)
+		if m["lost"] != 0 || m["duplicate_effects"] != 0 {
+			t.Errorf("%v: lost %v, duplicate effects %v; want 0", r.Condition, m["lost"], m["duplicate_effects"])
+		}
+		if r.Condition["fault"] != "pause" && (m["violations"] != 0 || m["overlaps"] != 0) {
+			t.Errorf("%v: violations %v, overlaps %v; want 0", r.Condition, m["violations"], m["overlaps"])
+		}
+	}
+}
+
+// TestLabEventsR3NodeKilled runs the events lab on the three-node NATS
+// cluster .ci/nats-cluster starts, on an R3 stream, and kills one node
+// mid-run with `.ci/nats-cluster kill`: nothing lost, no effect applied
+// twice, no order violation or overlap. The node is started again after.
+func TestLabEventsR3NodeKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs worker processes against a NATS cluster")
+	}
+	url := testenv.URL(t, testenv.NATSClusterURL)
+	script, err := filepath.Abs(filepath.Join("..", "..", ".ci", "nats-cluster"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := strings.TrimPrefix(strings.Split(url, ",")[0], "nats://")
+	port := first[strings.LastIndex(first, ":")+1:]
+	t.Cleanup(func() {
+		if out, err := exec.Command(script).CombinedOutput(); err != nil {
+			t.Errorf("restarting the cluster's node: %v\n%s", err, out)
+		}
+	})
+	useTestWorkers(t)
+	out := t.TempDir()
+	if _, _, err := execute(t, "lab", "events", "--out", out, "--seconds", "3", "--rate", "200", "--workers", "2",
+		"--nats", url, "--replicas", "3", "--faults", "node-kill", "--node-kill-cmd", script+" kill "+port); err != nil {
+		t.Fatalf("lab events: %v", err)
+	}
+	for _, r := range readEventsRuns(t, out) {
+		m := r.Metrics
+		t.Logf("%v: %v", r.Condition, m)
+		if m["lost"] != 0 || m["duplicate_effects"] != 0 || m["violations"] != 0 || m["overlaps"] != 0 {
+			t.Errorf("%v: lost %v, duplicate effects %v, violations %v, overlaps %v; want 0", r.Condition,
+				m["lost"], m["duplicate_effects"], m["violations"], m["overlaps"])
+		}
+	}
+}
+
+// useTestWorkers makes the events lab's worker processes this test binary
+// re-run as `lab events-worker` (through TestPayChildProcess).
+func useTestWorkers(t *testing.T) {
+	orig := eventsWorkerCmd
+	t.Cleanup(func() { eventsWorkerCmd = orig })
+	eventsWorkerCmd = func(args []string) *exec.Cmd {
+		c := exec.Command(os.Args[0], "-test.run=^TestPayChildProcess$")
+		all := append(append(append([]string{}, labEventsWorkerCmd...), "--log-level", "warn"), args...)
+		c.Env = append(os.Environ(), "STAMPEDE_PAY_CHILD_ARGS="+strings.Join(all, "\x1f"), "STAMPEDE_NATS_URL=")
+		c.Stderr = os.Stderr
+		return c
+	}
+}
+
+// eventsRun is one run of events.json.
+type eventsRun struct {
+	Condition map[string]any     `json:"condition"`
+	Metrics   map[string]float64 `json:"metrics"`
+}
+
+// readEventsRuns reads the runs of a valid events.json in dir.
+func readEventsRuns(t *testing.T, dir string) []eventsRun {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "events.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Valid bool        `json:"valid"`
+		Runs  []eventsRun `json:"runs"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Valid {
+		t.Fatalf("events.json: not valid:\n%s", raw)
+	}
+	return res.Runs
+}

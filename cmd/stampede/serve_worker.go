@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
+	"github.com/stampede-lab/stampede/fulfilment/worker"
+	"github.com/stampede-lab/stampede/internal/httpapi"
+)
+
+// workerOptions are serve worker's flags.
+type workerOptions struct {
+	http   string
+	nats   string
+	store  payStoreOptions
+	cfg    worker.Config
+	serve  string
+	server httpapi.ServerConfig
+}
+
+func newServeWorkerCmd() *cobra.Command {
+	opts := &workerOptions{cfg: worker.DefaultConfig(), server: httpapi.DefaultServerConfig(), store: payStoreOptions{file: "fulfilment.db"}}
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a fulfilment worker: payment events from JetStream into tickets",
+		Long: `Run a fulfilment worker. It consumes the payment events serve pay publishes
+(stream --stream, payments.<partition>.<payment id> in --partitions
+partitions) with a keyed consumer — one payment's events one at a time and in
+order, --concurrency handlers at once — and applies each exactly once to the
+fulfilment store (inbox and ticket in one transaction): a ticket for every
+APPROVED payment, a release for every DECLINED or FAILED one.
+
+Run several workers on one NATS and one store: on nats-server 2.11+ each
+partition is pinned to one worker at a time and moves when it stops; on an
+older server give each worker its own --serve partitions (two workers on one
+partition would break per-payment order).
+
+--nats is required: the worker must read the stream serve pay writes, and
+serve pay's embedded nats-server is private to it. Run a nats-server (with
+JetStream) and give both the same --nats.
+
+Store: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite --sqlite (default
+<data-dir>/fulfilment.db).
+
+  GET /healthz   the process is up
+  GET /readyz    NATS, the store, and the partitions' consumers
+  GET /metrics   lag, held messages and deepest key queue per partition,
+                 handlers in flight, deliveries, redeliveries, failures,
+                 invalid events set aside
+
+An event that is not a valid payment event is logged, counted
+(stampede_worker_invalid_events_total) and acknowledged: it is never retried.
+A store error is retried with a growing delay; the payment's later events
+wait for it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd, opts) },
+	}
+	f := cmd.Flags()
+	c := &opts.cfg.Consumer
+	f.StringVar(&opts.http, "http", "127.0.0.1:8082", "address to listen on for /healthz, /readyz and /metrics")
+	f.StringVar(&opts.nats, "nats", "", "NATS URL of the server serve pay publishes to (required)")
+	opts.store.flags(cmd)
+	f.StringVar(&c.Stream, "stream", c.Stream, "the payment event stream")
+	f.StringVar(&c.Subject, "subject", c.Subject, "the stream's subject prefix")
+	f.StringVar(&c.Durable, "durable", c.Durable, "durable consumer name prefix, <durable>-<partition>; workers sharing it share the work")
+	f.IntVar(&c.Partitions, "partitions", c.Partitions, "partitions of the stream; must match serve pay's --partitions")
+	f.IntVar(&c.Workers, "concurrency", c.Workers, "handlers running at once")
+	f.IntVar(&c.MaxPending, "max-pending", c.MaxPending, "unacknowledged events per partition at most (memory bound)")
+	f.DurationVar(&c.AckWait, "ack-wait", c.AckWait, "how long the server waits for an acknowledgement before redelivering")
+	f.StringVar(&opts.serve, "serve", "", "comma-separated partitions this worker serves, e.g. 0,1,2,3 (empty: pinned on nats-server 2.11+, else all)")
+	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", opts.server.ShutdownTimeout, "on SIGINT or SIGTERM, how long running handlers and requests may finish")
+	return cmd
+}
+
+// config checks the options, naming the flag, and returns the worker's
+// configuration for a server of the given version.
+func (o *workerOptions) config(serverVersion string) (worker.Config, error) {
+	cfg := o.cfg
+	cfg.Consumer.DrainTimeout = o.server.ShutdownTimeout
+	if o.serve != "" {
+		for _, s := range strings.Split(o.serve, ",") {
+			p, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return cfg, fmt.Errorf("--serve: %q is not a partition number", s)
+			}
+			cfg.Consumer.Serve = append(cfg.Consumer.Serve, p)
+		}
+	}
+	cfg.Consumer.Pinned = o.serve == "" && dispatchjs.PinningSupported(serverVersion)
+	if cfg.Consumer.InProgressEvery > cfg.Consumer.AckWait/2 {
+		cfg.Consumer.InProgressEvery = cfg.Consumer.AckWait / 3
+	}
+	if err := cfg.Validate(); err != nil {
+		flags := map[string]string{"Stream": "--stream", "Subject": "--subject", "Durable": "--durable", "Partitions": "--partitions",
+			"Workers": "--concurrency", "MaxPending": "--max-pending", "AckWait": "--ack-wait", "Serve": "--serve", "DrainTimeout": "--shutdown-timeout"}
+		for field, flag := range flags {
+			if strings.Contains(err.Error(), ": "+field+": ") {
+				msg := err.Error()
+				return cfg, fmt.Errorf("%s: %s", flag, msg[strings.Index(msg, ": "+field+": ")+len(field)+4:])
+			}
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// fulfilmentStore opens the fulfilment database the store options name.
+func (o *payStoreOptions) fulfilmentStore(ctx context.Context) (*sqlstore.Store, string, error) {
+	if o.dbTimeout <= 0 {
+		return nil, "", fmt.Errorf("--db-timeout must be positive, got %s", o.dbTimeout)
+	}
+	cfg := sqlstore.DefaultConfig()
+	cfg.OpTimeout = o.dbTimeout
+	where := "postgres"
+	if o.postgres != "" {
+		cfg.PostgresURL = o.postgres
+	} else {
+		if o.sqlite == "" && o.dataDir == "" {
+			return nil, "", errors.New("--data-dir must not be empty when neither --sqlite nor a PostgreSQL URL is given")
+		}
+		if o.sqlite == "" {
+			if err := os.MkdirAll(o.dataDir, 0o700); err != nil {
+				return nil, "", fmt.Errorf("--data-dir: %w", err)
+			}
+		}
+		cfg.SQLitePath = o.sqlitePath()
+		where = "sqlite " + cfg.SQLitePath
+	}
+	s, err := sqlstore.Open(ctx, cfg)
+	if err != nil {
+		if o.postgres != "" {
+			return nil, "", fmt.Errorf("--postgres: %w", err)
+		}
+		return nil, "", fmt.Errorf("--sqlite: %w", err)
+	}
+	return s, where, nil
+}
+
+func runWorker(cmd *cobra.Command, opts *workerOptions) error {
+	if opts.nats == "" {
+		return fmt.Errorf("--nats (or %s) is required: the NATS server serve pay publishes to (serve pay's embedded nats-server is private to it; run a nats-server with JetStream and give both --nats)", envNATS)
+	}
+	if err := opts.server.Validate(); err != nil {
+		return fmt.Errorf("--shutdown-timeout: %w", err)
+	}
+	log := loggerOf(cmd)
+	ctx := cmd.Context()
+	nc, err := nats.Connect(opts.nats, nats.MaxReconnects(-1), nats.Name("stampede-worker"))
+	if err != nil {
+		return fmt.Errorf("--nats: %w", err)
+	}
+	defer nc.Close()
+	cfg, err := opts.config(nc.ConnectedServerVersion())
+	if err != nil {
+		return err
+	}
+	cfg.Consumer.Logger = log
+	if !cfg.Consumer.Pinned && len(cfg.Consumer.Serve) == 0 {
+		log.Warn("nats-server older than 2.11 has no pinned consumers: this worker serves every partition; run only one, or give each its own --serve",
+			"server_version", nc.ConnectedServerVersion())
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		return err
+	}
+	store, where, err := opts.store.fulfilmentStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	w, err := worker.Start(ctx, js, store, cfg)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), w.Collector())
+	api, err := httpapi.New(httpapi.Config{Name: "worker", Logger: log, Registry: reg})
+	if err != nil {
+		return err
+	}
+	api.AddCheck(httpapi.Check{Name: "nats", Ping: natsReady(nc)})
+	api.AddCheck(httpapi.Check{Name: "store", Ping: store.Ping})
+	api.AddCheck(httpapi.Check{Name: "consumer", Ping: func(ctx context.Context) error { return w.Alive(ctx, js) }})
+
+	ln, err := net.Listen("tcp", opts.http)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	log.Info("fulfilment worker running", "addr", ln.Addr().String(), "store", where, "stream", cfg.Consumer.Stream,
+		"partitions", cfg.Consumer.Partitions, "serve", cfg.Consumer.Serve, "pinned", cfg.Consumer.Pinned,
+		"concurrency", cfg.Consumer.Workers, "server_version", nc.ConnectedServerVersion())
+	// On SIGINT or SIGTERM: stop consuming first (hand queued events back,
+	// finish running ones), then stop serving HTTP.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	defer context.AfterFunc(ctx, func() {
+		w.Close()
+		log.Info("stopped consuming", "stats", fmt.Sprintf("%+v", w.Stats()), "invalid", w.Invalid())
+		stopServing()
+	})()
+	if err := httpapi.Serve(serveCtx, ln, api, opts.server, log); err != nil {
+		return fmt.Errorf("http server: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

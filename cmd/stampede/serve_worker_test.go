@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stampede-lab/stampede/fulfilment"
+	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
+	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/sqlite"
+)
+
+// serveWorker runs `serve worker` in-process with args and returns its
+// HTTP address once /healthz answers; the test's cleanup stops it.
+func serveWorker(t *testing.T, args ...string) string {
+	t.Helper()
+	t.Setenv(envPostgres, "")
+	t.Setenv(envNATS, "")
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := newRootCmd()
+	logs := &syncBuffer{}
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(logs)
+	cmd.SetArgs(append([]string{"serve", "worker", "--log-format", "text", "--http", addr}, args...))
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve worker: %v\n%s", err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("serve worker did not stop within 30s of the cancel")
+		}
+		if t.Failed() {
+			t.Logf("serve worker's log:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("serve worker stopped: %v\n%s", err, logs.String())
+		default:
+		}
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return addr
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve worker did not come up on %s:\n%s", addr, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestServeWorkerNeedsNATS(t *testing.T) {
+	t.Setenv(envNATS, "")
+	_, _, err := execute(t, "serve", "worker")
+	if err == nil || !strings.Contains(err.Error(), "--nats") {
+		t.Fatalf("serve worker without --nats = %v, want an error naming --nats", err)
+	}
+	_, _, err = execute(t, "serve", "worker", "--nats", "nats://127.0.0.1:1", "--partitions", "0")
+	if err == nil || !strings.Contains(err.Error(), "--nats") && !strings.Contains(err.Error(), "--partitions") {
+		t.Fatalf("serve worker --partitions 0 = %v, want an error", err)
+	}
+}
+
+// TestPaymentsToTicketsEndToEnd: 1,000 payments through serve pay (its
+// merchant added with `pay merchant add`, an institution simulator that
+// approves some rounds and declines others), published on a shared
+// nats-server, consumed by two serve worker instances into one
+// fulfilment store: exactly 1,000 settled orders, one ticket per APPROVED
+// payment, and exact parity between payments and tickets.
+func TestPaymentsToTicketsEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 payments through pay, NATS and two workers")
+	}
+	const rounds, perRound = 10, 100
+	ctx := context.Background()
+	emb, err := jetstream.StartEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+
+	icfg := institution.DefaultConfig()
+	icfg.AdminToken = "institution-admin-token-for-tests"
+	isrv, err := institution.NewServer(icfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	its := httptest.NewServer(isrv)
+	defer func() { isrv.Close(); its.Close() }()
+
+	dir := t.TempDir()
+	payDB, fulfilmentDB := filepath.Join(dir, "pay.db"), filepath.Join(dir, "fulfilment.db")
+	_, apiKey := addMerchantCLI(t, payDB)
+	payAddr, _ := servePayOn(t, payDB, its.URL, "--nats", emb.URL(), "--partitions", "8", "--db-timeout", "10s")
+	serveWorker(t, "--nats", emb.URL(), "--partitions", "8", "--sqlite", fulfilmentDB, "--db-timeout", "10s")
+	worker := serveWorker(t, "--nats", emb.URL(), "--partitions", "8", "--sqlite", fulfilmentDB, "--db-timeout", "10s")
+
+	client := &http.Client{Timeout: 30 * time.Second}
+	for r := range rounds {
+		mode := institution.ModeNormal
+		if r%3 == 1 {
+			mode = institution.ModeDecline
+		}
+		b := institution.DefaultBehavior()
+		b.Mode = mode
+		if err := isrv.SetBehavior(b); err != nil {
+			t.Fatal(err)
+		}
+		// 20 requests in flight; a 503 (the SQLite writer busy under
+		// -race) is retried with the same idempotency key, as a client
+		// would.
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 20)
+		for i := range perRound {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				body := fmt.Sprintf(`{"order_id":"order-%d-%d","amount":%d,"currency":"KRW"}`, r, i, 1000+i)
+				for attempt := 1; ; attempt++ {
+					req, _ := http.NewRequest(http.MethodPost, "http://"+payAddr+"/v1/payments", strings.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Idempotency-Key", fmt.Sprintf("key-%d-%d", r, i))
+					req.Header.Set("Authorization", "Bearer "+apiKey)
+					resp, err := client.Do(req)
+					if err != nil {
+						t.Errorf("POST: %v", err)
+						return
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusServiceUnavailable && attempt < 5 {
+						time.Sleep(100 * time.Millisecond)
+						continue
+					}
+					if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+						t.Errorf("POST = %d %s, want 201", resp.StatusCode, b)
+					}
+					return
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+
+	ps, err := sqlite.Open(payDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	fcfg := sqlstore.DefaultConfig()
+	fcfg.SQLitePath, fcfg.OpTimeout = fulfilmentDB, 10*time.Second
+	fs, err := sqlstore.Open(ctx, fcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+
+	// Wait until every order is settled (the condition, not a time, ends
+	// the wait; the deadline only bounds a failure).
+	var c fulfilment.Counts
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		if c, err = fs.Counts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if c.Orders[fulfilment.OrderTicketed]+c.Orders[fulfilment.OrderReleased] >= rounds*perRound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 120s: %+v, want %d settled orders", c, rounds*perRound)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	var records []fulfilment.PaymentRecord
+	approved, declined := 0, 0
+	for after := ""; ; {
+		page, err := ps.List(ctx, after, 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, p := range page {
+			records = append(records, fulfilment.PaymentRecord{PaymentID: p.ID, MerchantID: p.MerchantID, OrderID: p.OrderID, Status: p.Status})
+			switch p.Status {
+			case pay.StatusApproved:
+				approved++
+			case pay.StatusDeclined:
+				declined++
+			}
+		}
+		after = page[len(page)-1].ID
+	}
+	if len(records) != rounds*perRound || approved+declined != rounds*perRound || approved == 0 || declined == 0 {
+		t.Fatalf("%d payments, %d APPROVED, %d DECLINED; want %d, all settled, both kinds", len(records), approved, declined, rounds*perRound)
+	}
+	rep, err := fulfilment.CheckParity(ctx, fs, records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err = fs.Counts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d payments (%d APPROVED, %d DECLINED); fulfilment %+v; parity %v", len(records), approved, declined, c, rep)
+	if rep.Mismatches() != 0 || rep.Matched != approved {
+		t.Errorf("parity = %v, want %d matched and nothing else", rep, approved)
+	}
+	settled := c.Orders[fulfilment.OrderTicketed] + c.Orders[fulfilment.OrderReleased]
+	if settled != rounds*perRound || c.Tickets != int64(approved) || c.Releases != int64(declined) {
+		t.Errorf("%d settled orders, %d tickets, %d releases; want %d, %d, %d", settled, c.Tickets, c.Releases, rounds*perRound, approved, declined)
+	}
+
+	// The worker's HTTP surface.
+	resp, err := http.Get("http://" + worker + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "consumer") {
+		t.Errorf("/readyz = %d %s, want 200 naming the consumer check", resp.StatusCode, body)
+	}
+	resp, err = http.Get("http://" + worker + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{`stampede_worker_partition_lag{partition="0"}`, "stampede_worker_in_flight", "stampede_worker_redelivered_total",
+		"stampede_worker_partition_max_key_depth", "stampede_worker_invalid_events_total"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+// Package worker consumes the payment events of the pay stream into a
+// fulfilment store: a keyed JetStream consumer (dispatch/jetstream), one
+// payment's events one at a time and in order, each decoded
+// (fulfilment.DecodeEvent) and applied exactly once by a fulfilment.Handler
+// (its inbox and the ticket in one transaction).
+//
+// A body that is not a valid payment event (CodeInvalid) will never
+// succeed: it is logged, counted (Worker.Invalid) and acknowledged, so it is
+// not redelivered for ever. Any other error (the store unavailable) is
+// returned to the consumer, which negatively acknowledges the event and
+// holds the payment's later events until it is redelivered.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	"github.com/stampede-lab/stampede/fulfilment"
+	"github.com/stampede-lab/stampede/internal/httpapi"
+)
+
+// Config configures a Worker.
+type Config struct {
+	// Consumer configures the keyed consumer: stream, subject,
+	// partitions, pinning, concurrency (Workers). Its Logger is the
+	// worker's logger too.
+	Consumer dispatchjs.Config
+	// Fulfilment configures the handler (clock, ticket ids).
+	Fulfilment fulfilment.Config
+}
+
+// DefaultConfig returns dispatch/jetstream's and fulfilment's defaults:
+// stream PAYMENTS, payments.<p>.<id> in 8 pinned partitions, 8 handlers at
+// once.
+func DefaultConfig() Config {
+	return Config{Consumer: dispatchjs.DefaultConfig(), Fulfilment: fulfilment.DefaultConfig()}
+}
+
+// Validate reports the first unusable field; the error names it
+// (Consumer.<field> or Fulfilment.<field>).
+func (c Config) Validate() error {
+	if err := c.Consumer.Validate(); err != nil {
+		return fmt.Errorf("worker: Consumer: %w", err)
+	}
+	if err := c.Fulfilment.Validate(); err != nil {
+		return fmt.Errorf("worker: Fulfilment: %w", err)
+	}
+	return nil
+}
+
+// Worker applies payment events from JetStream to a fulfilment store.
+type Worker struct {
+	c       *dispatchjs.Consumer
+	h       *fulfilment.Handler
+	log     *slog.Logger
+	invalid atomic.Uint64
+	applied atomic.Uint64
+	closed  atomic.Bool
+}
+
+// Start creates the partitions' consumers and starts consuming into
+// store. The stream must exist (serve pay creates it). Close must be
+// called to stop.
+func Start(ctx context.Context, js natsjs.JetStream, store fulfilment.Store, cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	h, err := fulfilment.NewHandler(store, cfg.Fulfilment)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{h: h, log: cfg.Consumer.Logger}
+	w.c, err = dispatchjs.New(ctx, js, cfg.Consumer, w.handle)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// handle is the consumer's handler: decode, apply; an invalid event is
+// acknowledged and counted, a retryable error returned.
+func (w *Worker) handle(ctx context.Context, e dispatchjs.Event) error {
+	ev, err := fulfilment.DecodeEvent(e.Data)
+	if err == nil {
+		var applied bool
+		applied, err = w.h.Handle(ctx, ev)
+		if applied {
+			w.applied.Add(1)
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if httpapi.CodeOf(err) == httpapi.CodeInvalid {
+		w.invalid.Add(1)
+		w.log.Error("invalid payment event set aside (acknowledged, not retried)", "event_id", e.ID, "subject", e.Subject,
+			"sequence", e.Sequence, "err", err)
+		return nil
+	}
+	return err
+}
+
+// Close stops consuming: queued events go back to the stream, running
+// ones finish and are acknowledged, pinned partitions are released.
+func (w *Worker) Close() {
+	w.closed.Store(true)
+	w.c.Close()
+}
+
+// Stats returns the consumer's counters.
+func (w *Worker) Stats() dispatchjs.Stats { return w.c.Stats() }
+
+// Invalid counts events set aside as invalid.
+func (w *Worker) Invalid() uint64 { return w.invalid.Load() }
+
+// Applied counts events that changed an order (a ticket issued or a
+// release recorded).
+func (w *Worker) Applied() uint64 { return w.applied.Load() }
+
+// Alive reports whether the worker still consumes: not closed, and every
+// served partition's durable consumer exists on the server.
+func (w *Worker) Alive(ctx context.Context, js natsjs.JetStream) error {
+	if w.closed.Load() {
+		return errors.New("worker: closed")
+	}
+	cfg := w.c.Config()
+	for _, p := range w.c.Stats().Partitions {
+		if _, err := js.Consumer(ctx, cfg.Stream, cfg.ConsumerName(p.Partition)); err != nil {
+			return fmt.Errorf("worker: consumer %s: %w", cfg.ConsumerName(p.Partition), err)
+		}
+	}
+	return nil
+}
+
+// Collector returns Prometheus metrics read from Stats at every scrape:
+// per-partition lag, held messages, deepest key queue and ownership;
+// handlers in flight; and the delivery counters.
+func (w *Worker) Collector() prometheus.Collector { return collector{w} }
+
+var (
+	descLag      = prometheus.NewDesc("stampede_worker_partition_lag", "Messages of the partition not yet delivered to any worker.", []string{"partition"}, nil)
+	descHeld     = prometheus.NewDesc("stampede_worker_partition_held", "Messages of the partition held here, not yet acknowledged.", []string{"partition"}, nil)
+	descKeyDepth = prometheus.NewDesc("stampede_worker_partition_max_key_depth", "Largest per-key queue depth (one payment's backlog) in the partition.", []string{"partition"}, nil)
+	descKeys     = prometheus.NewDesc("stampede_worker_partition_keys", "Keys with messages held in the partition.", []string{"partition"}, nil)
+	descOwned    = prometheus.NewDesc("stampede_worker_partition_owned", "1 when this worker owns the partition.", []string{"partition"}, nil)
+	descInFlight = prometheus.NewDesc("stampede_worker_in_flight", "Handlers running.", nil, nil)
+	descCounters = map[string]*prometheus.Desc{
+		"delivered":   prometheus.NewDesc("stampede_worker_delivered_total", "Deliveries received.", nil, nil),
+		"redelivered": prometheus.NewDesc("stampede_worker_redelivered_total", "Deliveries of a message delivered before.", nil, nil),
+		"duplicates":  prometheus.NewDesc("stampede_worker_duplicates_total", "Deliveries of a message already held or completed here, not run again.", nil, nil),
+		"acked":       prometheus.NewDesc("stampede_worker_acked_total", "Events whose handler succeeded (invalid ones set aside included).", nil, nil),
+		"failed":      prometheus.NewDesc("stampede_worker_failed_total", "Handler errors, each negatively acknowledged for redelivery.", nil, nil),
+		"late":        prometheus.NewDesc("stampede_worker_late_total", "Events that arrived after a later event of their key had started: per-key order lost. Alert on it.", nil, nil),
+		"invalid":     prometheus.NewDesc("stampede_worker_invalid_events_total", "Events set aside because they are not valid payment events.", nil, nil),
+		"applied":     prometheus.NewDesc("stampede_worker_applied_total", "Events that issued a ticket or recorded a release.", nil, nil),
+	}
+)
+
+type collector struct{ w *Worker }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLag, descHeld, descKeyDepth, descKeys, descOwned, descInFlight} {
+		ch <- d
+	}
+	for _, d := range descCounters {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.w.Stats()
+	for _, p := range s.Partitions {
+		l := strconv.Itoa(p.Partition)
+		owned := 0.0
+		if p.Owned {
+			owned = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(p.Lag), l)
+		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(p.Held), l)
+		ch <- prometheus.MustNewConstMetric(descKeyDepth, prometheus.GaugeValue, float64(p.MaxKeyDepth), l)
+		ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(p.Keys), l)
+		ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, owned, l)
+	}
+	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight))
+	for name, v := range map[string]uint64{"delivered": s.Delivered, "redelivered": s.Redelivered, "duplicates": s.Duplicates,
+		"acked": s.Acked, "failed": s.Failed, "late": s.Late, "invalid": c.w.Invalid(), "applied": c.w.Applied()} {
+		ch <- prometheus.MustNewConstMetric(descCounters[name], prometheus.CounterValue, float64(v))
+	}
+}

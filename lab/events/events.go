@@ -1,0 +1,585 @@
+// Package events is the JetStream events lab: a Poisson stream of keyed
+// events with one hot key, as in the ordering lab, published to one
+// partitioned JetStream stream and consumed by N worker processes (real
+// child processes running the keyed consumer of dispatch/jetstream, see
+// RunWorker), under faults: a worker killed with SIGKILL, a worker stopped
+// with SIGSTOP past the ack deadline, a restart of the embedded
+// nats-server.
+//
+// Every handler records its effect in a shared SQLite ledger in one
+// transaction with an inbox row (the fulfilment pattern), so a redelivered
+// event is recorded as an attempt but not applied twice. After the run the
+// ledger says what was lost (published, never applied), duplicated
+// (applied twice despite the inbox), out of order or overlapping per key
+// (dispatch.Ledger replaying the effects' start and done times), how long
+// victims (events of keys other than the hot one) waited, and how many
+// deliveries were redeliveries.
+package events
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/stampede-lab/stampede/dispatch"
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	"github.com/stampede-lab/stampede/lab"
+	"github.com/stampede-lab/stampede/pay/jetstream"
+	_ "github.com/stampede-lab/stampede/pay/sqlite" // registers the "sqlite" driver
+)
+
+// The faults a run can inject.
+const (
+	FaultNone        = "none"
+	FaultKill        = "kill"
+	FaultPause       = "pause"
+	FaultNATSRestart = "nats-restart"
+	// FaultNodeKill kills one node of a NATS cluster (Config.NodeKill);
+	// the stream needs Replicas 3 to keep its quorum.
+	FaultNodeKill = "node-kill"
+)
+
+// Config configures the events lab.
+type Config struct {
+	// Rate is the arrival rate, events per second.
+	Rate float64
+	// Keys is the number of keys; key-000 is the hot one.
+	Keys int
+	// HotLoads are the hot key's offered loads in workers (hot rate ×
+	// Cost): above 1 the hot key alone needs more than one handler.
+	HotLoads []float64
+	// Seconds is how long arrivals last.
+	Seconds float64
+	// Repeat is how many times each condition runs.
+	Repeat int
+	// Workers lists the worker process counts to run.
+	Workers []int
+	// Faults lists the faults, each its own condition: none, kill, pause,
+	// nats-restart.
+	Faults []string
+	// Concurrency is each worker process's handlers at once.
+	Concurrency int
+	// Partitions is the stream's partition count.
+	Partitions int
+	// Cost is one event's handling time.
+	Cost time.Duration
+	// AckWait is the consumers' ack deadline; the pause fault stops a
+	// worker for 1.5 × AckWait.
+	AckWait time.Duration
+	// NATS is a real server's URL; empty starts an embedded one per run
+	// (the only one the nats-restart fault can restart).
+	NATS string
+	// Replicas is the stream's replica count (3 on a 3-node cluster).
+	Replicas int
+	// NodeKill kills one node of the NATS cluster, for the node-kill
+	// fault.
+	NodeKill func() error
+	// Seed makes the arrival streams reproducible.
+	Seed uint64
+	// WorkerCmd returns the command of one worker process given
+	// RunWorker's arguments (cmd/stampede: the same binary's hidden
+	// `lab events-worker`).
+	WorkerCmd func(args []string) *exec.Cmd
+}
+
+// DefaultConfig returns 400 events/s over 64 keys, hot load 0.8, 10 s,
+// 1 repeat, 1, 2 and 4 workers, every fault, 4 handlers per worker,
+// 8 partitions, 5 ms per event and a 2 s ack deadline.
+func DefaultConfig() Config {
+	return Config{Rate: 400, Keys: 64, HotLoads: []float64{0.8}, Seconds: 10, Repeat: 1, Workers: []int{1, 2, 4},
+		Faults: []string{FaultNone, FaultKill, FaultPause, FaultNATSRestart}, Concurrency: 4, Partitions: 8,
+		Cost: 5 * time.Millisecond, AckWait: 2 * time.Second, Replicas: 1, Seed: 11}
+}
+
+// Validate reports the first unusable field.
+func (c Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("events: %s: %s", field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !(c.Rate > 0):
+		return bad("Rate", "must be positive, got %g", c.Rate)
+	case c.Keys < 2:
+		return bad("Keys", "need at least 2 (one hot, one victim), got %d", c.Keys)
+	case len(c.HotLoads) == 0:
+		return bad("HotLoads", "need at least one")
+	case !(c.Seconds > 0):
+		return bad("Seconds", "must be positive, got %g", c.Seconds)
+	case c.Repeat < 1:
+		return bad("Repeat", "must be at least 1, got %d", c.Repeat)
+	case len(c.Workers) == 0:
+		return bad("Workers", "need at least one count")
+	case len(c.Faults) == 0:
+		return bad("Faults", "need at least one (none for no fault)")
+	case c.Concurrency < 1:
+		return bad("Concurrency", "must be at least 1, got %d", c.Concurrency)
+	case c.Partitions < 1:
+		return bad("Partitions", "must be at least 1, got %d", c.Partitions)
+	case c.Cost <= 0:
+		return bad("Cost", "must be positive, got %s", c.Cost)
+	case c.AckWait < time.Second:
+		return bad("AckWait", "must be at least 1s, got %s", c.AckWait)
+	case c.WorkerCmd == nil:
+		return bad("WorkerCmd", "must not be nil")
+	case c.Replicas < 1 || c.Replicas > 5:
+		return bad("Replicas", "must be 1 to 5, got %d", c.Replicas)
+	}
+	for _, w := range c.Workers {
+		if w < 1 {
+			return bad("Workers", "counts must be at least 1, got %d", w)
+		}
+	}
+	for _, f := range c.Faults {
+		switch f {
+		case FaultNone, FaultKill, FaultPause:
+		case FaultNATSRestart:
+			if c.NATS != "" {
+				return bad("Faults", "nats-restart needs the embedded server (no NATS URL)")
+			}
+		case FaultNodeKill:
+			if c.NodeKill == nil {
+				return bad("Faults", "node-kill needs NodeKill (a NATS cluster and the command that kills a node)")
+			}
+		default:
+			return bad("Faults", "unknown fault %q (none, kill, pause, nats-restart, node-kill)", f)
+		}
+	}
+	for _, l := range c.HotLoads {
+		if hot := l / c.Cost.Seconds(); !(l > 0) || hot >= c.Rate {
+			return bad("HotLoads", "%g workers needs %.0f hot events/s, not below the %.0f/s rate (or not positive)", l, hot, c.Rate)
+		}
+	}
+	return nil
+}
+
+// Experiment is the events lab as a lab.Experiment.
+type Experiment struct{ cfg Config }
+
+// New returns the experiment for cfg.
+func New(cfg Config) (*Experiment, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Experiment{cfg: cfg}, nil
+}
+
+// Name implements lab.Experiment.
+func (e *Experiment) Name() string { return "events" }
+
+// Repeats implements lab.Experiment.
+func (e *Experiment) Repeats() int { return e.cfg.Repeat }
+
+// Params implements lab.Experiment.
+func (e *Experiment) Params() any {
+	c := e.cfg
+	return map[string]any{"rate": c.Rate, "keys": c.Keys, "hot_loads": c.HotLoads, "seconds": c.Seconds, "repeat": c.Repeat,
+		"workers": c.Workers, "faults": c.Faults, "concurrency": c.Concurrency, "partitions": c.Partitions,
+		"cost_ms": float64(c.Cost) / 1e6, "ack_wait_ms": c.AckWait.Milliseconds(), "nats": c.NATS != "", "replicas": c.Replicas, "seed": c.Seed}
+}
+
+// Conditions implements lab.Experiment: per hot load, the in-process keyed
+// dispatcher (the victim-latency baseline, workers 0), then every worker
+// count under every fault.
+func (e *Experiment) Conditions() []lab.Condition {
+	var out []lab.Condition
+	for _, load := range e.cfg.HotLoads {
+		out = append(out, lab.Condition{Label: fmt.Sprintf("in-process hot_load=%g", load),
+			Values: map[string]any{"workers": 0, "fault": FaultNone, "hot_load": load}, Keys: []string{"workers", "fault", "hot_load"}})
+		for _, w := range e.cfg.Workers {
+			for _, f := range e.cfg.Faults {
+				out = append(out, lab.Condition{Label: fmt.Sprintf("workers=%d fault=%s hot_load=%g", w, f, load),
+					Values: map[string]any{"workers": w, "fault": f, "hot_load": load}, Keys: []string{"workers", "fault", "hot_load"}})
+			}
+		}
+	}
+	return out
+}
+
+// Columns implements lab.Experiment.
+func (e *Experiment) Columns() []string {
+	return []string{"lost", "duplicate_effects", "violations", "overlaps", "redeliveries", "victim_p99_ms", "events_per_s", "events"}
+}
+
+// arrival is one scheduled event.
+type arrival struct {
+	at  time.Duration
+	key int // 0 is the hot key
+}
+
+// schedule draws the arrivals: the other keys as a Poisson process at the
+// rate the hot key leaves, merged with the hot key's Poisson arrivals.
+func (e *Experiment) schedule(load float64, seed uint64) []arrival {
+	c := e.cfg
+	rng := rand.New(rand.NewPCG(seed, math.Float64bits(load)))
+	hot := load / c.Cost.Seconds()
+	dur := time.Duration(c.Seconds * float64(time.Second))
+	exp := func(rate float64) time.Duration { return time.Duration(rng.ExpFloat64() / rate * float64(time.Second)) }
+	var out []arrival
+	for t := exp(c.Rate - hot); t < dur; t += exp(c.Rate - hot) {
+		out = append(out, arrival{at: t, key: 1 + rng.IntN(c.Keys-1)})
+	}
+	for t := exp(hot); t < dur; t += exp(hot) {
+		out = append(out, arrival{at: t, key: 0})
+	}
+	slices.SortFunc(out, func(a, b arrival) int { return cmp.Compare(a.at, b.at) })
+	return out
+}
+
+func keyName(k int) string { return fmt.Sprintf("key-%03d", k) }
+
+// effect is one applied event as the ledger holds it.
+type effect struct {
+	key             string
+	seq             uint64
+	start, done, at int64 // unix ns: handler start, commit, publish
+}
+
+// Run implements lab.Experiment.
+func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (lab.RunResult, error) {
+	load := cond.Values["hot_load"].(float64)
+	plan := e.schedule(load, e.cfg.Seed+uint64(repeat))
+	if cond.Values["workers"].(int) == 0 {
+		return e.runInProcess(ctx, plan), nil
+	}
+	return e.runJetStream(ctx, plan, cond.Values["workers"].(int), cond.Values["fault"].(string))
+}
+
+// runInProcess runs the plan through an in-process keyed dispatcher with
+// the handlers of one worker process: the victim-latency baseline.
+func (e *Experiment) runInProcess(ctx context.Context, plan []arrival) lab.RunResult {
+	type item struct {
+		key string
+		seq uint64
+		at  time.Time
+	}
+	led := dispatch.NewLedger()
+	var victims []float64
+	done := make(chan float64, len(plan))
+	cfg := dispatch.DefaultConfig()
+	cfg.Strategy, cfg.Workers, cfg.QueueSize = dispatch.Keyed, e.cfg.Concurrency, len(plan)+1
+	d, err := dispatch.New(cfg, func(key string, it item) {
+		led.Start(key, it.seq)
+		time.Sleep(e.cfg.Cost)
+		led.Done(key, it.seq)
+		if key != keyName(0) {
+			done <- float64(time.Since(it.at)) / 1e6
+		} else {
+			done <- -1
+		}
+	})
+	if err != nil {
+		return lab.RunResult{Reason: err.Error()}
+	}
+	start := time.Now()
+	for _, a := range plan {
+		time.Sleep(time.Until(start.Add(a.at)))
+		k := keyName(a.key)
+		_ = d.Submit(ctx, k, item{key: k, seq: led.Submit(k), at: time.Now()})
+	}
+	for range plan {
+		if v := <-done; v >= 0 {
+			victims = append(victims, v)
+		}
+	}
+	elapsed := time.Since(start)
+	d.Close()
+	rep := led.Report()
+	return lab.RunResult{Valid: len(plan) > 0, Metrics: lab.Metrics{
+		"lost": float64(rep.Outstanding()), "duplicate_effects": float64(rep.Duplicates), "violations": float64(rep.Violations),
+		"overlaps": float64(rep.Overlaps), "redeliveries": 0, "victim_p99_ms": quantile(victims, 0.99),
+		"events_per_s": float64(len(plan)) / elapsed.Seconds(), "events": float64(len(plan))}}
+}
+
+// quantile returns the q quantile of xs (sorted in place), 0 when empty.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	return xs[min(len(xs)-1, int(math.Ceil(q*float64(len(xs))))-1)]
+}
+
+// runJetStream runs the plan through JetStream and n worker processes,
+// injecting fault halfway through the arrivals.
+func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fault string) (lab.RunResult, error) {
+	c := e.cfg
+	dir, err := tempDir()
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+	defer removeAll(dir)
+	url := c.NATS
+	var emb *jetstream.Embedded
+	var ecfg jetstream.EmbeddedConfig
+	if url == "" {
+		ecfg = jetstream.DefaultEmbeddedConfig(filepath.Join(dir, "nats"))
+		if ecfg.Port, err = freePort(); err != nil {
+			return lab.RunResult{}, err
+		}
+		if emb, err = jetstream.StartEmbeddedConfig(ecfg); err != nil {
+			return lab.RunResult{}, err
+		}
+		defer func() { emb.Close() }()
+		url = emb.URL()
+	}
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+	stream := fmt.Sprintf("EVENTS_%d", time.Now().UnixNano())
+	subject := "ev" + stream[len("EVENTS"):]
+	transform := dispatchjs.TransformSupported(nc.ConnectedServerVersion())
+	sc := natsjs.StreamConfig{Name: stream, Subjects: []string{subject + ".>"}}
+	if transform {
+		sc = dispatchjs.StreamConfig(stream, subject, c.Partitions)
+	}
+	sc.Storage, sc.Duplicates, sc.Replicas = natsjs.FileStorage, 2*time.Minute, c.Replicas
+	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		return lab.RunResult{}, err
+	}
+	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+
+	ledgerPath := filepath.Join(dir, "ledger.db")
+	if err := createLedger(ledgerPath); err != nil {
+		return lab.RunResult{}, err
+	}
+	pinned := dispatchjs.PinningSupported(nc.ConnectedServerVersion())
+	procs := make([]*exec.Cmd, n)
+	startWorker := func(i int) error {
+		args := []string{"--nats", url, "--ledger", ledgerPath, "--stream", stream, "--subject", subject,
+			"--partitions", strconv.Itoa(c.Partitions), "--concurrency", strconv.Itoa(c.Concurrency),
+			"--ack-wait", c.AckWait.String(), "--cost", c.Cost.String(), "--name", strconv.Itoa(i)}
+		if !pinned {
+			var serve []string
+			for p := range c.Partitions {
+				if p%n == i {
+					serve = append(serve, strconv.Itoa(p))
+				}
+			}
+			if len(serve) == 0 {
+				serve = []string{strconv.Itoa(i % c.Partitions)} // more workers than partitions: a spare reading one
+			}
+			args = append(args, "--serve", joinComma(serve))
+		}
+		cmd := c.WorkerCmd(args)
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		procs[i] = cmd
+		return nil
+	}
+	for i := range n {
+		if err := startWorker(i); err != nil {
+			return lab.RunResult{}, err
+		}
+	}
+	defer func() {
+		for _, p := range procs {
+			if p != nil && p.Process != nil {
+				_ = p.Process.Signal(syscall.SIGCONT)
+				_ = p.Process.Signal(syscall.SIGTERM)
+				_, _ = p.Process.Wait()
+			}
+		}
+	}()
+
+	// Publish on schedule; a failed publish is retried with the same
+	// message id (deduplicated by the stream), as the payment relay does.
+	seqs := map[string]uint64{}
+	start := time.Now()
+	faultAt := len(plan) / 2
+	var faultErr error
+	for i, a := range plan {
+		if i == faultAt && fault != FaultNone {
+			faultErr = e.inject(fault, procs, startWorker, &emb, ecfg)
+		}
+		time.Sleep(time.Until(start.Add(a.at)))
+		k := keyName(a.key)
+		seq := seqs[k]
+		seqs[k]++
+		subj := subject + "." + k
+		if !transform {
+			subj = dispatchjs.PartitionedSubject(subject, k, c.Partitions)
+		}
+		body := []byte(fmt.Sprintf(`{"key":%q,"seq":%d,"at":%d}`, k, seq, time.Now().UnixNano()))
+		for attempt := 0; ; attempt++ {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := js.Publish(pctx, subj, body, natsjs.WithMsgID(fmt.Sprintf("%s-%d", k, seq)))
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil || attempt > 100 {
+				return lab.RunResult{}, fmt.Errorf("events: publish %s-%d: %w", k, seq, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if faultErr != nil {
+		return lab.RunResult{}, faultErr
+	}
+	// Wait until every event is applied, or for a generous bound: what is
+	// missing then is lost.
+	db, err := sql.Open("sqlite", "file:"+ledgerPath+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(4*c.AckWait + 30*time.Second)
+	var applied int
+	for {
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(DISTINCT id) FROM effects`).Scan(&applied); err != nil {
+			return lab.RunResult{}, err
+		}
+		if applied >= len(plan) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return e.account(ctx, db, plan, seqs, start)
+}
+
+// inject applies fault to worker 0 (or the embedded server).
+func (e *Experiment) inject(fault string, procs []*exec.Cmd, startWorker func(int) error, emb **jetstream.Embedded, ecfg jetstream.EmbeddedConfig) error {
+	switch fault {
+	case FaultKill:
+		_ = procs[0].Process.Kill()
+		_, _ = procs[0].Process.Wait()
+		return startWorker(0)
+	case FaultPause:
+		p := procs[0].Process
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		time.AfterFunc(e.cfg.AckWait*3/2, func() { _ = p.Signal(syscall.SIGCONT) })
+		return nil
+	case FaultNodeKill:
+		return e.cfg.NodeKill()
+	case FaultNATSRestart:
+		if *emb == nil {
+			return errors.New("events: nats-restart needs the embedded server")
+		}
+		(*emb).Close()
+		s, err := jetstream.StartEmbeddedConfig(ecfg)
+		if err != nil {
+			return fmt.Errorf("events: restart the embedded nats-server: %w", err)
+		}
+		*emb = s
+	}
+	return nil
+}
+
+// account reads the ledger into the run's metrics.
+func (e *Experiment) account(ctx context.Context, db *sql.DB, plan []arrival, seqs map[string]uint64, start time.Time) (lab.RunResult, error) {
+	rows, err := db.QueryContext(ctx, `SELECT key, seq, start_ns, done_ns, at_ns FROM effects`)
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+	var effs []effect
+	ids := map[string]int{}
+	for rows.Next() {
+		var f effect
+		if err := rows.Scan(&f.key, &f.seq, &f.start, &f.done, &f.at); err != nil {
+			rows.Close()
+			return lab.RunResult{}, err
+		}
+		effs = append(effs, f)
+		ids[fmt.Sprintf("%s-%d", f.key, f.seq)]++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return lab.RunResult{}, err
+	}
+	var redeliveries int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM attempts WHERE delivery > 1`).Scan(&redeliveries); err != nil {
+		return lab.RunResult{}, err
+	}
+	dups := 0
+	for _, n := range ids {
+		dups += n - 1
+	}
+	// Replay starts and completions in time order into a Ledger.
+	led := dispatch.NewLedger()
+	keys := make([]string, 0, len(seqs))
+	for k := range seqs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		for range seqs[k] {
+			led.Submit(k)
+		}
+	}
+	type point struct {
+		t     int64
+		done  bool
+		key   string
+		seq   uint64
+		order int
+	}
+	var pts []point
+	var victims []float64
+	last := start.UnixNano()
+	for i, f := range effs {
+		pts = append(pts, point{f.start, false, f.key, f.seq, 2 * i}, point{f.done, true, f.key, f.seq, 2*i + 1})
+		if f.key != keyName(0) {
+			victims = append(victims, float64(f.done-f.at)/1e6)
+		}
+		last = max(last, f.done)
+	}
+	slices.SortFunc(pts, func(a, b point) int {
+		if c := cmp.Compare(a.t, b.t); c != 0 {
+			return c
+		}
+		// At one instant, completions before starts: touching is not
+		// overlapping.
+		if a.done != b.done {
+			if a.done {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.order, b.order)
+	})
+	for _, p := range pts {
+		if p.done {
+			led.Done(p.key, p.seq)
+		} else {
+			led.Start(p.key, p.seq)
+		}
+	}
+	rep := led.Report()
+	lost := len(plan) - len(ids)
+	res := lab.RunResult{Valid: len(ids) > 0, Metrics: lab.Metrics{
+		"lost": float64(lost), "duplicate_effects": float64(dups), "violations": float64(rep.Violations),
+		"overlaps": float64(rep.Overlaps), "redeliveries": float64(redeliveries), "victim_p99_ms": quantile(victims, 0.99),
+		"events_per_s": float64(len(ids)) / time.Duration(last-start.UnixNano()).Seconds(), "events": float64(len(plan))}}
+	if lost > 0 {
+		res.Broken = append(res.Broken, fmt.Sprintf("%d events lost", lost))
+	}
+	if dups > 0 {
+		res.Broken = append(res.Broken, fmt.Sprintf("%d effects applied twice", dups))
+	}
+	if !res.Valid {
+		res.Reason = "no event applied"
+	}
+	return res, nil
+}
