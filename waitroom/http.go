@@ -3,6 +3,8 @@ package waitroom
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -65,8 +67,11 @@ type handler struct {
 
 // NewHandler returns the waiting room's HTTP handler:
 //
-//	PUT    /v1/rooms/{room}                 configure a room (admin token)
-//	GET    /v1/rooms/{room}                 the room's counters
+//	GET    /v1/rooms                        every room with its configuration (admin token)
+//	PUT    /v1/rooms/{room}                 create a room or replace its whole configuration (admin token)
+//	PATCH  /v1/rooms/{room}                 change the named configuration fields (admin token)
+//	DELETE /v1/rooms/{room}                 remove the room and all its data (admin token)
+//	GET    /v1/rooms/{room}                 the room's counters and configuration
 //	POST   /v1/rooms/{room}/tickets         join: {"user_id"} → ticket and ticket_token
 //	GET    /v1/rooms/{room}/tickets/{user}  the ticket (ticket token); admission_token once admitted
 //	DELETE /v1/rooms/{room}/tickets/{user}  leave the queue or release the slot (ticket token)
@@ -115,9 +120,14 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 	api.AddCheck(httpapi.Check{Name: "redis", Ping: svc.store.Ping})
 	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken))}
 
+	api.Handle("/v1/rooms", httpapi.Methods{
+		http.MethodGet: h.listRooms,
+	})
 	api.Handle("/v1/rooms/{room}", httpapi.Methods{
-		http.MethodGet: h.getRoom,
-		http.MethodPut: h.putRoom,
+		http.MethodGet:    h.getRoom,
+		http.MethodPut:    h.putRoom,
+		http.MethodPatch:  h.patchRoom,
+		http.MethodDelete: h.deleteRoom,
 	})
 	api.Handle("/v1/rooms/{room}/tickets", httpapi.Methods{
 		http.MethodPost: h.join,
@@ -198,17 +208,166 @@ func (h *handler) authTicket(r *http.Request, room, user string) error {
 	return nil
 }
 
-// roomConfigJSON is the body of PUT /v1/rooms/{room} and its answer.
+// roomConfigJSON is a room's configuration as the API shows it: the
+// answer of PUT and PATCH /v1/rooms/{room}, and part of GET's.
 type roomConfigJSON struct {
-	Room            string  `json:"room,omitempty"`
-	Capacity        int     `json:"capacity"`
-	LeaseSeconds    float64 `json:"lease_seconds"`
-	AdmitIntervalMS int64   `json:"admit_interval_ms"`
-	Mode            Mode    `json:"mode"`
+	Room                   string  `json:"room,omitempty"`
+	Capacity               int     `json:"capacity"`
+	LeaseSeconds           float64 `json:"lease_seconds"`
+	AdmitIntervalMS        int64   `json:"admit_interval_ms"`
+	MaxAdmissionsPerMinute int     `json:"max_admissions_per_minute"`
+	// OpensAt is RFC 3339, or null for a room open from the start.
+	OpensAt             *string `json:"opens_at"`
+	Paused              bool    `json:"paused"`
+	Closed              bool    `json:"closed"`
+	ClosedMessage       string  `json:"closed_message"`
+	AbandonAfterSeconds float64 `json:"abandon_after_seconds"`
+	ArrivalSeconds      float64 `json:"arrival_seconds"`
+	RetentionSeconds    float64 `json:"retention_seconds"`
 }
 
-const roomConfigFields = `"capacity", "lease_seconds", "admit_interval_ms", "mode"`
+// configView shows cfg.
+func configView(room string, cfg RoomConfig) roomConfigJSON {
+	v := roomConfigJSON{
+		Room: room, Capacity: cfg.Capacity, LeaseSeconds: cfg.Lease.Seconds(),
+		AdmitIntervalMS: cfg.AdmitInterval.Milliseconds(), MaxAdmissionsPerMinute: cfg.MaxAdmissionsPerMinute,
+		Paused: cfg.Paused, Closed: cfg.Closed, ClosedMessage: cfg.ClosedMessage,
+		AbandonAfterSeconds: cfg.AbandonAfter.Seconds(), ArrivalSeconds: cfg.Arrival.Seconds(),
+		RetentionSeconds: cfg.Retention.Seconds(),
+	}
+	if !cfg.OpensAt.IsZero() {
+		at := cfg.OpensAt.UTC().Format(time.RFC3339Nano)
+		v.OpensAt = &at
+	}
+	return v
+}
 
+// roomConfigBody is the body of PUT and PATCH /v1/rooms/{room}: every
+// field raw, so that an absent field (empty) differs from a null one.
+type roomConfigBody struct {
+	Capacity               json.RawMessage `json:"capacity"`
+	LeaseSeconds           json.RawMessage `json:"lease_seconds"`
+	AdmitIntervalMS        json.RawMessage `json:"admit_interval_ms"`
+	MaxAdmissionsPerMinute json.RawMessage `json:"max_admissions_per_minute"`
+	OpensAt                json.RawMessage `json:"opens_at"`
+	Paused                 json.RawMessage `json:"paused"`
+	Closed                 json.RawMessage `json:"closed"`
+	ClosedMessage          json.RawMessage `json:"closed_message"`
+	AbandonAfterSeconds    json.RawMessage `json:"abandon_after_seconds"`
+	ArrivalSeconds         json.RawMessage `json:"arrival_seconds"`
+	RetentionSeconds       json.RawMessage `json:"retention_seconds"`
+}
+
+// raw lists the body's fields by JSON name, in RoomConfigFields order.
+func (b *roomConfigBody) raw() []json.RawMessage {
+	return []json.RawMessage{b.Capacity, b.LeaseSeconds, b.AdmitIntervalMS, b.MaxAdmissionsPerMinute, b.OpensAt,
+		b.Paused, b.Closed, b.ClosedMessage, b.AbandonAfterSeconds, b.ArrivalSeconds, b.RetentionSeconds}
+}
+
+// present returns the JSON names of the fields the body sets.
+func (b *roomConfigBody) present() []string {
+	var out []string
+	for i, r := range b.raw() {
+		if len(r) > 0 {
+			out = append(out, RoomConfigFields[i])
+		}
+	}
+	return out
+}
+
+// seconds parses a number of seconds within [lo, hi] (checked before the
+// conversion: a huge float does not convert to a Duration).
+func seconds(field string, r json.RawMessage, lo, hi float64) (time.Duration, error) {
+	var v float64
+	if err := json.Unmarshal(r, &v); err != nil || string(r) == "null" {
+		return 0, fieldError(field, "must be a number of seconds, got %s", r)
+	}
+	if !(v == 0 && lo == 0 || v >= lo && v <= hi) {
+		return 0, fieldError(field, "must be between %v and %v, got %v", lo, hi, v)
+	}
+	return time.Duration(v * float64(time.Second)), nil
+}
+
+// apply sets the fields the body names on cfg, checking each one's type
+// and range.
+func (b *roomConfigBody) apply(cfg *RoomConfig) error {
+	integer := func(field string, r json.RawMessage, lo, hi int64) (int64, error) {
+		var v int64
+		if err := json.Unmarshal(r, &v); err != nil || string(r) == "null" {
+			return 0, fieldError(field, "must be a whole number, got %s", r)
+		}
+		if v < lo || v > hi {
+			return 0, fieldError(field, "must be between %d and %d, got %d", lo, hi, v)
+		}
+		return v, nil
+	}
+	boolean := func(field string, r json.RawMessage) (bool, error) {
+		var v bool
+		if err := json.Unmarshal(r, &v); err != nil || string(r) == "null" {
+			return false, fieldError(field, "must be true or false, got %s", r)
+		}
+		return v, nil
+	}
+	var err error
+	if r := b.Capacity; len(r) > 0 {
+		var n int64
+		n, err = integer("capacity", r, 1, 1_000_000)
+		cfg.Capacity = int(n)
+	}
+	if r := b.LeaseSeconds; err == nil && len(r) > 0 {
+		cfg.Lease, err = seconds("lease_seconds", r, 1, 86400)
+	}
+	if r := b.AdmitIntervalMS; err == nil && len(r) > 0 {
+		var n int64
+		n, err = integer("admit_interval_ms", r, 10, 60000)
+		cfg.AdmitInterval = time.Duration(n) * time.Millisecond
+	}
+	if r := b.MaxAdmissionsPerMinute; err == nil && len(r) > 0 {
+		var n int64
+		n, err = integer("max_admissions_per_minute", r, 0, 60_000_000)
+		cfg.MaxAdmissionsPerMinute = int(n)
+	}
+	if r := b.OpensAt; err == nil && len(r) > 0 {
+		cfg.OpensAt = time.Time{}
+		if string(r) != "null" {
+			var at time.Time
+			if json.Unmarshal(r, &at) != nil {
+				return fieldError("opens_at", "must be an RFC 3339 time or null, got %s", r)
+			}
+			cfg.OpensAt = at.UTC()
+		}
+	}
+	if r := b.Paused; err == nil && len(r) > 0 {
+		cfg.Paused, err = boolean("paused", r)
+	}
+	if r := b.Closed; err == nil && len(r) > 0 {
+		cfg.Closed, err = boolean("closed", r)
+	}
+	if r := b.ClosedMessage; err == nil && len(r) > 0 {
+		if json.Unmarshal(r, &cfg.ClosedMessage) != nil || string(r) == "null" {
+			return fieldError("closed_message", "must be a string, got %s", r)
+		}
+	}
+	if r := b.AbandonAfterSeconds; err == nil && len(r) > 0 {
+		cfg.AbandonAfter, err = seconds("abandon_after_seconds", r, 0, 86400)
+		if err == nil && cfg.AbandonAfter != 0 && cfg.AbandonAfter < time.Second {
+			err = fieldError("abandon_after_seconds", "must be 0 (off) or between 1 and 86400, got %v", cfg.AbandonAfter.Seconds())
+		}
+	}
+	if r := b.ArrivalSeconds; err == nil && len(r) > 0 {
+		cfg.Arrival, err = seconds("arrival_seconds", r, 0, 86400)
+	}
+	if r := b.RetentionSeconds; err == nil && len(r) > 0 {
+		cfg.Retention, err = seconds("retention_seconds", r, 1, 30*86400)
+	}
+	return err
+}
+
+// roomConfigAllowed lists the configuration fields for error messages.
+var roomConfigAllowed = `"` + strings.Join(RoomConfigFields, `", "`) + `"`
+
+// putRoom creates a room or replaces its configuration: the body must
+// name every field (a missing one would otherwise silently reset).
 func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authAdmin(r); err != nil {
 		return err
@@ -217,57 +376,116 @@ func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var body struct {
-		Capacity        *int     `json:"capacity"`
-		LeaseSeconds    *float64 `json:"lease_seconds"`
-		AdmitIntervalMS *int64   `json:"admit_interval_ms"`
-		Mode            *string  `json:"mode"`
-	}
-	if err := h.decodeJSON(w, r, &body, roomConfigFields); err != nil {
+	var body roomConfigBody
+	if err := h.decodeJSON(w, r, &body, roomConfigAllowed); err != nil {
 		return err
 	}
+	var missing []string
+	for i, raw := range body.raw() {
+		if len(raw) == 0 {
+			missing = append(missing, RoomConfigFields[i])
+		}
+	}
+	if len(missing) > 0 {
+		return &Error{Code: CodeInvalid, Field: missing[0], Extra: map[string]any{"missing_fields": missing},
+			Message: fmt.Sprintf("PUT needs the complete configuration; missing: %s (PATCH changes single fields)", strings.Join(missing, ", "))}
+	}
 	cfg := DefaultRoomConfig()
-	if body.Capacity != nil {
-		cfg.Capacity = *body.Capacity
-	}
-	if s := body.LeaseSeconds; s != nil {
-		// Checked here: a huge float does not convert to a Duration.
-		if !(*s >= 1 && *s <= 86400) {
-			return fieldError("lease_seconds", "must be between 1 and 86400, got %v", *s)
-		}
-		cfg.Lease = time.Duration(*s * float64(time.Second))
-	}
-	if ms := body.AdmitIntervalMS; ms != nil {
-		if *ms < 10 || *ms > 60000 {
-			return fieldError("admit_interval_ms", "must be between 10 and 60000, got %d", *ms)
-		}
-		cfg.AdmitInterval = time.Duration(*ms) * time.Millisecond
-	}
-	if body.Mode != nil {
-		cfg.Mode = Mode(*body.Mode)
+	if err := body.apply(&cfg); err != nil {
+		return err
 	}
 	if err := h.svc.Configure(r.Context(), room, cfg); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, roomConfigJSON{
-		Room: room, Capacity: cfg.Capacity, LeaseSeconds: cfg.Lease.Seconds(),
-		AdmitIntervalMS: cfg.AdmitInterval.Milliseconds(), Mode: cfg.Mode,
-	})
+	writeJSON(w, http.StatusOK, configView(room, cfg))
 	return nil
 }
 
-// roomJSON is the answer of GET /v1/rooms/{room}.
+// patchRoom changes the fields the body names and leaves the others.
+func (h *handler) patchRoom(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authAdmin(r); err != nil {
+		return err
+	}
+	room, err := roomParam(r)
+	if err != nil {
+		return err
+	}
+	var body roomConfigBody
+	if err := h.decodeJSON(w, r, &body, roomConfigAllowed); err != nil {
+		return err
+	}
+	var applyErr error
+	cfg, err := h.svc.Update(r.Context(), room, body.present(), func(c *RoomConfig) { applyErr = body.apply(c) })
+	if applyErr != nil {
+		return applyErr
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, configView(room, cfg))
+	return nil
+}
+
+// deleteRoom removes a room and everything in it.
+func (h *handler) deleteRoom(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authAdmin(r); err != nil {
+		return err
+	}
+	room, err := roomParam(r)
+	if err != nil {
+		return err
+	}
+	if err := h.svc.DeleteRoom(r.Context(), room); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// listRooms answers every room with its configuration (admin).
+func (h *handler) listRooms(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authAdmin(r); err != nil {
+		return err
+	}
+	names, err := h.svc.ListRooms(r.Context())
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Rooms []roomConfigJSON `json:"rooms"`
+	}{Rooms: []roomConfigJSON{}}
+	for _, name := range names {
+		cfg, err := h.svc.RoomConfig(r.Context(), name)
+		if errors.Is(err, ErrNoRoom) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		out.Rooms = append(out.Rooms, configView(name, cfg))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// roomJSON is the answer of GET /v1/rooms/{room}: the counters and the
+// configuration.
 type roomJSON struct {
-	Room          string  `json:"room"`
-	Capacity      int64   `json:"capacity"`
-	Active        int64   `json:"active"`
-	Waiting       int64   `json:"waiting"`
-	AdmittedTotal int64   `json:"admitted_total"`
-	ExpiredTotal  int64   `json:"expired_total"`
-	ReleasedTotal int64   `json:"released_total"`
-	LeftTotal     int64   `json:"left_total"`
-	JoinedTotal   int64   `json:"joined_total"`
-	AdmissionRate float64 `json:"admission_rate_per_s"`
+	Room           string         `json:"room"`
+	Capacity       int64          `json:"capacity"`
+	Active         int64          `json:"active"`
+	Waiting        int64          `json:"waiting"`
+	Away           int64          `json:"away"`
+	AdmittedTotal  int64          `json:"admitted_total"`
+	ExpiredTotal   int64          `json:"expired_total"`
+	ReleasedTotal  int64          `json:"released_total"`
+	LeftTotal      int64          `json:"left_total"`
+	JoinedTotal    int64          `json:"joined_total"`
+	ClosedTotal    int64          `json:"closed_total"`
+	AbandonedTotal int64          `json:"abandoned_total"`
+	NoShowTotal    int64          `json:"no_show_total"`
+	AdmissionRate  float64        `json:"admission_rate_per_s"`
+	Config         roomConfigJSON `json:"config"`
 }
 
 func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
@@ -275,14 +493,20 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	cfg, err := h.svc.RoomConfig(r.Context(), room)
+	if err != nil {
+		return err
+	}
 	st, err := h.svc.Room(r.Context(), room)
 	if err != nil {
 		return err
 	}
+	c := configView("", cfg)
 	writeJSON(w, http.StatusOK, roomJSON{
-		Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting,
+		Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting, Away: st.Away,
 		AdmittedTotal: st.AdmittedTotal, ExpiredTotal: st.ExpiredTotal, ReleasedTotal: st.ReleasedTotal,
-		LeftTotal: st.LeftTotal, JoinedTotal: st.JoinedTotal, AdmissionRate: st.AdmissionRate,
+		LeftTotal: st.LeftTotal, JoinedTotal: st.JoinedTotal, ClosedTotal: st.ClosedTotal,
+		AbandonedTotal: st.AbandonedTotal, NoShowTotal: st.NoShowTotal, AdmissionRate: st.AdmissionRate, Config: c,
 	})
 	return nil
 }
@@ -301,6 +525,8 @@ type ticketJSON struct {
 	TicketToken    string   `json:"ticket_token,omitempty"`
 	AdmissionToken string   `json:"admission_token,omitempty"`
 	LeaseExpiresAt string   `json:"lease_expires_at,omitempty"`
+	// Message is the room's closing message on a closed ticket.
+	Message string `json:"message,omitempty"`
 }
 
 // ticketView shows t with the service's wait estimate.
@@ -320,6 +546,8 @@ func (h *handler) ticketView(t Ticket) ticketJSON {
 	case StateAdmitted:
 		zero := 0.0
 		v.ETASeconds = &zero
+	case StateClosed:
+		v.Message = t.Message
 	}
 	return v
 }

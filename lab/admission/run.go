@@ -134,7 +134,7 @@ func (e *Experiment) run(ctx context.Context, rc runContext) (lab.RunResult, err
 		}
 	}()
 	for i := range c.Instances {
-		in, err := startInstance(svcCtx, opts, signer, fmt.Sprintf("lab-%d", i), rc.immediate, passes.hook, log)
+		in, err := startInstance(svcCtx, opts, signer, fmt.Sprintf("lab-%d", i), rc.mode, rc.immediate, passes.hook, log)
 		if err != nil {
 			return lab.RunResult{}, err
 		}
@@ -191,12 +191,13 @@ func (e *Experiment) redis() (*redis.Options, func(), error) {
 	return opts, func() {}, nil
 }
 
-func startInstance(ctx context.Context, opts *redis.Options, signer *waitroom.Signer, name string, immediate bool,
+func startInstance(ctx context.Context, opts *redis.Options, signer *waitroom.Signer, name string, mode waitroom.Mode, immediate bool,
 	hook func(string, waitroom.Mode, time.Duration, waitroom.AdmitResult, error), log *slog.Logger) (*instance, error) {
 	o := *opts
 	client := redis.NewClient(&o) // each instance its own pool
 	scfg := waitroom.DefaultServiceConfig()
 	scfg.Instance, scfg.Immediate, scfg.Logger, scfg.OnPass = name, immediate, log, hook
+	scfg.LabMode = mode // the unsafe modes are lab-only, never in the API
 	scfg.RoomRefresh, scfg.RateWindow = 200*time.Millisecond, 2*time.Second
 	scfg.MinPoll, scfg.MaxPoll = 50*time.Millisecond, time.Second
 	svc, err := waitroom.NewService(redisstore.New(client), scfg)

@@ -51,11 +51,11 @@ func Run(t *testing.T, h Harness) {
 var roomSeq = rand.Uint64()
 
 // newRoom configures a uniquely named room.
-func newRoom(t *testing.T, s waitroom.Store, capacity int, lease time.Duration, mode waitroom.Mode) string {
+func newRoom(t *testing.T, s waitroom.Store, capacity int, lease time.Duration) string {
 	t.Helper()
 	room := fmt.Sprintf("test-%x-%d", roomSeq, time.Now().UnixNano())
 	cfg := waitroom.DefaultRoomConfig()
-	cfg.Capacity, cfg.Lease, cfg.Mode = capacity, lease, mode
+	cfg.Capacity, cfg.Lease = capacity, lease
 	if err := s.Configure(context.Background(), room, cfg); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
@@ -66,6 +66,17 @@ func newRoom(t *testing.T, s waitroom.Store, capacity int, lease time.Duration, 
 		t.Cleanup(func() { _ = d.DeleteRoom(context.Background(), room) })
 	}
 	return room
+}
+
+// labAdmit runs one pass in mode, skipping the test when s is no
+// waitroom.LabStore.
+func labAdmit(t *testing.T, s waitroom.Store, ctx context.Context, room string, mode waitroom.Mode, instance string) (waitroom.AdmitResult, error) {
+	t.Helper()
+	lab, ok := s.(waitroom.LabStore)
+	if !ok {
+		t.Skipf("%T is no LabStore", s)
+	}
+	return lab.AdmitMode(ctx, room, mode, instance)
 }
 
 func join(t *testing.T, s waitroom.Store, room string, users ...string) {
@@ -117,7 +128,7 @@ func testUnknownRoom(t *testing.T, h Harness) {
 	if _, err := s.Config(ctx, "never-configured"); waitroom.ErrorCode(err) != waitroom.CodeNotFound {
 		t.Errorf("Config on an unknown room = %v, want not found", err)
 	}
-	room := newRoom(t, s, 1, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, 1, time.Minute)
 	if _, err := s.Ticket(ctx, room, "nobody"); waitroom.ErrorCode(err) != waitroom.CodeNotFound {
 		t.Errorf("Ticket of a user who never joined = %v, want not found", err)
 	}
@@ -128,7 +139,7 @@ func testUnknownRoom(t *testing.T, h Harness) {
 
 func testConfigRoundTrip(t *testing.T, h Harness) {
 	s := h.Store(t)
-	room := newRoom(t, s, 42, 90*time.Second, waitroom.ModeOptimistic)
+	room := newRoom(t, s, 42, 90*time.Second)
 	cfg, err := s.Config(context.Background(), room)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +149,7 @@ func testConfigRoundTrip(t *testing.T, h Harness) {
 		t.Fatalf("Rooms() = %v, %v; want it to list %s", rooms, err, room)
 	}
 	want := waitroom.DefaultRoomConfig()
-	want.Capacity, want.Lease, want.Mode = 42, 90*time.Second, waitroom.ModeOptimistic
+	want.Capacity, want.Lease = 42, 90*time.Second
 	if cfg != want {
 		t.Fatalf("Config = %+v, want %+v", cfg, want)
 	}
@@ -152,7 +163,7 @@ func testConfigRoundTrip(t *testing.T, h Harness) {
 func testJoinIdempotentFIFO(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 1, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, 1, time.Minute)
 	us := users(3)
 	join(t, s, room, us...)
 	for i, u := range us {
@@ -175,17 +186,17 @@ func testJoinIdempotentFIFO(t *testing.T, h Harness) {
 func testAtomicAdmits(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 3, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, 3, time.Minute)
 	us := users(5)
 	join(t, s, room, us...)
-	res, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a")
+	res, err := s.Admit(ctx, room)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(res.Admitted, us[:3]) || res.RoundTrips != 1 || res.At.IsZero() {
 		t.Fatalf("Admit = %+v, want the first 3 in order in one round trip, with the store's time", res)
 	}
-	if res, _ := s.Admit(ctx, room, waitroom.ModeAtomic, "b"); len(res.Admitted) != 0 {
+	if res, _ := s.Admit(ctx, room); len(res.Admitted) != 0 {
 		t.Fatalf("a full room admitted %v", res.Admitted)
 	}
 	tk := state(t, s, room, us[0])
@@ -206,10 +217,10 @@ func testAtomicAdmits(t *testing.T, h Harness) {
 func testLeave(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 1, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, 1, time.Minute)
 	us := users(3)
 	join(t, s, room, us...)
-	if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a"); err != nil {
+	if _, err := s.Admit(ctx, room); err != nil {
 		t.Fatal(err)
 	}
 	// us[1] leaves the queue: us[2] moves up.
@@ -226,7 +237,7 @@ func testLeave(t *testing.T, h Harness) {
 	if tk, err := s.Leave(ctx, room, us[0]); err != nil || tk.State != waitroom.StateReleased {
 		t.Fatalf("second Leave = %+v, %v; want released again, no error", tk, err)
 	}
-	res, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a")
+	res, err := s.Admit(ctx, room)
 	if err != nil || !slices.Equal(res.Admitted, []string{us[2]}) {
 		t.Fatalf("Admit after release = %+v, %v", res, err)
 	}
@@ -243,10 +254,10 @@ func testLeave(t *testing.T, h Harness) {
 func testLeaseExpiry(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 2, time.Second, waitroom.ModeAtomic)
+	room := newRoom(t, s, 2, time.Second)
 	us := users(4)
 	join(t, s, room, us...)
-	if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a"); err != nil {
+	if _, err := s.Admit(ctx, room); err != nil {
 		t.Fatal(err)
 	}
 	next, ok, err := s.NextExpiry(ctx, room)
@@ -254,7 +265,7 @@ func testLeaseExpiry(t *testing.T, h Harness) {
 		t.Fatalf("NextExpiry = %v, %v, %v", next, ok, err)
 	}
 	h.Advance(t, 1500*time.Millisecond)
-	res, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a")
+	res, err := s.Admit(ctx, room)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,10 +286,10 @@ func testLeaseExpiry(t *testing.T, h Harness) {
 func testSettleOnRead(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 2, time.Second, waitroom.ModeAtomic)
+	room := newRoom(t, s, 2, time.Second)
 	us := users(3)
 	join(t, s, room, us...)
-	if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a"); err != nil {
+	if _, err := s.Admit(ctx, room); err != nil {
 		t.Fatal(err)
 	}
 	h.Advance(t, 1500*time.Millisecond)
@@ -302,10 +313,10 @@ func testModesAlone(t *testing.T, h Harness) {
 		t.Run(string(mode), func(t *testing.T) {
 			s := h.Store(t)
 			ctx := context.Background()
-			room := newRoom(t, s, 3, time.Minute, mode)
+			room := newRoom(t, s, 3, time.Minute)
 			us := users(5)
 			join(t, s, room, us...)
-			res, err := s.Admit(ctx, room, mode, "only")
+			res, err := labAdmit(t, s, ctx, room, mode, "only")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -325,18 +336,18 @@ func testModesAlone(t *testing.T, h Harness) {
 func testLeaderSkips(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 10, time.Minute, waitroom.ModeLeader)
+	room := newRoom(t, s, 10, time.Minute)
 	join(t, s, room, users(4)...)
-	first, err := s.Admit(ctx, room, waitroom.ModeLeader, "a")
+	first, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "a")
 	if err != nil || first.Skipped || len(first.Admitted) != 4 {
 		t.Fatalf("first instance = %+v, %v; want it to lead and admit 4", first, err)
 	}
-	second, err := s.Admit(ctx, room, waitroom.ModeLeader, "b")
+	second, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "b")
 	if err != nil || !second.Skipped {
 		t.Fatalf("second instance in the same tick = %+v, %v; want skipped", second, err)
 	}
 	join(t, s, room, "late")
-	again, err := s.Admit(ctx, room, waitroom.ModeLeader, "a")
+	again, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "a")
 	if err != nil || again.Skipped || len(again.Admitted) != 1 {
 		t.Fatalf("the leader's next pass = %+v, %v; want it to keep leading and admit the late user", again, err)
 	}
@@ -344,7 +355,7 @@ func testLeaderSkips(t *testing.T, h Harness) {
 	// the key's lifetime (two admit intervals).
 	h.Advance(t, 3*waitroom.DefaultRoomConfig().AdmitInterval)
 	join(t, s, room, "later")
-	took, err := s.Admit(ctx, room, waitroom.ModeLeader, "b")
+	took, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "b")
 	if err != nil || took.Skipped || len(took.Admitted) != 1 {
 		t.Fatalf("after the leader went quiet, b = %+v, %v; want b to lead", took, err)
 	}
@@ -357,7 +368,7 @@ func testConcurrentAtomic(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
 	const capacity = 5
-	room := newRoom(t, s, capacity, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, capacity, time.Minute)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var maxSeen int64
@@ -385,7 +396,7 @@ func testConcurrentAtomic(t *testing.T, h Harness) {
 					t.Error(err)
 					return
 				}
-				if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, fmt.Sprint(c)); err != nil {
+				if _, err := s.Admit(ctx, room); err != nil {
 					t.Error(err)
 					return
 				}
@@ -417,7 +428,7 @@ func testPingAndOldestWait(t *testing.T, h Harness) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping = %v", err)
 	}
-	room := newRoom(t, s, 1, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, 1, time.Minute)
 	oldest := func() time.Duration {
 		t.Helper()
 		st, err := s.Stats(ctx, room)
@@ -438,7 +449,7 @@ func testPingAndOldestWait(t *testing.T, h Harness) {
 	if d := oldest(); d < time.Second {
 		t.Fatalf("OldestWait after 1s = %s, want at least 1s", d)
 	}
-	if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, "test"); err != nil {
+	if _, err := s.Admit(ctx, room); err != nil {
 		t.Fatalf("Admit: %v", err)
 	}
 	if d := oldest(); d < time.Second {
