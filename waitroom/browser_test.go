@@ -263,7 +263,7 @@ func TestBrowserWaitingToAdmitted(t *testing.T) {
 	// A full room: capacity 1, and alice holds the slot.
 	room := "browser-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room,
-		`{"capacity":1,"lease_seconds":10,"admit_interval_ms":100}`, browserAdminToken)
+		roomBody(t, `{"capacity":1,"lease_seconds":10,"admit_interval_ms":100}`), browserAdminToken)
 	alice := s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", `{"user_id":"alice"}`, "")
 	aliceToken, _ := alice["ticket_token"].(string)
 	if aliceToken == "" {
