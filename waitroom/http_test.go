@@ -759,3 +759,39 @@ func FuzzConfigBody(f *testing.F) {
 		checkFuzzAnswer(t, e, req{method: "PUT", path: "/v1/rooms/" + room, body: string(body), contentType: "application/json", auth: "Bearer " + adminToken})
 	})
 }
+
+// TestDeleteStopsAdmittersEverywhere: deleting a room stops its admitter
+// on the instance that deleted it at once and on every other instance at
+// its next room refresh, the last room included.
+func TestDeleteStopsAdmittersEverywhere(t *testing.T) {
+	b := miniBackend(t)
+	e1, e2 := newEnv(t, b, false), newEnv(t, b, false)
+	room := "del-" + randomName()
+	e1.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: roomBody(t, `{}`), auth: "Bearer " + adminToken})
+	join(t, e1, room, "alice")
+	for _, e := range []*env{e1, e2} {
+		waitFor(t, "both instances to admit for the room", func() bool { return slices.Contains(e.srv.Service().Rooms(), room) })
+	}
+	e1.must(t, http.StatusNoContent, req{method: "DELETE", path: "/v1/rooms/" + room, auth: "Bearer " + adminToken})
+	if rooms := e1.srv.Service().Rooms(); len(rooms) != 0 {
+		t.Errorf("the deleting instance still admits for %v", rooms)
+	}
+	waitFor(t, "the other instance to stop the deleted room's admitter", func() bool { return len(e2.srv.Service().Rooms()) == 0 })
+	if keys, err := b.client.Keys(context.Background(), "{"+room+"}*").Result(); err != nil || len(keys) != 0 {
+		t.Errorf("keys left after DELETE: %v, %v", keys, err)
+	}
+}
+
+// TestClosedTicketOverHTTP: closing a room tells a waiting user, through
+// their ticket, with the room's message.
+func TestClosedTicketOverHTTP(t *testing.T) {
+	e := newEnv(t, miniBackend(t), false)
+	room := e.newRoom(t, `{"capacity":1,"admit_interval_ms":60000}`)
+	join(t, e, room, "alice")
+	bobTok := join(t, e, room, "bob").str("ticket_token")
+	e.must(t, http.StatusOK, req{method: "PATCH", path: "/v1/rooms/" + room, body: `{"closed":true,"closed_message":"sold out"}`, auth: "Bearer " + adminToken})
+	a := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, "bob"), auth: "Bearer " + bobTok})
+	if a.str("state") != "closed" || a.str("message") != "sold out" {
+		t.Errorf("bob's ticket after closing = %s, want closed with the message", a.raw)
+	}
+}
