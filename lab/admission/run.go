@@ -69,6 +69,7 @@ type pass struct {
 	admitted   []string
 	admittedAt []time.Time // the store's clock when each user left the queue
 	trips      int
+	shuffled   int // pre-queue users put in random order by this pass
 }
 
 // passLog collects passes from every instance.
@@ -83,7 +84,7 @@ func (l *passLog) hook(_ string, _ waitroom.Mode, _ time.Duration, res waitroom.
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.passes = append(l.passes, pass{done: time.Now(), admitted: res.Admitted, admittedAt: res.AdmittedAt, trips: res.RoundTrips})
+	l.passes = append(l.passes, pass{done: time.Now(), admitted: res.Admitted, admittedAt: res.AdmittedAt, trips: res.RoundTrips, shuffled: res.Shuffled})
 }
 
 // instance is one service instance: its own Redis pool, service and HTTP
@@ -396,9 +397,9 @@ type users struct {
 	mu       sync.Mutex
 	joinedAt map[string]time.Time
 	// joinPos is each pre-queue user's position in the queue when they
-	// joined (their join order), for joins answered before opensAt.
+	// joined: before the opening nobody leaves the queue, so it is their
+	// join order.
 	joinPos map[string]int64
-	opensAt time.Time
 	// heldUntil is when each live admitted user stopped using their slot
 	// (their hold ended, or the run did).
 	heldUntil map[string]time.Time
@@ -434,9 +435,6 @@ func (u *users) configure(ctx context.Context, rc runContext) error {
 
 // open sets the room's opening time.
 func (u *users) open(ctx context.Context, at time.Time) error {
-	u.mu.Lock()
-	u.opensAt = at
-	u.mu.Unlock()
 	return u.admin(ctx, http.MethodPatch, map[string]any{"opens_at": at.UTC().Format(time.RFC3339Nano)})
 }
 
@@ -540,9 +538,7 @@ func (u *users) play(ctx context.Context, start time.Time, p plan) {
 	}
 	u.mu.Lock()
 	u.joinedAt[p.id] = joined
-	// Only a join answered before the opening is surely in the
-	// pre-queue: one answered later may have missed the shuffle.
-	if p.pre && t.Position != nil && time.Now().Before(u.opensAt) {
+	if p.pre && t.Position != nil {
 		u.joinPos[p.id] = *t.Position
 	}
 	u.mu.Unlock()
@@ -651,9 +647,10 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 	var entries, lateEntries []queueExit
 	var order []admission // every admission, in pass order
 	waits := hdrhistogram.New(1, int64(time.Hour/time.Millisecond), 3)
-	trips, admitted := 0, 0
+	trips, admitted, shuffled := 0, 0, 0
 	for _, p := range ps {
 		trips += p.trips
+		shuffled += p.shuffled
 		for i, user := range p.admitted {
 			admitted++
 			seq, _ := strconv.ParseInt(seqs[user], 10, 64)
@@ -697,10 +694,8 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 		"abandoned":                 float64(stats.AbandonedTotal),
 	}
 	if c.Prequeue > 0 {
-		m["spearman_rho"] = prequeueSpearman(order, us)
-		us.mu.Lock()
-		m["prequeue_joined_before_open"] = float64(len(us.joinPos))
-		us.mu.Unlock()
+		m["spearman_rho"] = prequeueSpearman(order[:min(shuffled, len(order))], us)
+		m["prequeue_shuffled"] = float64(shuffled)
 		m["fifo_inversions_after_open"] = float64(fifoInversions(lateEntries))
 	}
 	// The wait for the first sample, or after the last one, counts as a
@@ -776,8 +771,12 @@ func userIndex(id string) int {
 
 // prequeueSpearman is the Spearman rank correlation between the join
 // order (the position each pre-queue user was given when joining) and the
-// admission order of the pre-queue users admitted: near 0 when the
-// opening shuffled them, 1 for first come first served.
+// admission order of the users the opening shuffled: near 0 when the
+// shuffle worked, 1 for first come first served. shuffled is the
+// admissions from the opening on, as many as the opening shuffled: the
+// shuffled users are ahead of every later joiner, so they are the first
+// admitted (a pre-queue user whose join reached the room only after the
+// opening was not shuffled, and is rightly not counted).
 func prequeueSpearman(order []admission, us *users) float64 {
 	us.mu.Lock()
 	defer us.mu.Unlock()
