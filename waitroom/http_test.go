@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -793,5 +794,22 @@ func TestClosedTicketOverHTTP(t *testing.T) {
 	a := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, "bob"), auth: "Bearer " + bobTok})
 	if a.str("state") != "closed" || a.str("message") != "sold out" {
 		t.Errorf("bob's ticket after closing = %s, want closed with the message", a.raw)
+	}
+}
+
+// TestPollHintWithinAbandonWindow: a waiting user told to poll is never
+// told to wait longer than half the room's abandon_after_seconds, so that
+// following the hint keeps their place.
+func TestPollHintWithinAbandonWindow(t *testing.T) {
+	e := newEnv(t, miniBackend(t), false)
+	room := e.newRoom(t, `{"capacity":1,"admit_interval_ms":60000,"abandon_after_seconds":4}`)
+	waitFor(t, "the service to run the room's admitter", func() bool { return slices.Contains(e.srv.Service().Rooms(), room) })
+	join(t, e, room, "first")
+	for i := range 200 {
+		join(t, e, room, fmt.Sprintf("u%03d", i))
+	}
+	a := join(t, e, room, "last")
+	if ms, _ := a.json["poll_after_ms"].(float64); ms <= 0 || ms > 2000 {
+		t.Errorf("poll_after_ms far back in a room abandoning after 4 s = %v, want at most 2000", a.json["poll_after_ms"])
 	}
 }

@@ -360,19 +360,40 @@ func (s *Service) Room(ctx context.Context, room string) (RoomStatus, error) {
 
 // Estimate returns a waiting ticket's expected wait (negative when no rate
 // is known yet) and how long its holder should wait before polling again:
-// a quarter of the expected wait, within [MinPoll, MaxPoll], so that
+// a quarter of the expected wait, within [MinPoll, maxPoll], so that
 // thousands of users far back in line do not poll every second.
 func (s *Service) Estimate(t Ticket) (eta, pollAfter time.Duration) {
 	if t.State != StateWaiting {
 		return 0, s.cfg.MinPoll
 	}
+	hi := s.maxPoll(t.Room)
 	rate := s.rate(t.Room).perSecond()
 	if rate <= 0 {
 		// No admissions measured yet: back off by position alone.
-		return -1, clamp(time.Duration(t.Position)*50*time.Millisecond, s.cfg.MinPoll, s.cfg.MaxPoll)
+		return -1, clamp(time.Duration(t.Position)*50*time.Millisecond, s.cfg.MinPoll, hi)
 	}
 	eta = time.Duration(float64(t.Position+1) / rate * float64(time.Second))
-	return eta, clamp(eta/4, s.cfg.MinPoll, s.cfg.MaxPoll)
+	return eta, clamp(eta/4, s.cfg.MinPoll, hi)
+}
+
+// maxPoll is the longest poll interval suggested in room: MaxPoll, or
+// half the room's AbandonAfter or Arrival when shorter, so that a user who
+// follows the suggestion is never taken for gone (never below MinPoll).
+func (s *Service) maxPoll(room string) time.Duration {
+	hi := s.cfg.MaxPoll
+	s.mu.Lock()
+	a := s.admitters[room]
+	s.mu.Unlock()
+	if a == nil {
+		return hi
+	}
+	cfg := a.config()
+	for _, w := range []time.Duration{cfg.AbandonAfter, cfg.Arrival} {
+		if w > 0 {
+			hi = min(hi, w/2)
+		}
+	}
+	return max(hi, s.cfg.MinPoll)
 }
 
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
