@@ -1,6 +1,10 @@
 package redisstore
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // The Lua scripts. Each runs atomically on the Redis server: no other
 // command interleaves with one. Every key a script touches is passed in
@@ -90,7 +94,7 @@ end
 
 // joinScript: ARGV user. A new ticket records its join time in joinedat
 // and its first poll in seen. Returns view.
-var joinScript = redis.NewScript(nowMS + commonLua + `
+var joinScript = newScript(nowMS + commonLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
 local user = ARGV[1]
 local st = settle(user)
@@ -117,7 +121,7 @@ return view(user, 'waiting', 1)
 // ticketScript: ARGV user, arrive (1: an admitted user reading counts as
 // arrived). Reading is polling: a waiting user's last poll is recorded.
 // Returns view.
-var ticketScript = redis.NewScript(nowMS + commonLua + `
+var ticketScript = newScript(nowMS + commonLua + `
 local user = ARGV[1]
 local st = settle(user)
 if not st then
@@ -130,7 +134,7 @@ return view(user, st, 0)
 `)
 
 // leaveScript: ARGV user. Returns {state, changed}.
-var leaveScript = redis.NewScript(nowMS + commonLua + `
+var leaveScript = newScript(nowMS + commonLua + `
 local user = ARGV[1]
 local st = settle(user)
 if not st then
@@ -156,7 +160,7 @@ return {st, 0}
 
 // updateScript sets configuration fields of an existing room: KEYS cfg;
 // ARGV field, value, .... Returns 1, or the NOROOM error.
-var updateScript = redis.NewScript(`
+var updateScript = newScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
 redis.call('HSET', KEYS[1], unpack(ARGV))
 return 1
@@ -165,7 +169,7 @@ return 1
 // reclaimScript: marks every lease that has run out as expired and
 // removes it from the room, for the lab's multi-step modes. Returns
 // {expired_count, now_ms}.
-var reclaimScript = redis.NewScript(nowMS + commonLua + `
+var reclaimScript = newScript(nowMS + commonLua + `
 local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
 for _, u in ipairs(gone) do
   redis.call('ZREM', KEYS[12], u)
@@ -196,7 +200,7 @@ return {#gone, now}
 //
 // No observer can see the room over capacity, and users enter in queue
 // order. Returns {expired_count, now_ms, shuffled, admitted users...}.
-var admitScript = redis.NewScript(nowMS + commonLua + `
+var admitScript = newScript(nowMS + commonLua + `
 local c = redis.call('HMGET', KEYS[1], 'capacity', 'lease_ms', 'rate_per_min', 'opens_at_ms', 'paused',
   'closed', 'abandon_ms', 'arrival_ms', 'retention_ms', 'opened_for')
 if not c[1] then return redis.error_reply('NOROOM') end
@@ -338,7 +342,7 @@ return out
 // KEYS leader; ARGV instance, ttl_ms. The key is taken when free and
 // renewed by its holder, so a live leader keeps leading and a dead one is
 // replaced once the key expires. Returns 1 when ARGV[1] leads.
-var leaderScript = redis.NewScript(`
+var leaderScript = newScript(`
 local cur = redis.call('GET', KEYS[1])
 if not cur then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -355,7 +359,7 @@ return 0
 // counter, value, ...}, where oldest_wait_ms is how long the head of the
 // queue has waited (-1 when nobody waits or the head's join time is
 // unknown).
-var statsScript = redis.NewScript(nowMS + `
+var statsScript = newScript(nowMS + `
 local cap = redis.call('HGET', KEYS[1], 'capacity')
 if not cap then return redis.error_reply('NOROOM') end
 local oldest = -1
@@ -369,3 +373,21 @@ local c = redis.call('HGETALL', KEYS[7])
 for i = 1, #c do out[#out + 1] = c[i] end
 return out
 `)
+
+// newScript makes a script of src without its comment lines, blank lines
+// and indentation: the server parses a script on every EVAL, and an
+// embedded server (miniredis) on every EVALSHA too, so the comments, kept
+// here for readers, would cost every call. No line of these scripts holds
+// code and a comment together, nor a string over several lines.
+func newScript(src string) *redis.Script {
+	var b strings.Builder
+	for line := range strings.SplitSeq(src, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "--") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return redis.NewScript(b.String())
+}
