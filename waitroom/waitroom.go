@@ -5,8 +5,9 @@
 //
 // The invariant: at every instant the room holds at most Capacity admitted
 // users, however many service instances admit at once. Every user who joined
-// ends admitted, released, expired or left, and a waiting user's position
-// never increases.
+// ends admitted, released, expired, left, closed or abandoned, and a waiting
+// user's position never increases, except when a user set aside for not
+// polling (RoomConfig.AbandonAfter) comes back to their place ahead.
 //
 // The domain lives here; the Redis implementation of Store is in
 // waitroom/redisstore. Production admits in one atomic step (Store.Admit);
