@@ -71,7 +71,8 @@ type Config struct {
 	// the opening (by Arrival). The room shuffles the pre-queue at its
 	// first admission pass after opening; the run reports the Spearman
 	// rank correlation between join and admission order of the pre-queue
-	// (spearman_rho) and the FIFO inversions among later joiners
+	// (spearman_rho) and the FIFO inversions among the users admitted
+	// after the shuffled ones, who joined after the shuffle
 	// (fifo_inversions_after_open). 0: no pre-queue.
 	Prequeue int
 	// OpensAfter is when the room opens, from the start of a run, with a

@@ -395,9 +395,11 @@ func TestAbandonmentKeepsSlotsUsed(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.RedisURL = labRedis(t)
-	cfg.Capacity, cfg.Users, cfg.Hold, cfg.Abandon = 50, 800, time.Second, 0
+	cfg.Capacity, cfg.Users, cfg.Hold, cfg.Abandon = 50, 1000, time.Second, 0
 	cfg.AbandonFraction, cfg.AbandonAfter, cfg.ArrivalWindow = 0.3, time.Second, time.Second
-	cfg.Duration = 8 * time.Second
+	// Long enough that the first second, when users who stopped polling
+	// still hold slots they were given at once, weighs little.
+	cfg.Duration = 12 * time.Second
 	cfg.Ticks, cfg.Immediate, cfg.Modes = []time.Duration{100 * time.Millisecond}, []bool{true}, []waitroom.Mode{waitroom.ModeAtomic}
 	cfg.ObserveMinSamples = 1
 	e, err := New(cfg)

@@ -656,10 +656,7 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 			seq, _ := strconv.ParseInt(seqs[user], 10, 64)
 			if i < len(p.admittedAt) {
 				entries = append(entries, queueExit{p.admittedAt[i], seq})
-				order = append(order, admission{user: user, at: p.admittedAt[i], done: p.done})
-				if c.Prequeue > 0 && userIndex(user) >= c.Prequeue {
-					lateEntries = append(lateEntries, queueExit{p.admittedAt[i], seq})
-				}
+				order = append(order, admission{user: user, at: p.admittedAt[i], done: p.done, seq: seq})
 			}
 			us.mu.Lock()
 			joined, ok := us.joinedAt[user]
@@ -671,6 +668,12 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 	}
 	inversions := fifoInversions(entries)
 	slices.SortStableFunc(order, func(a, b admission) int { return a.at.Compare(b.at) })
+	// The users the opening shuffled are the first admitted; everyone
+	// admitted after them joined after the shuffle and must be first come
+	// first served.
+	for _, a := range order[min(shuffled, len(order)):] {
+		lateEntries = append(lateEntries, queueExit{a.at, a.seq})
+	}
 
 	overCap := obs.overCap
 	secs := end.Sub(start).Seconds()
@@ -757,16 +760,7 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 type admission struct {
 	user     string
 	at, done time.Time
-}
-
-// userIndex returns the index in the plan of a lab user id ("user-00042"
-// is 42), or -1.
-func userIndex(id string) int {
-	n, err := strconv.Atoi(strings.TrimPrefix(id, "user-"))
-	if err != nil {
-		return -1
-	}
-	return n
+	seq      int64 // arrival sequence (the shuffled one for the pre-queue)
 }
 
 // prequeueSpearman is the Spearman rank correlation between the join
