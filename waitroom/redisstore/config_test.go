@@ -31,7 +31,12 @@ func TestOutflowLimitHoldsOverAMinute(t *testing.T) {
 			m.SetTime(now)
 			client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 			t.Cleanup(func() { client.Close() })
-			s := redisstore.New(client)
+			// The test is about the limit: no store deadline on a loaded
+			// machine under -race.
+			s, err := redisstore.NewWithConfig(client, redisstore.Config{AutoPipeline: true, OpTimeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
 			ctx := context.Background()
 			cfg := waitroom.DefaultRoomConfig()
 			cfg.Capacity, cfg.Lease, cfg.MaxAdmissionsPerMinute = 100_000, time.Hour, limit
