@@ -414,11 +414,7 @@ func (h *handler) patchRoom(w http.ResponseWriter, r *http.Request) error {
 	if err := h.decodeJSON(w, r, &body, roomConfigAllowed); err != nil {
 		return err
 	}
-	var applyErr error
-	cfg, err := h.svc.Update(r.Context(), room, body.present(), func(c *RoomConfig) { applyErr = body.apply(c) })
-	if applyErr != nil {
-		return applyErr
-	}
+	cfg, err := h.svc.Update(r.Context(), room, body.present(), body.apply)
 	if err != nil {
 		return err
 	}

@@ -565,6 +565,13 @@ func TestPutWholePatchOne(t *testing.T) {
 	if a := e.do(t, req{method: "PATCH", path: path, body: `{"arrival_seconds":1000}`, auth: admin}); a.status != 400 || a.str("field") != "arrival_seconds" {
 		t.Errorf("PATCH arrival over the lease = %d %s, want 400 naming arrival_seconds", a.status, a.raw)
 	}
+	// A PATCH with one bad field writes none of the others.
+	if a := e.do(t, req{method: "PATCH", path: path, body: `{"capacity":3,"paused":"yes"}`, auth: admin}); a.status != 400 || a.str("field") != "paused" {
+		t.Errorf("PATCH with a bad paused = %d %s, want 400 naming paused", a.status, a.raw)
+	}
+	if cfg, err := e.store.Config(context.Background(), room); err != nil || cfg != want {
+		t.Fatalf("after a refused PATCH: config = %+v, %v\nwant %+v", cfg, err, want)
+	}
 	if a := e.do(t, req{method: "PATCH", path: "/v1/rooms/nope-" + randomName(), body: `{"capacity":1}`, auth: admin}); a.status != 404 {
 		t.Errorf("PATCH of an unknown room = %d %s, want 404", a.status, a.raw)
 	}

@@ -201,10 +201,11 @@ func (s *Service) Configure(ctx context.Context, room string, cfg RoomConfig) er
 
 // Update changes only the named fields (JSON names, see
 // RoomConfigFields) of an existing room: change applies them to the
-// current configuration, the result is validated as a whole, and only the
+// current configuration (an error of change is returned and nothing is
+// written), the result is validated as a whole, and only the
 // named fields are written, so that concurrent updates of other fields are
 // kept. It returns the configuration as updated.
-func (s *Service) Update(ctx context.Context, room string, fields []string, change func(*RoomConfig)) (RoomConfig, error) {
+func (s *Service) Update(ctx context.Context, room string, fields []string, change func(*RoomConfig) error) (RoomConfig, error) {
 	if err := ValidateRoom(room); err != nil {
 		return RoomConfig{}, err
 	}
@@ -212,7 +213,9 @@ func (s *Service) Update(ctx context.Context, room string, fields []string, chan
 	if err != nil {
 		return RoomConfig{}, err
 	}
-	change(&cfg)
+	if err := change(&cfg); err != nil {
+		return RoomConfig{}, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return RoomConfig{}, err
 	}
