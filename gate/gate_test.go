@@ -174,7 +174,7 @@ func newWorldWith(t *testing.T, client redis.UniversalClient, capacity int, leas
 		t.Cleanup(api.Close)
 		w.apis = append(w.apis, api.URL)
 	}
-	cfg := waitroom.RoomConfig{Capacity: capacity, Lease: lease, AdmitInterval: 20 * time.Millisecond, Mode: waitroom.ModeAtomic}
+	cfg := waitroom.RoomConfig{Capacity: capacity, Lease: lease, AdmitInterval: 20 * time.Millisecond, Retention: waitroom.DefaultRetention}
 	if err := srvs[0].Service().Configure(ctx, room, cfg); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}

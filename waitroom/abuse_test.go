@@ -96,7 +96,7 @@ func (e *abuseEnv) do(t *testing.T, method, path, body, peer string, hdr map[str
 func (e *abuseEnv) room(t *testing.T, body string) string {
 	t.Helper()
 	room := "abuse-" + randomName()
-	a := e.do(t, "PUT", "/v1/rooms/"+room, body, "127.0.0.1:1", map[string]string{"Authorization": "Bearer " + adminToken})
+	a := e.do(t, "PUT", "/v1/rooms/"+room, roomBody(t, body), "127.0.0.1:1", map[string]string{"Authorization": "Bearer " + adminToken})
 	if a.status != http.StatusOK {
 		t.Fatalf("PUT room = %d %s", a.status, a.raw)
 	}
@@ -323,7 +323,7 @@ func TestProofOfWork(t *testing.T) {
 	// A challenge issued at a lower difficulty than the room now asks.
 	low := e.room(t, `{"capacity":5,"pow_difficulty":1}`)
 	c3 := challenge(low).str("challenge")
-	a = e.do(t, "PUT", "/v1/rooms/"+low, `{"capacity":5,"pow_difficulty":12}`, peer, map[string]string{"Authorization": "Bearer " + adminToken})
+	a = e.do(t, "PUT", "/v1/rooms/"+low, roomBody(t, `{"capacity":5,"pow_difficulty":12}`), peer, map[string]string{"Authorization": "Bearer " + adminToken})
 	if a.status != http.StatusOK || a.json["pow_difficulty"] != 12.0 {
 		t.Fatalf("raising the difficulty = %d %s", a.status, a.raw)
 	}
@@ -331,7 +331,7 @@ func TestProofOfWork(t *testing.T) {
 		t.Errorf("easier challenge = %d %s", a.status, a.raw)
 	}
 	// The difficulty is validated.
-	a = e.do(t, "PUT", "/v1/rooms/"+low, `{"pow_difficulty":99}`, peer, map[string]string{"Authorization": "Bearer " + adminToken})
+	a = e.do(t, "PUT", "/v1/rooms/"+low, roomBody(t, `{"pow_difficulty":99}`), peer, map[string]string{"Authorization": "Bearer " + adminToken})
 	if a.status != http.StatusBadRequest || a.str("field") != "pow_difficulty" {
 		t.Errorf("pow_difficulty 99 = %d %s", a.status, a.raw)
 	}

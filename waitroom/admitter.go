@@ -20,10 +20,12 @@ type admitter struct {
 	cfg     RoomConfig
 	changed chan struct{} // capacity 1: the configuration changed
 	pokes   chan struct{} // capacity 1: admit now
+	// stop ends run (the room was deleted).
+	stop context.CancelFunc
 }
 
-func newAdmitter(svc *Service, room string, cfg RoomConfig) *admitter {
-	return &admitter{svc: svc, room: room, cfg: cfg, changed: make(chan struct{}, 1), pokes: make(chan struct{}, 1)}
+func newAdmitter(svc *Service, room string, cfg RoomConfig, stop context.CancelFunc) *admitter {
+	return &admitter{svc: svc, room: room, cfg: cfg, changed: make(chan struct{}, 1), pokes: make(chan struct{}, 1), stop: stop}
 }
 
 // configure hands the admitter a (possibly) new configuration.
@@ -92,9 +94,19 @@ func (a *admitter) pass(ctx context.Context, cfg RoomConfig, expiry *time.Timer,
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), passTimeout)
 	defer cancel()
 	start := time.Now()
-	res, err := a.svc.store.Admit(pctx, a.room, cfg.Mode, a.svc.cfg.Instance)
+	mode := a.svc.cfg.LabMode
+	var (
+		res AdmitResult
+		err error
+	)
+	if lab, ok := a.svc.store.(LabStore); ok && mode != "" && mode != ModeAtomic {
+		res, err = lab.AdmitMode(pctx, a.room, mode, a.svc.cfg.Instance)
+	} else {
+		mode = ModeAtomic
+		res, err = a.svc.store.Admit(pctx, a.room)
+	}
 	if hook := a.svc.cfg.OnPass; hook != nil {
-		hook(a.room, cfg.Mode, time.Since(start), res, err)
+		hook(a.room, mode, time.Since(start), res, err)
 	}
 	if err != nil {
 		if ctx.Err() == nil {

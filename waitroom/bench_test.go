@@ -154,7 +154,7 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	// Long leases and a normal tick: the admitters run as in production
 	// while users pile up in the queue.
 	b.Cleanup(func() { stores[0].DeleteRoom(context.Background(), room) })
-	cfgReq, _ := http.NewRequest("PUT", urls[0]+"/v1/rooms/"+room, strings.NewReader(`{"capacity":100,"lease_seconds":3600}`))
+	cfgReq, _ := http.NewRequest("PUT", urls[0]+"/v1/rooms/"+room, strings.NewReader(roomBody(b, `{"capacity":100,"lease_seconds":3600}`)))
 	cfgReq.Header.Set("Content-Type", "application/json")
 	cfgReq.Header.Set("Authorization", "Bearer "+faultAdminToken)
 	if res, err := hc.Do(cfgReq); err != nil || res.StatusCode != http.StatusOK {

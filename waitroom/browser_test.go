@@ -375,8 +375,8 @@ func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx conte
 	room := "browser-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	title := map[string]string{"ko": "2026 봄 콘서트 <b>티켓</b>", "en": "Spring Concert 2026 <b>tickets</b>"}[lang]
 	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room,
-		`{"capacity":1,"lease_seconds":60,"admit_interval_ms":100,"template":{"title":`+strconv.Quote(title)+
-			`,"primary_color":"#6a1b9a","background_color":"#f3e5f5","text_ko":"좌석은 선착순입니다.\n창을 닫지 마세요.","text_en":"Seats are first come, first served.\nPlease keep this window open."}}`,
+		roomBody(t, `{"capacity":1,"lease_seconds":60,"admit_interval_ms":100,"template":{"title":`+strconv.Quote(title)+
+			`,"primary_color":"#6a1b9a","background_color":"#f3e5f5","text_ko":"좌석은 선착순입니다.\n창을 닫지 마세요.","text_en":"Seats are first come, first served.\nPlease keep this window open."}}`),
 		browserAdminToken)
 	// alice holds the one slot; carol waits first in line.
 	users := map[string]string{}
@@ -537,7 +537,7 @@ func TestBrowserProofOfWork(t *testing.T) {
 	bctx := startBrowser(t, ctx)
 	s := newBrowserServer(t)
 	room := "pow-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1,"pow_difficulty":12}`, browserAdminToken)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1,"pow_difficulty":12}`), browserAdminToken)
 	tab := openTab(t, bctx, 1200, "en", s.url+"/rooms/"+room)
 	p := browserWait(tab, t, "admitted after the proof of work", 30*time.Second, func(p browserPage) bool { return p.State == "admitted" })
 	st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", "")
@@ -560,7 +560,7 @@ func TestBrowserPoWCost(t *testing.T) {
 	s := newBrowserServer(t)
 	room := "cost-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	// Capacity 1 with someone inside: the page waits and stays idle.
-	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1}`, browserAdminToken)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1}`), browserAdminToken)
 	s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", `{"user_id":"holder"}`, "")
 	tab := openTab(t, bctx, 1200, "en", s.url+"/rooms/"+room)
 	browserWait(tab, t, "waiting", 20*time.Second, func(p browserPage) bool { return p.State == "waiting" })
@@ -686,7 +686,7 @@ func TestBrowserRoomStates(t *testing.T) {
 	dir := screenshotDir(t)
 
 	room := "states-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1}`, browserAdminToken)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1}`), browserAdminToken)
 	s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", `{"user_id":"holder"}`, "")
 
 	// Opens in 3 s: a countdown, then the page joins by itself.
@@ -779,7 +779,7 @@ func TestBrowserOnAdmitHook(t *testing.T) {
 	t.Cleanup(ts.Close)
 	s := &browserServer{url: ts.URL, hc: http.DefaultClient}
 	room := "hook-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1}`, browserAdminToken)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1}`), browserAdminToken)
 
 	tab := openTab(t, bctx, 390, "en", s.url+"/rooms/"+room)
 	select {
@@ -820,7 +820,7 @@ func TestBrowserETARange(t *testing.T) {
 	bctx := startBrowser(t, ctx)
 	s := newBrowserServer(t)
 	room := "eta-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, `{"capacity":1,"lease_seconds":600}`, browserAdminToken)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1,"lease_seconds":600}`), browserAdminToken)
 	const ahead = 40
 	tokens := make([]string, ahead)
 	for i := range ahead {

@@ -283,7 +283,7 @@ func TestRedisOutageAnswers503AndRecovers(t *testing.T) {
 	const capacity = 3
 	room := "fault-outage-" + faultRand()
 	roomURL := ts.URL + "/v1/rooms/" + room
-	faultMust(t, hc, http.StatusOK, "PUT", roomURL, `{"capacity":3,"lease_seconds":60,"admit_interval_ms":20}`, "Bearer "+faultAdminToken)
+	faultMust(t, hc, http.StatusOK, "PUT", roomURL, roomBody(t, `{"capacity":3,"lease_seconds":60,"admit_interval_ms":20}`), "Bearer "+faultAdminToken)
 	watch := faultWatchCap(t, addr, room)
 
 	tokens := map[string]string{}
@@ -510,7 +510,7 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 	path := "/v1/rooms/" + room
 	// One-second leases: the users who abandon their slot expire soon.
 	faultMust(t, hc, http.StatusOK, "PUT", insts[0].url+path,
-		fmt.Sprintf(`{"capacity":%d,"lease_seconds":1,"admit_interval_ms":20}`, capacity), "Bearer "+faultAdminToken)
+		roomBody(t, fmt.Sprintf(`{"capacity":%d,"lease_seconds":1,"admit_interval_ms":20}`, capacity)), "Bearer "+faultAdminToken)
 	watch := faultWatchCap(t, emb.Addr(), room)
 
 	var dead atomic.Bool

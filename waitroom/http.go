@@ -1,8 +1,11 @@
 package waitroom
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -119,8 +122,11 @@ type handler struct {
 
 // NewHandler returns the waiting room's HTTP handler:
 //
-//	PUT    /v1/rooms/{room}                 configure a room (admin token)
-//	GET    /v1/rooms/{room}                 the room's counters
+//	GET    /v1/rooms                        every room with its configuration (admin token)
+//	PUT    /v1/rooms/{room}                 create a room or replace its whole configuration (admin token)
+//	PATCH  /v1/rooms/{room}                 change the named configuration fields (admin token)
+//	DELETE /v1/rooms/{room}                 remove the room and all its data (admin token)
+//	GET    /v1/rooms/{room}                 the room's counters and configuration
 //	GET    /v1/rooms/{room}/challenge       a proof-of-work challenge, when the room asks for one
 //	POST   /v1/rooms/{room}/tickets         join (anonymous, trusted or ticket token; see identity.go; with
 //	                                        "challenge" and "solution" when the room asks for proof of work) → ticket and ticket_token
@@ -189,9 +195,14 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 		h.limiter = newJoinLimiter(cfg.JoinLimit, cfg.Now)
 	}
 
+	api.Handle("/v1/rooms", httpapi.Methods{
+		http.MethodGet: h.listRooms,
+	})
 	api.Handle("/v1/rooms/{room}", httpapi.Methods{
-		http.MethodGet: h.getRoom,
-		http.MethodPut: h.putRoom,
+		http.MethodGet:    h.getRoom,
+		http.MethodPut:    h.putRoom,
+		http.MethodPatch:  h.patchRoom,
+		http.MethodDelete: h.deleteRoom,
 	})
 	api.Handle("/v1/rooms/{room}/challenge", httpapi.Methods{
 		http.MethodGet: h.challenge,
@@ -284,20 +295,195 @@ func (h *handler) authTicket(r *http.Request, room, user string) error {
 	return nil
 }
 
-// roomConfigJSON is the body of PUT /v1/rooms/{room} and its answer.
+// roomConfigJSON is a room's configuration as the API shows it: the
+// answer of PUT and PATCH /v1/rooms/{room}, and part of GET's.
 type roomConfigJSON struct {
-	Room            string  `json:"room,omitempty"`
-	Capacity        int     `json:"capacity"`
-	LeaseSeconds    float64 `json:"lease_seconds"`
-	AdmitIntervalMS int64   `json:"admit_interval_ms"`
-	Mode            Mode    `json:"mode"`
-	PoWDifficulty   int     `json:"pow_difficulty"`
-	// Template is omitted when the room has none.
-	Template *RoomTemplate `json:"template,omitempty"`
+	Room                   string  `json:"room,omitempty"`
+	Capacity               int     `json:"capacity"`
+	LeaseSeconds           float64 `json:"lease_seconds"`
+	AdmitIntervalMS        int64   `json:"admit_interval_ms"`
+	MaxAdmissionsPerMinute int     `json:"max_admissions_per_minute"`
+	// OpensAt is RFC 3339, or null for a room open from the start.
+	OpensAt             *string `json:"opens_at"`
+	Paused              bool    `json:"paused"`
+	Closed              bool    `json:"closed"`
+	ClosedMessage       string  `json:"closed_message"`
+	AbandonAfterSeconds float64 `json:"abandon_after_seconds"`
+	ArrivalSeconds      float64 `json:"arrival_seconds"`
+	RetentionSeconds    float64 `json:"retention_seconds"`
+	PoWDifficulty       int     `json:"pow_difficulty"`
+	// Template is null when the room has none.
+	Template *RoomTemplate `json:"template"`
 }
 
-const roomConfigFields = `"capacity", "lease_seconds", "admit_interval_ms", "mode", "pow_difficulty", "template"`
+// configView shows cfg.
+func configView(room string, cfg RoomConfig) roomConfigJSON {
+	v := roomConfigJSON{
+		Room: room, Capacity: cfg.Capacity, LeaseSeconds: cfg.Lease.Seconds(),
+		AdmitIntervalMS: cfg.AdmitInterval.Milliseconds(), MaxAdmissionsPerMinute: cfg.MaxAdmissionsPerMinute,
+		Paused: cfg.Paused, Closed: cfg.Closed, ClosedMessage: cfg.ClosedMessage,
+		AbandonAfterSeconds: cfg.AbandonAfter.Seconds(), ArrivalSeconds: cfg.Arrival.Seconds(),
+		RetentionSeconds: cfg.Retention.Seconds(), PoWDifficulty: cfg.PoWDifficulty,
+	}
+	if !cfg.OpensAt.IsZero() {
+		at := cfg.OpensAt.UTC().Format(time.RFC3339Nano)
+		v.OpensAt = &at
+	}
+	if !cfg.Template.IsZero() {
+		t := cfg.Template
+		v.Template = &t
+	}
+	return v
+}
 
+// roomConfigBody is the body of PUT and PATCH /v1/rooms/{room}: every
+// field raw, so that an absent field (empty) differs from a null one.
+type roomConfigBody struct {
+	Capacity               json.RawMessage `json:"capacity"`
+	LeaseSeconds           json.RawMessage `json:"lease_seconds"`
+	AdmitIntervalMS        json.RawMessage `json:"admit_interval_ms"`
+	MaxAdmissionsPerMinute json.RawMessage `json:"max_admissions_per_minute"`
+	OpensAt                json.RawMessage `json:"opens_at"`
+	Paused                 json.RawMessage `json:"paused"`
+	Closed                 json.RawMessage `json:"closed"`
+	ClosedMessage          json.RawMessage `json:"closed_message"`
+	AbandonAfterSeconds    json.RawMessage `json:"abandon_after_seconds"`
+	ArrivalSeconds         json.RawMessage `json:"arrival_seconds"`
+	RetentionSeconds       json.RawMessage `json:"retention_seconds"`
+	PoWDifficulty          json.RawMessage `json:"pow_difficulty"`
+	Template               json.RawMessage `json:"template"`
+}
+
+// raw lists the body's fields by JSON name, in RoomConfigFields order.
+func (b *roomConfigBody) raw() []json.RawMessage {
+	return []json.RawMessage{b.Capacity, b.LeaseSeconds, b.AdmitIntervalMS, b.MaxAdmissionsPerMinute, b.OpensAt,
+		b.Paused, b.Closed, b.ClosedMessage, b.AbandonAfterSeconds, b.ArrivalSeconds, b.RetentionSeconds,
+		b.PoWDifficulty, b.Template}
+}
+
+// present returns the JSON names of the fields the body sets.
+func (b *roomConfigBody) present() []string {
+	var out []string
+	for i, r := range b.raw() {
+		if len(r) > 0 {
+			out = append(out, RoomConfigFields[i])
+		}
+	}
+	return out
+}
+
+// seconds parses a number of seconds within [lo, hi] (checked before the
+// conversion: a huge float does not convert to a Duration).
+func seconds(field string, r json.RawMessage, lo, hi float64) (time.Duration, error) {
+	var v float64
+	if err := json.Unmarshal(r, &v); err != nil || string(r) == "null" {
+		return 0, fieldError(field, "must be a number of seconds, got %s", r)
+	}
+	if !(v == 0 && lo == 0 || v >= lo && v <= hi) {
+		return 0, fieldError(field, "must be between %v and %v, got %v", lo, hi, v)
+	}
+	return time.Duration(v * float64(time.Second)), nil
+}
+
+// apply sets the fields the body names on cfg, checking each one's type
+// and range.
+func (b *roomConfigBody) apply(cfg *RoomConfig) error {
+	integer := func(field string, r json.RawMessage, lo, hi int64) (int64, error) {
+		var v int64
+		if err := json.Unmarshal(r, &v); err != nil || string(r) == "null" {
+			return 0, fieldError(field, "must be a whole number, got %s", r)
+		}
+		if v < lo || v > hi {
+			return 0, fieldError(field, "must be between %d and %d, got %d", lo, hi, v)
+		}
+		return v, nil
+	}
+	boolean := func(field string, r json.RawMessage) (bool, error) {
+		var v bool
+		if err := json.Unmarshal(r, &v); err != nil || string(r) == "null" {
+			return false, fieldError(field, "must be true or false, got %s", r)
+		}
+		return v, nil
+	}
+	var err error
+	if r := b.Capacity; len(r) > 0 {
+		var n int64
+		n, err = integer("capacity", r, 1, 1_000_000)
+		cfg.Capacity = int(n)
+	}
+	if r := b.LeaseSeconds; err == nil && len(r) > 0 {
+		cfg.Lease, err = seconds("lease_seconds", r, 1, 86400)
+	}
+	if r := b.AdmitIntervalMS; err == nil && len(r) > 0 {
+		var n int64
+		n, err = integer("admit_interval_ms", r, 10, 60000)
+		cfg.AdmitInterval = time.Duration(n) * time.Millisecond
+	}
+	if r := b.MaxAdmissionsPerMinute; err == nil && len(r) > 0 {
+		var n int64
+		n, err = integer("max_admissions_per_minute", r, 0, 60_000_000)
+		cfg.MaxAdmissionsPerMinute = int(n)
+	}
+	if r := b.OpensAt; err == nil && len(r) > 0 {
+		cfg.OpensAt = time.Time{}
+		if string(r) != "null" {
+			var at time.Time
+			if json.Unmarshal(r, &at) != nil {
+				return fieldError("opens_at", "must be an RFC 3339 time or null, got %s", r)
+			}
+			cfg.OpensAt = at.UTC()
+		}
+	}
+	if r := b.Paused; err == nil && len(r) > 0 {
+		cfg.Paused, err = boolean("paused", r)
+	}
+	if r := b.Closed; err == nil && len(r) > 0 {
+		cfg.Closed, err = boolean("closed", r)
+	}
+	if r := b.ClosedMessage; err == nil && len(r) > 0 {
+		if json.Unmarshal(r, &cfg.ClosedMessage) != nil || string(r) == "null" {
+			return fieldError("closed_message", "must be a string, got %s", r)
+		}
+	}
+	if r := b.AbandonAfterSeconds; err == nil && len(r) > 0 {
+		cfg.AbandonAfter, err = seconds("abandon_after_seconds", r, 0, 86400)
+		if err == nil && cfg.AbandonAfter != 0 && cfg.AbandonAfter < time.Second {
+			err = fieldError("abandon_after_seconds", "must be 0 (off) or between 1 and 86400, got %v", cfg.AbandonAfter.Seconds())
+		}
+	}
+	if r := b.ArrivalSeconds; err == nil && len(r) > 0 {
+		cfg.Arrival, err = seconds("arrival_seconds", r, 0, 86400)
+	}
+	if r := b.RetentionSeconds; err == nil && len(r) > 0 {
+		cfg.Retention, err = seconds("retention_seconds", r, 1, 30*86400)
+	}
+	if r := b.PoWDifficulty; err == nil && len(r) > 0 {
+		var n int64
+		n, err = integer("pow_difficulty", r, 0, MaxPoWDifficulty)
+		cfg.PoWDifficulty = int(n)
+	}
+	if r := b.Template; err == nil && len(r) > 0 {
+		// null and {} both mean no template.
+		var t RoomTemplate
+		if string(r) != "null" {
+			dec := json.NewDecoder(bytes.NewReader(r))
+			dec.DisallowUnknownFields()
+			if derr := dec.Decode(&t); derr != nil {
+				return fieldError("template", "must be an object of title, logo_url, primary_color, background_color, text_ko and text_en, or null: %v", derr)
+			}
+		}
+		if err = t.Validate(); err == nil {
+			cfg.Template = t
+		}
+	}
+	return err
+}
+
+// roomConfigAllowed lists the configuration fields for error messages.
+var roomConfigAllowed = `"` + strings.Join(RoomConfigFields, `", "`) + `"`
+
+// putRoom creates a room or replaces its configuration: the body must
+// name every field (a missing one would otherwise silently reset).
 func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authAdmin(r); err != nil {
 		return err
@@ -306,70 +492,119 @@ func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var body struct {
-		Capacity        *int          `json:"capacity"`
-		LeaseSeconds    *float64      `json:"lease_seconds"`
-		AdmitIntervalMS *int64        `json:"admit_interval_ms"`
-		Mode            *string       `json:"mode"`
-		PoWDifficulty   *int          `json:"pow_difficulty"`
-		Template        *RoomTemplate `json:"template"`
-	}
-	if err := h.decodeJSON(w, r, &body, roomConfigFields); err != nil {
+	var body roomConfigBody
+	if err := h.decodeJSON(w, r, &body, roomConfigAllowed); err != nil {
 		return err
 	}
+	var missing []string
+	for i, raw := range body.raw() {
+		if len(raw) == 0 {
+			missing = append(missing, RoomConfigFields[i])
+		}
+	}
+	if len(missing) > 0 {
+		return &Error{Code: CodeInvalid, Field: missing[0], Extra: map[string]any{"missing_fields": missing},
+			Message: fmt.Sprintf("PUT needs the complete configuration; missing: %s (PATCH changes single fields)", strings.Join(missing, ", "))}
+	}
 	cfg := DefaultRoomConfig()
-	if body.Capacity != nil {
-		cfg.Capacity = *body.Capacity
-	}
-	if s := body.LeaseSeconds; s != nil {
-		// Checked here: a huge float does not convert to a Duration.
-		if !(*s >= 1 && *s <= 86400) {
-			return fieldError("lease_seconds", "must be between 1 and 86400, got %v", *s)
-		}
-		cfg.Lease = time.Duration(*s * float64(time.Second))
-	}
-	if ms := body.AdmitIntervalMS; ms != nil {
-		if *ms < 10 || *ms > 60000 {
-			return fieldError("admit_interval_ms", "must be between 10 and 60000, got %d", *ms)
-		}
-		cfg.AdmitInterval = time.Duration(*ms) * time.Millisecond
-	}
-	if body.Mode != nil {
-		cfg.Mode = Mode(*body.Mode)
-	}
-	if body.PoWDifficulty != nil {
-		cfg.PoWDifficulty = *body.PoWDifficulty
-	}
-	if body.Template != nil {
-		cfg.Template = *body.Template
+	if err := body.apply(&cfg); err != nil {
+		return err
 	}
 	if err := h.svc.Configure(r.Context(), room, cfg); err != nil {
 		return err
 	}
-	v := roomConfigJSON{
-		Room: room, Capacity: cfg.Capacity, LeaseSeconds: cfg.Lease.Seconds(),
-		AdmitIntervalMS: cfg.AdmitInterval.Milliseconds(), Mode: cfg.Mode, PoWDifficulty: cfg.PoWDifficulty,
-	}
-	if !cfg.Template.IsZero() {
-		v.Template = &cfg.Template
-	}
-	writeJSON(w, http.StatusOK, v)
+	writeJSON(w, http.StatusOK, configView(room, cfg))
 	return nil
 }
 
-// roomJSON is the answer of GET /v1/rooms/{room}.
+// patchRoom changes the fields the body names and leaves the others.
+func (h *handler) patchRoom(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authAdmin(r); err != nil {
+		return err
+	}
+	room, err := roomParam(r)
+	if err != nil {
+		return err
+	}
+	var body roomConfigBody
+	if err := h.decodeJSON(w, r, &body, roomConfigAllowed); err != nil {
+		return err
+	}
+	cfg, err := h.svc.Update(r.Context(), room, body.present(), body.apply)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, configView(room, cfg))
+	return nil
+}
+
+// deleteRoom removes a room and everything in it.
+func (h *handler) deleteRoom(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authAdmin(r); err != nil {
+		return err
+	}
+	room, err := roomParam(r)
+	if err != nil {
+		return err
+	}
+	if err := h.svc.DeleteRoom(r.Context(), room); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// listRooms answers every room with its configuration (admin).
+func (h *handler) listRooms(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authAdmin(r); err != nil {
+		return err
+	}
+	names, err := h.svc.ListRooms(r.Context())
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Rooms []roomConfigJSON `json:"rooms"`
+	}{Rooms: []roomConfigJSON{}}
+	for _, name := range names {
+		cfg, err := h.svc.RoomConfig(r.Context(), name)
+		if errors.Is(err, ErrNoRoom) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		out.Rooms = append(out.Rooms, configView(name, cfg))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// roomJSON is the answer of GET /v1/rooms/{room}: the counters and the
+// configuration.
 type roomJSON struct {
-	Room          string  `json:"room"`
-	Capacity      int64   `json:"capacity"`
-	Active        int64   `json:"active"`
-	Waiting       int64   `json:"waiting"`
-	AdmittedTotal int64   `json:"admitted_total"`
-	ExpiredTotal  int64   `json:"expired_total"`
-	ReleasedTotal int64   `json:"released_total"`
-	LeftTotal     int64   `json:"left_total"`
-	JoinedTotal   int64   `json:"joined_total"`
-	AdmissionRate float64 `json:"admission_rate_per_s"`
-	PoWDifficulty int     `json:"pow_difficulty"`
+	Room           string  `json:"room"`
+	Capacity       int64   `json:"capacity"`
+	Active         int64   `json:"active"`
+	Waiting        int64   `json:"waiting"`
+	Away           int64   `json:"away"`
+	AdmittedTotal  int64   `json:"admitted_total"`
+	ExpiredTotal   int64   `json:"expired_total"`
+	ReleasedTotal  int64   `json:"released_total"`
+	LeftTotal      int64   `json:"left_total"`
+	JoinedTotal    int64   `json:"joined_total"`
+	ClosedTotal    int64   `json:"closed_total"`
+	AbandonedTotal int64   `json:"abandoned_total"`
+	NoShowTotal    int64   `json:"no_show_total"`
+	AdmissionRate  float64 `json:"admission_rate_per_s"`
+	PoWDifficulty  int     `json:"pow_difficulty"`
+	// OpensAt, Paused, Closed and Message (the closed_message) mirror the
+	// configuration for the waiting page.
+	OpensAt *string        `json:"opens_at"`
+	Paused  bool           `json:"paused"`
+	Closed  bool           `json:"closed"`
+	Message string         `json:"message"`
+	Config  roomConfigJSON `json:"config"`
 }
 
 func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
@@ -377,15 +612,21 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	cfg, err := h.svc.RoomConfig(r.Context(), room)
+	if err != nil {
+		return err
+	}
 	st, err := h.svc.Room(r.Context(), room)
 	if err != nil {
 		return err
 	}
+	c := configView("", cfg)
 	writeJSON(w, http.StatusOK, roomJSON{
-		Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting,
+		Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting, Away: st.Away,
 		AdmittedTotal: st.AdmittedTotal, ExpiredTotal: st.ExpiredTotal, ReleasedTotal: st.ReleasedTotal,
-		LeftTotal: st.LeftTotal, JoinedTotal: st.JoinedTotal, AdmissionRate: st.AdmissionRate,
-		PoWDifficulty: st.Config.PoWDifficulty,
+		LeftTotal: st.LeftTotal, JoinedTotal: st.JoinedTotal, ClosedTotal: st.ClosedTotal,
+		AbandonedTotal: st.AbandonedTotal, NoShowTotal: st.NoShowTotal, AdmissionRate: st.AdmissionRate, PoWDifficulty: c.PoWDifficulty,
+		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage, Config: c,
 	})
 	return nil
 }
@@ -404,6 +645,8 @@ type ticketJSON struct {
 	TicketToken    string   `json:"ticket_token,omitempty"`
 	AdmissionToken string   `json:"admission_token,omitempty"`
 	LeaseExpiresAt string   `json:"lease_expires_at,omitempty"`
+	// Message is the room's closing message on a closed ticket.
+	Message string `json:"message,omitempty"`
 }
 
 // ticketView shows t with the service's wait estimate.
@@ -423,6 +666,8 @@ func (h *handler) ticketView(t Ticket) ticketJSON {
 	case StateAdmitted:
 		zero := 0.0
 		v.ETASeconds = &zero
+	case StateClosed:
+		v.Message = t.Message
 	}
 	return v
 }

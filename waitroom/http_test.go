@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -214,8 +216,32 @@ func (e *env) newRoom(t testing.TB, body string) string {
 		e.b.client.Del(ctx, k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.Leader)
 		e.b.client.SRem(ctx, roomsKey, room)
 	})
-	e.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: body, auth: "Bearer " + adminToken})
+	e.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: roomBody(t, body), auth: "Bearer " + adminToken})
 	return room
+}
+
+// roomBody is a complete room configuration for PUT: the default room's,
+// with the fields of the JSON object partial over it (which may hold
+// fields that do not exist, to be refused).
+func roomBody(t testing.TB, partial string) string {
+	t.Helper()
+	full := map[string]any{
+		"capacity": 100, "lease_seconds": 300, "admit_interval_ms": 200, "max_admissions_per_minute": 0,
+		"opens_at": nil, "paused": false, "closed": false, "closed_message": "", "abandon_after_seconds": 0,
+		"arrival_seconds": 0, "retention_seconds": 86400, "pow_difficulty": 0, "template": nil,
+	}
+	var over map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(partial), &over); err != nil {
+		t.Fatalf("roomBody(%s): %v", partial, err)
+	}
+	for k, v := range over {
+		full[k] = v
+	}
+	b, err := json.Marshal(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // waitFor polls cond every 10 ms for up to 5 s: the service admits in the
@@ -268,7 +294,7 @@ func TestFullFlow(t *testing.T) {
 		aliceAuth, bobAuth := "Bearer "+a.str("ticket_token"), "Bearer "+bob.str("ticket_token")
 
 		// One admission pass lets alice in.
-		res, err := e.store.Admit(context.Background(), room, waitroom.ModeAtomic, "test")
+		res, err := e.store.Admit(context.Background(), room)
 		if err != nil || !slices.Equal(res.Admitted, []string{"alice"}) {
 			t.Fatalf("Admit = %+v, %v; want alice admitted", res, err)
 		}
@@ -316,11 +342,12 @@ func TestFullFlow(t *testing.T) {
 			t.Errorf("Cache-Control = %q", cc)
 		}
 
-		// The admitter's pass was counted.
-		metrics := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"})
-		if want := `stampede_waitroom_admitted_total{room="` + room + `"} 1`; !bytes.Contains(metrics.raw, []byte(want)) {
-			t.Errorf("/metrics lacks %s", want)
-		}
+		// The admitter's pass was counted (by its hook, which runs just
+		// after the pass that bob may already have seen).
+		want := `stampede_waitroom_admitted_total{room="` + room + `"} 1`
+		waitFor(t, "/metrics to show "+want, func() bool {
+			return bytes.Contains(e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"}).raw, []byte(want))
+		})
 	})
 }
 
@@ -403,15 +430,23 @@ func TestBadRequests(t *testing.T) {
 			{"unknown room", req{method: "GET", path: "/v1/rooms/no-such-room"}, 404, "not_found", []string{"no-such-room"}},
 			{"join unknown room", req{method: "POST", path: "/v1/rooms/no-such-room/tickets", body: `{"user_id":"a"}`}, 404, "not_found", []string{"no-such-room"}},
 			{"no ticket", req{method: "GET", path: ticketPath(room, "ghost"), auth: "Bearer " + ghostTok}, 404, "not_found", []string{"ghost"}},
-			{"capacity wrong type", req{method: "PUT", path: cfgPath, body: `{"capacity":"ten"}`, auth: admin}, 400, "invalid", []string{"capacity", "number"}},
-			{"capacity fraction", req{method: "PUT", path: cfgPath, body: `{"capacity":1.5}`, auth: admin}, 400, "invalid", []string{"capacity", "whole number"}},
-			{"capacity huge", req{method: "PUT", path: cfgPath, body: `{"capacity":1e40}`, auth: admin}, 400, "invalid", []string{"capacity"}},
-			{"capacity zero", req{method: "PUT", path: cfgPath, body: `{"capacity":0}`, auth: admin}, 400, "invalid", []string{"capacity"}},
-			{"lease huge", req{method: "PUT", path: cfgPath, body: `{"lease_seconds":1e300}`, auth: admin}, 400, "invalid", []string{"lease_seconds"}},
-			{"lease wrong type", req{method: "PUT", path: cfgPath, body: `{"lease_seconds":"1m"}`, auth: admin}, 400, "invalid", []string{"lease_seconds", "number"}},
-			{"interval too short", req{method: "PUT", path: cfgPath, body: `{"admit_interval_ms":1}`, auth: admin}, 400, "invalid", []string{"admit_interval_ms"}},
-			{"unknown mode", req{method: "PUT", path: cfgPath, body: `{"mode":"fast"}`, auth: admin}, 400, "invalid", []string{"mode", "fast"}},
-			{"config unknown field", req{method: "PUT", path: cfgPath, body: `{"cap":1}`, auth: admin}, 400, "invalid", []string{`"cap"`, "capacity"}},
+			{"capacity wrong type", req{method: "PUT", path: cfgPath, body: roomBody(t, `{"capacity":"ten"}`), auth: admin}, 400, "invalid", []string{"capacity", "number"}},
+			{"capacity fraction", req{method: "PUT", path: cfgPath, body: roomBody(t, `{"capacity":1.5}`), auth: admin}, 400, "invalid", []string{"capacity", "whole number"}},
+			{"capacity huge", req{method: "PUT", path: cfgPath, body: roomBody(t, `{"capacity":1e40}`), auth: admin}, 400, "invalid", []string{"capacity"}},
+			{"capacity zero", req{method: "PUT", path: cfgPath, body: roomBody(t, `{"capacity":0}`), auth: admin}, 400, "invalid", []string{"capacity"}},
+			{"lease huge", req{method: "PUT", path: cfgPath, body: roomBody(t, `{"lease_seconds":1e300}`), auth: admin}, 400, "invalid", []string{"lease_seconds"}},
+			{"lease wrong type", req{method: "PUT", path: cfgPath, body: roomBody(t, `{"lease_seconds":"1m"}`), auth: admin}, 400, "invalid", []string{"lease_seconds", "number"}},
+			{"interval too short", req{method: "PUT", path: cfgPath, body: roomBody(t, `{"admit_interval_ms":1}`), auth: admin}, 400, "invalid", []string{"admit_interval_ms"}},
+			{"mode not in the API", req{method: "PUT", path: cfgPath, body: roomBody(t, `{"mode":"naive"}`), auth: admin}, 400, "invalid", []string{`"mode"`, "unknown field"}},
+			{"put incomplete", req{method: "PUT", path: cfgPath, body: `{"lease_seconds":60}`, auth: admin}, 400, "invalid", []string{"capacity", "admit_interval_ms", "retention_seconds", "missing"}},
+			{"patch bad capacity", req{method: "PATCH", path: cfgPath, body: `{"capacity":0}`, auth: admin}, 400, "invalid", []string{"capacity"}},
+			{"patch without admin", req{method: "PATCH", path: cfgPath, body: `{"capacity":3}`}, 401, "unauthorized", []string{"admin token"}},
+			{"delete without admin", req{method: "DELETE", path: cfgPath}, 401, "unauthorized", []string{"admin token"}},
+			{"list without admin", req{method: "GET", path: "/v1/rooms"}, 401, "unauthorized", []string{"admin token"}},
+			{"user_id dot", req{method: "POST", path: tickets, body: `{"user_id":"."}`}, 400, "invalid", []string{"user_id"}},
+			{"user_id dotdot", req{method: "POST", path: tickets, body: `{"user_id":".."}`}, 400, "invalid", []string{"user_id"}},
+			{"user_id slash", req{method: "POST", path: tickets, body: `{"user_id":"a/b"}`}, 400, "invalid", []string{"user_id", "'/'"}},
+			{"config unknown field", req{method: "PUT", path: cfgPath, body: roomBody(t, `{"cap":1}`), auth: admin}, 400, "invalid", []string{`"cap"`, "capacity"}},
 			{"missing admin token", req{method: "PUT", path: cfgPath, body: `{}`}, 401, "unauthorized", []string{"admin token"}},
 			{"wrong admin token", req{method: "PUT", path: cfgPath, body: `{}`, auth: "Bearer not-the-admin-token"}, 401, "unauthorized", []string{"admin token invalid"}},
 			{"ticket token as admin token", req{method: "PUT", path: cfgPath, body: `{}`, auth: "Bearer " + aliceTok}, 401, "unauthorized", []string{"admin token invalid"}},
@@ -431,7 +466,7 @@ func TestBadRequests(t *testing.T) {
 			{"wrong content type", req{method: "POST", path: tickets, body: `{"user_id":"a"}`, contentType: "text/plain"}, 415, "unsupported", []string{"application/json", "text/plain"}},
 			{"no content type", req{method: "POST", path: tickets, body: `{"user_id":"a"}`, contentType: "-"}, 415, "unsupported", []string{"application/json"}},
 			{"form content type", req{method: "PUT", path: cfgPath, body: `capacity=1`, contentType: "application/x-www-form-urlencoded", auth: admin}, 415, "unsupported", []string{"application/json"}},
-			{"wrong method on room", req{method: "PATCH", path: cfgPath, body: `{}`}, 405, "method_not_allowed", []string{"PATCH", "GET, HEAD, PUT"}},
+			{"wrong method on room", req{method: "POST", path: cfgPath, body: `{}`}, 405, "method_not_allowed", []string{"POST", "DELETE, GET, HEAD, PATCH, PUT"}},
 			{"wrong method on tickets", req{method: "GET", path: tickets}, 405, "method_not_allowed", []string{"GET", "POST"}},
 			{"wrong method on ticket", req{method: "POST", path: ticketPath(room, "alice")}, 405, "method_not_allowed", []string{"DELETE"}},
 			{"wrong method on healthz", req{method: "DELETE", path: "/healthz"}, 405, "method_not_allowed", []string{"DELETE"}},
@@ -464,8 +499,8 @@ func TestBadRequests(t *testing.T) {
 			field string
 		}{
 			{req{method: "POST", path: tickets, body: `{"user_id":42}`}, "user_id"},
-			{req{method: "PUT", path: cfgPath, body: `{"capacity":"ten"}`, auth: admin}, "capacity"},
-			{req{method: "PUT", path: cfgPath, body: `{"admit_interval_ms":1}`, auth: admin}, "admit_interval_ms"},
+			{req{method: "PUT", path: cfgPath, body: roomBody(t, `{"capacity":"ten"}`), auth: admin}, "capacity"},
+			{req{method: "PUT", path: cfgPath, body: roomBody(t, `{"admit_interval_ms":1}`), auth: admin}, "admit_interval_ms"},
 			{req{method: "GET", path: "/v1/rooms/bad.room"}, "room"},
 		} {
 			if a := e.do(t, fc.r); a.status != http.StatusBadRequest || a.str("field") != fc.field {
@@ -481,22 +516,103 @@ func TestBadRequests(t *testing.T) {
 	})
 }
 
-func TestConfigureDefaultsAndAnswer(t *testing.T) {
+// TestPutWholePatchOne: PUT needs the complete configuration and names
+// every missing field; PATCH of one field leaves every other unchanged;
+// GET /v1/rooms lists the room and DELETE removes it.
+func TestPutWholePatchOne(t *testing.T) {
 	e := newEnv(t, miniBackend(t), false)
 	room := "cfg-" + randomName()
-	a := e.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: `{"capacity":7,"mode":"leader"}`, auth: "Bearer " + adminToken})
-	d := waitroom.DefaultRoomConfig()
-	if a.json["capacity"] != 7.0 || a.str("mode") != "leader" || a.json["lease_seconds"] != d.Lease.Seconds() ||
-		a.json["admit_interval_ms"] != float64(d.AdmitInterval.Milliseconds()) || a.str("room") != room {
+	path := "/v1/rooms/" + room
+	admin := "Bearer " + adminToken
+
+	a := e.do(t, req{method: "PUT", path: path, body: `{"lease_seconds":60}`, auth: admin})
+	if a.status != http.StatusBadRequest || a.str("field") != "capacity" {
+		t.Fatalf("PUT with only lease_seconds = %d %s, want 400 naming capacity", a.status, a.raw)
+	}
+	missing, _ := a.json["missing_fields"].([]any)
+	if len(missing) != len(waitroom.RoomConfigFields)-1 {
+		t.Errorf("missing_fields = %v, want every field but lease_seconds", missing)
+	}
+	if _, err := e.store.Config(context.Background(), room); !errors.Is(err, waitroom.ErrNoRoom) {
+		t.Fatalf("a refused PUT created the room: %v", err)
+	}
+
+	full := `{"capacity":7,"lease_seconds":90,"admit_interval_ms":50,"max_admissions_per_minute":600,` +
+		`"opens_at":"2030-01-02T03:04:05Z","paused":true,"closed":false,"closed_message":"sold out",` +
+		`"abandon_after_seconds":30,"arrival_seconds":20,"retention_seconds":3600,"pow_difficulty":4,"template":{"title":"T"}}`
+	a = e.must(t, http.StatusOK, req{method: "PUT", path: path, body: full, auth: admin})
+	t.Cleanup(func() { _ = e.store.DeleteRoom(context.Background(), room) })
+	want := waitroom.RoomConfig{Capacity: 7, Lease: 90 * time.Second, AdmitInterval: 50 * time.Millisecond,
+		MaxAdmissionsPerMinute: 600, OpensAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), Paused: true,
+		ClosedMessage: "sold out", AbandonAfter: 30 * time.Second, Arrival: 20 * time.Second, Retention: time.Hour,
+		PoWDifficulty: 4, Template: waitroom.RoomTemplate{Title: "T"}}
+	if cfg, err := e.store.Config(context.Background(), room); err != nil || cfg != want {
+		t.Fatalf("stored config = %+v, %v\nwant %+v", cfg, err, want)
+	}
+	if a.str("opens_at") != "2030-01-02T03:04:05Z" || a.json["capacity"] != 7.0 || a.str("room") != room {
 		t.Errorf("PUT answer = %s", a.raw)
 	}
-	cfg, err := e.store.Config(context.Background(), room)
-	if err != nil || cfg.Capacity != 7 || cfg.Mode != waitroom.ModeLeader || cfg.Lease != d.Lease {
-		t.Errorf("stored config = %+v, %v", cfg, err)
+
+	// Each field alone: only it changes.
+	for _, pc := range []struct {
+		body   string
+		change func(*waitroom.RoomConfig)
+	}{
+		{`{"lease_seconds":120}`, func(c *waitroom.RoomConfig) { c.Lease = 2 * time.Minute }},
+		{`{"capacity":9}`, func(c *waitroom.RoomConfig) { c.Capacity = 9 }},
+		{`{"paused":false}`, func(c *waitroom.RoomConfig) { c.Paused = false }},
+		{`{"opens_at":null}`, func(c *waitroom.RoomConfig) { c.OpensAt = time.Time{} }},
+		{`{"max_admissions_per_minute":0}`, func(c *waitroom.RoomConfig) { c.MaxAdmissionsPerMinute = 0 }},
+		{`{"closed":true,"closed_message":"all gone"}`, func(c *waitroom.RoomConfig) { c.Closed, c.ClosedMessage = true, "all gone" }},
+		{`{"pow_difficulty":0}`, func(c *waitroom.RoomConfig) { c.PoWDifficulty = 0 }},
+		{`{"template":{"title":"U","primary_color":"#112233"}}`, func(c *waitroom.RoomConfig) {
+			c.Template = waitroom.RoomTemplate{Title: "U", PrimaryColor: "#112233"}
+		}},
+		{`{"template":null}`, func(c *waitroom.RoomConfig) { c.Template = waitroom.RoomTemplate{} }},
+		{`{}`, func(*waitroom.RoomConfig) {}},
+	} {
+		pc.change(&want)
+		e.must(t, http.StatusOK, req{method: "PATCH", path: path, body: pc.body, auth: admin})
+		if cfg, err := e.store.Config(context.Background(), room); err != nil || cfg != want {
+			t.Fatalf("after PATCH %s: config = %+v, %v\nwant %+v", pc.body, cfg, err, want)
+		}
 	}
-	a = e.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: `{"lease_seconds":1.5,"admit_interval_ms":10}`, auth: "bearer " + adminToken})
-	if a.json["capacity"] != float64(d.Capacity) || a.json["lease_seconds"] != 1.5 || a.json["admit_interval_ms"] != 10.0 || a.str("mode") != "atomic" {
-		t.Errorf("second PUT answer = %s", a.raw)
+	// A PATCH that would make the whole invalid changes nothing.
+	if a := e.do(t, req{method: "PATCH", path: path, body: `{"arrival_seconds":1000}`, auth: admin}); a.status != 400 || a.str("field") != "arrival_seconds" {
+		t.Errorf("PATCH arrival over the lease = %d %s, want 400 naming arrival_seconds", a.status, a.raw)
+	}
+	// A PATCH with one bad field writes none of the others.
+	if a := e.do(t, req{method: "PATCH", path: path, body: `{"capacity":3,"paused":"yes"}`, auth: admin}); a.status != 400 || a.str("field") != "paused" {
+		t.Errorf("PATCH with a bad paused = %d %s, want 400 naming paused", a.status, a.raw)
+	}
+	if cfg, err := e.store.Config(context.Background(), room); err != nil || cfg != want {
+		t.Fatalf("after a refused PATCH: config = %+v, %v\nwant %+v", cfg, err, want)
+	}
+	if a := e.do(t, req{method: "PATCH", path: "/v1/rooms/nope-" + randomName(), body: `{"capacity":1}`, auth: admin}); a.status != 404 {
+		t.Errorf("PATCH of an unknown room = %d %s, want 404", a.status, a.raw)
+	}
+
+	list := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms", auth: admin})
+	if !strings.Contains(string(list.raw), `"room":"`+room+`"`) {
+		t.Errorf("GET /v1/rooms = %s, want %s listed", list.raw, room)
+	}
+	got := e.must(t, http.StatusOK, req{method: "GET", path: path})
+	if cfg, _ := got.json["config"].(map[string]any); cfg["closed_message"] != "all gone" || cfg["capacity"] != 9.0 {
+		t.Errorf("GET room config = %s", got.raw)
+	}
+	// The waiting page reads these at the top level.
+	if got.json["closed"] != true || got.json["message"] != "all gone" || got.json["paused"] != false ||
+		got.json["opens_at"] != nil || got.json["pow_difficulty"] != 0.0 {
+		t.Errorf("GET room top-level page fields = %s", got.raw)
+	}
+	if a := e.do(t, req{method: "DELETE", path: path, auth: admin}); a.status != http.StatusNoContent {
+		t.Fatalf("DELETE = %d %s", a.status, a.raw)
+	}
+	if a := e.do(t, req{method: "GET", path: path}); a.status != 404 {
+		t.Errorf("GET after DELETE = %d, want 404", a.status)
+	}
+	if a := e.do(t, req{method: "DELETE", path: path, auth: admin}); a.status != 404 {
+		t.Errorf("second DELETE = %d, want 404", a.status)
 	}
 }
 
@@ -515,7 +631,7 @@ func TestStoreDownIs503(t *testing.T) {
 		{method: "POST", path: "/v1/rooms/" + room + "/tickets", body: `{"user_id":"bob"}`},
 		{method: "GET", path: ticketPath(room, "alice"), auth: "Bearer " + tok},
 		{method: "DELETE", path: ticketPath(room, "alice"), auth: "Bearer " + tok},
-		{method: "PUT", path: "/v1/rooms/" + room, body: `{}`, auth: "Bearer " + adminToken},
+		{method: "PUT", path: "/v1/rooms/" + room, body: roomBody(t, `{}`), auth: "Bearer " + adminToken},
 	} {
 		a := e.do(t, r)
 		if a.status != http.StatusServiceUnavailable || a.errCode() != "unavailable" || !strings.Contains(a.errMessage(), "unavailable") {
@@ -664,4 +780,57 @@ func FuzzConfigBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkFuzzAnswer(t, e, req{method: "PUT", path: "/v1/rooms/" + room, body: string(body), contentType: "application/json", auth: "Bearer " + adminToken})
 	})
+}
+
+// TestDeleteStopsAdmittersEverywhere: deleting a room stops its admitter
+// on the instance that deleted it at once and on every other instance at
+// its next room refresh, the last room included.
+func TestDeleteStopsAdmittersEverywhere(t *testing.T) {
+	b := miniBackend(t)
+	e1, e2 := newEnv(t, b, false), newEnv(t, b, false)
+	room := "del-" + randomName()
+	e1.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: roomBody(t, `{}`), auth: "Bearer " + adminToken})
+	join(t, e1, room, "alice")
+	for _, e := range []*env{e1, e2} {
+		waitFor(t, "both instances to admit for the room", func() bool { return slices.Contains(e.srv.Service().Rooms(), room) })
+	}
+	e1.must(t, http.StatusNoContent, req{method: "DELETE", path: "/v1/rooms/" + room, auth: "Bearer " + adminToken})
+	if rooms := e1.srv.Service().Rooms(); len(rooms) != 0 {
+		t.Errorf("the deleting instance still admits for %v", rooms)
+	}
+	waitFor(t, "the other instance to stop the deleted room's admitter", func() bool { return len(e2.srv.Service().Rooms()) == 0 })
+	if keys, err := b.client.Keys(context.Background(), "{"+room+"}*").Result(); err != nil || len(keys) != 0 {
+		t.Errorf("keys left after DELETE: %v, %v", keys, err)
+	}
+}
+
+// TestClosedTicketOverHTTP: closing a room tells a waiting user, through
+// their ticket, with the room's message.
+func TestClosedTicketOverHTTP(t *testing.T) {
+	e := newEnv(t, miniBackend(t), false)
+	room := e.newRoom(t, `{"capacity":1,"admit_interval_ms":60000}`)
+	join(t, e, room, "alice")
+	bobTok := join(t, e, room, "bob").str("ticket_token")
+	e.must(t, http.StatusOK, req{method: "PATCH", path: "/v1/rooms/" + room, body: `{"closed":true,"closed_message":"sold out"}`, auth: "Bearer " + adminToken})
+	a := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, "bob"), auth: "Bearer " + bobTok})
+	if a.str("state") != "closed" || a.str("message") != "sold out" {
+		t.Errorf("bob's ticket after closing = %s, want closed with the message", a.raw)
+	}
+}
+
+// TestPollHintWithinAbandonWindow: a waiting user told to poll is never
+// told to wait longer than half the room's abandon_after_seconds, so that
+// following the hint keeps their place.
+func TestPollHintWithinAbandonWindow(t *testing.T) {
+	e := newEnv(t, miniBackend(t), false)
+	room := e.newRoom(t, `{"capacity":1,"admit_interval_ms":60000,"abandon_after_seconds":4}`)
+	waitFor(t, "the service to run the room's admitter", func() bool { return slices.Contains(e.srv.Service().Rooms(), room) })
+	join(t, e, room, "first")
+	for i := range 200 {
+		join(t, e, room, fmt.Sprintf("u%03d", i))
+	}
+	a := join(t, e, room, "last")
+	if ms, _ := a.json["poll_after_ms"].(float64); ms <= 0 || ms > 2000 {
+		t.Errorf("poll_after_ms far back in a room abandoning after 4 s = %v, want at most 2000", a.json["poll_after_ms"])
+	}
 }

@@ -139,7 +139,7 @@ func TestJoinIdentities(t *testing.T) {
 // admit runs one admission pass in room and fails unless it admits.
 func admitPass(t *testing.T, e *env, room string) {
 	t.Helper()
-	if res, err := e.store.Admit(context.Background(), room, waitroom.ModeAtomic, "test"); err != nil || len(res.Admitted) == 0 {
+	if res, err := e.store.Admit(context.Background(), room); err != nil || len(res.Admitted) == 0 {
 		t.Fatalf("Admit = %+v, %v", res, err)
 	}
 }

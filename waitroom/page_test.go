@@ -157,7 +157,7 @@ func TestPageTemplateEscaped(t *testing.T) {
 			t.Errorf("%s: CSP = %q, want the logo's origin only", lang, csp)
 		}
 	}
-	a := e.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: `{"template":{"title":"T"}}`, auth: "Bearer " + adminToken})
+	a := e.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: roomBody(t, `{"template":{"title":"T"}}`), auth: "Bearer " + adminToken})
 	if tm, _ := a.json["template"].(map[string]any); tm["title"] != "T" {
 		t.Errorf("PUT answer template = %v", a.json["template"])
 	}
@@ -173,7 +173,7 @@ func TestRoomTemplateValidate(t *testing.T) {
 		"template.title":            `{"title":"a\u0000b"}`,
 		"template.text_en":          `{"text_en":"` + strings.Repeat("x", 2001) + `"}`,
 	} {
-		a := e.do(t, req{method: "PUT", path: "/v1/rooms/" + room, body: `{"template":` + tmpl + `}`, auth: "Bearer " + adminToken})
+		a := e.do(t, req{method: "PUT", path: "/v1/rooms/" + room, body: roomBody(t, `{"template":`+tmpl+`}`), auth: "Bearer " + adminToken})
 		if a.status != http.StatusBadRequest || a.str("field") != field {
 			t.Errorf("template %s = %d %s, want 400 naming %s", tmpl, a.status, a.raw, field)
 		}

@@ -2,9 +2,11 @@ package waitroom
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 )
@@ -30,6 +32,10 @@ type ServiceConfig struct {
 	// OnPass, if set, is called after every admission pass with how long
 	// the store took (metrics hook).
 	OnPass func(room string, mode Mode, took time.Duration, res AdmitResult, err error)
+	// LabMode, for the admission lab only, admits in one of the unsafe
+	// modes (see Mode) through LabStore.AdmitMode. Empty, or ModeAtomic,
+	// is production: Store.Admit. The API never sets it.
+	LabMode Mode
 }
 
 // DefaultServiceConfig returns immediate admission, a one-second room
@@ -61,6 +67,11 @@ func (c ServiceConfig) Validate() error {
 	case c.Logger == nil:
 		return fieldError("Logger", "must not be nil")
 	}
+	if c.LabMode != "" {
+		if _, err := ParseMode(string(c.LabMode)); err != nil {
+			return fieldError("LabMode", "%v", err)
+		}
+	}
 	return nil
 }
 
@@ -81,6 +92,11 @@ type Service struct {
 func NewService(store Store, cfg ServiceConfig) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.LabMode != "" && cfg.LabMode != ModeAtomic {
+		if _, ok := store.(LabStore); !ok {
+			return nil, fieldError("LabMode", "needs a LabStore, got %T", store)
+		}
 	}
 	return &Service{store: store, cfg: cfg, admitters: map[string]*admitter{}, rates: map[string]*rateMeter{}}, nil
 }
@@ -106,15 +122,22 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // refresh starts admitters for rooms it does not run yet, updates their
-// configuration, and samples admission counts.
+// configuration, stops those of rooms that no longer exist (deleted on any
+// instance), and samples admission counts.
 func (s *Service) refresh(ctx context.Context, wg *sync.WaitGroup) {
 	rooms, err := s.store.Rooms(ctx)
 	if err != nil {
 		s.cfg.Logger.Warn("waitroom: listing rooms failed", "err", err)
 		return
 	}
+	live := make(map[string]bool, len(rooms))
 	for _, room := range rooms {
+		live[room] = true
 		cfg, err := s.store.Config(ctx, room)
+		if errors.Is(err, ErrNoRoom) {
+			live[room] = false // deleted between the list and the read
+			continue
+		}
 		if err != nil {
 			s.cfg.Logger.Warn("waitroom: reading room config failed", "room", room, "err", err)
 			continue
@@ -124,6 +147,15 @@ func (s *Service) refresh(ctx context.Context, wg *sync.WaitGroup) {
 			s.rate(room).sample(time.Now(), st.AdmittedTotal)
 		}
 	}
+	s.mu.Lock()
+	for room, a := range s.admitters {
+		if !live[room] {
+			a.stop()
+			delete(s.admitters, room)
+			delete(s.rates, room)
+		}
+	}
+	s.mu.Unlock()
 }
 
 func (s *Service) ensureAdmitter(ctx context.Context, wg *sync.WaitGroup, room string, cfg RoomConfig) {
@@ -133,9 +165,10 @@ func (s *Service) ensureAdmitter(ctx context.Context, wg *sync.WaitGroup, room s
 		a.configure(cfg)
 		return
 	}
-	a := newAdmitter(s, room, cfg)
+	actx, cancel := context.WithCancel(ctx)
+	a := newAdmitter(s, room, cfg, cancel)
 	s.admitters[room] = a
-	wg.Go(func() { a.run(ctx) })
+	wg.Go(func() { a.run(actx) })
 }
 
 func (s *Service) rate(room string) *rateMeter {
@@ -149,8 +182,9 @@ func (s *Service) rate(room string) *rateMeter {
 	return r
 }
 
-// Configure creates or changes a room. The admitter of this instance picks
-// the change up at once, the others within RoomRefresh.
+// Configure creates a room or replaces its whole configuration. The
+// admitter of this instance picks the change up at once, the others within
+// RoomRefresh.
 func (s *Service) Configure(ctx context.Context, room string, cfg RoomConfig) error {
 	if err := ValidateRoom(room); err != nil {
 		return err
@@ -161,13 +195,96 @@ func (s *Service) Configure(ctx context.Context, room string, cfg RoomConfig) er
 	if err := s.store.Configure(ctx, room, cfg); err != nil {
 		return err
 	}
+	s.reconfigured(room, cfg)
+	return nil
+}
+
+// Update changes only the named fields (JSON names, see
+// RoomConfigFields) of an existing room: change applies them to the
+// current configuration (an error of change is returned and nothing is
+// written), the result is validated as a whole, and only the
+// named fields are written, so that concurrent updates of other fields are
+// kept. It returns the configuration as updated.
+func (s *Service) Update(ctx context.Context, room string, fields []string, change func(*RoomConfig) error) (RoomConfig, error) {
+	if err := ValidateRoom(room); err != nil {
+		return RoomConfig{}, err
+	}
+	cfg, err := s.store.Config(ctx, room)
+	if err != nil {
+		return RoomConfig{}, err
+	}
+	if err := change(&cfg); err != nil {
+		return RoomConfig{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return RoomConfig{}, err
+	}
+	if err := s.store.UpdateConfig(ctx, room, cfg, fields); err != nil {
+		return RoomConfig{}, err
+	}
+	if cfg, err = s.store.Config(ctx, room); err != nil {
+		return RoomConfig{}, err
+	}
+	s.reconfigured(room, cfg)
+	return cfg, nil
+}
+
+// reconfigured hands this instance's admitter of room its new
+// configuration and asks it for a pass (a room resumed or closed acts at
+// once).
+func (s *Service) reconfigured(room string, cfg RoomConfig) {
 	s.mu.Lock()
 	a := s.admitters[room]
 	s.mu.Unlock()
 	if a != nil {
 		a.configure(cfg)
+		a.poke()
 	}
+}
+
+// DeleteRoom removes a room and all its data. This instance stops its
+// admitter at once, the others at their next room refresh.
+func (s *Service) DeleteRoom(ctx context.Context, room string) error {
+	if err := ValidateRoom(room); err != nil {
+		return err
+	}
+	if _, err := s.store.Config(ctx, room); err != nil {
+		return err
+	}
+	if err := s.store.DeleteRoom(ctx, room); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if a := s.admitters[room]; a != nil {
+		a.stop()
+		delete(s.admitters, room)
+		delete(s.rates, room)
+	}
+	s.mu.Unlock()
 	return nil
+}
+
+// ListRooms returns every configured room, sorted, as the store has them
+// (not only those this instance admits for yet).
+func (s *Service) ListRooms(ctx context.Context) ([]string, error) {
+	rooms, err := s.store.Rooms(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(rooms)
+	return rooms, nil
+}
+
+// MarkArrived records that an admitted user reached the checkout, so that
+// the room's Arrival check does not release them (for an admission check).
+func (s *Service) MarkArrived(ctx context.Context, room, user string) (Ticket, error) {
+	if err := ValidateRoom(room); err != nil {
+		return Ticket{}, err
+	}
+	if err := ValidateUser(user); err != nil {
+		return Ticket{}, err
+	}
+	return s.store.MarkArrived(ctx, room, user)
 }
 
 // Join puts user in room's queue (idempotent).
@@ -257,19 +374,40 @@ func (s *Service) RoomConfig(ctx context.Context, room string) (RoomConfig, erro
 
 // Estimate returns a waiting ticket's expected wait (negative when no rate
 // is known yet) and how long its holder should wait before polling again:
-// a quarter of the expected wait, within [MinPoll, MaxPoll], so that
+// a quarter of the expected wait, within [MinPoll, maxPoll], so that
 // thousands of users far back in line do not poll every second.
 func (s *Service) Estimate(t Ticket) (eta, pollAfter time.Duration) {
 	if t.State != StateWaiting {
 		return 0, s.cfg.MinPoll
 	}
+	hi := s.maxPoll(t.Room)
 	rate := s.rate(t.Room).perSecond()
 	if rate <= 0 {
 		// No admissions measured yet: back off by position alone.
-		return -1, clamp(time.Duration(t.Position)*50*time.Millisecond, s.cfg.MinPoll, s.cfg.MaxPoll)
+		return -1, clamp(time.Duration(t.Position)*50*time.Millisecond, s.cfg.MinPoll, hi)
 	}
 	eta = time.Duration(float64(t.Position+1) / rate * float64(time.Second))
-	return eta, clamp(eta/4, s.cfg.MinPoll, s.cfg.MaxPoll)
+	return eta, clamp(eta/4, s.cfg.MinPoll, hi)
+}
+
+// maxPoll is the longest poll interval suggested in room: MaxPoll, or
+// half the room's AbandonAfter or Arrival when shorter, so that a user who
+// follows the suggestion is never taken for gone (never below MinPoll).
+func (s *Service) maxPoll(room string) time.Duration {
+	hi := s.cfg.MaxPoll
+	s.mu.Lock()
+	a := s.admitters[room]
+	s.mu.Unlock()
+	if a == nil {
+		return hi
+	}
+	cfg := a.config()
+	for _, w := range []time.Duration{cfg.AbandonAfter, cfg.Arrival} {
+		if w > 0 {
+			hi = min(hi, w/2)
+		}
+	}
+	return max(hi, s.cfg.MinPoll)
 }
 
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }

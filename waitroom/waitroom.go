@@ -5,28 +5,33 @@
 //
 // The invariant: at every instant the room holds at most Capacity admitted
 // users, however many service instances admit at once. Every user who joined
-// ends admitted, released, expired or left, and a waiting user's position
-// never increases.
+// ends admitted, released, expired, left, closed or abandoned, and a waiting
+// user's position never increases, except when a user set aside for not
+// polling (RoomConfig.AbandonAfter) comes back to their place ahead.
 //
 // The domain lives here; the Redis implementation of Store is in
-// waitroom/redisstore. Four admission modes exist so that the lab can
-// compare them (see Mode); production uses ModeAtomic.
+// waitroom/redisstore. Production admits in one atomic step (Store.Admit);
+// three older, unsafe modes exist only so that the lab can compare them
+// (see Mode and LabStore) and are not reachable through the API.
 package waitroom
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 )
 
 // Mode is how an admission pass moves users from the queue into the room.
+// Modes are a lab matter: production always admits atomically (Store.Admit);
+// LabStore.AdmitMode runs the others.
 type Mode string
 
 // The admission modes. Only ModeAtomic is safe with several instances; the
-// others exist to be measured.
+// others exist to be measured by the lab.
 const (
 	// ModeNaive counts the room, pops the free number of users and adds
 	// them, in separate round trips. Two instances admitting at once can
@@ -67,7 +72,24 @@ const (
 	StateReleased State = "released" // left the room on their own
 	StateExpired  State = "expired"  // the lease ran out
 	StateLeft     State = "left"     // left the queue before admission
+	// StateClosed: the room closed (sold out) while the user waited; the
+	// ticket carries the room's closing message.
+	StateClosed State = "closed"
+	// StateAbandoned: the user stopped polling for longer than the room's
+	// AbandonAfter, lost their place, and did not come back within the
+	// following AbandonAfter.
+	StateAbandoned State = "abandoned"
 )
+
+// Done reports whether s is final: the user holds neither a place nor a
+// slot, and their ticket is kept only for the room's Retention.
+func (s State) Done() bool {
+	switch s {
+	case StateReleased, StateExpired, StateLeft, StateClosed, StateAbandoned:
+		return true
+	}
+	return false
+}
 
 // ValidateRoom checks a room name: 1 to 64 letters, digits, '-' or '_'.
 // Room names become part of storage keys, so nothing else is allowed.
@@ -86,10 +108,19 @@ func ValidateRoom(name string) error {
 // MaxUserLen is the longest accepted user id, in bytes.
 const MaxUserLen = 128
 
-// ValidateUser checks a user id: 1 to MaxUserLen bytes of printable UTF-8.
+// ValidateUser checks a user id: 1 to MaxUserLen bytes of printable UTF-8,
+// safe as one URL path segment: not "." or "..", and without '/' or '\\'
+// (a ticket's URL is /v1/rooms/{room}/tickets/{user}; such ids would be
+// redirected or split by clients and proxies).
 func ValidateUser(id string) error {
 	if len(id) == 0 || len(id) > MaxUserLen {
 		return fieldError("user_id", "must be 1 to %d bytes, got %d", MaxUserLen, len(id))
+	}
+	if id == "." || id == ".." {
+		return fieldError("user_id", "must not be %q (not a usable path segment)", id)
+	}
+	if strings.ContainsAny(id, "/\\") {
+		return fieldError("user_id", "must not contain '/' or '\\' (it is a path segment of the ticket's URL)")
 	}
 	if !utf8.ValidString(id) {
 		return fieldError("user_id", "must be valid UTF-8")
@@ -102,28 +133,73 @@ func ValidateUser(id string) error {
 	return nil
 }
 
-// RoomConfig configures one room.
+// RoomConfig configures one room. The JSON names of its fields (in
+// RoomConfigFields) are the API's.
 type RoomConfig struct {
 	// Capacity is the most users the room holds at once.
-	Capacity int `json:"capacity"`
+	Capacity int
 	// Lease is how long an admission lasts unless released.
-	Lease time.Duration `json:"-"`
+	Lease time.Duration
 	// AdmitInterval is the admitter's tick.
-	AdmitInterval time.Duration `json:"-"`
-	// Mode is the admission mode.
-	Mode Mode `json:"mode"`
+	AdmitInterval time.Duration
+	// MaxAdmissionsPerMinute limits the outflow from the queue into the
+	// room, whatever the free capacity (0: no limit). It is a token bucket
+	// in the store, refilled continuously by the store's clock and holding
+	// at most one second's worth (at least one admission), so no minute
+	// admits more than the limit plus that second's worth.
+	MaxAdmissionsPerMinute int
+	// OpensAt, when set, opens the room at that instant: nobody is
+	// admitted before it, and everyone who joined before it (the
+	// pre-queue) is put in a random order, once, by the first admission
+	// pass after it. Users who join later queue behind them, first come
+	// first served.
+	OpensAt time.Time
+	// Paused stops admission; the queue keeps its order and leases run on.
+	Paused bool
+	// Closed ends the sale: every waiting user is told (their ticket reads
+	// StateClosed with ClosedMessage) and leaves the queue; nobody can
+	// join. Admitted users keep their slots until they release or expire.
+	Closed bool
+	// ClosedMessage is what closed tickets show, such as "sold out".
+	ClosedMessage string
+	// AbandonAfter, when set, takes a waiting user who has not read their
+	// ticket for that long out of the queue. They get their place back by
+	// reading their ticket (or joining) within another AbandonAfter;
+	// after that their ticket is StateAbandoned.
+	AbandonAfter time.Duration
+	// Arrival, when set, releases an admitted user who has not arrived
+	// within it (see Store.MarkArrived): the first ticket read after the
+	// admission, or an admission check, is the arrival. Keep it above the
+	// longest poll interval (ServiceConfig.MaxPoll).
+	Arrival time.Duration
+	// Retention is how long a finished ticket (left, released, expired,
+	// closed, abandoned) is kept, for its holder to read, before every
+	// trace of the user is removed from the store.
+	Retention time.Duration
 	// PoWDifficulty is the leading zero bits of the proof of work a join
 	// must carry (see GET /v1/rooms/{room}/challenge); 0 turns it off.
-	PoWDifficulty int `json:"pow_difficulty"`
+	PoWDifficulty int
 	// Template brands the room's waiting page; the zero value is the
 	// plain page.
-	Template RoomTemplate `json:"template"`
+	Template RoomTemplate
 }
 
-// DefaultRoomConfig is a room of 100 with 5-minute leases, admitting every
-// 200 ms in atomic mode.
+// RoomConfigFields are the JSON names of RoomConfig's fields, in the
+// order the API documents them: a PUT must name every one.
+var RoomConfigFields = []string{
+	"capacity", "lease_seconds", "admit_interval_ms", "max_admissions_per_minute", "opens_at",
+	"paused", "closed", "closed_message", "abandon_after_seconds", "arrival_seconds", "retention_seconds",
+	"pow_difficulty", "template",
+}
+
+// DefaultRetention is how long finished tickets are kept by default.
+const DefaultRetention = 24 * time.Hour
+
+// DefaultRoomConfig is an open room of 100 with 5-minute leases, admitting
+// every 200 ms without an outflow limit, abandonment or arrival check,
+// keeping finished tickets for DefaultRetention.
 func DefaultRoomConfig() RoomConfig {
-	return RoomConfig{Capacity: 100, Lease: 5 * time.Minute, AdmitInterval: 200 * time.Millisecond, Mode: ModeAtomic}
+	return RoomConfig{Capacity: 100, Lease: 5 * time.Minute, AdmitInterval: 200 * time.Millisecond, Retention: DefaultRetention}
 }
 
 // Validate reports the first unusable field by its JSON name.
@@ -135,9 +211,18 @@ func (c RoomConfig) Validate() error {
 		return fieldError("lease_seconds", "must be between 1 and 86400, got %v", c.Lease.Seconds())
 	case c.AdmitInterval < 10*time.Millisecond || c.AdmitInterval > time.Minute:
 		return fieldError("admit_interval_ms", "must be between 10 and 60000, got %d", c.AdmitInterval.Milliseconds())
-	}
-	if _, err := ParseMode(string(c.Mode)); err != nil {
-		return fieldError("mode", "%v", err)
+	case c.MaxAdmissionsPerMinute < 0 || c.MaxAdmissionsPerMinute > 60_000_000:
+		return fieldError("max_admissions_per_minute", "must be between 0 (no limit) and 60000000, got %d", c.MaxAdmissionsPerMinute)
+	case !c.OpensAt.IsZero() && (c.OpensAt.Year() < 2000 || c.OpensAt.Year() > 9999):
+		return fieldError("opens_at", "must be a time between the years 2000 and 9999, got %s", c.OpensAt)
+	case len(c.ClosedMessage) > 500:
+		return fieldError("closed_message", "must be at most 500 bytes, got %d", len(c.ClosedMessage))
+	case c.AbandonAfter != 0 && (c.AbandonAfter < time.Second || c.AbandonAfter > 24*time.Hour):
+		return fieldError("abandon_after_seconds", "must be 0 (off) or between 1 and 86400, got %v", c.AbandonAfter.Seconds())
+	case c.Arrival != 0 && (c.Arrival < time.Second || c.Arrival > c.Lease):
+		return fieldError("arrival_seconds", "must be 0 (off) or between 1 and lease_seconds (%v), got %v", c.Lease.Seconds(), c.Arrival.Seconds())
+	case c.Retention < time.Second || c.Retention > 30*24*time.Hour:
+		return fieldError("retention_seconds", "must be between 1 and 2592000, got %v", c.Retention.Seconds())
 	}
 	if c.PoWDifficulty < 0 || c.PoWDifficulty > MaxPoWDifficulty {
 		return fieldError("pow_difficulty", "must be between 0 (off) and %d bits, got %d", MaxPoWDifficulty, c.PoWDifficulty)
@@ -161,6 +246,8 @@ type Ticket struct {
 	// Created is set by Store.Join when this call put the user in the
 	// queue (false when it returned an existing ticket).
 	Created bool
+	// Message is the room's closing message when State is StateClosed.
+	Message string
 }
 
 // RoomStats are a room's counters.
@@ -173,6 +260,16 @@ type RoomStats struct {
 	ReleasedTotal int64
 	ExpiredTotal  int64
 	LeftTotal     int64
+	// ClosedTotal counts users told the room closed while they waited.
+	ClosedTotal int64
+	// AbandonedTotal counts users whose place was given up for good.
+	AbandonedTotal int64
+	// Away counts users out of the queue for not polling, who get their
+	// place back if they return within the room's AbandonAfter.
+	Away int64
+	// NoShowTotal counts admissions released because the user did not
+	// arrive within the room's Arrival (they are counted expired too).
+	NoShowTotal int64
 	// OldestWait is how long the user at the head of the queue has waited,
 	// by the store's clock; zero when nobody waits.
 	OldestWait time.Duration
@@ -182,8 +279,11 @@ type RoomStats struct {
 type AdmitResult struct {
 	// Admitted are the users let in, in queue order.
 	Admitted []string
-	// Expired counts leases reclaimed by this pass.
+	// Expired counts leases reclaimed by this pass (no-shows included).
 	Expired int
+	// Shuffled counts the pre-queue users this pass put in random order
+	// (the first pass after the room's OpensAt).
+	Shuffled int
 	// RoundTrips counts requests sent to the store.
 	RoundTrips int
 	// Skipped is true when the pass did nothing because another instance
@@ -199,20 +299,43 @@ type AdmitResult struct {
 // Store keeps rooms and tickets. Every method is safe for concurrent use by
 // any number of service instances sharing the store.
 type Store interface {
-	// Configure creates a room or changes its configuration.
+	// Configure creates a room or replaces its whole configuration.
 	Configure(ctx context.Context, room string, cfg RoomConfig) error
+	// UpdateConfig sets only the named fields (JSON names, see
+	// RoomConfigFields) of an existing room to cfg's values, in one atomic
+	// step, or returns ErrNoRoom. The caller has validated cfg as a whole.
+	UpdateConfig(ctx context.Context, room string, cfg RoomConfig, fields []string) error
 	// Config returns a room's configuration, or ErrNoRoom.
 	Config(ctx context.Context, room string) (RoomConfig, error)
+	// DeleteRoom removes a room and every trace of its users. Instances
+	// stop admitting for it at their next room refresh. Deleting a room
+	// that does not exist is not an error.
+	DeleteRoom(ctx context.Context, room string) error
 	// Join puts user at the back of room's queue, or returns their ticket
-	// unchanged if they are waiting or admitted already (idempotent).
+	// unchanged if they are waiting or admitted already (idempotent). A
+	// user away for not polling gets their place back. In a closed room
+	// it returns a StateClosed ticket and queues nobody.
 	Join(ctx context.Context, room, user string) (Ticket, error)
-	// Ticket returns user's ticket, or ErrNoTicket.
+	// Ticket returns user's ticket, or ErrNoTicket. Reading counts as the
+	// user polling: it keeps (or gives back) a waiting user's place, and
+	// marks an admitted user arrived (see MarkArrived).
 	Ticket(ctx context.Context, room, user string) (Ticket, error)
+	// MarkArrived records that an admitted user reached the checkout, so
+	// that the room's Arrival check does not release them. It returns the
+	// user's ticket; marking twice, or a user not admitted, changes
+	// nothing.
+	MarkArrived(ctx context.Context, room, user string) (Ticket, error)
 	// Leave takes a waiting user out of the queue (left) or ends an
 	// admitted user's lease (released). Leaving twice is not an error.
 	Leave(ctx context.Context, room, user string) (Ticket, error)
-	// Admit runs one admission pass in mode, on behalf of instance.
-	Admit(ctx context.Context, room string, mode Mode, instance string) (AdmitResult, error)
+	// Admit runs one atomic admission pass: it reclaims run-out leases and
+	// no-shows, sets aside users who stopped polling, tells waiting users
+	// a closed room closed, shuffles the pre-queue once the room opens,
+	// forgets users finished for longer than the retention, and admits up
+	// to the free capacity and the outflow limit, in queue order, unless
+	// the room is paused, closed or not yet open. The room is never
+	// observable over capacity.
+	Admit(ctx context.Context, room string) (AdmitResult, error)
 	// NextExpiry returns the earliest lease expiry in the room, if any.
 	NextExpiry(ctx context.Context, room string) (time.Time, bool, error)
 	// Stats returns the room's counters.
@@ -222,6 +345,17 @@ type Store interface {
 	Rooms(ctx context.Context) ([]string, error)
 	// Ping checks that the store answers (for /readyz).
 	Ping(ctx context.Context) error
+}
+
+// LabStore is a Store that can also admit in the lab's unsafe modes, for
+// the admission lab to compare them with the atomic pass. Production code
+// never uses it: a Service runs AdmitMode only when its
+// ServiceConfig.LabMode is set.
+type LabStore interface {
+	Store
+	// AdmitMode runs one admission pass in mode on behalf of instance
+	// (the leader election's candidate). ModeAtomic is Admit.
+	AdmitMode(ctx context.Context, room string, mode Mode, instance string) (AdmitResult, error)
 }
 
 // Errors a Store returns.

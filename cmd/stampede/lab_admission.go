@@ -54,6 +54,11 @@ server.`,
 	f.StringSlice("modes", []string{"naive", "leader", "optimistic", "atomic"}, "admission modes to compare")
 	f.StringSlice("immediate", []string{"off", "on"}, "immediate admission after releases and expiries: off, on, or both")
 	f.String("redis", "", "Redis URL (default: $STAMPEDE_REDIS_URL, else a fresh embedded server per run)")
+	f.Int("prequeue", d.Prequeue, "users who join before the room opens (--opens-after into the run); the opening shuffles them; reports spearman_rho and fifo_inversions_after_open")
+	f.Duration("opens-after", d.OpensAfter, "when the room opens, from the start of a run, with --prequeue")
+	f.Float64("abandon-fraction", d.AbandonFraction, "fraction of users who stop polling right after joining (closed the tab)")
+	f.Duration("abandon-after", d.AbandonAfter, "the room's abandon_after_seconds: a waiting user silent this long loses their place (0 off)")
+	f.Duration("arrival-window", d.ArrivalWindow, "the room's arrival_seconds: an admitted user who does not arrive within it is released (0 off)")
 	f.Int("observe-min-samples", d.ObserveMinSamples, "fewest samples of the room a run's observer must take (and one per admit interval on average); fewer make the run invalid")
 	return cmd
 }
@@ -80,6 +85,11 @@ func buildAdmission(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error
 	x.set("lease", func(f *pflag.FlagSet) (e error) { cfg.Lease, e = f.GetDuration("lease"); return })
 	x.set("ticks", func(f *pflag.FlagSet) (e error) { cfg.Ticks, e = f.GetDurationSlice("ticks"); return })
 	x.set("redis", func(f *pflag.FlagSet) (e error) { cfg.RedisURL, e = f.GetString("redis"); return })
+	x.set("prequeue", func(f *pflag.FlagSet) (e error) { cfg.Prequeue, e = f.GetInt("prequeue"); return })
+	x.set("opens-after", func(f *pflag.FlagSet) (e error) { cfg.OpensAfter, e = f.GetDuration("opens-after"); return })
+	x.set("abandon-fraction", func(f *pflag.FlagSet) (e error) { cfg.AbandonFraction, e = f.GetFloat64("abandon-fraction"); return })
+	x.set("abandon-after", func(f *pflag.FlagSet) (e error) { cfg.AbandonAfter, e = f.GetDuration("abandon-after"); return })
+	x.set("arrival-window", func(f *pflag.FlagSet) (e error) { cfg.ArrivalWindow, e = f.GetDuration("arrival-window"); return })
 	x.set("observe-min-samples", func(f *pflag.FlagSet) (e error) {
 		cfg.ObserveMinSamples, e = f.GetInt("observe-min-samples")
 		return

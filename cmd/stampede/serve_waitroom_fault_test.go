@@ -290,7 +290,9 @@ func TestWaitroomRedisFrozen(t *testing.T) {
 
 	room := "wr-frozen"
 	path := "/v1/rooms/" + room
-	cfg := fmt.Sprintf(`{"capacity":%d,"lease_seconds":60,"admit_interval_ms":50}`, capacity)
+	cfg := fmt.Sprintf(`{"capacity":%d,"lease_seconds":60,"admit_interval_ms":50,"max_admissions_per_minute":0,`+
+		`"opens_at":null,"paused":false,"closed":false,"closed_message":"","abandon_after_seconds":0,`+
+		`"arrival_seconds":0,"retention_seconds":86400,"pow_difficulty":0,"template":null}`, capacity)
 	wrMust(t, hc, http.StatusOK, "PUT", insts[0].url+path, cfg, wrAdminToken)
 	// An observer counts the room on Redis every few milliseconds, with a
 	// client of its own that gives up quickly while Redis is frozen.

@@ -65,6 +65,27 @@ type Config struct {
 	Seed uint64
 	// ObserveEvery is the observer's sampling interval.
 	ObserveEvery time.Duration
+	// Prequeue is how many of the users join before the room opens: the
+	// room's opens_at is OpensAfter after the start of the run, the
+	// pre-queue arrives at the start, and the other users arrive after
+	// the opening (by Arrival). The room shuffles the pre-queue at its
+	// first admission pass after opening; the run reports the Spearman
+	// rank correlation between join and admission order of the pre-queue
+	// (spearman_rho) and the FIFO inversions among the users admitted
+	// after the shuffled ones, who joined after the shuffle
+	// (fifo_inversions_after_open). 0: no pre-queue.
+	Prequeue int
+	// OpensAfter is when the room opens, from the start of a run, with a
+	// pre-queue.
+	OpensAfter time.Duration
+	// AbandonFraction is the fraction of users who stop polling right
+	// after joining (closed the tab): if admitted, they never arrive and
+	// never release.
+	AbandonFraction float64
+	// AbandonAfter and ArrivalWindow set the room's abandon_after_seconds
+	// and arrival_seconds (0: off). With either set, users poll at least
+	// every half of the shorter one, as a live page would.
+	AbandonAfter, ArrivalWindow time.Duration
 	// ObserveMinSamples is the fewest samples of the room a run's observer
 	// must take for the run to be valid. A run also needs, on average, one
 	// sample per admit interval (its length divided by its tick), so
@@ -94,6 +115,7 @@ func DefaultConfig() Config {
 		Duration:     5 * time.Second,
 		Repeat:       1,
 		Seed:         1,
+		OpensAfter:   time.Second,
 		ObserveEvery: time.Millisecond,
 		// 100 samples: a 5-second run then needs 20 per second at the
 		// least, and a 2-second tick never goes unwatched.
@@ -142,6 +164,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("admission: observe-every: must be in (0, 1ms], got %s", c.ObserveEvery)
 	case c.ObserveMinSamples < 1:
 		return fmt.Errorf("admission: observe-min-samples: must be at least 1, got %d", c.ObserveMinSamples)
+	case c.Prequeue < 0 || c.Prequeue > c.Users:
+		return fmt.Errorf("admission: prequeue: must be 0 to users (%d), got %d", c.Users, c.Prequeue)
+	case c.Prequeue > 0 && (c.OpensAfter < 100*time.Millisecond || c.OpensAfter >= c.Duration):
+		return fmt.Errorf("admission: opens-after: must be at least 100ms and shorter than the run (%s), got %s", c.Duration, c.OpensAfter)
+	case c.AbandonFraction < 0 || c.AbandonFraction > 1:
+		return fmt.Errorf("admission: abandon-fraction: must be in [0, 1], got %v", c.AbandonFraction)
+	case c.AbandonAfter != 0 && (c.AbandonAfter < time.Second || c.AbandonAfter > time.Hour):
+		return fmt.Errorf("admission: abandon-after: must be 0 (off) or 1s to 1h, got %s", c.AbandonAfter)
+	case c.ArrivalWindow != 0 && (c.ArrivalWindow < time.Second || c.ArrivalWindow > c.Lease):
+		return fmt.Errorf("admission: arrival-window: must be 0 (off) or 1s to the lease (%s), got %s", c.Lease, c.ArrivalWindow)
 	}
 	for _, tick := range c.Ticks {
 		room := waitroom.DefaultRoomConfig()
@@ -197,6 +229,8 @@ func (e *Experiment) Params() any {
 		"modes": c.Modes, "immediate": c.Immediate, "redis": redis,
 		"seconds": c.Duration.Seconds(), "repeat": c.Repeat, "seed": c.Seed,
 		"observe_every_us": c.ObserveEvery.Microseconds(), "observe_min_samples": c.ObserveMinSamples,
+		"prequeue": c.Prequeue, "opens_after_ms": c.OpensAfter.Milliseconds(), "abandon_fraction": c.AbandonFraction,
+		"abandon_after_ms": c.AbandonAfter.Milliseconds(), "arrival_ms": c.ArrivalWindow.Milliseconds(),
 	}
 }
 
@@ -237,9 +271,16 @@ func onOff(b bool) string {
 
 // Columns implements lab.Experiment.
 func (e *Experiment) Columns() []string {
-	return []string{"instances", "capacity", "max_active_observed", "over_cap_samples", "admitted",
-		"admissions_per_s", "slot_utilization", "wait_p50_ms", "wait_p99_ms", "fifo_inversions",
+	cols := []string{"instances", "capacity", "max_active_observed", "over_cap_samples", "admitted",
+		"admissions_per_s", "slot_utilization", "live_slot_utilization", "wait_p50_ms", "wait_p99_ms", "fifo_inversions",
 		"round_trips_per_admission", "expired"}
+	if e.cfg.Prequeue > 0 {
+		cols = append(cols, "spearman_rho", "fifo_inversions_after_open")
+	}
+	if e.cfg.AbandonFraction > 0 || e.cfg.AbandonAfter > 0 || e.cfg.ArrivalWindow > 0 {
+		cols = append(cols, "no_shows", "abandoned")
+	}
+	return cols
 }
 
 // ParseModes turns names into modes, refusing unknown names and repeats.

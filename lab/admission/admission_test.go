@@ -3,6 +3,9 @@ package admission
 import (
 	"context"
 	"errors"
+	"math"
+	neturl "net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -106,7 +110,7 @@ func TestRunHoldsTheCapAndAccountsForEveryone(t *testing.T) {
 			t.Fatalf("%s: invalid: %s", c.Label, res.Reason)
 		}
 		d := res.Extra.(RunDetail)
-		if st := d.Accounting; st.Waiting+st.Active+st.ReleasedTotal+st.ExpiredTotal+st.LeftTotal != st.JoinedTotal || st.JoinedTotal != 60 {
+		if st := d.Accounting; st.Waiting+st.Away+st.Active+st.ReleasedTotal+st.ExpiredTotal+st.LeftTotal+st.ClosedTotal+st.AbandonedTotal != st.JoinedTotal || st.JoinedTotal != 60 {
 			t.Errorf("%s: accounting %+v", c.Label, st)
 		}
 		if m["admitted"] < float64(cfg.Capacity) {
@@ -306,5 +310,137 @@ func TestRunInvalidWhenTheObserverFallsShort(t *testing.T) {
 	}
 	if d.RequiredSamples != 100_000_000 || d.Samples == 0 || d.ObserverErrors != 0 {
 		t.Errorf("detail: required %d, samples %d, errors %d", d.RequiredSamples, d.Samples, d.ObserverErrors)
+	}
+}
+
+// labRedis is the Redis of the lab tests that measure at scale: the real
+// one of STAMPEDE_REDIS_URL, in DB 5 unless the URL names a database
+// other than 0 (the test is skipped without it, and fails in CI). The
+// embedded server runs Lua too slowly on a small machine, under -race
+// above all, for 1,000 users polling at once: its clients time out.
+func labRedis(t *testing.T) string {
+	url := testenv.URL(t, testenv.RedisURL)
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("STAMPEDE_REDIS_URL: %v", err)
+	}
+	if opts.DB == 0 {
+		u, err := neturl.Parse(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Path = "/5"
+		return u.String()
+	}
+	return url
+}
+
+// TestPrequeueIsShuffledThenFIFO: 1,000 users join before the room opens
+// (a room of 1,100, so the first pass after the opening admits the whole
+// pre-queue in its shuffled order); over three runs the median Spearman
+// correlation between their join and admission order is below 0.1 in
+// size, and users who join after the opening are admitted first come
+// first served. A loaded machine may get some pre-queue joins to the room
+// only after the opening: at least half must be shuffled.
+func TestPrequeueIsShuffledThenFIFO(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 3 instances in real time for a few seconds")
+	}
+	cfg := DefaultConfig()
+	cfg.RedisURL = labRedis(t)
+	cfg.Capacity, cfg.Users, cfg.Prequeue, cfg.Hold, cfg.Abandon = 1100, 1100, 1000, 50*time.Millisecond, 0
+	cfg.OpensAfter, cfg.Duration = 5*time.Second, 7*time.Second
+	cfg.Ticks, cfg.Immediate, cfg.Modes = []time.Duration{100 * time.Millisecond}, []bool{true}, []waitroom.Mode{waitroom.ModeAtomic}
+	cfg.ObserveMinSamples = 1
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.Conditions()[0]
+	var rhos []float64
+	// A run counts when the lab saw the opening's pass: on a loaded
+	// machine (-race) its answer may come after the store's deadline,
+	// although Redis ran it, and the lab's pass log then misses the
+	// shuffle. Up to five runs are made to get three.
+	for i := 0; i < 5 && len(rhos) < 3; i++ {
+		res, err := e.Run(context.Background(), c, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := res.Metrics
+		t.Logf("run %d: spearman_rho %.3f over %v shuffled pre-queue users, fifo_inversions_after_open %v, admitted %v",
+			i, m["spearman_rho"], m["prequeue_shuffled"], m["fifo_inversions_after_open"], m["admitted"])
+		if len(res.Broken) > 0 || m["fifo_inversions_after_open"] != 0 {
+			t.Errorf("run %d: broken %v, metrics %v", i, res.Broken, m)
+		}
+		if m["prequeue_shuffled"] >= 500 {
+			rhos = append(rhos, m["spearman_rho"])
+		}
+	}
+	if len(rhos) < 3 {
+		t.Fatalf("only %d of 5 runs saw the opening shuffle at least 500 of the 1000 pre-queue users", len(rhos))
+	}
+	slices.Sort(rhos)
+	if math.Abs(rhos[1]) >= 0.1 {
+		t.Errorf("median Spearman rho = %.3f (runs %v), want |rho| < 0.1", rhos[1], rhos)
+	}
+}
+
+// TestAbandonmentKeepsSlotsUsed: 30 % of the users stop polling right
+// after joining. With abandon_after and arrival set, the slots stay used
+// by live users at least 90 % of the time users wait.
+func TestAbandonmentKeepsSlotsUsed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 3 instances in real time for a few seconds")
+	}
+	cfg := DefaultConfig()
+	cfg.RedisURL = labRedis(t)
+	cfg.Capacity, cfg.Users, cfg.Hold, cfg.Abandon = 50, 1000, time.Second, 0
+	// Windows of 2 s with polls at least every second: a live user whose
+	// poll comes late on a loaded machine is not taken for gone.
+	cfg.AbandonFraction, cfg.AbandonAfter, cfg.ArrivalWindow = 0.3, 2*time.Second, 2*time.Second
+	// Long enough that the first seconds, when users who stopped polling
+	// still hold slots they were given at once, weigh little.
+	cfg.Duration = 14 * time.Second
+	cfg.Ticks, cfg.Immediate, cfg.Modes = []time.Duration{100 * time.Millisecond}, []bool{true}, []waitroom.Mode{waitroom.ModeAtomic}
+	cfg.ObserveMinSamples = 1
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Run(context.Background(), e.Conditions()[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Metrics
+	t.Logf("live_slot_utilization %.3f (slot_utilization %.3f), no_shows %v, abandoned %v, admitted %v, http_failures %v",
+		m["live_slot_utilization"], m["slot_utilization"], m["no_shows"], m["abandoned"], m["admitted"], m["http_failures"])
+	if len(res.Broken) > 0 {
+		t.Fatalf("broken: %v", res.Broken)
+	}
+	// A lab user whose request fails gives up: on a machine too loaded to
+	// answer (the store's 1 s deadline passing under -race), live users
+	// leave en masse and the run measures the machine, not the room.
+	if f := m["http_failures"]; f > 0.05*float64(cfg.Users) && m["live_slot_utilization"] < 0.9 {
+		t.Skipf("%v of %d users' requests failed: the machine is too loaded for this measurement", f, cfg.Users)
+	}
+	if m["live_slot_utilization"] < 0.9 {
+		t.Errorf("broken %v; live_slot_utilization %.3f, want at least 0.9", res.Broken, m["live_slot_utilization"])
+	}
+}
+
+func TestSpearman(t *testing.T) {
+	for _, c := range []struct {
+		x, y []float64
+		want float64
+	}{
+		{[]float64{1, 2, 3, 4}, []float64{10, 20, 30, 40}, 1},
+		{[]float64{1, 2, 3, 4}, []float64{4, 3, 2, 1}, -1},
+		{[]float64{1, 2, 3}, []float64{5, 5, 5}, 0},
+		{[]float64{1, 2, 3, 4, 5}, []float64{2, 1, 4, 3, 5}, 0.8},
+	} {
+		if got := spearman(c.x, c.y); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("spearman(%v, %v) = %v, want %v", c.x, c.y, got, c.want)
+		}
 	}
 }

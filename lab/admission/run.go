@@ -2,12 +2,14 @@ package admission
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -68,6 +70,7 @@ type pass struct {
 	admitted   []string
 	admittedAt []time.Time // the store's clock when each user left the queue
 	trips      int
+	shuffled   int // pre-queue users put in random order by this pass
 }
 
 // passLog collects passes from every instance.
@@ -82,7 +85,7 @@ func (l *passLog) hook(_ string, _ waitroom.Mode, _ time.Duration, res waitroom.
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.passes = append(l.passes, pass{done: time.Now(), admitted: res.Admitted, admittedAt: res.AdmittedAt, trips: res.RoundTrips})
+	l.passes = append(l.passes, pass{done: time.Now(), admitted: res.Admitted, admittedAt: res.AdmittedAt, trips: res.RoundTrips, shuffled: res.Shuffled})
 }
 
 // instance is one service instance: its own Redis pool, service and HTTP
@@ -135,7 +138,7 @@ func (e *Experiment) run(ctx context.Context, rc runContext) (lab.RunResult, err
 		}
 	}()
 	for i := range c.Instances {
-		in, err := startInstance(svcCtx, opts, signer, fmt.Sprintf("lab-%d", i), rc.immediate, passes.hook, log)
+		in, err := startInstance(svcCtx, opts, signer, fmt.Sprintf("lab-%d", i), rc.mode, rc.immediate, c.maxPoll(), passes.hook, log)
 		if err != nil {
 			return lab.RunResult{}, err
 		}
@@ -152,6 +155,11 @@ func (e *Experiment) run(ctx context.Context, rc runContext) (lab.RunResult, err
 
 	obs := newObserver(opts, room, c.ObserveEvery)
 	start := time.Now()
+	if c.Prequeue > 0 {
+		if err := users.open(ctx, start.Add(c.OpensAfter)); err != nil {
+			return lab.RunResult{}, err
+		}
+	}
 	obsDone := make(chan struct{})
 	obsCtx, stopObserver := context.WithCancel(ctx)
 	go func() { obs.run(obsCtx, start); close(obsDone) }()
@@ -192,14 +200,15 @@ func (e *Experiment) redis() (*redis.Options, func(), error) {
 	return opts, func() {}, nil
 }
 
-func startInstance(ctx context.Context, opts *redis.Options, signer *waitroom.Signer, name string, immediate bool,
+func startInstance(ctx context.Context, opts *redis.Options, signer *waitroom.Signer, name string, mode waitroom.Mode, immediate bool, maxPoll time.Duration,
 	hook func(string, waitroom.Mode, time.Duration, waitroom.AdmitResult, error), log *slog.Logger) (*instance, error) {
 	o := *opts
 	client := redis.NewClient(&o) // each instance its own pool
 	scfg := waitroom.DefaultServiceConfig()
 	scfg.Instance, scfg.Immediate, scfg.Logger, scfg.OnPass = name, immediate, log, hook
+	scfg.LabMode = mode // the unsafe modes are lab-only, never in the API
 	scfg.RoomRefresh, scfg.RateWindow = 200*time.Millisecond, 2*time.Second
-	scfg.MinPoll, scfg.MaxPoll = 50*time.Millisecond, time.Second
+	scfg.MinPoll, scfg.MaxPoll = 50*time.Millisecond, maxPoll
 	svc, err := waitroom.NewService(redisstore.New(client), scfg)
 	if err != nil {
 		client.Close()
@@ -258,6 +267,9 @@ type observer struct {
 	maxActive int64
 	overCap   int             // samples above capacity
 	buckets   map[int64]int64 // 10 ms bucket → highest active
+	// busy marks the 10 ms buckets in which users waited, from the first
+	// admission on.
+	busy map[int64]bool
 	// Utilization: the sum of active/capacity over samples taken while
 	// users waited, from the first admission on.
 	utilSum   float64
@@ -274,7 +286,7 @@ type observer struct {
 func newObserver(opts *redis.Options, room string, every time.Duration) *observer {
 	o := *opts
 	o.PoolSize = 2
-	return &observer{client: redis.NewClient(&o), keys: redisstore.KeysFor(room), every: every, buckets: map[int64]int64{}}
+	return &observer{client: redis.NewClient(&o), keys: redisstore.KeysFor(room), every: every, buckets: map[int64]int64{}, busy: map[int64]bool{}}
 }
 
 // run reads the room's capacity, then samples the room every o.every until
@@ -355,6 +367,7 @@ func (o *observer) record(at time.Duration, active, waiting int64) {
 		o.started = true
 	}
 	if o.started && waiting > 0 {
+		o.busy[b] = true
 		o.utilSum += float64(min(active, o.capacity)) / float64(o.capacity)
 		o.utilCount++
 	}
@@ -384,7 +397,14 @@ type users struct {
 
 	mu       sync.Mutex
 	joinedAt map[string]time.Time
-	failures map[string]int // HTTP failures by kind
+	// joinPos is each pre-queue user's position in the queue when they
+	// joined: before the opening nobody leaves the queue, so it is their
+	// join order.
+	joinPos map[string]int64
+	// heldUntil is when each live admitted user stopped using their slot
+	// (their hold ended, or the run did).
+	heldUntil map[string]time.Time
+	failures  map[string]int // HTTP failures by kind
 }
 
 func newUsers(cfg Config, seed uint64, instances []*instance, room string) *users {
@@ -393,16 +413,36 @@ func newUsers(cfg Config, seed uint64, instances []*instance, room string) *user
 		cfg: cfg, rng: rand.New(rand.NewPCG(seed, 42)), instances: instances, room: room,
 		http:     &http.Client{Transport: tr, Timeout: 5 * time.Second},
 		joinedAt: map[string]time.Time{}, failures: map[string]int{},
+		joinPos: map[string]int64{}, heldUntil: map[string]time.Time{},
 	}
 }
 
-// configure creates the room through instance 0's admin API.
+// configure creates the room through instance 0's admin API: a complete
+// configuration, closed to admission for now when a pre-queue is wanted
+// (open sets the opening time once the run starts).
 func (u *users) configure(ctx context.Context, rc runContext) error {
-	body, _ := json.Marshal(map[string]any{
+	var opensAt any
+	if u.cfg.Prequeue > 0 {
+		opensAt = time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+	}
+	return u.admin(ctx, http.MethodPut, map[string]any{
 		"capacity": u.cfg.Capacity, "lease_seconds": int(u.cfg.Lease.Seconds()),
-		"admit_interval_ms": rc.tick.Milliseconds(), "mode": string(rc.mode),
+		"admit_interval_ms": rc.tick.Milliseconds(), "max_admissions_per_minute": 0, "opens_at": opensAt,
+		"paused": false, "closed": false, "closed_message": "",
+		"abandon_after_seconds": u.cfg.AbandonAfter.Seconds(), "arrival_seconds": u.cfg.ArrivalWindow.Seconds(),
+		"retention_seconds": 3600, "pow_difficulty": 0, "template": nil,
 	})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, u.instances[0].url+"/v1/rooms/"+u.room, bytes.NewReader(body))
+}
+
+// open sets the room's opening time.
+func (u *users) open(ctx context.Context, at time.Time) error {
+	return u.admin(ctx, http.MethodPatch, map[string]any{"opens_at": at.UTC().Format(time.RFC3339Nano)})
+}
+
+// admin sends a room configuration request to instance 0.
+func (u *users) admin(ctx context.Context, method string, body map[string]any) error {
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, method, u.instances[0].url+"/v1/rooms/"+u.room, bytes.NewReader(b))
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := u.http.Do(req)
@@ -412,9 +452,22 @@ func (u *users) configure(ctx context.Context, rc runContext) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("admission: configure room: %s: %s", resp.Status, msg)
+		return fmt.Errorf("admission: configure room: %s %s: %s", method, resp.Status, msg)
 	}
 	return nil
+}
+
+// maxPoll is the longest poll interval the instances suggest: a second,
+// or half the shorter of the room's abandon and arrival windows, so that
+// live users are never taken for gone.
+func (c Config) maxPoll() time.Duration {
+	p := time.Second
+	for _, w := range []time.Duration{c.AbandonAfter, c.ArrivalWindow} {
+		if w > 0 {
+			p = min(p, w/2)
+		}
+	}
+	return p
 }
 
 // plan is one user's script, drawn up front so runs are reproducible.
@@ -422,7 +475,10 @@ type plan struct {
 	arrive  time.Duration
 	hold    time.Duration
 	abandon bool
-	via     int // instance index
+	// pre: joins before the room opens; ghost: stops polling right
+	// after joining.
+	pre, ghost bool
+	via        int // instance index
 }
 
 func (u *users) plans() []plan {
@@ -430,13 +486,21 @@ func (u *users) plans() []plan {
 	out := make([]plan, c.Users)
 	var t time.Duration
 	for i := range out {
-		if c.Arrival == Rate {
+		pre := i < c.Prequeue
+		if c.Arrival == Rate && !pre {
 			t += time.Duration(u.rng.ExpFloat64() / c.Rate * float64(time.Second))
 		}
+		arrive := t
+		if c.Prequeue > 0 && !pre {
+			// After the opening, and after its first pass.
+			arrive += c.OpensAfter + 200*time.Millisecond
+		}
 		out[i] = plan{
-			arrive:  t,
+			arrive:  arrive,
 			hold:    time.Duration(float64(c.Hold) * (0.5 + u.rng.Float64())),
 			abandon: u.rng.Float64() < c.Abandon,
+			pre:     pre,
+			ghost:   u.rng.Float64() < c.AbandonFraction,
 			via:     i % len(u.instances),
 		}
 	}
@@ -456,6 +520,7 @@ func (u *users) run(ctx context.Context, start time.Time) {
 type ticketReply struct {
 	UserID      string `json:"user_id"`
 	State       string `json:"state"`
+	Position    *int64 `json:"position"`
 	PollAfterMS int64  `json:"poll_after_ms"`
 	TicketToken string `json:"ticket_token"`
 }
@@ -475,7 +540,13 @@ func (u *users) play(ctx context.Context, start time.Time, p plan) {
 	id := t.UserID
 	u.mu.Lock()
 	u.joinedAt[id] = joined
+	if p.pre && t.Position != nil {
+		u.joinPos[id] = *t.Position
+	}
 	u.mu.Unlock()
+	if p.ghost {
+		return // closed the tab
+	}
 	token := t.TicketToken
 	for t.State == string(waitroom.StateWaiting) {
 		if !sleepUntil(ctx, time.Now().Add(time.Duration(t.PollAfterMS)*time.Millisecond)) {
@@ -488,7 +559,11 @@ func (u *users) play(ctx context.Context, start time.Time, p plan) {
 	if t.State != string(waitroom.StateAdmitted) {
 		return
 	}
-	if !sleepUntil(ctx, time.Now().Add(p.hold)) || p.abandon {
+	held := sleepUntil(ctx, time.Now().Add(p.hold))
+	u.mu.Lock()
+	u.heldUntil[id] = time.Now()
+	u.mu.Unlock()
+	if !held || p.abandon {
 		return
 	}
 	u.call(ctx, http.MethodDelete, base+"/"+url.PathEscape(id), token, nil, &t)
@@ -571,16 +646,19 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 	passes.mu.Lock()
 	ps := slices.Clone(passes.passes)
 	passes.mu.Unlock()
-	var entries []queueExit
+	var entries, lateEntries []queueExit
+	var order []admission // every admission, in pass order
 	waits := hdrhistogram.New(1, int64(time.Hour/time.Millisecond), 3)
-	trips, admitted := 0, 0
+	trips, admitted, shuffled := 0, 0, 0
 	for _, p := range ps {
 		trips += p.trips
+		shuffled += p.shuffled
 		for i, user := range p.admitted {
 			admitted++
 			seq, _ := strconv.ParseInt(seqs[user], 10, 64)
 			if i < len(p.admittedAt) {
 				entries = append(entries, queueExit{p.admittedAt[i], seq})
+				order = append(order, admission{user: user, at: p.admittedAt[i], done: p.done, seq: seq})
 			}
 			us.mu.Lock()
 			joined, ok := us.joinedAt[user]
@@ -591,6 +669,13 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 		}
 	}
 	inversions := fifoInversions(entries)
+	slices.SortStableFunc(order, func(a, b admission) int { return a.at.Compare(b.at) })
+	// The users the opening shuffled are the first admitted; everyone
+	// admitted after them joined after the shuffle and must be first come
+	// first served.
+	for _, a := range order[min(shuffled, len(order)):] {
+		lateEntries = append(lateEntries, queueExit{a.at, a.seq})
+	}
 
 	overCap := obs.overCap
 	secs := end.Sub(start).Seconds()
@@ -609,6 +694,14 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 		"expired":                   float64(stats.ExpiredTotal),
 		"joined":                    float64(stats.JoinedTotal),
 		"http_failures":             float64(us.failureCount()),
+		"live_slot_utilization":     liveUtilization(order, us, obs, start, c.Capacity),
+		"no_shows":                  float64(stats.NoShowTotal),
+		"abandoned":                 float64(stats.AbandonedTotal),
+	}
+	if c.Prequeue > 0 {
+		m["spearman_rho"] = prequeueSpearman(order[:min(shuffled, len(order))], us)
+		m["prequeue_shuffled"] = float64(shuffled)
+		m["fifo_inversions_after_open"] = float64(fifoInversions(lateEntries))
 	}
 	// The wait for the first sample, or after the last one, counts as a
 	// gap as well.
@@ -638,17 +731,22 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 	if len(reasons) > 0 {
 		res.Valid, res.Reason = false, strings.Join(reasons, "; ")
 	}
-	sum := stats.Waiting + stats.Active + stats.ReleasedTotal + stats.ExpiredTotal + stats.LeftTotal
+	sum := stats.Waiting + stats.Away + stats.Active + stats.ReleasedTotal + stats.ExpiredTotal + stats.LeftTotal + stats.ClosedTotal + stats.AbandonedTotal
 	if sum != stats.JoinedTotal {
-		res.Broken = append(res.Broken, fmt.Sprintf("%s: accounting: waiting %d + active %d + released %d + expired %d + left %d = %d, but %d joined",
-			rc.mode, stats.Waiting, stats.Active, stats.ReleasedTotal, stats.ExpiredTotal, stats.LeftTotal, sum, stats.JoinedTotal))
+		res.Broken = append(res.Broken, fmt.Sprintf("%s: accounting: waiting %d + away %d + active %d + released %d + expired %d + left %d + closed %d + abandoned %d = %d, but %d joined",
+			rc.mode, stats.Waiting, stats.Away, stats.Active, stats.ReleasedTotal, stats.ExpiredTotal, stats.LeftTotal, stats.ClosedTotal, stats.AbandonedTotal, sum, stats.JoinedTotal))
 	}
 	if rc.mode == waitroom.ModeAtomic {
 		if obs.maxActive > int64(c.Capacity) || overCap > 0 {
 			res.Broken = append(res.Broken, fmt.Sprintf("atomic: room of %d observed at %d (%d samples over capacity)", c.Capacity, obs.maxActive, overCap))
 		}
-		if inversions > 0 {
+		// A user set aside for not polling is passed over, and may come
+		// back to their place: FIFO holds only without abandonment.
+		if inversions > 0 && c.AbandonAfter == 0 {
 			res.Broken = append(res.Broken, fmt.Sprintf("atomic: %d FIFO inversions", inversions))
+		}
+		if v, ok := m["fifo_inversions_after_open"]; ok && v > 0 && c.AbandonAfter == 0 {
+			res.Broken = append(res.Broken, fmt.Sprintf("atomic: %v FIFO inversions among users who joined after the opening", v))
 		}
 	}
 	if n := us.failureCount(); n > 0 {
@@ -657,6 +755,122 @@ func (e *Experiment) measure(rc runContext, opts *redis.Options, room string, st
 		res.Extra = detail
 	}
 	return res, nil
+}
+
+// admission is one user leaving the queue for the room: the store's
+// clock then, and this process's clock when the pass returned.
+type admission struct {
+	user     string
+	at, done time.Time
+	seq      int64 // arrival sequence (the shuffled one for the pre-queue)
+}
+
+// prequeueSpearman is the Spearman rank correlation between the join
+// order (the position each pre-queue user was given when joining) and the
+// admission order of the users the opening shuffled: near 0 when the
+// shuffle worked, 1 for first come first served. shuffled is the
+// admissions from the opening on, as many as the opening shuffled: the
+// shuffled users are ahead of every later joiner, so they are the first
+// admitted (a pre-queue user whose join reached the room only after the
+// opening was not shuffled, and is rightly not counted).
+func prequeueSpearman(order []admission, us *users) float64 {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	var joinPos []float64
+	for _, a := range order {
+		if pos, ok := us.joinPos[a.user]; ok {
+			joinPos = append(joinPos, float64(pos))
+		}
+	}
+	adm := make([]float64, len(joinPos))
+	for i := range adm {
+		adm[i] = float64(i)
+	}
+	return spearman(joinPos, adm)
+}
+
+// spearman returns the Spearman rank correlation of x and y: the Pearson
+// correlation of their ranks (ties get their mean rank); 0 with fewer than
+// two values or no spread.
+func spearman(x, y []float64) float64 {
+	if len(x) != len(y) || len(x) < 2 {
+		return 0
+	}
+	rx, ry := ranks(x), ranks(y)
+	n := float64(len(x))
+	var mx, my float64
+	for i := range rx {
+		mx += rx[i]
+		my += ry[i]
+	}
+	mx, my = mx/n, my/n
+	var sxy, sxx, syy float64
+	for i := range rx {
+		dx, dy := rx[i]-mx, ry[i]-my
+		sxy += dx * dy
+		sxx += dx * dx
+		syy += dy * dy
+	}
+	if sxx == 0 || syy == 0 {
+		return 0
+	}
+	return sxy / math.Sqrt(sxx*syy)
+}
+
+// ranks returns the rank of each value of v (0-based; ties share their
+// mean rank).
+func ranks(v []float64) []float64 {
+	idx := make([]int, len(v))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(v[a], v[b]) })
+	out := make([]float64, len(v))
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && v[idx[j+1]] == v[idx[i]] {
+			j++
+		}
+		mean := float64(i+j) / 2
+		for k := i; k <= j; k++ {
+			out[idx[k]] = mean
+		}
+		i = j + 1
+	}
+	return out
+}
+
+// liveUtilization is the share of the room's slots used by users who are
+// there, over the 10 ms buckets in which users waited: a slot counts from
+// the admission (the pass's return) until its user's hold ended, so that
+// a slot held by someone who left without releasing, or who never came
+// (a user who stopped polling), counts as idle. slot_utilization counts
+// every admitted slot instead.
+func liveUtilization(order []admission, us *users, obs *observer, start time.Time, capacity int) float64 {
+	type span struct{ from, to int64 } // ms since start
+	us.mu.Lock()
+	var spans []span
+	for _, a := range order {
+		if end, ok := us.heldUntil[a.user]; ok {
+			spans = append(spans, span{a.done.Sub(start).Milliseconds(), end.Sub(start).Milliseconds()})
+		}
+	}
+	us.mu.Unlock()
+	if len(obs.busy) == 0 {
+		return 0
+	}
+	var sum float64
+	for b := range obs.busy {
+		mid := b + 5
+		live := 0
+		for _, sp := range spans {
+			if sp.from <= mid && mid < sp.to {
+				live++
+			}
+		}
+		sum += float64(min(live, capacity)) / float64(capacity)
+	}
+	return sum / float64(len(obs.busy))
 }
 
 // observerProblems says why the observer cannot vouch for a run: it failed

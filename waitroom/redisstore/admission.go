@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/stampede-lab/stampede/waitroom"
 )
 
@@ -14,7 +12,7 @@ var _ waitroom.AdmissionStore = (*Store)(nil)
 
 // admissionLua defines held(user, seq): the user's state after settling,
 // and whether it is the admission numbered seq that holds a slot now (needs
-// nowMS and settleLua first). A user re-admitted after leaving has a new
+// nowMS and commonLua first). A user re-admitted after leaving has a new
 // seq, so an old admission never matches the new one.
 const admissionLua = `
 local function held(user, seq)
@@ -28,7 +26,7 @@ end
 // releaseAdmissionScript: KEYS as every script; ARGV user, seq.
 // Releases user's slot only while admission seq holds it.
 // Returns {state, seq, lease_expiry_ms, released}.
-var releaseAdmissionScript = redis.NewScript(nowMS + settleLua + admissionLua + `
+var releaseAdmissionScript = newScript(nowMS + commonLua + admissionLua + `
 local user, seq = ARGV[1], tonumber(ARGV[2])
 local st, ok = held(user, seq)
 if not st then
@@ -38,16 +36,18 @@ end
 local cur = tonumber(redis.call('HGET', KEYS[6], user) or 0)
 if not ok then return {st, cur, 0, 0} end
 redis.call('ZREM', KEYS[4], user)
-redis.call('HSET', KEYS[5], user, 'released')
+redis.call('ZREM', KEYS[12], user)
 redis.call('HINCRBY', KEYS[7], 'released', 1)
+finish(user, 'released')
 return {'released', cur, 0, 1}
 `)
 
 // touchAdmissionScript: KEYS as every script; ARGV user, seq, until_ms.
 // While admission seq holds a slot, moves its lease end to
 // min(now + lease, until_ms) when that is later than the current end
-// (the lease only ever grows). Returns {state, seq, lease_expiry_ms}.
-var touchAdmissionScript = redis.NewScript(nowMS + settleLua + admissionLua + `
+// (the lease only ever grows). A check of a holding admission is the
+// user's arrival (see RoomConfig.Arrival). Returns {state, seq, lease_expiry_ms}.
+var touchAdmissionScript = newScript(nowMS + commonLua + admissionLua + `
 local user, seq, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local st, ok = held(user, seq)
 if not st then
@@ -56,6 +56,7 @@ if not st then
 end
 local cur = tonumber(redis.call('HGET', KEYS[6], user) or 0)
 if not ok then return {st, cur, 0} end
+redis.call('ZREM', KEYS[12], user)
 local exp = tonumber(redis.call('ZSCORE', KEYS[4], user) or 0)
 local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_ms') or 0)
 local want = math.min(now + lease, cap)
@@ -78,7 +79,7 @@ func (s *Store) ReleaseAdmission(ctx context.Context, room, user string, seq int
 	if len(res) != 4 {
 		return waitroom.Ticket{}, false, fmt.Errorf("redisstore: release admission: unexpected reply %v", res)
 	}
-	t, err := ticketFrom(room, user, []any{res[0], int64(-1), res[1], res[2]})
+	t, err := ticketFrom(room, user, []any{res[0], int64(-1), res[1], res[2], int64(0), ""})
 	released, _ := res[3].(int64)
 	return t, released == 1, err
 }
@@ -96,5 +97,5 @@ func (s *Store) TouchAdmission(ctx context.Context, room, user string, seq int64
 	if len(res) != 3 {
 		return waitroom.Ticket{}, fmt.Errorf("redisstore: touch admission: unexpected reply %v", res)
 	}
-	return ticketFrom(room, user, []any{res[0], int64(-1), res[1], res[2]})
+	return ticketFrom(room, user, []any{res[0], int64(-1), res[1], res[2], int64(0), ""})
 }

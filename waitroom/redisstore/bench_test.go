@@ -72,7 +72,7 @@ func benchAdmission(b *testing.B, client *redis.Client) {
 	}
 	store := redisstore.New(client)
 	room := fmt.Sprintf("bench-admit-%x", rand.Uint64())
-	cfg := waitroom.RoomConfig{Capacity: benchCapacity, Lease: 24 * time.Hour, AdmitInterval: time.Minute, Mode: waitroom.ModeAtomic}
+	cfg := waitroom.RoomConfig{Capacity: benchCapacity, Lease: 24 * time.Hour, AdmitInterval: time.Minute}
 	if err := store.Configure(ctx, room, cfg); err != nil {
 		b.Fatalf("Configure: %v", err)
 	}
@@ -90,7 +90,7 @@ func benchAdmission(b *testing.B, client *redis.Client) {
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		res, err := store.Admit(ctx, room, waitroom.ModeAtomic, "bench")
+		res, err := store.Admit(ctx, room)
 		if err != nil {
 			b.Fatalf("Admit: %v", err)
 		}

@@ -130,7 +130,8 @@ func TestLinearizableCluster(t *testing.T) {
 
 // allKeys lists every key of a room, KeysFor's fields in order.
 func allKeys(k redisstore.Keys) []string {
-	return []string{k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.Leader}
+	return []string{k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.Leader,
+		k.JoinedAt, k.Seen, k.Unarrived, k.Bucket, k.Done}
 }
 
 // TestClusterRoomKeysShareASlot: the cluster itself puts every key of a
@@ -195,7 +196,7 @@ func TestClusterRoomKeysShareASlot(t *testing.T) {
 	// Use one room so that every one of its keys exists, then look for
 	// them node by node.
 	cfg := waitroom.DefaultRoomConfig()
-	cfg.Capacity, cfg.Mode = 1, waitroom.ModeLeader
+	cfg.Capacity, cfg.Arrival, cfg.MaxAdmissionsPerMinute = 1, 10*time.Second, 600
 	if err := store.Configure(ctx, unique, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -205,11 +206,17 @@ func TestClusterRoomKeysShareASlot(t *testing.T) {
 			t.Fatalf("Join(%s): %v", u, err)
 		}
 	}
-	if res, err := store.Admit(ctx, unique, waitroom.ModeAtomic, "x"); err != nil || len(res.Admitted) != 1 {
+	if res, err := store.Admit(ctx, unique); err != nil || len(res.Admitted) != 1 {
 		t.Fatalf("Admit(atomic) = %+v, %v; want one admitted", res, err)
 	}
-	if res, err := store.Admit(ctx, unique, waitroom.ModeLeader, "x"); err != nil || res.Skipped {
+	if res, err := store.AdmitMode(ctx, unique, waitroom.ModeLeader, "x"); err != nil || res.Skipped {
 		t.Fatalf("Admit(leader) = %+v, %v; want x to lead", res, err)
+	}
+	if _, err := store.Join(ctx, unique, "u3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Leave(ctx, unique, "u3"); err != nil {
+		t.Fatal(err)
 	}
 	keys := allKeys(redisstore.KeysFor(unique))
 	slot, err := client.ClusterKeySlot(ctx, keys[0]).Result()

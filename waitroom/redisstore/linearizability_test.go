@@ -212,7 +212,7 @@ func apply(ctx context.Context, s *redisstore.Store, room string, in linInput, a
 		}
 		return linOutput{state: string(tk.State)}, nil
 	default:
-		res, err := s.Admit(ctx, room, waitroom.ModeAtomic, "lin")
+		res, err := s.Admit(ctx, room)
 		if err != nil {
 			return linOutput{}, err
 		}

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -260,6 +261,19 @@ type Keys struct {
 	// JoinedAt maps each user to when they last joined (ms, Redis TIME),
 	// for the wait of the queue's head.
 	JoinedAt string
+	// Seen scores each waiting user by their last poll (ms).
+	Seen string
+	// Away holds users set aside for not polling, scored by their place
+	// (seq); AwayAt scores them by when their chance to return ends.
+	Away, AwayAt string
+	// Unarrived scores admitted users who have not arrived yet by the end
+	// of their arrival window.
+	Unarrived string
+	// Done scores finished users by when they finished: the retention
+	// purge forgets them RoomConfig.Retention later.
+	Done string
+	// Bucket is the outflow limit's token bucket (tokens, at).
+	Bucket string
 }
 
 // KeysFor returns room's keys; all share the hash tag {room}.
@@ -268,13 +282,69 @@ func KeysFor(room string) Keys {
 	return Keys{
 		Config: p + "cfg", Seq: p + "seq", Queue: p + "queue", Active: p + "active",
 		State: p + "state", SeqOf: p + "seqof", Stats: p + "stats", Leader: p + "leader",
-		JoinedAt: p + "joinedat",
+		JoinedAt: p + "joinedat", Seen: p + "seen", Away: p + "away", AwayAt: p + "awayat",
+		Unarrived: p + "unarrived", Done: p + "done", Bucket: p + "bucket",
 	}
 }
 
-// scriptKeys is the KEYS list every script takes.
+// scriptKeys is the KEYS list every script takes (see scripts.go).
 func (k Keys) scriptKeys() []string {
-	return []string{k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.JoinedAt}
+	return []string{k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.JoinedAt,
+		k.Seen, k.Away, k.AwayAt, k.Unarrived, k.Done, k.Bucket}
+}
+
+// All lists every key of the room.
+func (k Keys) All() []string { return append(k.scriptKeys(), k.Leader) }
+
+// configFields maps each JSON name of a RoomConfig field to its field and
+// value in the room's configuration hash.
+func configFields(cfg waitroom.RoomConfig) map[string][2]any {
+	// The template is stored as JSON; empty for none.
+	var tmpl string
+	if !cfg.Template.IsZero() {
+		b, _ := json.Marshal(cfg.Template) // plain strings: cannot fail
+		tmpl = string(b)
+	}
+	var opens int64
+	if !cfg.OpensAt.IsZero() {
+		opens = cfg.OpensAt.UnixMilli()
+	}
+	return map[string][2]any{
+		"capacity":                  {"capacity", cfg.Capacity},
+		"lease_seconds":             {"lease_ms", cfg.Lease.Milliseconds()},
+		"admit_interval_ms":         {"interval_ms", cfg.AdmitInterval.Milliseconds()},
+		"max_admissions_per_minute": {"rate_per_min", cfg.MaxAdmissionsPerMinute},
+		"opens_at":                  {"opens_at_ms", opens},
+		"paused":                    {"paused", boolField(cfg.Paused)},
+		"closed":                    {"closed", boolField(cfg.Closed)},
+		"closed_message":            {"closed_message", cfg.ClosedMessage},
+		"abandon_after_seconds":     {"abandon_ms", cfg.AbandonAfter.Milliseconds()},
+		"arrival_seconds":           {"arrival_ms", cfg.Arrival.Milliseconds()},
+		"retention_seconds":         {"retention_ms", cfg.Retention.Milliseconds()},
+		"pow_difficulty":            {"pow_difficulty", cfg.PoWDifficulty},
+		"template":                  {"template", tmpl},
+	}
+}
+
+func boolField(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// hashArgs flattens the named fields of cfg into HSET arguments.
+func hashArgs(cfg waitroom.RoomConfig, fields []string) ([]any, error) {
+	all := configFields(cfg)
+	args := make([]any, 0, 2*len(fields))
+	for _, f := range fields {
+		fv, ok := all[f]
+		if !ok {
+			return nil, fmt.Errorf("redisstore: unknown configuration field %q", f)
+		}
+		args = append(args, fv[0], fv[1])
+	}
+	return args, nil
 }
 
 // Configure implements waitroom.Store.
@@ -287,33 +357,49 @@ func (s *Store) Configure(ctx context.Context, room string, cfg waitroom.RoomCon
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	var tmpl []byte
-	if !cfg.Template.IsZero() {
-		var err error
-		if tmpl, err = json.Marshal(cfg.Template); err != nil {
-			return err
-		}
+	args, err := hashArgs(cfg, waitroom.RoomConfigFields)
+	if err != nil {
+		return err
 	}
 	return call0(s, ctx, func(ctx context.Context) error {
-		err := s.client.HSet(ctx, KeysFor(room).Config,
-			"capacity", cfg.Capacity,
-			"lease_ms", cfg.Lease.Milliseconds(),
-			"interval_ms", cfg.AdmitInterval.Milliseconds(),
-			"mode", string(cfg.Mode),
-			"pow_difficulty", cfg.PoWDifficulty,
-			"template", string(tmpl)).Err()
-		if err != nil {
+		if err := s.client.HSet(ctx, KeysFor(room).Config, args...).Err(); err != nil {
 			return err
 		}
 		return s.client.SAdd(ctx, roomsKey, room).Err()
 	})
 }
 
+// UpdateConfig implements waitroom.Store: one script, so that the fields
+// change together and only in an existing room.
+func (s *Store) UpdateConfig(ctx context.Context, room string, cfg waitroom.RoomConfig, fields []string) error {
+	if err := waitroom.ValidateRoom(room); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if len(fields) == 0 {
+		_, err := s.Config(ctx, room)
+		return err
+	}
+	args, err := hashArgs(cfg, fields)
+	if err != nil {
+		return err
+	}
+	return call0(s, ctx, func(ctx context.Context) error {
+		return updateScript.Run(ctx, s.client, []string{KeysFor(room).Config}, args...).Err()
+	})
+}
+
+// configNames are the configuration hash's fields Config reads, in order.
+var configNames = []string{"capacity", "lease_ms", "interval_ms", "rate_per_min", "opens_at_ms", "paused",
+	"closed", "closed_message", "abandon_ms", "arrival_ms", "retention_ms",
+	"pow_difficulty", "template"}
+
 // Config implements waitroom.Store.
 func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, error) {
 	vals, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
-		return s.client.HMGet(ctx, KeysFor(room).Config, "capacity", "lease_ms", "interval_ms", "mode",
-			"pow_difficulty", "template").Result()
+		return s.client.HMGet(ctx, KeysFor(room).Config, configNames...).Result()
 	})
 	if err != nil {
 		return waitroom.RoomConfig{}, err
@@ -321,37 +407,48 @@ func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, e
 	if vals[0] == nil {
 		return waitroom.RoomConfig{}, waitroom.ErrNoRoom
 	}
-	num := func(v any) int64 {
-		n, _ := strconv.ParseInt(fmt.Sprint(v), 10, 64)
+	num := func(i int) int64 {
+		if vals[i] == nil {
+			return 0
+		}
+		n, _ := strconv.ParseInt(fmt.Sprint(vals[i]), 10, 64)
 		return n
 	}
+	ms := func(i int) time.Duration { return time.Duration(num(i)) * time.Millisecond }
 	cfg := waitroom.RoomConfig{
-		Capacity:      int(num(vals[0])),
-		Lease:         time.Duration(num(vals[1])) * time.Millisecond,
-		AdmitInterval: time.Duration(num(vals[2])) * time.Millisecond,
-		Mode:          waitroom.Mode(fmt.Sprint(vals[3])),
-		PoWDifficulty: int(num(vals[4])),
+		Capacity: int(num(0)), Lease: ms(1), AdmitInterval: ms(2), MaxAdmissionsPerMinute: int(num(3)),
+		Paused: num(5) == 1, Closed: num(6) == 1, AbandonAfter: ms(8), Arrival: ms(9), Retention: ms(10),
+		PoWDifficulty: int(num(11)),
 	}
-	// Rooms configured before templates existed have no field: the
-	// zero template.
-	if t, ok := vals[5].(string); ok && t != "" {
-		if err := json.Unmarshal([]byte(t), &cfg.Template); err != nil {
+	if n := num(4); n > 0 {
+		cfg.OpensAt = time.UnixMilli(n).UTC()
+	}
+	if vals[7] != nil {
+		cfg.ClosedMessage = fmt.Sprint(vals[7])
+	}
+	// Rooms configured before templates existed have no field (or an
+	// empty one): the zero template.
+	if tm, ok := vals[12].(string); ok && tm != "" {
+		if err := json.Unmarshal([]byte(tm), &cfg.Template); err != nil {
 			return waitroom.RoomConfig{}, fmt.Errorf("redisstore: room %q has an unreadable template: %w", room, err)
 		}
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = waitroom.DefaultRetention // a room configured before retention existed
 	}
 	return cfg, nil
 }
 
-// DeleteRoom removes a room and every key it has. Instances stop admitting
-// for it at their next room refresh. Users still in it are forgotten.
+// DeleteRoom implements waitroom.Store: the room leaves the room list
+// first, then every key of the room goes in one DEL (one slot, so one DEL
+// works on Cluster too). Users still in it are forgotten.
 func (s *Store) DeleteRoom(ctx context.Context, room string) error {
 	k := KeysFor(room)
 	return call0(s, ctx, func(ctx context.Context) error {
 		if err := s.client.SRem(ctx, roomsKey, room).Err(); err != nil {
 			return err
 		}
-		// One slot, so one DEL works on Cluster too.
-		return s.client.Del(ctx, k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.Leader, k.JoinedAt).Err()
+		return s.client.Del(ctx, k.All()...).Err()
 	})
 }
 
@@ -368,18 +465,24 @@ func (s *Store) Join(ctx context.Context, room, user string) (waitroom.Ticket, e
 	if err != nil {
 		return waitroom.Ticket{}, err
 	}
-	t, err := ticketFrom(room, user, res)
-	if err == nil && len(res) > 4 {
-		created, _ := res[4].(int64)
-		t.Created = created == 1
-	}
-	return t, err
+	return ticketFrom(room, user, res)
 }
 
 // Ticket implements waitroom.Store.
 func (s *Store) Ticket(ctx context.Context, room, user string) (waitroom.Ticket, error) {
+	return s.read(ctx, room, user)
+}
+
+// MarkArrived implements waitroom.Store: the ticket script, which marks
+// an admitted reader arrived.
+func (s *Store) MarkArrived(ctx context.Context, room, user string) (waitroom.Ticket, error) {
+	return s.read(ctx, room, user)
+}
+
+// read runs the ticket script.
+func (s *Store) read(ctx context.Context, room, user string) (waitroom.Ticket, error) {
 	res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
-		return ticketScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
+		return ticketScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user, 1).Slice()
 	})
 	if err != nil {
 		return waitroom.Ticket{}, err
@@ -401,9 +504,9 @@ func (s *Store) Leave(ctx context.Context, room, user string) (waitroom.Ticket, 
 	return waitroom.Ticket{Room: room, User: user, State: waitroom.State(fmt.Sprint(res[0])), Position: -1}, nil
 }
 
-// ticketFrom decodes {state, rank, seq, lease_expiry_ms, ...}.
+// ticketFrom decodes {state, rank, seq, lease_expiry_ms, created, message}.
 func ticketFrom(room, user string, res []any) (waitroom.Ticket, error) {
-	if len(res) < 4 {
+	if len(res) < 6 {
 		return waitroom.Ticket{}, fmt.Errorf("redisstore: unexpected reply %v", res)
 	}
 	t := waitroom.Ticket{Room: room, User: user, State: waitroom.State(fmt.Sprint(res[0]))}
@@ -412,14 +515,28 @@ func ticketFrom(room, user string, res []any) (waitroom.Ticket, error) {
 	if ms, _ := res[3].(int64); ms > 0 {
 		t.LeaseExpires = time.UnixMilli(ms).UTC()
 	}
+	created, _ := res[4].(int64)
+	t.Created = created == 1
+	t.Message = fmt.Sprint(res[5])
 	return t, nil
 }
 
-// Admit implements waitroom.Store. The atomic mode is one call, bounded
-// by OpTimeout. The multi-step modes (kept to be measured, never for
+// Admit implements waitroom.Store: the atomic pass, one script bounded by
+// OpTimeout.
+func (s *Store) Admit(ctx context.Context, room string) (waitroom.AdmitResult, error) {
+	return s.AdmitMode(ctx, room, waitroom.ModeAtomic, "")
+}
+
+var _ waitroom.LabStore = (*Store)(nil)
+
+// AdmitMode implements waitroom.LabStore, for the lab only. The atomic
+// mode is Admit. The multi-step modes (kept to be measured, never for
 // production) run under the caller's deadline (the admitter's pass
-// deadline) and are never abandoned halfway: see inPass.
-func (s *Store) Admit(ctx context.Context, room string, mode waitroom.Mode, instance string) (waitroom.AdmitResult, error) {
+// deadline) and are never abandoned halfway: see inPass. They reclaim
+// leases and admit up to capacity, nothing else: the outflow limit,
+// opening time, pause, close, abandonment, arrival and retention are the
+// atomic pass's alone.
+func (s *Store) AdmitMode(ctx context.Context, room string, mode waitroom.Mode, instance string) (waitroom.AdmitResult, error) {
 	var (
 		res waitroom.AdmitResult
 		err error
@@ -443,16 +560,22 @@ func (s *Store) Admit(ctx context.Context, room string, mode waitroom.Mode, inst
 }
 
 func (s *Store) admitAtomic(ctx context.Context, room string) (waitroom.AdmitResult, error) {
-	out, err := admitScript.Run(ctx, s.client, KeysFor(room).scriptKeys(), MaxBatch).Slice()
+	seed := 1 + rand.Int64N(2147483646) // Park-Miller: [1, 2^31-2]
+	out, err := admitScript.Run(ctx, s.client, KeysFor(room).scriptKeys(), MaxBatch, seed).Slice()
 	if err != nil {
 		return waitroom.AdmitResult{}, err
+	}
+	if len(out) < 3 {
+		return waitroom.AdmitResult{}, fmt.Errorf("redisstore: admit: unexpected reply %v", out)
 	}
 	res := waitroom.AdmitResult{RoundTrips: 1}
 	n, _ := out[0].(int64)
 	res.Expired = int(n)
 	ms, _ := out[1].(int64)
 	res.At = time.UnixMilli(ms).UTC()
-	for _, u := range out[2:] {
+	shuffled, _ := out[2].(int64)
+	res.Shuffled = int(shuffled)
+	for _, u := range out[3:] {
 		res.Admitted = append(res.Admitted, fmt.Sprint(u))
 		res.AdmittedAt = append(res.AdmittedAt, res.At)
 	}
@@ -691,7 +814,7 @@ func (s *Store) Stats(ctx context.Context, room string) (waitroom.RoomStats, err
 	if err != nil {
 		return waitroom.RoomStats{}, err
 	}
-	if len(out) < 4 {
+	if len(out) < 5 {
 		return waitroom.RoomStats{}, fmt.Errorf("redisstore: stats: unexpected reply %v", out)
 	}
 	num := func(v any) int64 {
@@ -699,13 +822,14 @@ func (s *Store) Stats(ctx context.Context, room string) (waitroom.RoomStats, err
 		return n
 	}
 	c := map[string]int64{}
-	for i := 4; i+1 < len(out); i += 2 {
+	for i := 5; i+1 < len(out); i += 2 {
 		c[fmt.Sprint(out[i])], _ = strconv.ParseInt(fmt.Sprint(out[i+1]), 10, 64)
 	}
 	return waitroom.RoomStats{
 		Capacity: num(out[0]), Active: num(out[1]), Waiting: num(out[2]),
 		JoinedTotal: c["joined"], AdmittedTotal: c["admitted"], ReleasedTotal: c["released"],
-		ExpiredTotal: c["expired"], LeftTotal: c["left"],
+		ExpiredTotal: c["expired"], LeftTotal: c["left"], ClosedTotal: c["closed"],
+		AbandonedTotal: c["abandoned"], NoShowTotal: c["noshow"], Away: num(out[4]),
 		OldestWait: time.Duration(max(num(out[3]), 0)) * time.Millisecond,
 	}, nil
 }

@@ -178,7 +178,7 @@ func TestFrozenRedisAnswersWithinOpTimeout(t *testing.T) {
 					return err
 				},
 			}
-			calls["Admit atomic"] = func() error { _, err := s.Admit(ctx, "r", waitroom.ModeAtomic, "i"); return err }
+			calls["Admit atomic"] = func() error { _, err := s.Admit(ctx, "r"); return err }
 			if tc.tuned {
 				// The multi-step modes run under the caller's deadline
 				// (an admitter's pass deadline), which a tuned client
@@ -187,7 +187,7 @@ func TestFrozenRedisAnswersWithinOpTimeout(t *testing.T) {
 					calls["Admit "+string(m)] = func() error {
 						pctx, cancel := context.WithTimeout(ctx, opTimeout)
 						defer cancel()
-						_, err := s.Admit(pctx, "r", m, "i")
+						_, err := s.AdmitMode(pctx, "r", m, "i")
 						return err
 					}
 				}

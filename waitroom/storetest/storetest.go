@@ -6,6 +6,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -42,6 +43,15 @@ func Run(t *testing.T, h Harness) {
 		{"LeaderSkipsWhenAnotherLeads", testLeaderSkips},
 		{"ConcurrentAtomicNeverOverCapacity", testConcurrentAtomic},
 		{"PingAndOldestWait", testPingAndOldestWait},
+		{"UpdateConfigChangesOnlyNamedFields", testUpdateConfig},
+		{"DeleteRoomRemovesEverything", testDeleteRoom},
+		{"OutflowLimitSpendsTokens", testOutflowLimit},
+		{"PausedAdmitsNobody", testPaused},
+		{"ClosedTellsWaitingUsers", testClosed},
+		{"PrequeueShuffledThenFIFO", testPrequeue},
+		{"AbandonedPlaceKeptWithinWindow", testAbandon},
+		{"NoShowReleasedAfterArrival", testArrival},
+		{"FinishedTicketsForgottenAfterRetention", testRetention},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
@@ -51,11 +61,11 @@ func Run(t *testing.T, h Harness) {
 var roomSeq = rand.Uint64()
 
 // newRoom configures a uniquely named room.
-func newRoom(t *testing.T, s waitroom.Store, capacity int, lease time.Duration, mode waitroom.Mode) string {
+func newRoom(t *testing.T, s waitroom.Store, capacity int, lease time.Duration) string {
 	t.Helper()
 	room := fmt.Sprintf("test-%x-%d", roomSeq, time.Now().UnixNano())
 	cfg := waitroom.DefaultRoomConfig()
-	cfg.Capacity, cfg.Lease, cfg.Mode = capacity, lease, mode
+	cfg.Capacity, cfg.Lease = capacity, lease
 	if err := s.Configure(context.Background(), room, cfg); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
@@ -66,6 +76,43 @@ func newRoom(t *testing.T, s waitroom.Store, capacity int, lease time.Duration, 
 		t.Cleanup(func() { _ = d.DeleteRoom(context.Background(), room) })
 	}
 	return room
+}
+
+// labAdmit runs one pass in mode, skipping the test when s is no
+// waitroom.LabStore.
+func labAdmit(t *testing.T, s waitroom.Store, ctx context.Context, room string, mode waitroom.Mode, instance string) (waitroom.AdmitResult, error) {
+	t.Helper()
+	lab, ok := s.(waitroom.LabStore)
+	if !ok {
+		t.Skipf("%T is no LabStore", s)
+	}
+	return lab.AdmitMode(ctx, room, mode, instance)
+}
+
+// newRoomWith configures a uniquely named room of capacity with a one-minute
+// lease, changed by change.
+func newRoomWith(t *testing.T, s waitroom.Store, capacity int, change func(*waitroom.RoomConfig)) string {
+	t.Helper()
+	room := newRoom(t, s, capacity, time.Minute)
+	cfg, err := s.Config(context.Background(), room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(&cfg)
+	if err := s.Configure(context.Background(), room, cfg); err != nil {
+		t.Fatalf("Configure(%+v): %v", cfg, err)
+	}
+	return room
+}
+
+// admit runs one atomic pass and fails the test on an error.
+func admit(t *testing.T, s waitroom.Store, room string) waitroom.AdmitResult {
+	t.Helper()
+	res, err := s.Admit(context.Background(), room)
+	if err != nil {
+		t.Fatalf("Admit: %v", err)
+	}
+	return res
 }
 
 func join(t *testing.T, s waitroom.Store, room string, users ...string) {
@@ -93,9 +140,9 @@ func checkAccounting(t *testing.T, s waitroom.Store, room string) waitroom.RoomS
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum := st.Waiting + st.Active + st.ReleasedTotal + st.ExpiredTotal + st.LeftTotal; sum != st.JoinedTotal {
-		t.Fatalf("accounting: waiting %d + active %d + released %d + expired %d + left %d = %d, joined %d",
-			st.Waiting, st.Active, st.ReleasedTotal, st.ExpiredTotal, st.LeftTotal, sum, st.JoinedTotal)
+	if sum := st.Waiting + st.Away + st.Active + st.ReleasedTotal + st.ExpiredTotal + st.LeftTotal + st.ClosedTotal + st.AbandonedTotal; sum != st.JoinedTotal {
+		t.Fatalf("accounting: waiting %d + away %d + active %d + released %d + expired %d + left %d + closed %d + abandoned %d = %d, joined %d",
+			st.Waiting, st.Away, st.Active, st.ReleasedTotal, st.ExpiredTotal, st.LeftTotal, st.ClosedTotal, st.AbandonedTotal, sum, st.JoinedTotal)
 	}
 	return st
 }
@@ -117,7 +164,7 @@ func testUnknownRoom(t *testing.T, h Harness) {
 	if _, err := s.Config(ctx, "never-configured"); waitroom.ErrorCode(err) != waitroom.CodeNotFound {
 		t.Errorf("Config on an unknown room = %v, want not found", err)
 	}
-	room := newRoom(t, s, 1, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, 1, time.Minute)
 	if _, err := s.Ticket(ctx, room, "nobody"); waitroom.ErrorCode(err) != waitroom.CodeNotFound {
 		t.Errorf("Ticket of a user who never joined = %v, want not found", err)
 	}
@@ -128,7 +175,7 @@ func testUnknownRoom(t *testing.T, h Harness) {
 
 func testConfigRoundTrip(t *testing.T, h Harness) {
 	s := h.Store(t)
-	room := newRoom(t, s, 42, 90*time.Second, waitroom.ModeOptimistic)
+	room := newRoom(t, s, 42, 90*time.Second)
 	cfg, err := s.Config(context.Background(), room)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +185,7 @@ func testConfigRoundTrip(t *testing.T, h Harness) {
 		t.Fatalf("Rooms() = %v, %v; want it to list %s", rooms, err, room)
 	}
 	want := waitroom.DefaultRoomConfig()
-	want.Capacity, want.Lease, want.Mode = 42, 90*time.Second, waitroom.ModeOptimistic
+	want.Capacity, want.Lease = 42, 90*time.Second
 	if cfg != want {
 		t.Fatalf("Config = %+v, want %+v", cfg, want)
 	}
@@ -147,12 +194,25 @@ func testConfigRoundTrip(t *testing.T, h Harness) {
 	if err := s.Configure(context.Background(), room, bad); waitroom.ErrorCode(err) != waitroom.CodeInvalid {
 		t.Fatalf("Configure with capacity 0 = %v, want invalid", err)
 	}
+	// The proof of work and the template round-trip too, and a zero
+	// template reads back as none.
+	want.PoWDifficulty = 12
+	want.Template = waitroom.RoomTemplate{Title: "T <b>", PrimaryColor: "#123456", TextKO: "한국어\nline"}
+	for range 2 {
+		if err := s.Configure(context.Background(), room, want); err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err := s.Config(context.Background(), room); err != nil || cfg != want {
+			t.Fatalf("Config = %+v, %v; want %+v", cfg, err, want)
+		}
+		want.PoWDifficulty, want.Template = 0, waitroom.RoomTemplate{}
+	}
 }
 
 func testJoinIdempotentFIFO(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 1, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, 1, time.Minute)
 	us := users(3)
 	join(t, s, room, us...)
 	for i, u := range us {
@@ -175,17 +235,17 @@ func testJoinIdempotentFIFO(t *testing.T, h Harness) {
 func testAtomicAdmits(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 3, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, 3, time.Minute)
 	us := users(5)
 	join(t, s, room, us...)
-	res, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a")
+	res, err := s.Admit(ctx, room)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(res.Admitted, us[:3]) || res.RoundTrips != 1 || res.At.IsZero() {
 		t.Fatalf("Admit = %+v, want the first 3 in order in one round trip, with the store's time", res)
 	}
-	if res, _ := s.Admit(ctx, room, waitroom.ModeAtomic, "b"); len(res.Admitted) != 0 {
+	if res, _ := s.Admit(ctx, room); len(res.Admitted) != 0 {
 		t.Fatalf("a full room admitted %v", res.Admitted)
 	}
 	tk := state(t, s, room, us[0])
@@ -206,10 +266,10 @@ func testAtomicAdmits(t *testing.T, h Harness) {
 func testLeave(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 1, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, 1, time.Minute)
 	us := users(3)
 	join(t, s, room, us...)
-	if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a"); err != nil {
+	if _, err := s.Admit(ctx, room); err != nil {
 		t.Fatal(err)
 	}
 	// us[1] leaves the queue: us[2] moves up.
@@ -226,7 +286,7 @@ func testLeave(t *testing.T, h Harness) {
 	if tk, err := s.Leave(ctx, room, us[0]); err != nil || tk.State != waitroom.StateReleased {
 		t.Fatalf("second Leave = %+v, %v; want released again, no error", tk, err)
 	}
-	res, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a")
+	res, err := s.Admit(ctx, room)
 	if err != nil || !slices.Equal(res.Admitted, []string{us[2]}) {
 		t.Fatalf("Admit after release = %+v, %v", res, err)
 	}
@@ -243,10 +303,10 @@ func testLeave(t *testing.T, h Harness) {
 func testLeaseExpiry(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 2, time.Second, waitroom.ModeAtomic)
+	room := newRoom(t, s, 2, time.Second)
 	us := users(4)
 	join(t, s, room, us...)
-	if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a"); err != nil {
+	if _, err := s.Admit(ctx, room); err != nil {
 		t.Fatal(err)
 	}
 	next, ok, err := s.NextExpiry(ctx, room)
@@ -254,7 +314,7 @@ func testLeaseExpiry(t *testing.T, h Harness) {
 		t.Fatalf("NextExpiry = %v, %v, %v", next, ok, err)
 	}
 	h.Advance(t, 1500*time.Millisecond)
-	res, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a")
+	res, err := s.Admit(ctx, room)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,10 +335,10 @@ func testLeaseExpiry(t *testing.T, h Harness) {
 func testSettleOnRead(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 2, time.Second, waitroom.ModeAtomic)
+	room := newRoom(t, s, 2, time.Second)
 	us := users(3)
 	join(t, s, room, us...)
-	if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, "a"); err != nil {
+	if _, err := s.Admit(ctx, room); err != nil {
 		t.Fatal(err)
 	}
 	h.Advance(t, 1500*time.Millisecond)
@@ -302,10 +362,10 @@ func testModesAlone(t *testing.T, h Harness) {
 		t.Run(string(mode), func(t *testing.T) {
 			s := h.Store(t)
 			ctx := context.Background()
-			room := newRoom(t, s, 3, time.Minute, mode)
+			room := newRoom(t, s, 3, time.Minute)
 			us := users(5)
 			join(t, s, room, us...)
-			res, err := s.Admit(ctx, room, mode, "only")
+			res, err := labAdmit(t, s, ctx, room, mode, "only")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -325,18 +385,18 @@ func testModesAlone(t *testing.T, h Harness) {
 func testLeaderSkips(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, s, 10, time.Minute, waitroom.ModeLeader)
+	room := newRoom(t, s, 10, time.Minute)
 	join(t, s, room, users(4)...)
-	first, err := s.Admit(ctx, room, waitroom.ModeLeader, "a")
+	first, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "a")
 	if err != nil || first.Skipped || len(first.Admitted) != 4 {
 		t.Fatalf("first instance = %+v, %v; want it to lead and admit 4", first, err)
 	}
-	second, err := s.Admit(ctx, room, waitroom.ModeLeader, "b")
+	second, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "b")
 	if err != nil || !second.Skipped {
 		t.Fatalf("second instance in the same tick = %+v, %v; want skipped", second, err)
 	}
 	join(t, s, room, "late")
-	again, err := s.Admit(ctx, room, waitroom.ModeLeader, "a")
+	again, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "a")
 	if err != nil || again.Skipped || len(again.Admitted) != 1 {
 		t.Fatalf("the leader's next pass = %+v, %v; want it to keep leading and admit the late user", again, err)
 	}
@@ -344,7 +404,7 @@ func testLeaderSkips(t *testing.T, h Harness) {
 	// the key's lifetime (two admit intervals).
 	h.Advance(t, 3*waitroom.DefaultRoomConfig().AdmitInterval)
 	join(t, s, room, "later")
-	took, err := s.Admit(ctx, room, waitroom.ModeLeader, "b")
+	took, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "b")
 	if err != nil || took.Skipped || len(took.Admitted) != 1 {
 		t.Fatalf("after the leader went quiet, b = %+v, %v; want b to lead", took, err)
 	}
@@ -357,7 +417,7 @@ func testConcurrentAtomic(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
 	const capacity = 5
-	room := newRoom(t, s, capacity, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, capacity, time.Minute)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var maxSeen int64
@@ -385,7 +445,7 @@ func testConcurrentAtomic(t *testing.T, h Harness) {
 					t.Error(err)
 					return
 				}
-				if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, fmt.Sprint(c)); err != nil {
+				if _, err := s.Admit(ctx, room); err != nil {
 					t.Error(err)
 					return
 				}
@@ -417,7 +477,7 @@ func testPingAndOldestWait(t *testing.T, h Harness) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping = %v", err)
 	}
-	room := newRoom(t, s, 1, time.Minute, waitroom.ModeAtomic)
+	room := newRoom(t, s, 1, time.Minute)
 	oldest := func() time.Duration {
 		t.Helper()
 		st, err := s.Stats(ctx, room)
@@ -438,7 +498,7 @@ func testPingAndOldestWait(t *testing.T, h Harness) {
 	if d := oldest(); d < time.Second {
 		t.Fatalf("OldestWait after 1s = %s, want at least 1s", d)
 	}
-	if _, err := s.Admit(ctx, room, waitroom.ModeAtomic, "test"); err != nil {
+	if _, err := s.Admit(ctx, room); err != nil {
 		t.Fatalf("Admit: %v", err)
 	}
 	if d := oldest(); d < time.Second {
@@ -449,5 +509,283 @@ func testPingAndOldestWait(t *testing.T, h Harness) {
 	}
 	if d := oldest(); d != 0 {
 		t.Fatalf("OldestWait with nobody waiting = %s, want 0", d)
+	}
+}
+
+func testUpdateConfig(t *testing.T, h Harness) {
+	s := h.Store(t)
+	ctx := context.Background()
+	room := newRoom(t, s, 5, time.Minute)
+	want, err := s.Config(ctx, room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The caller's config holds other changes too: only the named field
+	// is written.
+	other := want
+	other.Capacity, other.Paused, other.Lease = 9, true, time.Hour
+	if err := s.UpdateConfig(ctx, room, other, []string{"paused"}); err != nil {
+		t.Fatal(err)
+	}
+	want.Paused = true
+	if got, err := s.Config(ctx, room); err != nil || got != want {
+		t.Fatalf("after UpdateConfig(paused) = %+v, %v; want %+v", got, err, want)
+	}
+	if err := s.UpdateConfig(ctx, "never-configured", other, []string{"paused"}); waitroom.ErrorCode(err) != waitroom.CodeNotFound {
+		t.Errorf("UpdateConfig on an unknown room = %v, want not found", err)
+	}
+	if _, err := s.Config(ctx, "never-configured"); waitroom.ErrorCode(err) != waitroom.CodeNotFound {
+		t.Errorf("UpdateConfig created the unknown room: %v", err)
+	}
+}
+
+func testDeleteRoom(t *testing.T, h Harness) {
+	s := h.Store(t)
+	ctx := context.Background()
+	room := newRoom(t, s, 1, time.Minute)
+	join(t, s, room, users(3)...)
+	admit(t, s, room)
+	if err := s.DeleteRoom(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Config(ctx, room); waitroom.ErrorCode(err) != waitroom.CodeNotFound {
+		t.Errorf("Config after DeleteRoom = %v, want not found", err)
+	}
+	if _, err := s.Join(ctx, room, "late"); waitroom.ErrorCode(err) != waitroom.CodeNotFound {
+		t.Errorf("Join after DeleteRoom = %v, want not found", err)
+	}
+	if _, err := s.Admit(ctx, room); waitroom.ErrorCode(err) != waitroom.CodeNotFound {
+		t.Errorf("Admit after DeleteRoom = %v, want not found", err)
+	}
+	rooms, err := s.Rooms(ctx)
+	if err != nil || slices.Contains(rooms, room) {
+		t.Errorf("Rooms after DeleteRoom = %v, %v; want %s gone", rooms, err, room)
+	}
+	if err := s.DeleteRoom(ctx, room); err != nil {
+		t.Errorf("deleting twice = %v", err)
+	}
+}
+
+func testOutflowLimit(t *testing.T, h Harness) {
+	s := h.Store(t)
+	// 60 a minute: one a second, a bucket of one.
+	room := newRoomWith(t, s, 100, func(c *waitroom.RoomConfig) { c.MaxAdmissionsPerMinute = 60 })
+	join(t, s, room, users(5)...)
+	if res := admit(t, s, room); len(res.Admitted) != 1 {
+		t.Fatalf("first pass admitted %v, want one (a full bucket of one)", res.Admitted)
+	}
+	if res := admit(t, s, room); len(res.Admitted) != 0 {
+		t.Fatalf("second pass at once admitted %v, want none (bucket empty)", res.Admitted)
+	}
+	h.Advance(t, 1100*time.Millisecond)
+	if res := admit(t, s, room); len(res.Admitted) != 1 || res.Admitted[0] != "user-001" {
+		t.Fatalf("a second later admitted %v, want user-001", res.Admitted)
+	}
+	checkAccounting(t, s, room)
+}
+
+func testPaused(t *testing.T, h Harness) {
+	s := h.Store(t)
+	ctx := context.Background()
+	room := newRoomWith(t, s, 10, func(c *waitroom.RoomConfig) { c.Paused = true })
+	join(t, s, room, users(3)...)
+	if res := admit(t, s, room); len(res.Admitted) != 0 {
+		t.Fatalf("paused room admitted %v", res.Admitted)
+	}
+	cfg, _ := s.Config(ctx, room)
+	cfg.Paused = false
+	if err := s.UpdateConfig(ctx, room, cfg, []string{"paused"}); err != nil {
+		t.Fatal(err)
+	}
+	if res := admit(t, s, room); !slices.Equal(res.Admitted, users(3)) {
+		t.Fatalf("resumed room admitted %v, want %v", res.Admitted, users(3))
+	}
+}
+
+func testClosed(t *testing.T, h Harness) {
+	s := h.Store(t)
+	ctx := context.Background()
+	room := newRoom(t, s, 1, time.Minute)
+	join(t, s, room, users(4)...)
+	admit(t, s, room) // user-000 in
+	cfg, _ := s.Config(ctx, room)
+	cfg.Closed, cfg.ClosedMessage = true, "sold out"
+	if err := s.UpdateConfig(ctx, room, cfg, []string{"closed", "closed_message"}); err != nil {
+		t.Fatal(err)
+	}
+	// Told at once, before any pass.
+	if tk := state(t, s, room, "user-001"); tk.State != waitroom.StateClosed || tk.Message != "sold out" {
+		t.Fatalf("waiting ticket in a closed room = %+v, want closed with the message", tk)
+	}
+	res := admit(t, s, room)
+	if len(res.Admitted) != 0 {
+		t.Fatalf("closed room admitted %v", res.Admitted)
+	}
+	for _, u := range []string{"user-002", "user-003"} {
+		if tk := state(t, s, room, u); tk.State != waitroom.StateClosed || tk.Message != "sold out" {
+			t.Errorf("%s = %+v, want closed with the message", u, tk)
+		}
+	}
+	if tk := state(t, s, room, "user-000"); tk.State != waitroom.StateAdmitted {
+		t.Errorf("the admitted user = %+v, want still admitted", tk)
+	}
+	tk, err := s.Join(ctx, room, "newcomer")
+	if err != nil || tk.State != waitroom.StateClosed || tk.Message != "sold out" || tk.Created {
+		t.Errorf("Join a closed room = %+v, %v; want closed, not queued", tk, err)
+	}
+	st := checkAccounting(t, s, room)
+	if st.Waiting != 0 || st.ClosedTotal != 3 {
+		t.Errorf("stats = %+v, want nobody waiting and 3 closed", st)
+	}
+}
+
+func testPrequeue(t *testing.T, h Harness) {
+	s := h.Store(t)
+	ctx := context.Background()
+	const n = 1000
+	probe := newRoom(t, s, 1, time.Minute)
+	storeNow := admit(t, s, probe).At // the store's clock
+	room := newRoomWith(t, s, n+10, func(c *waitroom.RoomConfig) { c.OpensAt = storeNow.Add(1500 * time.Millisecond) })
+	early := make([]string, n)
+	for i := range early {
+		early[i] = fmt.Sprintf("early-%04d", i)
+	}
+	join(t, s, room, early...)
+	if res := admit(t, s, room); len(res.Admitted) != 0 || res.Shuffled != 0 {
+		t.Fatalf("before opening: %+v, want nothing done", res)
+	}
+	h.Advance(t, 1600*time.Millisecond)
+	res := admit(t, s, room)
+	if res.Shuffled != n || len(res.Admitted) != n {
+		t.Fatalf("first pass after opening shuffled %d, admitted %d; want %d and %d", res.Shuffled, len(res.Admitted), n, n)
+	}
+	joinRank := map[string]int{}
+	for i, u := range early {
+		joinRank[u] = i
+	}
+	admitRank := make([]int, n)
+	for i, u := range res.Admitted {
+		admitRank[i] = joinRank[u]
+	}
+	if rho := Spearman(admitRank); math.Abs(rho) > 0.15 {
+		t.Errorf("Spearman rho between join and admission order = %.3f, want |rho| < 0.15", rho)
+	}
+	// Later joiners: first come, first served, and no second shuffle.
+	late := []string{"late-1", "late-2", "late-3"}
+	join(t, s, room, late...)
+	if res := admit(t, s, room); !slices.Equal(res.Admitted, late) || res.Shuffled != 0 {
+		t.Errorf("after opening admitted %v (shuffled %d), want %v in order", res.Admitted, res.Shuffled, late)
+	}
+	if cfg, err := s.Config(ctx, room); err != nil || cfg.OpensAt.IsZero() {
+		t.Errorf("config after opening = %+v, %v", cfg, err)
+	}
+}
+
+// Spearman returns the rank correlation between positions 0..n-1 and
+// ranks (a permutation of 0..n-1): 1 for the same order, -1 reversed,
+// near 0 unrelated.
+func Spearman(ranks []int) float64 {
+	n := float64(len(ranks))
+	if n < 2 {
+		return 0
+	}
+	var d2 float64
+	for i, r := range ranks {
+		d := float64(i - r)
+		d2 += d * d
+	}
+	return 1 - 6*d2/(n*(n*n-1))
+}
+
+func testAbandon(t *testing.T, h Harness) {
+	s := h.Store(t)
+	room := newRoomWith(t, s, 1, func(c *waitroom.RoomConfig) { c.Paused, c.AbandonAfter = true, time.Second })
+	join(t, s, room, "a", "b", "c")
+	h.Advance(t, 1100*time.Millisecond)
+	state(t, s, room, "b") // b and c keep polling
+	state(t, s, room, "c")
+	admit(t, s, room)
+	st := checkAccounting(t, s, room)
+	if st.Away != 1 || st.Waiting != 2 {
+		t.Fatalf("after a stopped polling: %+v, want a away and 2 waiting", st)
+	}
+	if tk := state(t, s, room, "b"); tk.Position != 0 {
+		t.Fatalf("b = %+v, want position 0 while a is away", tk)
+	}
+	// a returns within the window: their place, ahead of b.
+	h.Advance(t, 500*time.Millisecond)
+	if tk := state(t, s, room, "a"); tk.State != waitroom.StateWaiting || tk.Position != 0 {
+		t.Fatalf("a back within the window = %+v, want waiting at position 0", tk)
+	}
+	if tk := state(t, s, room, "b"); tk.Position != 1 {
+		t.Fatalf("b after a came back = %+v, want position 1", tk)
+	}
+	// a stops again and stays away past the window: the place is gone.
+	for range 2 {
+		h.Advance(t, 1100*time.Millisecond)
+		state(t, s, room, "b")
+		state(t, s, room, "c")
+		admit(t, s, room)
+	}
+	if tk := state(t, s, room, "a"); tk.State != waitroom.StateAbandoned {
+		t.Fatalf("a away past the window = %+v, want abandoned", tk)
+	}
+	st = checkAccounting(t, s, room)
+	if st.AbandonedTotal != 1 || st.Away != 0 || st.Waiting != 2 {
+		t.Errorf("stats = %+v, want one abandoned, b and c waiting", st)
+	}
+	// Joining again queues a at the back.
+	tk, err := s.Join(context.Background(), room, "a")
+	if err != nil || !tk.Created || tk.Position != 2 {
+		t.Errorf("a rejoining = %+v, %v; want a new ticket at position 2", tk, err)
+	}
+}
+
+func testArrival(t *testing.T, h Harness) {
+	s := h.Store(t)
+	ctx := context.Background()
+	room := newRoomWith(t, s, 3, func(c *waitroom.RoomConfig) { c.Arrival = time.Second })
+	join(t, s, room, "reader", "checker", "ghost")
+	if res := admit(t, s, room); len(res.Admitted) != 3 {
+		t.Fatalf("admitted %v, want all three", res.Admitted)
+	}
+	state(t, s, room, "reader") // the first read after admission is the arrival
+	if tk, err := s.MarkArrived(ctx, room, "checker"); err != nil || tk.State != waitroom.StateAdmitted {
+		t.Fatalf("MarkArrived = %+v, %v", tk, err)
+	}
+	h.Advance(t, 1100*time.Millisecond)
+	res := admit(t, s, room)
+	if res.Expired != 1 {
+		t.Fatalf("pass after the arrival window expired %d, want the ghost only", res.Expired)
+	}
+	for u, want := range map[string]waitroom.State{"reader": waitroom.StateAdmitted, "checker": waitroom.StateAdmitted, "ghost": waitroom.StateExpired} {
+		if tk := state(t, s, room, u); tk.State != want {
+			t.Errorf("%s = %s, want %s", u, tk.State, want)
+		}
+	}
+	if st := checkAccounting(t, s, room); st.NoShowTotal != 1 || st.Active != 2 {
+		t.Errorf("stats = %+v, want one no-show and two active", st)
+	}
+}
+
+func testRetention(t *testing.T, h Harness) {
+	s := h.Store(t)
+	ctx := context.Background()
+	room := newRoomWith(t, s, 1, func(c *waitroom.RoomConfig) { c.Retention = time.Second })
+	join(t, s, room, "leaver", "stayer")
+	if _, err := s.Leave(ctx, room, "leaver"); err != nil {
+		t.Fatal(err)
+	}
+	admit(t, s, room)
+	if tk := state(t, s, room, "leaver"); tk.State != waitroom.StateLeft {
+		t.Fatalf("leaver within the retention = %+v, want left", tk)
+	}
+	h.Advance(t, 1100*time.Millisecond)
+	admit(t, s, room)
+	if _, err := s.Ticket(ctx, room, "leaver"); waitroom.ErrorCode(err) != waitroom.CodeNotFound {
+		t.Errorf("leaver after the retention = %v, want no ticket", err)
+	}
+	if tk := state(t, s, room, "stayer"); tk.State != waitroom.StateAdmitted {
+		t.Errorf("stayer = %+v, want admitted (retention forgets finished users only)", tk)
 	}
 }
