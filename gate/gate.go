@@ -310,7 +310,7 @@ func wantsJSON(r *http.Request) bool {
 
 // wait answers a request that may not go upstream: 503 problem+json for
 // an API client, else a redirect to the waiting page that remembers the
-// address. clear drops a bad admission cookie.
+// address (of a page, not of a sub-resource: isNavigation). clear drops a bad admission cookie.
 func (g *Gate) wait(w http.ResponseWriter, r *http.Request, clear bool) {
 	if clear {
 		http.SetCookie(w, g.cookie(r, g.cfg.CookieName, "", -1))
@@ -328,11 +328,20 @@ func (g *Gate) wait(w http.ResponseWriter, r *http.Request, clear bool) {
 		httpapi.WriteProblem(w, e, "stampede-gate")
 		return
 	}
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && isNavigation(r) {
 		http.SetCookie(w, g.cookie(r, g.cfg.CookieName+"_return", url.QueryEscape(r.URL.RequestURI()), 0))
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, "/rooms/"+g.cfg.Room+"?join=anonymous", http.StatusSeeOther)
+}
+
+// isNavigation reports a request for a page: Sec-Fetch-Dest is document
+// (or absent, from an older browser or a plain client). A sub-resource
+// the browser fetches on its own (the favicon of the waiting page, an
+// image) must not replace the address to return to.
+func isNavigation(r *http.Request) bool {
+	d := r.Header.Get("Sec-Fetch-Dest")
+	return d == "" || d == "document"
 }
 
 // cookie makes an HttpOnly, SameSite=Lax cookie for the whole site,

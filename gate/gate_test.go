@@ -563,3 +563,43 @@ func TestLeaseSlidesUpToMaxSession(t *testing.T) {
 		}
 	})
 }
+
+// TestSubresourceKeepsReturnAddress: a sub-resource the browser fetches
+// while the visitor waits (Sec-Fetch-Dest: image, the favicon) is sent to
+// the waiting page too, but does not replace the address to return to.
+func TestSubresourceKeepsReturnAddress(t *testing.T) {
+	withRedis(t, func(t *testing.T, client redis.UniversalClient) {
+		w := newWorld(t, client, 1, 30*time.Second)
+		b := newBuyer(w)
+		if st, _, err := b.get(0, "/shop/item?id=7", "text/html"); err != nil || st != http.StatusSeeOther {
+			t.Fatalf("first visit: %d %v", st, err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, w.gates[0]+"/favicon.ico", nil)
+		req.Header.Set("Sec-Fetch-Dest", "image")
+		res, err := b.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusSeeOther {
+			t.Errorf("favicon while waiting: %d, want 303", res.StatusCode)
+		}
+		var tk waitroom.TicketInfo
+		if st, err := b.call(0, "POST", "/v1/rooms/"+w.room+"/tickets", `{}`, "", &tk); err != nil || st != http.StatusCreated {
+			t.Fatalf("join: %d %v", st, err)
+		}
+		for end := time.Now().Add(10 * time.Second); tk.State != waitroom.StateAdmitted; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("not admitted: %s", tk.State)
+			}
+			b.call(0, "GET", "/v1/rooms/"+w.room+"/tickets/"+tk.UserID, "", tk.TicketToken, &tk)
+		}
+		var h struct{ Redirect string }
+		if st, err := b.call(0, "POST", gate.AdmitPath, "", tk.TicketToken, &h); err != nil || st != http.StatusOK {
+			t.Fatalf("hand-off: %d %v", st, err)
+		}
+		if h.Redirect != "/shop/item?id=7" {
+			t.Errorf("redirect %q, want the page first asked for, not the favicon", h.Redirect)
+		}
+	})
+}

@@ -303,10 +303,17 @@ func openTab(t *testing.T, bctx context.Context, width int64, accept, url string
 	return tab
 }
 
-// screenshotDir is where the screenshots go: $STAMPEDE_SCREENSHOTS, or a
-// temporary folder.
+// screenshotDir is where the screenshots go: $STAMPEDE_SCREENSHOTS (a
+// relative path from the module root), or a temporary folder.
 func screenshotDir(t *testing.T) string {
 	if dir := os.Getenv(browserShotsEnv); dir != "" {
+		// go test runs in the package's folder: a relative path is the
+		// module root's, as typed there.
+		for root, _ := os.Getwd(); !filepath.IsAbs(dir) && root != filepath.Dir(root); root = filepath.Dir(root) {
+			if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+				dir = filepath.Join(root, dir)
+			}
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatalf("%s: %v", browserShotsEnv, err)
 		}

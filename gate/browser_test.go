@@ -1,0 +1,439 @@
+package gate_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"html"
+	"image/png"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-lab/stampede/gate"
+	"github.com/stampede-lab/stampede/internal/testenv"
+	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/redisstore"
+)
+
+// The names of this file start with "browser" or "shop" so that they do
+// not clash with gate_test.go's.
+
+// browserShotsEnv names a folder for the screenshots, for a person to look
+// at (README: the lab report's lab-report/screenshots); without it they go
+// to t.TempDir().
+const browserShotsEnv = "STAMPEDE_SCREENSHOTS"
+
+// browserTexts are what the waiting page must say in each language.
+var browserTexts = map[string]struct{ accept, waiting, released string }{
+	"ko": {"ko-KR,ko;q=0.9,en-US;q=0.8", "대기 순번", "퇴장했습니다"},
+	"en": {"en-US,en;q=0.9", "Your place in line", "You have left"},
+}
+
+// TestBrowserGate drives headless Chromium through the gate, in Korean
+// and in English, 1200 and 390 pixels wide: the protected page sends the
+// visitor to the waiting page (first in line behind the one admitted
+// user), the visitor is admitted when that user leaves, the page hands
+// the ticket to the gate and lands on the upstream page (which saw
+// Stampede-User), "finish" answers Stampede-Release: done, and asking for
+// the protected page again leads back to the waiting page. No token is in
+// any page, and nothing scrolls sideways at 390 pixels.
+func TestBrowserGate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	bctx := browserStart(t, ctx)
+
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	opts := waitroom.DefaultServerOptions()
+	opts.Instance = "gate-browser-" + randomName()
+	opts.Secret, opts.AdminToken, opts.CheckoutKey = testSecret, adminToken, checkoutKey
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.RoomRefresh = 50 * time.Millisecond
+	opts.OnAdmit = gate.AdmitPath // as serve gate sets it
+	srv, err := waitroom.NewServer(ctx, redisstore.New(client), opts)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	t.Cleanup(srv.Close)
+
+	dir := browserShotDir(t)
+	for _, lang := range []string{"ko", "en"} {
+		for _, width := range []int{1200, 390} {
+			t.Run(fmt.Sprintf("%s-%d", lang, width), func(t *testing.T) {
+				browserGateFlow(ctx, t, srv, bctx, lang, width, dir)
+			})
+		}
+	}
+}
+
+// browserGateFlow is one run of TestBrowserGate, on its own room, gate,
+// upstream and browser context (cookies ignore ports).
+func browserGateFlow(ctx context.Context, t *testing.T, srv *waitroom.Server, bctx context.Context, lang string, width int, dir string) {
+	want := browserTexts[lang]
+	svc := srv.Service()
+	room := "gate-browser-" + randomName()
+	cfg := waitroom.RoomConfig{Capacity: 1, Lease: time.Minute, AdmitInterval: 50 * time.Millisecond, Mode: waitroom.ModeAtomic}
+	if err := svc.Configure(ctx, room, cfg); err != nil {
+		t.Fatalf("Configure: %v", err)
+	}
+	up := &shop{room: room, keys: srv.Admissions()}
+	ups := httptest.NewServer(up)
+	t.Cleanup(ups.Close)
+	upURL, _ := url.Parse(ups.URL)
+	gcfg := gate.DefaultConfig()
+	gcfg.Room, gcfg.Upstream, gcfg.Logger = room, upURL, slog.New(slog.DiscardHandler)
+	g, err := gate.New(gcfg, srv)
+	if err != nil {
+		t.Fatalf("gate.New: %v", err)
+	}
+	gs := httptest.NewServer(g)
+	t.Cleanup(gs.Close)
+
+	// Someone else holds the one slot.
+	if _, err := svc.Join(ctx, room, "occupant"); err != nil {
+		t.Fatalf("Join: %v", err)
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if tk, err := svc.Ticket(ctx, room, "occupant"); err == nil && tk.State == waitroom.StateAdmitted {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the occupant was not admitted")
+		}
+	}
+
+	// The protected page leads to the waiting page: first in line.
+	tab := browserTab(t, bctx, int64(width), want.accept, gs.URL+"/checkout/page")
+	p := browserWait(tab, t, room, "the waiting page, first in line", 20*time.Second, func(p browserPage) bool {
+		return p.Path == "/rooms/"+room && p.State == "waiting" && p.Position == "1"
+	})
+	browserCheck(t, p, width)
+	if p.Lang != lang || !strings.Contains(p.Text, want.waiting) {
+		t.Errorf("waiting page: lang %q, want %q with %q: %s", p.Lang, lang, want.waiting, p)
+	}
+	if p.Query != "?join=anonymous" || p.Token == "" || strings.Contains(p.HTML, p.Token) {
+		t.Errorf("waiting page: query %q, ticket token stored %t, in the page %t", p.Query, p.Token != "", p.Token != "" && strings.Contains(p.HTML, p.Token))
+	}
+	browserShot(t, tab, dir, fmt.Sprintf("gate-%s-%d-1-waiting", lang, width), width)
+
+	// The occupant leaves: the page is admitted, hands its ticket to the
+	// gate and goes to the address first asked for.
+	if _, err := svc.Leave(ctx, room, "occupant"); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	p = browserWait(tab, t, room, "the upstream page", 20*time.Second, func(p browserPage) bool {
+		return p.Path == "/checkout/page" && p.Marker != ""
+	})
+	browserCheck(t, p, width)
+	user := p.User
+	if seen := up.seen("/checkout/page"); len(seen) != 1 || seen[0] != user || user == "" {
+		t.Errorf("upstream saw Stampede-User %q on /checkout/page, want once %q", seen, user)
+	}
+	if !strings.Contains(p.Marker, user) || strings.Contains(p.Cookies, "stampede_admission") {
+		t.Errorf("upstream page: marker %q (want user %q); document.cookie %q must not show the HttpOnly admission", p.Marker, user, p.Cookies)
+	}
+	browserShot(t, tab, dir, fmt.Sprintf("gate-%s-%d-2-upstream", lang, width), width)
+
+	// finish: the upstream answers Stampede-Release: done.
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.ID("finish"))); err != nil {
+		t.Fatalf("clicking finish: %v", err)
+	}
+	p = browserWait(tab, t, room, "the finished page", 10*time.Second, func(p browserPage) bool {
+		return p.Path == "/checkout/finish" && p.Marker != ""
+	})
+	browserCheck(t, p, width)
+	if tk, err := svc.Ticket(ctx, room, user); err != nil || tk.State != waitroom.StateReleased {
+		t.Errorf("after finish the ticket is %+v, %v; want released", tk, err)
+	}
+
+	// The protected page again: back to the waiting page, which says the
+	// visitor has left.
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.ID("again"))); err != nil {
+		t.Fatalf("clicking again: %v", err)
+	}
+	p = browserWait(tab, t, room, "the waiting page after release", 20*time.Second, func(p browserPage) bool {
+		return p.Path == "/rooms/"+room && p.State == "released"
+	})
+	browserCheck(t, p, width)
+	if !strings.Contains(p.Text, want.released) || p.Token != "" {
+		t.Errorf("after release: want %q and no stored token: %s", want.released, p)
+	}
+	if n := len(up.seen("/checkout/page")); n != 1 {
+		t.Errorf("upstream saw /checkout/page %d times, want once (not after the release)", n)
+	}
+	if up.bad() != 0 {
+		t.Errorf("%d upstream requests lacked a valid Stampede-User / Stampede-Admission", up.bad())
+	}
+	browserShot(t, tab, dir, fmt.Sprintf("gate-%s-%d-3-after-release", lang, width), width)
+}
+
+// shop is the upstream checkout: /checkout/page shows the admitted user
+// (#marker) and a #finish link; /checkout/finish answers
+// Stampede-Release: done. It records each request's Stampede-User.
+type shop struct {
+	room string
+	keys *waitroom.AdmissionSigner
+
+	mu      sync.Mutex
+	users   map[string][]string // path → Stampede-User of each request
+	invalid int
+}
+
+func (s *shop) seen(path string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.users[path]...)
+}
+
+func (s *shop) bad() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.invalid
+}
+
+func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	user := r.Header.Get(gate.HeaderUser)
+	c, err := waitroom.VerifyAdmissionJWT(r.Header.Get(gate.HeaderAdmission), s.keys.JWKS(), s.room, time.Now())
+	s.mu.Lock()
+	if s.users == nil {
+		s.users = map[string][]string{}
+	}
+	s.users[r.URL.Path] = append(s.users[r.URL.Path], user)
+	if user == "" || err != nil || c.User != user {
+		s.invalid++
+	}
+	s.mu.Unlock()
+	ko := waitroom.PageLang(r) == waitroom.LangKorean
+	say := func(k, e string) string {
+		if ko {
+			return k
+		}
+		return e
+	}
+	var body string
+	switch r.URL.Path {
+	case "/checkout/page":
+		body = `<div id="marker"><h1>` + say("결제 페이지", "Checkout") + `</h1>
+<p>` + say("입장한 사용자만 이 페이지를 봅니다.", "Only admitted visitors see this page.") + `</p>
+<p class="user">Stampede-User: <code>` + html.EscapeString(user) + `</code></p></div>
+<a id="finish" class="button" href="/checkout/finish">` + say("결제 완료", "Finish") + `</a>`
+	case "/checkout/finish":
+		w.Header().Set(gate.HeaderRelease, "done")
+		body = `<h1 id="marker">` + say("결제가 끝났습니다", "Done, thank you") + `</h1>
+<p>` + say("자리를 반납했습니다.", "Your place has been released.") + `</p>
+<a id="again" class="button" href="/checkout/page">` + say("결제 페이지 다시 열기", "Open the checkout again") + `</a>`
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	fmt.Fprintf(w, `<!doctype html><html lang="%s"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>Shop</title>
+<style>body{font-family:system-ui,"Noto Sans CJK KR","NanumGothic",sans-serif;margin:0;padding:1.5rem 1rem;background:#eef7ee}
+main{max-width:34rem;margin:0 auto;background:#fff;border-radius:1rem;padding:1.5rem;overflow-wrap:anywhere}
+.user{color:#5b6478;font-size:.9rem}
+.button{display:block;text-align:center;padding:.75rem;border-radius:.5rem;background:#1b7f3b;color:#fff;text-decoration:none}</style>
+</head><body><main>%s</main></body></html>`, say("ko", "en"), body)
+}
+
+// browserPage is what a tab shows, read in one evaluation.
+type browserPage struct {
+	Path        string `json:"path"`
+	Query       string `json:"query"`
+	State       string `json:"state"`
+	Position    string `json:"position"`
+	Lang        string `json:"lang"`
+	Text        string `json:"text"`
+	HTML        string `json:"html"`
+	Marker      string `json:"marker"`
+	Cookies     string `json:"cookies"`
+	ScrollWidth int    `json:"scrollWidth"`
+	Token       string `json:"token"`
+	User        string `json:"user"`
+}
+
+func (p browserPage) String() string {
+	return fmt.Sprintf("path=%q%s state=%q position=%q lang=%q marker=%q scrollWidth=%d text=%q",
+		p.Path, p.Query, p.State, p.Position, p.Lang, p.Marker, p.ScrollWidth, p.Text)
+}
+
+// browserPageJS reads a browserPage; %q is the room (its localStorage
+// keys).
+const browserPageJS = `(() => {
+	const room = %q, el = (id) => document.getElementById(id);
+	const m = el("marker"), visible = m && m.getBoundingClientRect().height > 0;
+	return {
+		path: location.pathname, query: location.search,
+		state: document.body ? document.body.dataset.state || "" : "",
+		position: el("position") ? el("position").textContent : "",
+		lang: document.documentElement.lang,
+		text: document.body ? document.body.innerText : "",
+		html: document.documentElement.outerHTML,
+		marker: visible ? m.textContent : "",
+		cookies: document.cookie,
+		scrollWidth: document.documentElement.scrollWidth,
+		token: localStorage.getItem("stampede:" + room + ":token") || "",
+		user: localStorage.getItem("stampede:" + room + ":user") || "",
+	};
+})()`
+
+// browserWait reads the tab every 25 ms until ok accepts it, for at most
+// limit; reads that fail while the tab navigates are retried.
+func browserWait(tab context.Context, t *testing.T, room, what string, limit time.Duration, ok func(browserPage) bool) browserPage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab, limit)
+	defer cancel()
+	var last browserPage
+	for {
+		p, err := chromedp.Run(ctx, chromedp.Evaluate[browserPage](fmt.Sprintf(browserPageJS, room)))
+		if err == nil {
+			last = p
+			if ok(p) {
+				return p
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out after %s waiting for %s; the tab shows %s (last error %v)", limit, what, last, err)
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// browserCheck: nothing scrolls sideways, and no token is in the page.
+func browserCheck(t *testing.T, p browserPage, width int) {
+	t.Helper()
+	if p.ScrollWidth > width {
+		t.Errorf("%s: scrollWidth %d > %d: the page scrolls sideways", p.Path, p.ScrollWidth, width)
+	}
+	if strings.Contains(p.HTML, "eyJ") { // a JWT's base64url header
+		t.Errorf("%s: a token is in the page", p.Path)
+	}
+}
+
+// browserLog keeps the browser's output for a failing test's log.
+type browserLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *browserLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.buf.Len() < 1<<20 {
+		l.buf.Write(p)
+	}
+	return len(p), nil
+}
+
+// browserStart starts headless Chromium (testenv.Chromium: skipped, or
+// failed in CI, without one) and returns its chromedp context.
+func browserStart(t *testing.T, ctx context.Context) context.Context {
+	t.Helper()
+	chromium := testenv.Chromium(t)
+	out := &browserLog{}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.Headless, chromedp.DisableGPU, chromedp.Flag("disable-quic", true),
+		chromedp.Flag("font-render-hinting", "none"), chromedp.UserDataDir(t.TempDir()), chromedp.CombinedOutput(out))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out.mu.Lock()
+			t.Logf("browser output:\n%s", out.buf.String())
+			out.mu.Unlock()
+		}
+		chromedp.Cancel(bctx)
+		cancelBrowser()
+		cancelAlloc()
+	})
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting %s: %v", chromium, err)
+	}
+	return bctx
+}
+
+// browserTab opens a tab of width × 860 CSS pixels in a new browser
+// context (its own cookies), whose requests carry Accept-Language: accept,
+// and loads url in it.
+func browserTab(t *testing.T, bctx context.Context, width int64, accept, url string) context.Context {
+	t.Helper()
+	tab, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	err := chromedp.Do(tab,
+		chromedp.EmulateViewport(width, 860, func(p *emulation.SetDeviceMetricsOverrideParams, _ *emulation.SetTouchEmulationEnabledParams) {
+			p.Mobile = width < 600
+		}),
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+				return err
+			}
+			_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
+				Headers: network.Headers{"Accept-Language": accept}})
+			return err
+		}),
+		chromedp.Navigate(url),
+	)
+	if err != nil {
+		t.Fatalf("opening %s: %v", url, err)
+	}
+	return tab
+}
+
+// browserShotDir is where the screenshots go: $STAMPEDE_SCREENSHOTS (a
+// relative path from the module root), or a temporary folder.
+func browserShotDir(t *testing.T) string {
+	if dir := os.Getenv(browserShotsEnv); dir != "" {
+		// go test runs in the package's folder: a relative path is the
+		// module root's, as typed there.
+		for root, _ := os.Getwd(); !filepath.IsAbs(dir) && root != filepath.Dir(root); root = filepath.Dir(root) {
+			if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+				dir = filepath.Join(root, dir)
+			}
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatalf("%s: %v", browserShotsEnv, err)
+		}
+		return dir
+	}
+	return t.TempDir()
+}
+
+// browserShot saves a full-page PNG of tab as dir/name.png and checks it
+// is as wide as the viewport.
+func browserShot(t *testing.T, tab context.Context, dir, name string, width int) {
+	t.Helper()
+	shot, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		t.Fatalf("screenshot %s is not a PNG: %v", name, err)
+	}
+	if b := img.Bounds(); b.Dx() != width {
+		t.Errorf("screenshot %s is %d wide, want %d", name, b.Dx(), width)
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", path)
+}
