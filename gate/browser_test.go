@@ -88,7 +88,8 @@ func browserGateFlow(ctx context.Context, t *testing.T, srv *waitroom.Server, bc
 	want := browserTexts[lang]
 	svc := srv.Service()
 	room := "gate-browser-" + randomName()
-	cfg := waitroom.RoomConfig{Capacity: 1, Lease: time.Minute, AdmitInterval: 50 * time.Millisecond, Mode: waitroom.ModeAtomic}
+	cfg := waitroom.DefaultRoomConfig()
+	cfg.Capacity, cfg.Lease, cfg.AdmitInterval = 1, time.Minute, 50*time.Millisecond
 	if err := svc.Configure(ctx, room, cfg); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
