@@ -21,6 +21,8 @@ type DBConfig struct {
 	// ConnectTimeout bounds each connection attempt, unless the URL sets
 	// connect_timeout.
 	ConnectTimeout time.Duration
+	// ConnMaxIdleTime closes a connection idle that long; 0 keeps it.
+	ConnMaxIdleTime time.Duration
 	// PingTimeout bounds the first connection.
 	PingTimeout time.Duration
 	// LockKey names the advisory lock held while migrating; the schema is
@@ -33,7 +35,7 @@ type DBConfig struct {
 
 // OpenDB opens PostgreSQL the way every Stampede store does: pgx's
 // database/sql driver, the pool sized by MaxConns, connections recycled
-// after an hour (or 30 minutes idle), a ping within PingTimeout, then the
+// after an hour (or ConnMaxIdleTime idle), a ping within PingTimeout, then the
 // schema created if missing and Migrate run under an advisory lock of
 // LockKey and the schema, so that instances starting together migrate one
 // after the other. Errors are unmapped, except Migrate's; on error the
@@ -53,7 +55,7 @@ func OpenDB(ctx context.Context, c DBConfig) (*sql.DB, Dialect, error) {
 	db.SetMaxOpenConns(c.MaxConns)
 	db.SetMaxIdleConns(c.MaxConns)
 	db.SetConnMaxLifetime(time.Hour)
-	db.SetConnMaxIdleTime(30 * time.Minute)
+	db.SetConnMaxIdleTime(c.ConnMaxIdleTime)
 	pingCtx, cancel := context.WithTimeout(ctx, c.PingTimeout)
 	err = db.PingContext(pingCtx)
 	cancel()

@@ -131,12 +131,13 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 	// so that a schema created before goose (recorded in the old
 	// schema_migrations table, left in place) is taken over as it is.
 	db, _, err := OpenDB(ctx, DBConfig{
-		URL:            cfg.URL,
-		Schema:         cfg.Schema,
-		MaxConns:       cfg.MaxConns,
-		ConnectTimeout: cfg.ConnectTimeout,
-		PingTimeout:    cfg.OpTimeout,
-		LockKey:        "stampede.pay.migrate:",
+		URL:             cfg.URL,
+		Schema:          cfg.Schema,
+		MaxConns:        cfg.MaxConns,
+		ConnectTimeout:  cfg.ConnectTimeout,
+		ConnMaxIdleTime: 30 * time.Minute,
+		PingTimeout:     cfg.OpTimeout,
+		LockKey:         "stampede.pay.migrate:",
 		Migrate: func(ctx context.Context, db *sql.DB) error {
 			return sqlstore.Migrate(ctx, db, Dialect{}, goose.DialectPostgres, fsys)
 		},
