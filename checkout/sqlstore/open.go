@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/stampede-lab/stampede/pay/postgres"
 	"github.com/stampede-lab/stampede/pay/sqlite"
+	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
 )
 
 // Memory is the SQLitePath of a private in-memory database.
@@ -104,22 +104,15 @@ var migrations embed.FS
 // yet applied, recording them in VersionTable. It takes no lock (Open
 // does).
 func Migrate(ctx context.Context, db *sql.DB, d Dialect) error {
-	gd := map[string]goose.Dialect{"sqlite": goose.DialectSQLite3, "postgres": goose.DialectPostgres}[d.Name()]
-	if gd == "" {
+	gd, ok := paysql.GooseDialect(d.Name())
+	if !ok {
 		return fmt.Errorf("checkout/sqlstore: no migrations for dialect %q", d.Name())
 	}
 	fsys, err := fs.Sub(migrations, "migrations/"+d.Name())
 	if err != nil {
 		return err
 	}
-	p, err := goose.NewProvider(gd, db, fsys, goose.WithDisableGlobalRegistry(true), goose.WithTableName(VersionTable))
-	if err == nil {
-		_, err = p.Up(ctx)
-	}
-	if err != nil {
-		return MapError(d, fmt.Errorf("migrate: %w", err))
-	}
-	return nil
+	return MapError(d, paysql.MigrateTable(ctx, db, gd, fsys, VersionTable))
 }
 
 // openSQLite opens SQLite the way pay/sqlite does (sqlite.OpenDB): writes

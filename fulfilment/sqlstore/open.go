@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/stampede-lab/stampede/pay/postgres"
 	"github.com/stampede-lab/stampede/pay/sqlite"
+	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
 )
 
 // Memory is the SQLitePath of a private in-memory database.
@@ -107,27 +107,15 @@ func Migrations(dialect string) (fs.FS, error) { return fs.Sub(migrations, "migr
 // them in VersionTable. It takes no lock: callers that may migrate one
 // database from several processes at once serialise them (Open does).
 func Migrate(ctx context.Context, db *sql.DB, d Dialect) error {
-	var gd goose.Dialect
-	switch d.Name() {
-	case "sqlite":
-		gd = goose.DialectSQLite3
-	case "postgres":
-		gd = goose.DialectPostgres
-	default:
+	gd, ok := paysql.GooseDialect(d.Name())
+	if !ok {
 		return fmt.Errorf("fulfilment/sqlstore: no migrations for dialect %q", d.Name())
 	}
-	fsys, err := Migrations(d.Name())
+	fsys, err := fs.Sub(migrations, "migrations/"+d.Name())
 	if err != nil {
 		return err
 	}
-	p, err := goose.NewProvider(gd, db, fsys, goose.WithDisableGlobalRegistry(true), goose.WithTableName(VersionTable))
-	if err != nil {
-		return MapError(d, fmt.Errorf("migrations: %w", err))
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return MapError(d, fmt.Errorf("migrate: %w", err))
-	}
-	return nil
+	return MapError(d, paysql.MigrateTable(ctx, db, gd, fsys, VersionTable))
 }
 
 // openSQLite opens SQLite the way pay/sqlite does (sqlite.OpenDB): writes
