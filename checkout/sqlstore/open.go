@@ -7,18 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/stampede-lab/stampede/pay/postgres"
 	"github.com/stampede-lab/stampede/pay/sqlite"
+	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
 )
 
 // Memory is the SQLitePath of a private in-memory database.
@@ -106,149 +104,68 @@ var migrations embed.FS
 // yet applied, recording them in VersionTable. It takes no lock (Open
 // does).
 func Migrate(ctx context.Context, db *sql.DB, d Dialect) error {
-	gd := map[string]goose.Dialect{"sqlite": goose.DialectSQLite3, "postgres": goose.DialectPostgres}[d.Name()]
-	if gd == "" {
+	gd, ok := paysql.GooseDialect(d.Name())
+	if !ok {
 		return fmt.Errorf("checkout/sqlstore: no migrations for dialect %q", d.Name())
 	}
 	fsys, err := fs.Sub(migrations, "migrations/"+d.Name())
 	if err != nil {
 		return err
 	}
-	p, err := goose.NewProvider(gd, db, fsys, goose.WithDisableGlobalRegistry(true), goose.WithTableName(VersionTable))
-	if err == nil {
-		_, err = p.Up(ctx)
-	}
-	if err != nil {
-		return MapError(d, fmt.Errorf("migrate: %w", err))
-	}
-	return nil
+	return MapError(d, paysql.MigrateTable(ctx, db, gd, fsys, VersionTable))
 }
 
-// sqliteDSN is path with SQLite pragmas.
-func sqliteDSN(path string, pragmas ...string) string {
-	return path + "?" + url.Values{"_pragma": pragmas}.Encode()
-}
-
-// openSQLite opens SQLite the way pay/sqlite does: writes through one
-// connection whose transactions begin IMMEDIATE, reads through a pool of
-// read-only connections (WAL); an in-memory database on one connection.
+// openSQLite opens SQLite the way pay/sqlite does (sqlite.OpenDB): writes
+// through one connection whose transactions begin IMMEDIATE, reads through
+// a pool of read-only connections (WAL); an in-memory database on one
+// connection. Processes opening a new file together migrate one at a time,
+// holding an exclusive transaction on a side file, path+"-checkout-migrate".
 func openSQLite(ctx context.Context, cfg Config) (*Store, error) {
-	d := sqlite.Dialect{}
-	busy := fmt.Sprintf("busy_timeout(%d)", cfg.OpTimeout.Milliseconds())
-	dsn := sqliteDSN(Memory, busy)
-	if cfg.SQLitePath != Memory {
-		dsn = sqliteDSN(cfg.SQLitePath, busy, "journal_mode(WAL)", "synchronous(NORMAL)") + "&_txlock=immediate"
-	}
-	write, err := sql.Open("sqlite", dsn)
+	write, read, d, err := sqlite.OpenDB(ctx, sqlite.DBConfig{
+		Path:         cfg.SQLitePath,
+		BusyTimeout:  cfg.OpTimeout,
+		MaxReadConns: cfg.MaxConns,
+		LockSuffix:   "-checkout-migrate",
+		Migrate: func(ctx context.Context, db *sql.DB) error {
+			return Migrate(ctx, db, sqlite.Dialect{})
+		},
+	})
 	if err != nil {
-		return nil, MapError(d, err)
+		return nil, MapError(sqlite.Dialect{}, err)
 	}
-	write.SetMaxOpenConns(1)
-	write.SetMaxIdleConns(1)
-	write.SetConnMaxLifetime(0)
-	write.SetConnMaxIdleTime(0)
-	read := write
-	fail := func(err error) (*Store, error) {
+	return newStore(d, write, read, cfg)
+}
+
+// openPostgres opens PostgreSQL the way pay/postgres does
+// (postgres.OpenDB) and migrates under an advisory lock of the schema.
+func openPostgres(ctx context.Context, cfg Config) (*Store, error) {
+	db, d, err := postgres.OpenDB(ctx, postgres.DBConfig{
+		URL:             cfg.PostgresURL,
+		Schema:          cfg.Schema,
+		MaxConns:        cfg.MaxConns,
+		ConnectTimeout:  5 * time.Second,
+		ConnMaxIdleTime: 0,
+		PingTimeout:     cfg.OpTimeout,
+		LockKey:         "stampede.checkout.migrate:",
+		Migrate: func(ctx context.Context, db *sql.DB) error {
+			return Migrate(ctx, db, postgres.Dialect{})
+		},
+	})
+	if err != nil {
+		return nil, MapError(postgres.Dialect{}, err)
+	}
+	return newStore(d, db, nil, cfg)
+}
+
+// newStore returns a Store on the handles, or closes them.
+func newStore(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
+	s, err := New(d, write, read, cfg.OpTimeout)
+	if err != nil {
 		write.Close()
-		if read != write {
+		if read != nil && read != write {
 			read.Close()
 		}
 		return nil, err
 	}
-	if err := migrateSQLite(ctx, write, cfg.SQLitePath); err != nil {
-		return fail(err)
-	}
-	if cfg.SQLitePath != Memory {
-		if read, err = sql.Open("sqlite", sqliteDSN(cfg.SQLitePath, busy, "query_only(1)")); err != nil {
-			read = write
-			return fail(MapError(d, err))
-		}
-		read.SetMaxOpenConns(cfg.MaxConns)
-		read.SetMaxIdleConns(cfg.MaxConns)
-	}
-	s, err := New(d, write, read, cfg.OpTimeout)
-	if err != nil {
-		return fail(err)
-	}
 	return s, nil
-}
-
-// migrateSQLite migrates holding an exclusive transaction on a side file,
-// path+"-checkout-migrate", so that processes opening a new file together
-// apply each migration once.
-func migrateSQLite(ctx context.Context, db *sql.DB, path string) error {
-	d := sqlite.Dialect{}
-	if path != Memory {
-		lock, err := sql.Open("sqlite", sqliteDSN(path+"-checkout-migrate", "busy_timeout(60000)"))
-		if err != nil {
-			return MapError(d, err)
-		}
-		defer lock.Close()
-		conn, err := lock.Conn(ctx)
-		if err == nil {
-			defer conn.Close()
-			_, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE")
-		}
-		if err != nil {
-			return MapError(d, fmt.Errorf("lock migrations: %w", err))
-		}
-		defer conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK") //nolint:errcheck // releases the lock
-	}
-	return Migrate(ctx, db, d)
-}
-
-// openPostgres opens PostgreSQL through pgx's database/sql driver and
-// migrates under an advisory lock.
-func openPostgres(ctx context.Context, cfg Config) (*Store, error) {
-	d := postgres.Dialect{}
-	cc, err := pgx.ParseConfig(cfg.PostgresURL)
-	if err != nil {
-		return nil, err
-	}
-	if cc.ConnectTimeout == 0 {
-		cc.ConnectTimeout = 5 * time.Second
-	}
-	if cfg.Schema != "" {
-		cc.RuntimeParams["search_path"] = cfg.Schema
-	}
-	db := stdlib.OpenDB(*cc)
-	db.SetMaxOpenConns(cfg.MaxConns)
-	db.SetMaxIdleConns(cfg.MaxConns)
-	db.SetConnMaxLifetime(time.Hour)
-	pctx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
-	err = db.PingContext(pctx)
-	cancel()
-	if err == nil {
-		err = migratePostgres(ctx, db, cc, cfg.Schema)
-	}
-	if err != nil {
-		db.Close()
-		return nil, MapError(d, err)
-	}
-	s, err := New(d, db, nil, cfg.OpTimeout)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return s, nil
-}
-
-// migratePostgres creates the schema if missing and migrates, holding an
-// advisory lock on a connection of its own, so that instances starting
-// together migrate one after the other.
-func migratePostgres(ctx context.Context, db *sql.DB, cc *pgx.ConnConfig, schema string) error {
-	lock, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return err
-	}
-	defer lock.Close(context.WithoutCancel(ctx))
-	if _, err := lock.Exec(ctx, `SELECT pg_advisory_lock(hashtext($1))`, "stampede.checkout.migrate:"+schema); err != nil {
-		return err
-	}
-	if schema != "" {
-		if _, err := lock.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
-			return err
-		}
-	}
-	return Migrate(ctx, db, postgres.Dialect{})
 }

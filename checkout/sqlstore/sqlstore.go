@@ -184,23 +184,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // enc encodes a time for the dialect, at microsecond precision in UTC.
 func (s *Store) enc(t time.Time) any { return s.d.EncodeTime(pay.StoreTime(t)) }
 
-// timeCol scans a timestamp column through the dialect.
-type timeCol struct {
-	d Dialect
-	t *time.Time
-}
-
-// Scan implements sql.Scanner.
-func (c timeCol) Scan(src any) error {
-	t, err := c.d.DecodeTime(src)
-	if err != nil {
-		return fmt.Errorf("%s: decode time: %w", c.d.Name(), err)
-	}
-	*c.t = t
-	return nil
-}
-
-func (s *Store) at(t *time.Time) timeCol { return timeCol{s.d, t} }
+// at scans a timestamp column through the dialect.
+func (s *Store) at(t *time.Time) sql.Scanner { return paysql.TimeCol(s.d, t) }
 
 // seatsCol scans a comma-separated list of seat numbers.
 type seatsCol struct{ seats *[]int }

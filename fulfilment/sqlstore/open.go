@@ -7,18 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/stampede-lab/stampede/pay/postgres"
 	"github.com/stampede-lab/stampede/pay/sqlite"
+	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
 )
 
 // Memory is the SQLitePath of a private in-memory database.
@@ -109,163 +107,68 @@ func Migrations(dialect string) (fs.FS, error) { return fs.Sub(migrations, "migr
 // them in VersionTable. It takes no lock: callers that may migrate one
 // database from several processes at once serialise them (Open does).
 func Migrate(ctx context.Context, db *sql.DB, d Dialect) error {
-	var gd goose.Dialect
-	switch d.Name() {
-	case "sqlite":
-		gd = goose.DialectSQLite3
-	case "postgres":
-		gd = goose.DialectPostgres
-	default:
+	gd, ok := paysql.GooseDialect(d.Name())
+	if !ok {
 		return fmt.Errorf("fulfilment/sqlstore: no migrations for dialect %q", d.Name())
 	}
-	fsys, err := Migrations(d.Name())
+	fsys, err := fs.Sub(migrations, "migrations/"+d.Name())
 	if err != nil {
 		return err
 	}
-	p, err := goose.NewProvider(gd, db, fsys, goose.WithDisableGlobalRegistry(true), goose.WithTableName(VersionTable))
-	if err != nil {
-		return MapError(d, fmt.Errorf("migrations: %w", err))
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return MapError(d, fmt.Errorf("migrate: %w", err))
-	}
-	return nil
+	return MapError(d, paysql.MigrateTable(ctx, db, gd, fsys, VersionTable))
 }
 
-func sqliteDSN(path string, pragmas ...string) string {
-	return path + "?" + url.Values{"_pragma": pragmas}.Encode()
-}
-
-// openSQLite opens SQLite as pay/sqlite does: writes through one
-// connection whose transactions begin IMMEDIATE, reads through a pool of
-// read-only connections (WAL); an in-memory database on one connection.
+// openSQLite opens SQLite the way pay/sqlite does (sqlite.OpenDB): writes
+// through one connection whose transactions begin IMMEDIATE, reads through
+// a pool of read-only connections (WAL); an in-memory database on one
+// connection. Processes opening a new file together migrate one at a time,
+// holding an exclusive transaction on a side file, path+"-fulfilment-migrate".
 func openSQLite(ctx context.Context, cfg Config) (*Store, error) {
-	d := sqlite.Dialect{}
-	busy := fmt.Sprintf("busy_timeout(%d)", cfg.OpTimeout.Milliseconds())
-	var write, read *sql.DB
-	if cfg.SQLitePath == Memory {
-		db, err := sql.Open("sqlite", sqliteDSN(Memory, busy))
-		if err != nil {
-			return nil, MapError(d, err)
-		}
-		db.SetMaxOpenConns(1)
-		db.SetMaxIdleConns(1)
-		db.SetConnMaxLifetime(0)
-		db.SetConnMaxIdleTime(0)
-		write, read = db, db
-	} else {
-		w, err := sql.Open("sqlite", sqliteDSN(cfg.SQLitePath, busy, "journal_mode(WAL)", "synchronous(NORMAL)")+"&_txlock=immediate")
-		if err != nil {
-			return nil, MapError(d, err)
-		}
-		w.SetMaxOpenConns(1)
-		w.SetMaxIdleConns(1)
-		write = w
+	write, read, d, err := sqlite.OpenDB(ctx, sqlite.DBConfig{
+		Path:         cfg.SQLitePath,
+		BusyTimeout:  cfg.OpTimeout,
+		MaxReadConns: cfg.MaxConns,
+		LockSuffix:   "-fulfilment-migrate",
+		Migrate: func(ctx context.Context, db *sql.DB) error {
+			return Migrate(ctx, db, sqlite.Dialect{})
+		},
+	})
+	if err != nil {
+		return nil, MapError(sqlite.Dialect{}, err)
 	}
-	if err := migrateSQLite(ctx, write, cfg.SQLitePath); err != nil {
-		write.Close()
-		return nil, err
+	return newStore(d, write, read, cfg)
+}
+
+// openPostgres opens PostgreSQL the way pay/postgres does
+// (postgres.OpenDB) and migrates under an advisory lock of the schema.
+func openPostgres(ctx context.Context, cfg Config) (*Store, error) {
+	db, d, err := postgres.OpenDB(ctx, postgres.DBConfig{
+		URL:             cfg.PostgresURL,
+		Schema:          cfg.Schema,
+		MaxConns:        cfg.MaxConns,
+		ConnectTimeout:  5 * time.Second,
+		ConnMaxIdleTime: 30 * time.Minute,
+		PingTimeout:     cfg.OpTimeout,
+		LockKey:         "stampede.fulfilment.migrate:",
+		Migrate: func(ctx context.Context, db *sql.DB) error {
+			return Migrate(ctx, db, postgres.Dialect{})
+		},
+	})
+	if err != nil {
+		return nil, MapError(postgres.Dialect{}, err)
 	}
-	if read == nil {
-		r, err := sql.Open("sqlite", sqliteDSN(cfg.SQLitePath, busy, "query_only(1)"))
-		if err != nil {
-			write.Close()
-			return nil, MapError(d, err)
-		}
-		r.SetMaxOpenConns(cfg.MaxConns)
-		r.SetMaxIdleConns(cfg.MaxConns)
-		read = r
-	}
+	return newStore(d, db, nil, cfg)
+}
+
+// newStore returns a Store on the handles, or closes them.
+func newStore(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
 	s, err := New(d, write, read, cfg.OpTimeout)
 	if err != nil {
 		write.Close()
-		if read != write {
+		if read != nil && read != write {
 			read.Close()
 		}
 		return nil, err
 	}
 	return s, nil
-}
-
-// migrateSQLite migrates the database at path holding an exclusive
-// transaction on a side file, path+"-fulfilment-migrate", so that
-// processes opening a new file together apply each migration once (goose
-// reads the version and applies a migration in separate transactions).
-func migrateSQLite(ctx context.Context, db *sql.DB, path string) error {
-	d := sqlite.Dialect{}
-	if path != Memory {
-		lock, err := sql.Open("sqlite", sqliteDSN(path+"-fulfilment-migrate", "busy_timeout(60000)"))
-		if err != nil {
-			return MapError(d, err)
-		}
-		defer lock.Close()
-		lock.SetMaxOpenConns(1)
-		conn, err := lock.Conn(ctx)
-		if err != nil {
-			return MapError(d, fmt.Errorf("lock migrations: %w", err))
-		}
-		defer conn.Close()
-		if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
-			return MapError(d, fmt.Errorf("lock migrations: %w", err))
-		}
-		defer conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK") //nolint:errcheck // releases the lock
-	}
-	return Migrate(ctx, db, d)
-}
-
-// openPostgres opens PostgreSQL through pgx's database/sql driver, as
-// pay/postgres does, and migrates under an advisory lock.
-func openPostgres(ctx context.Context, cfg Config) (*Store, error) {
-	d := postgres.Dialect{}
-	cc, err := pgx.ParseConfig(cfg.PostgresURL)
-	if err != nil {
-		return nil, err
-	}
-	if cc.ConnectTimeout == 0 {
-		cc.ConnectTimeout = 5 * time.Second
-	}
-	if cfg.Schema != "" {
-		cc.RuntimeParams["search_path"] = cfg.Schema
-	}
-	db := stdlib.OpenDB(*cc)
-	db.SetMaxOpenConns(cfg.MaxConns)
-	db.SetMaxIdleConns(cfg.MaxConns)
-	db.SetConnMaxLifetime(time.Hour)
-	db.SetConnMaxIdleTime(30 * time.Minute)
-	pingCtx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
-	err = db.PingContext(pingCtx)
-	cancel()
-	if err == nil {
-		err = migratePostgres(ctx, db, cc, cfg.Schema)
-	}
-	if err != nil {
-		db.Close()
-		return nil, MapError(d, err)
-	}
-	s, err := New(d, db, nil, cfg.OpTimeout)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return s, nil
-}
-
-// migratePostgres creates the schema if missing and migrates, holding an
-// advisory lock of the schema on a connection of its own, so that
-// instances starting together migrate one after the other.
-func migratePostgres(ctx context.Context, db *sql.DB, cc *pgx.ConnConfig, schema string) error {
-	lock, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return err
-	}
-	defer lock.Close(context.WithoutCancel(ctx)) // ends the session and its lock
-	if _, err := lock.Exec(ctx, `SELECT pg_advisory_lock(hashtext($1))`, "stampede.fulfilment.migrate:"+schema); err != nil {
-		return err
-	}
-	if schema != "" {
-		if _, err := lock.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
-			return err
-		}
-	}
-	return Migrate(ctx, db, postgres.Dialect{})
 }

@@ -36,7 +36,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
 	"github.com/stampede-lab/stampede/pay"
@@ -124,29 +123,26 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cc, err := pgx.ParseConfig(cfg.URL)
+	fsys, err := fs.Sub(migrations, "migrations")
 	if err != nil {
-		return nil, err
+		return nil, pay.Internal(err)
 	}
-	if cc.ConnectTimeout == 0 {
-		cc.ConnectTimeout = cfg.ConnectTimeout
-	}
-	if cfg.Schema != "" {
-		cc.RuntimeParams["search_path"] = cfg.Schema
-	}
-	db := stdlib.OpenDB(*cc)
-	db.SetMaxOpenConns(cfg.MaxConns)
-	db.SetMaxIdleConns(cfg.MaxConns)
-	db.SetConnMaxLifetime(time.Hour)
-	db.SetConnMaxIdleTime(30 * time.Minute)
-	pingCtx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
-	err = db.PingContext(pingCtx)
-	cancel()
-	if err == nil {
-		err = migrate(ctx, db, cc, cfg.Schema)
-	}
+	// The first migration creates every table and index only if missing,
+	// so that a schema created before goose (recorded in the old
+	// schema_migrations table, left in place) is taken over as it is.
+	db, _, err := OpenDB(ctx, DBConfig{
+		URL:             cfg.URL,
+		Schema:          cfg.Schema,
+		MaxConns:        cfg.MaxConns,
+		ConnectTimeout:  cfg.ConnectTimeout,
+		ConnMaxIdleTime: 30 * time.Minute,
+		PingTimeout:     cfg.OpTimeout,
+		LockKey:         "stampede.pay.migrate:",
+		Migrate: func(ctx context.Context, db *sql.DB) error {
+			return sqlstore.Migrate(ctx, db, Dialect{}, goose.DialectPostgres, fsys)
+		},
+	})
 	if err != nil {
-		db.Close()
 		return nil, sqlstore.MapError(Dialect{}, err)
 	}
 	s, err := sqlstore.New(Dialect{}, db, nil, cfg.store())
@@ -161,34 +157,6 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 //
 //go:embed migrations/*.sql
 var migrations embed.FS
-
-// migrate creates the schema if missing and applies the pending
-// migrations, holding an advisory lock of the schema on a connection of
-// its own, so that instances starting together migrate one after the
-// other. The first migration creates every table and index only if
-// missing, so that a schema created before goose (recorded in the old
-// schema_migrations table, left in place) is taken over as it is.
-func migrate(ctx context.Context, db *sql.DB, cc *pgx.ConnConfig, schema string) error {
-	fsys, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return pay.Internal(err)
-	}
-	lock, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return err
-	}
-	defer lock.Close(context.WithoutCancel(ctx)) // ends the session and its lock
-	key := "stampede.pay.migrate:" + schema
-	if _, err := lock.Exec(ctx, `SELECT pg_advisory_lock(hashtext($1))`, key); err != nil {
-		return err
-	}
-	if schema != "" {
-		if _, err := lock.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
-			return err
-		}
-	}
-	return sqlstore.Migrate(ctx, db, Dialect{}, goose.DialectPostgres, fsys)
-}
 
 // Dialect is the PostgreSQL sqlstore.Dialect: $n placeholders,
 // timestamptz, SELECT ... FOR UPDATE, SQLSTATE classes.

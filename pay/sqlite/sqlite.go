@@ -134,44 +134,25 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	busy := fmt.Sprintf("busy_timeout(%d)", min(cfg.BusyTimeout, cfg.OpTimeout).Milliseconds())
-	var write, read *sql.DB
-	if cfg.Path == Memory {
-		db, err := sql.Open("sqlite", dsn(Memory, busy, "foreign_keys(1)"))
-		if err != nil {
-			return nil, sqlstore.MapError(Dialect{}, err)
-		}
-		// The database lives as long as its one connection: keep it.
-		db.SetMaxOpenConns(1)
-		db.SetMaxIdleConns(1)
-		db.SetConnMaxLifetime(0)
-		db.SetConnMaxIdleTime(0)
-		write, read = db, db
-	} else {
-		w, err := sql.Open("sqlite", dsn(cfg.Path, busy, "journal_mode(WAL)", "synchronous(NORMAL)", "foreign_keys(1)",
-			// Savepoints (group commit) journal the pages they change
-			// in a statement journal: in memory, not a temporary file.
-			"temp_store(MEMORY)")+"&_txlock=immediate")
-		if err != nil {
-			return nil, sqlstore.MapError(Dialect{}, err)
-		}
-		w.SetMaxOpenConns(1)
-		w.SetMaxIdleConns(1)
-		write = w
+	fsys, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return nil, pay.Internal(err)
 	}
-	if err := migrate(ctx, write, cfg.Path); err != nil {
-		write.Close()
-		return nil, err
-	}
-	if read == nil {
-		r, err := sql.Open("sqlite", dsn(cfg.Path, busy, "foreign_keys(1)", "query_only(1)"))
-		if err != nil {
-			write.Close()
-			return nil, sqlstore.MapError(Dialect{}, err)
-		}
-		r.SetMaxOpenConns(cfg.MaxReadConns)
-		r.SetMaxIdleConns(cfg.MaxReadConns)
-		read = r
+	write, read, _, err := OpenDB(ctx, DBConfig{
+		Path:         cfg.Path,
+		BusyTimeout:  min(cfg.BusyTimeout, cfg.OpTimeout),
+		MaxReadConns: cfg.MaxReadConns,
+		Pragmas:      []string{"foreign_keys(1)"},
+		// Savepoints (group commit) journal the pages they change in a
+		// statement journal: in memory, not a temporary file.
+		WritePragmas: []string{"temp_store(MEMORY)"},
+		LockSuffix:   "-migrate",
+		Migrate: func(ctx context.Context, db *sql.DB) error {
+			return sqlstore.Migrate(ctx, db, Dialect{}, goose.DialectSQLite3, fsys)
+		},
+	})
+	if err != nil {
+		return nil, sqlstore.MapError(Dialect{}, err)
 	}
 	s, err := sqlstore.New(Dialect{}, write, read, cfg.store())
 	if err != nil {
@@ -194,35 +175,20 @@ func dsn(path string, pragmas ...string) string {
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// migrate applies the pending migrations to the database at path, one
-// process at a time (see lockMigrations). The first migration creates
-// every table and index only if missing, so that a database created
-// before goose (recorded in the old schema_migrations table, left in
-// place) is taken over as it is.
-func migrate(ctx context.Context, db *sql.DB, path string) error {
-	fsys, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return pay.Internal(err)
-	}
-	if path != Memory {
-		unlock, err := lockMigrations(ctx, path)
-		if err != nil {
-			return sqlstore.MapError(Dialect{}, fmt.Errorf("lock migrations: %w", err))
-		}
-		defer unlock()
-	}
-	return sqlstore.Migrate(ctx, db, Dialect{}, goose.DialectSQLite3, fsys)
-}
+// The first migration creates every table and index only if missing,
+// so that a database created before goose (recorded in the old
+// schema_migrations table, left in place) is taken over as it is.
 
 // lockMigrations serialises the processes that migrate the database at
 // path, so that each migration is applied and recorded once: goose checks
 // the version and applies a migration in two transactions, and two
 // processes opening a new file together would otherwise both apply it.
-// The lock is an exclusive transaction on a side file, path+"-migrate",
-// held until unlock or the end of the process; a process waits for it up
-// to a minute, or until ctx is done.
-func lockMigrations(ctx context.Context, path string) (unlock func(), err error) {
-	db, err := sql.Open("sqlite", dsn(path+"-migrate", "busy_timeout(60000)"))
+// The lock is an exclusive transaction on a side file, lockPath (the
+// database's path and DBConfig.LockSuffix), held until unlock or the end
+// of the process; a process waits for it up to a minute, or until ctx is
+// done.
+func lockMigrations(ctx context.Context, lockPath string) (unlock func(), err error) {
+	db, err := sql.Open("sqlite", dsn(lockPath, "busy_timeout(60000)"))
 	if err != nil {
 		return nil, err
 	}

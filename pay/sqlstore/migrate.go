@@ -23,12 +23,34 @@ import (
 // processes that start together serialises them itself (pay/postgres
 // holds an advisory lock; SQLite's write lock serialises each migration).
 func Migrate(ctx context.Context, db *sql.DB, d Dialect, dialect goose.Dialect, fsys fs.FS) error {
-	p, err := goose.NewProvider(dialect, db, fsys, goose.WithDisableGlobalRegistry(true), goose.WithAllowOutofOrder(true))
+	return MapError(d, Up(ctx, db, dialect, fsys, goose.WithAllowOutofOrder(true)))
+}
+
+// GooseDialect returns goose's dialect for a Dialect's Name ("sqlite" or
+// "postgres").
+func GooseDialect(name string) (goose.Dialect, bool) {
+	gd, ok := map[string]goose.Dialect{"sqlite": goose.DialectSQLite3, "postgres": goose.DialectPostgres}[name]
+	return gd, ok
+}
+
+// MigrateTable applies to db the goose migrations of fsys not yet
+// applied, in version order, recording them in the version table named
+// table, so that the stores sharing a database (pay, fulfilment,
+// checkout) each keep their own versions. Errors are unmapped: the
+// caller maps them with its own MapError. It takes no lock.
+func MigrateTable(ctx context.Context, db *sql.DB, dialect goose.Dialect, fsys fs.FS, table string) error {
+	return Up(ctx, db, dialect, fsys, goose.WithTableName(table))
+}
+
+// Up applies the pending migrations of fsys with goose's global registry
+// disabled and opts; errors are unmapped.
+func Up(ctx context.Context, db *sql.DB, dialect goose.Dialect, fsys fs.FS, opts ...goose.ProviderOption) error {
+	p, err := goose.NewProvider(dialect, db, fsys, append([]goose.ProviderOption{goose.WithDisableGlobalRegistry(true)}, opts...)...)
 	if err != nil {
-		return MapError(d, fmt.Errorf("migrations: %w", err))
+		return fmt.Errorf("migrations: %w", err)
 	}
 	if _, err := p.Up(ctx); err != nil {
-		return MapError(d, fmt.Errorf("migrate: %w", err))
+		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
 }

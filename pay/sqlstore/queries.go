@@ -211,6 +211,10 @@ func (c timeCol) Scan(src any) error {
 
 func (s *Store) at(t *time.Time) timeCol { return timeCol{s.d, t} }
 
+// TimeCol returns a sql.Scanner that decodes a timestamp column into *t
+// through d, for the stores that share pay's dialects.
+func TimeCol(d Dialect, t *time.Time) sql.Scanner { return timeCol{d, t} }
+
 // nullTimeCol scans a nullable timestamp column: NULL is the zero time.
 type nullTimeCol timeCol
 
