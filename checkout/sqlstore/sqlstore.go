@@ -33,17 +33,16 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/stampede-lab/stampede/checkout"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
 	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
 )
@@ -55,131 +54,77 @@ var (
 
 // Dialect is the payment store's dialect interface; pay/sqlite.Dialect and
 // pay/postgres.Dialect implement it.
-type Dialect = paysql.Dialect
+type Dialect = sqldb.Dialect
 
 // Store is the checkout.Store over database/sql.
 type Store struct {
-	d      Dialect
-	write  *sql.DB
-	read   *sql.DB
-	opTime time.Duration
-	q      queries
-	closed atomic.Bool
+	db *sqldb.DB
+	d  Dialect
+	q  queries
+}
+
+// spec is checkout's place among the SQL stores: its migrations, its
+// version table and the errors that pass through classification.
+var spec = sqldb.Spec{
+	Name:        "checkout",
+	Migrations:  migrationsFS(),
+	Unavailable: checkout.Unavailable,
+	Own: func(err error) bool {
+		if errors.Is(err, checkout.ErrNotFound) {
+			return true
+		}
+		if _, ok := errors.AsType[*checkout.Error](err); ok {
+			return true
+		}
+		if _, ok := errors.AsType[*checkout.SoldOutError](err); ok {
+			return true
+		}
+		_, ok := errors.AsType[*checkout.StateError](err)
+		return ok
+	},
+	Conflict: func(table string, err error) *httpapi.Error {
+		msg := "conflicting write (" + table + ")"
+		if table == "checkout_events" {
+			msg = "the event already exists"
+		}
+		return &checkout.Error{Code: httpapi.CodeConflict, Message: msg, Err: err}
+	},
 }
 
 // New returns a Store on write (write transactions) and read (reads; nil
 // to use write), both already migrated (see Migrate), with opTimeout
 // bounding every call. The Store owns the handles: Close closes them.
 func New(d Dialect, write, read *sql.DB, opTimeout time.Duration) (*Store, error) {
-	if d == nil || write == nil {
-		return nil, errors.New("checkout/sqlstore: New: a Dialect and a write *sql.DB are required")
+	db, err := sqldb.New(d, write, read, opTimeout, spec)
+	if err != nil {
+		return nil, err
 	}
-	if opTimeout <= 0 {
-		return nil, fmt.Errorf("checkout/sqlstore: OpTimeout: must be positive, got %s", opTimeout)
-	}
-	if read == nil {
-		read = write
-	}
-	return &Store{d: d, write: write, read: read, opTime: opTimeout, q: newQueries(d)}, nil
+	return newStore(db), nil
 }
 
-var errClosed = errors.New("store is closed")
-
-// op bounds ctx by the operation timeout, or fails if the store is closed.
-func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc, error) {
-	if s.closed.Load() {
-		return ctx, func() {}, checkout.Unavailable(fmt.Errorf("%s: %w", s.d.Name(), errClosed))
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opTime)
-	return ctx, cancel, nil
+func newStore(db *sqldb.DB) *Store {
+	return &Store{db: db, d: db.Dialect(), q: newQueries(db.Dialect())}
 }
 
 // update runs fn in one write transaction under the operation deadline.
 func (s *Store) update(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	ctx, cancel, err := s.op(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	tx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return s.mapErr(err)
-	}
-	if err := fn(ctx, tx); err != nil {
-		_ = tx.Rollback()
-		return s.mapErr(err)
-	}
-	return s.mapErr(tx.Commit())
+	return s.db.Update(ctx, fn)
 }
 
-// read runs fn on the read pool under the operation deadline.
+// readOp runs fn on the read pool under the operation deadline.
 func (s *Store) readOp(ctx context.Context, fn func(ctx context.Context, db *sql.DB) error) error {
-	ctx, cancel, err := s.op(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return s.mapErr(fn(ctx, s.read))
+	return s.db.Read(ctx, fn)
 }
 
-func (s *Store) mapErr(err error) error { return MapError(s.d, err) }
-
-// MapError classifies err with d: checkout's own errors pass through; a
-// missed deadline, a cancelled context, a lost connection, a closed pool
-// and whatever d calls unavailable give CodeUnavailable; a unique
-// violation CodeConflict; anything else CodeInternal.
-func MapError(d Dialect, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, checkout.ErrNotFound):
-		return err
-	}
-	if _, ok := errors.AsType[*checkout.Error](err); ok {
-		return err
-	}
-	if _, ok := errors.AsType[*checkout.SoldOutError](err); ok {
-		return err
-	}
-	if _, ok := errors.AsType[*checkout.StateError](err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return checkout.Unavailable(fmt.Errorf("%s: no answer in time: %w", d.Name(), err))
-	case errors.Is(err, sql.ErrConnDone), errors.Is(err, driver.ErrBadConn),
-		strings.Contains(err.Error(), "sql: database is closed"), d.Unavailable(err):
-		return checkout.Unavailable(fmt.Errorf("%s: %w", d.Name(), err))
-	}
-	if table, ok := d.UniqueViolation(err); ok {
-		msg := "conflicting write (" + table + ")"
-		if table == "checkout_events" {
-			msg = "the event already exists"
-		}
-		return &checkout.Error{Code: httpapi.CodeConflict, Message: msg, Err: err}
-	}
-	return httpapi.Internal(fmt.Errorf("%s: %w", d.Name(), err))
-}
+// MapError classifies err with d: checkout's own errors pass through; the
+// rest as sqldb.Classify says (unavailable, conflict or internal).
+func MapError(d Dialect, err error) error { return spec.MapError(d, err) }
 
 // Close implements checkout.Store.
-func (s *Store) Close() error {
-	if s.closed.Swap(true) {
-		return nil
-	}
-	err := s.write.Close()
-	if s.read != s.write {
-		err = errors.Join(err, s.read.Close())
-	}
-	return err
-}
+func (s *Store) Close() error { return s.db.Close() }
 
 // Ping implements checkout.Store.
-func (s *Store) Ping(ctx context.Context) error {
-	return s.readOp(ctx, func(ctx context.Context, db *sql.DB) error {
-		var one int
-		return db.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
-	})
-}
+func (s *Store) Ping(ctx context.Context) error { return s.db.Ping(ctx) }
 
 // enc encodes a time for the dialect, at microsecond precision in UTC.
 func (s *Store) enc(t time.Time) any { return s.d.EncodeTime(pay.StoreTime(t)) }

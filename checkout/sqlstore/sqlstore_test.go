@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -257,22 +256,5 @@ func TestBesidePayOnce(t *testing.T) {
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM ` + sqlstore.VersionTable + ` WHERE version_id = 1`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("%s records migration 1 %d times (%v), want once", sqlstore.VersionTable, n, err)
-	}
-}
-
-// TestConfigValidateNamesFields: every invalid field is named.
-func TestConfigValidateNamesFields(t *testing.T) {
-	if err := sqlstore.DefaultConfig().Validate(); err != nil {
-		t.Fatal(err)
-	}
-	err := sqlstore.Config{SQLitePath: "a?b", Schema: "x"}.Validate()
-	for _, f := range []string{"SQLitePath", "Schema", "MaxConns", "OpTimeout"} {
-		if err == nil || !strings.Contains(err.Error(), f) {
-			t.Errorf("Validate() = %v, want %s named", err, f)
-		}
-	}
-	if err := (sqlstore.Config{PostgresURL: "postgres://x", Schema: "Bad-Schema", MaxConns: 1, OpTimeout: 1}).Validate(); err == nil ||
-		!strings.Contains(err.Error(), "Schema") {
-		t.Errorf("bad schema: %v", err)
 	}
 }

@@ -27,17 +27,14 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
-	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
 )
 
 var (
@@ -47,125 +44,67 @@ var (
 
 // Dialect is the payment store's dialect interface; pay/sqlite.Dialect and
 // pay/postgres.Dialect implement it.
-type Dialect = paysql.Dialect
+type Dialect = sqldb.Dialect
 
 // Store is the fulfilment.Store over database/sql.
 type Store struct {
-	d      Dialect
-	write  *sql.DB
-	read   *sql.DB
-	opTime time.Duration
-	q      queries
-	closed atomic.Bool
+	db *sqldb.DB
+	d  Dialect
+	q  queries
+}
+
+// spec is fulfilment's place among the SQL stores: its migrations, its
+// version table and the errors that pass through classification.
+var spec = sqldb.Spec{
+	Name:        "fulfilment",
+	Migrations:  migrationsFS(),
+	Unavailable: fulfilment.Unavailable,
+	Own: func(err error) bool {
+		_, ok := errors.AsType[*fulfilment.Error](err)
+		return ok || errors.Is(err, fulfilment.ErrNotFound)
+	},
 }
 
 // New returns a Store on write (write transactions) and read (reads; nil
 // to use write), both already migrated (see Migrate), with opTimeout
 // bounding every call. The Store owns the handles: Close closes them.
 func New(d Dialect, write, read *sql.DB, opTimeout time.Duration) (*Store, error) {
-	if d == nil || write == nil {
-		return nil, errors.New("fulfilment/sqlstore: New: a Dialect and a write *sql.DB are required")
+	db, err := sqldb.New(d, write, read, opTimeout, spec)
+	if err != nil {
+		return nil, err
 	}
-	if opTimeout <= 0 {
-		return nil, fmt.Errorf("fulfilment/sqlstore: OpTimeout: must be positive, got %s", opTimeout)
-	}
-	if read == nil {
-		read = write
-	}
-	return &Store{d: d, write: write, read: read, opTime: opTimeout, q: newQueries(d)}, nil
+	return newStore(db), nil
+}
+
+func newStore(db *sqldb.DB) *Store {
+	return &Store{db: db, d: db.Dialect(), q: newQueries(db.Dialect())}
 }
 
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() Dialect { return s.d }
 
-var errClosed = errors.New("store is closed")
-
-// op bounds ctx by the operation timeout, or fails if the store is closed.
-func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc, error) {
-	if s.closed.Load() {
-		return ctx, func() {}, fulfilment.Unavailable(fmt.Errorf("%s: %w", s.d.Name(), errClosed))
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opTime)
-	return ctx, cancel, nil
-}
-
 // Update implements fulfilment.Store.
 func (s *Store) Update(ctx context.Context, fn func(ctx context.Context, tx fulfilment.Tx) error) error {
-	ctx, cancel, err := s.op(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	sqlTx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return s.mapErr(err)
-	}
-	if err := fn(ctx, &tx{s: s, tx: sqlTx}); err != nil {
-		_ = sqlTx.Rollback()
-		return s.mapErr(err)
-	}
-	return s.mapErr(sqlTx.Commit())
+	return s.db.Update(ctx, func(ctx context.Context, sqlTx *sql.Tx) error {
+		return fn(ctx, &tx{s: s, tx: sqlTx})
+	})
 }
 
 // readOp runs fn on the read pool under the operation deadline.
 func (s *Store) readOp(ctx context.Context, fn func(ctx context.Context, db *sql.DB) error) error {
-	ctx, cancel, err := s.op(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return s.mapErr(fn(ctx, s.read))
+	return s.db.Read(ctx, fn)
 }
-
-func (s *Store) mapErr(err error) error { return MapError(s.d, err) }
 
 // MapError classifies err with d: fulfilment errors (an *Error, or
-// ErrNotFound) pass through; a missed deadline, a cancelled context, a
-// lost connection, a closed pool and whatever d calls unavailable give
-// CodeUnavailable; a unique violation CodeConflict; anything else
-// CodeInternal.
-func MapError(d Dialect, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, fulfilment.ErrNotFound):
-		return err
-	}
-	if _, ok := errors.AsType[*fulfilment.Error](err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return fulfilment.Unavailable(fmt.Errorf("%s: no answer in time: %w", d.Name(), err))
-	case errors.Is(err, sql.ErrConnDone), errors.Is(err, driver.ErrBadConn),
-		strings.Contains(err.Error(), "sql: database is closed"), d.Unavailable(err):
-		return fulfilment.Unavailable(fmt.Errorf("%s: %w", d.Name(), err))
-	}
-	if table, ok := d.UniqueViolation(err); ok {
-		return &fulfilment.Error{Code: httpapi.CodeConflict, Message: "conflicting write (" + table + ")", Err: err}
-	}
-	return httpapi.Internal(fmt.Errorf("%s: %w", d.Name(), err))
-}
+// ErrNotFound) pass through; the rest as sqldb.Classify says (unavailable,
+// conflict or internal).
+func MapError(d Dialect, err error) error { return spec.MapError(d, err) }
 
 // Close implements fulfilment.Store.
-func (s *Store) Close() error {
-	if s.closed.Swap(true) {
-		return nil
-	}
-	err := s.write.Close()
-	if s.read != s.write {
-		err = errors.Join(err, s.read.Close())
-	}
-	return err
-}
+func (s *Store) Close() error { return s.db.Close() }
 
 // Ping implements fulfilment.Store.
-func (s *Store) Ping(ctx context.Context) error {
-	return s.readOp(ctx, func(ctx context.Context, db *sql.DB) error {
-		var one int
-		return db.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
-	})
-}
+func (s *Store) Ping(ctx context.Context) error { return s.db.Ping(ctx) }
 
 // Inbox implements fulfilment.Store.
 func (s *Store) Inbox(ctx context.Context, eventID string) (fulfilment.InboxEntry, error) {

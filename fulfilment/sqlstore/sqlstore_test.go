@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -189,30 +188,6 @@ func TestSQLiteFrozenIsUnavailable(t *testing.T) {
 	}
 	if applied, err := h.Handle(ctx, ev); err != nil || !applied {
 		t.Fatalf("Handle after the thaw = %v, %v; want applied", applied, err)
-	}
-}
-
-// TestConfigValidateNamesFields: every invalid field is named.
-func TestConfigValidateNamesFields(t *testing.T) {
-	if err := sqlstore.DefaultConfig().Validate(); err != nil {
-		t.Fatalf("DefaultConfig().Validate() = %v", err)
-	}
-	err := sqlstore.Config{SQLitePath: "a?b", Schema: "x"}.Validate()
-	for _, field := range []string{"SQLitePath", "Schema", "MaxConns", "OpTimeout"} {
-		if err == nil || !strings.Contains(err.Error(), field+":") {
-			t.Errorf("Validate() = %v, want it to name %s", err, field)
-		}
-	}
-	err = sqlstore.Config{PostgresURL: "postgres://h/db", Schema: "Bad-Name", MaxConns: 1, OpTimeout: time.Second}.Validate()
-	if err == nil || !strings.Contains(err.Error(), "Schema:") {
-		t.Errorf("Validate() = %v, want it to name Schema", err)
-	}
-	err = sqlstore.Config{PostgresURL: "::not a url", MaxConns: 1, OpTimeout: time.Second}.Validate()
-	if err == nil || !strings.Contains(err.Error(), "PostgresURL:") {
-		t.Errorf("Validate() = %v, want it to name PostgresURL", err)
-	}
-	if _, err := sqlstore.Open(context.Background(), sqlstore.Config{}); err == nil {
-		t.Error("Open with an empty Config succeeded")
 	}
 }
 

@@ -17,10 +17,8 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -239,11 +237,9 @@ func MapError(d Dialect, err error) error {
 	case errors.As(err, &pe), errors.As(err, &ic), errors.As(err, &oe),
 		errors.Is(err, pay.ErrNotFound), errors.Is(err, pay.ErrStaleStatus):
 		return err
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return pay.Unavailable(fmt.Errorf("%s: no answer in time: %w", d.Name(), err))
-	case errors.Is(err, sql.ErrConnDone), errors.Is(err, driver.ErrBadConn),
-		strings.Contains(err.Error(), "sql: database is closed"), d.Unavailable(err):
-		return pay.Unavailable(fmt.Errorf("%s: %w", d.Name(), err))
+	}
+	if cause, ok := DriverUnavailable(d, err); ok {
+		return pay.Unavailable(cause)
 	}
 	if table, ok := d.UniqueViolation(err); ok {
 		msg := "conflicting write (" + table + ")"
