@@ -257,23 +257,10 @@ func (o *waitroomOptions) storeConfig() redisstore.Config {
 // redis-cluster://host1:port,host2:port URL, with cfg's timeouts. It does
 // not connect.
 func redisClient(url string, cfg redisstore.Config) (redis.UniversalClient, error) {
-	if rest, ok := strings.CutPrefix(url, "redis-cluster://"); ok {
-		copts := &redis.ClusterOptions{}
-		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			user, pass, hasPass := strings.Cut(rest[:at], ":")
-			if hasPass {
-				copts.Username, copts.Password = user, pass
-			} else {
-				copts.Password = user
-			}
-			rest = rest[at+1:]
-		}
-		rest = strings.TrimSuffix(rest, "/")
-		for addr := range strings.SplitSeq(rest, ",") {
-			if _, _, err := net.SplitHostPort(addr); err != nil {
-				return nil, fmt.Errorf("--redis: cluster address %q: want host:port (redis-cluster://host1:port,host2:port)", addr)
-			}
-			copts.Addrs = append(copts.Addrs, addr)
+	if strings.HasPrefix(url, "redis-cluster://") {
+		copts, err := redisstore.ParseClusterURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("--redis: %w", err)
 		}
 		cfg.ApplyClusterTimeouts(copts)
 		return redis.NewClusterClient(copts), nil

@@ -28,6 +28,11 @@ const (
 	// RedisClusterURL names a Redis Cluster, e.g.
 	// redis-cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003.
 	RedisClusterURL = "STAMPEDE_REDIS_CLUSTER_URL"
+	// RedisHAURL names a Redis Cluster of three masters with a replica
+	// each whose nodes run on this machine (a test kills one and starts it
+	// again with `.ci/redis-cluster --ha restart PORT`), e.g.
+	// redis-cluster://127.0.0.1:7011,...,127.0.0.1:7016.
+	RedisHAURL = "STAMPEDE_REDIS_HA_URL"
 	// PostgresURL names a PostgreSQL database, e.g.
 	// postgres://postgres@127.0.0.1:5432/test?sslmode=disable.
 	PostgresURL = "STAMPEDE_POSTGRES_URL"
@@ -48,6 +53,7 @@ const (
 var examples = map[string]string{
 	RedisURL:        "redis://127.0.0.1:6379/0",
 	RedisClusterURL: "redis-cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003",
+	RedisHAURL:      "redis-cluster://127.0.0.1:7011,127.0.0.1:7012,127.0.0.1:7013,127.0.0.1:7014,127.0.0.1:7015,127.0.0.1:7016",
 	PostgresURL:     "'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'",
 	NATSURL:         "nats://127.0.0.1:4222",
 	NATSClusterURL:  "nats://127.0.0.1:4231,nats://127.0.0.1:4232,nats://127.0.0.1:4233",
@@ -57,6 +63,7 @@ var examples = map[string]string{
 // for it.
 var starters = map[string]string{
 	RedisClusterURL: ".ci/redis-cluster starts one",
+	RedisHAURL:      ".ci/redis-cluster --ha starts one",
 	NATSClusterURL:  ".ci/nats-cluster starts one",
 }
 

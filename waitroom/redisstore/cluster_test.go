@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -25,36 +24,6 @@ import (
 
 const envCluster = testenv.RedisClusterURL
 
-// parseClusterURL reads redis-cluster://[user:pass@]host1:port,host2:port,...
-// the way `stampede serve waitroom --redis` does (cmd/stampede's
-// redisClient): the last '@' ends the credentials, "user:pass" sets both
-// and a lone "pass" only the password, a trailing '/' is ignored, and every
-// address must be host:port.
-func parseClusterURL(url string) (*redis.ClusterOptions, error) {
-	rest, ok := strings.CutPrefix(url, "redis-cluster://")
-	if !ok {
-		return nil, fmt.Errorf("%q: want redis-cluster://host1:port,host2:port", url)
-	}
-	opts := &redis.ClusterOptions{}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		user, pass, hasPass := strings.Cut(rest[:at], ":")
-		if hasPass {
-			opts.Username, opts.Password = user, pass
-		} else {
-			opts.Password = user
-		}
-		rest = rest[at+1:]
-	}
-	rest = strings.TrimSuffix(rest, "/")
-	for addr := range strings.SplitSeq(rest, ",") {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, fmt.Errorf("cluster address %q: want host:port (redis-cluster://host1:port,host2:port)", addr)
-		}
-		opts.Addrs = append(opts.Addrs, addr)
-	}
-	return opts, nil
-}
-
 func TestParseClusterURL(t *testing.T) {
 	for _, tc := range []struct {
 		url        string
@@ -70,19 +39,19 @@ func TestParseClusterURL(t *testing.T) {
 		{url: "redis-cluster://", bad: true},
 		{url: "redis://a:1", bad: true},
 	} {
-		opts, err := parseClusterURL(tc.url)
+		opts, err := redisstore.ParseClusterURL(tc.url)
 		if tc.bad {
 			if err == nil {
-				t.Errorf("parseClusterURL(%q) = %+v, want an error", tc.url, opts)
+				t.Errorf("redisstore.ParseClusterURL(%q) = %+v, want an error", tc.url, opts)
 			}
 			continue
 		}
 		if err != nil {
-			t.Errorf("parseClusterURL(%q): %v", tc.url, err)
+			t.Errorf("redisstore.ParseClusterURL(%q): %v", tc.url, err)
 			continue
 		}
 		if !slices.Equal(opts.Addrs, tc.addrs) || opts.Username != tc.user || opts.Password != tc.pass {
-			t.Errorf("parseClusterURL(%q) = addrs %v, user %q, pass %q; want %v, %q, %q",
+			t.Errorf("redisstore.ParseClusterURL(%q) = addrs %v, user %q, pass %q; want %v, %q, %q",
 				tc.url, opts.Addrs, opts.Username, opts.Password, tc.addrs, tc.user, tc.pass)
 		}
 	}
@@ -94,7 +63,7 @@ func TestParseClusterURL(t *testing.T) {
 func clusterClient(t *testing.T) (*redis.ClusterClient, *redis.ClusterOptions) {
 	t.Helper()
 	url := testenv.URL(t, envCluster)
-	opts, err := parseClusterURL(url)
+	opts, err := redisstore.ParseClusterURL(url)
 	if err != nil {
 		t.Fatalf("%s: %v", envCluster, err)
 	}

@@ -44,6 +44,11 @@ type Store struct {
 	// direct is set when the client honours context deadlines itself
 	// (ContextTimeoutEnabled): calls then run on the caller's goroutine.
 	direct bool
+	// ackReplicas and ackTimeout are Config.AckReplicas and AckTimeout;
+	// ack is the client of their confirmations (see replicas.go).
+	ackReplicas int
+	ackTimeout  time.Duration
+	ack         redis.UniversalClient
 }
 
 var _ waitroom.Store = (*Store)(nil)
@@ -69,16 +74,37 @@ type Config struct {
 	// the same bound with ApplyTimeouts or ApplyClusterTimeouts, so that
 	// its sockets, dials and pool waits end too.
 	OpTimeout time.Duration
+	// AckReplicas, when above 0, answers a join, and a ticket read that
+	// says "admitted" (from which the service signs the admission token),
+	// only once that many replicas of the room's master have everything
+	// the master wrote before it: the script runs on a connection pinned
+	// to the master, which then writes a marker and waits with WAIT. Redis replicates asynchronously, so without it a failover can
+	// promote a replica that lacks admissions whose tokens are already
+	// out, and the room's cap no longer bounds the buyers at checkout.
+	// See replicas.go. 0 (the default) keeps the single round trip.
+	AckReplicas int
+	// AckTimeout bounds the WAIT of AckReplicas; a read whose admission is
+	// not replicated in time answers unavailable (503) and the user polls
+	// again. It must be below OpTimeout.
+	AckTimeout time.Duration
 }
 
 // DefaultConfig returns the production configuration: auto-pipelining on
 // and a one-second OpTimeout.
-func DefaultConfig() Config { return Config{AutoPipeline: true, OpTimeout: time.Second} }
+func DefaultConfig() Config {
+	return Config{AutoPipeline: true, OpTimeout: time.Second, AckTimeout: 200 * time.Millisecond}
+}
 
 // Validate reports the first unusable field by name.
 func (c Config) Validate() error {
 	if c.OpTimeout < time.Millisecond || c.OpTimeout > time.Minute {
 		return fmt.Errorf("redisstore: Config.OpTimeout must be between 1ms and 1m, got %s", c.OpTimeout)
+	}
+	if c.AckReplicas < 0 || c.AckReplicas > 16 {
+		return fmt.Errorf("redisstore: Config.AckReplicas must be between 0 and 16, got %d", c.AckReplicas)
+	}
+	if c.AckReplicas > 0 && (c.AckTimeout < time.Millisecond || c.AckTimeout >= c.OpTimeout) {
+		return fmt.Errorf("redisstore: Config.AckTimeout must be at least 1ms and below OpTimeout (%s), got %s", c.OpTimeout, c.AckTimeout)
 	}
 	return nil
 }
@@ -91,10 +117,14 @@ func (c Config) ApplyTimeouts(o *redis.Options) {
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = c.OpTimeout, c.OpTimeout, c.OpTimeout, c.OpTimeout
 }
 
-// ApplyClusterTimeouts is ApplyTimeouts for a Cluster client.
+// ApplyClusterTimeouts is ApplyTimeouts for a Cluster client. It also
+// dials a node once, not five times 100 ms apart: a refused dial is a dead
+// node, and the client should fail over to the cluster's new layout (see
+// Store.failed) instead of spending OpTimeout on it.
 func (c Config) ApplyClusterTimeouts(o *redis.ClusterOptions) {
 	o.ContextTimeoutEnabled = true
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = c.OpTimeout, c.OpTimeout, c.OpTimeout, c.OpTimeout
+	o.DialerRetries = 1
 }
 
 // New returns a Store on client with DefaultConfig. The client's lifetime
@@ -109,6 +139,15 @@ func New(client redis.UniversalClient) *Store {
 		return &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client)}
 	}
 	return s
+}
+
+// Close releases what the Store opened itself (the confirmations' client
+// of Config.AckReplicas); the client it was given stays open.
+func (s *Store) Close() error {
+	if s.ack != nil {
+		return s.ack.Close()
+	}
+	return nil
 }
 
 // honoursDeadlines reports whether client ends its socket reads and writes
@@ -128,7 +167,15 @@ func NewWithConfig(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client)}
+	s := &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client),
+		ackReplicas: cfg.AckReplicas, ackTimeout: cfg.AckTimeout}
+	if cfg.AckReplicas > 0 {
+		ack, err := ackClient(client)
+		if err != nil {
+			return nil, err
+		}
+		s.ack = ack
+	}
 	if cfg.AutoPipeline {
 		ap, err := client.AsyncAutoPipeline()
 		if err != nil {
@@ -212,7 +259,7 @@ func call[T any](s *Store, ctx context.Context, fn func(ctx context.Context) (T,
 			// Whatever the client made of the deadline, it is one.
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		return v, storeError(err)
+		return v, s.failed(storeError(err))
 	}
 	type result struct {
 		v   T
@@ -225,11 +272,29 @@ func call[T any](s *Store, ctx context.Context, fn func(ctx context.Context) (T,
 	}()
 	select {
 	case r := <-done:
-		return r.v, storeError(r.err)
+		return r.v, s.failed(storeError(r.err))
 	case <-ctx.Done():
 		var zero T
-		return zero, storeError(ctx.Err())
+		return zero, s.failed(storeError(ctx.Err()))
 	}
+}
+
+// failed passes err on. When it says Redis is unavailable and the client
+// is a Cluster client, it also asks the client to reload the cluster's
+// layout (in the background, at most every 200 ms): go-redis otherwise
+// keeps sending a failed-over slot's commands to its dead master for up to
+// ten seconds, since a refused connection, unlike a MOVED reply, does not
+// make it look again.
+func (s *Store) failed(err error) error {
+	if err == nil || waitroom.ErrorCode(err) != waitroom.CodeUnavailable {
+		return err
+	}
+	for _, c := range []redis.UniversalClient{s.client, s.ack} {
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			cc.ReloadState(context.Background())
+		}
+	}
+	return err
 }
 
 // call0 is call for functions without a result.
@@ -274,6 +339,8 @@ type Keys struct {
 	Done string
 	// Bucket is the outflow limit's token bucket (tokens, at).
 	Bucket string
+	// Ack is the marker written before a WAIT (Config.AckReplicas).
+	Ack string
 }
 
 // KeysFor returns room's keys; all share the hash tag {room}.
@@ -283,7 +350,7 @@ func KeysFor(room string) Keys {
 		Config: p + "cfg", Seq: p + "seq", Queue: p + "queue", Active: p + "active",
 		State: p + "state", SeqOf: p + "seqof", Stats: p + "stats", Leader: p + "leader",
 		JoinedAt: p + "joinedat", Seen: p + "seen", Away: p + "away", AwayAt: p + "awayat",
-		Unarrived: p + "unarrived", Done: p + "done", Bucket: p + "bucket",
+		Unarrived: p + "unarrived", Done: p + "done", Bucket: p + "bucket", Ack: p + "ack",
 	}
 }
 
@@ -294,7 +361,7 @@ func (k Keys) scriptKeys() []string {
 }
 
 // All lists every key of the room.
-func (k Keys) All() []string { return append(k.scriptKeys(), k.Leader) }
+func (k Keys) All() []string { return append(k.scriptKeys(), k.Leader, k.Ack) }
 
 // configFields maps each JSON name of a RoomConfig field to its field and
 // value in the room's configuration hash.
@@ -459,6 +526,9 @@ func (s *Store) Rooms(ctx context.Context) ([]string, error) {
 
 // Join implements waitroom.Store.
 func (s *Store) Join(ctx context.Context, room, user string) (waitroom.Ticket, error) {
+	if s.ackReplicas > 0 {
+		return s.joinReplicated(ctx, room, user)
+	}
 	res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
 		return joinScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
 	})
@@ -487,7 +557,11 @@ func (s *Store) read(ctx context.Context, room, user string) (waitroom.Ticket, e
 	if err != nil {
 		return waitroom.Ticket{}, err
 	}
-	return ticketFrom(room, user, res)
+	t, err := ticketFrom(room, user, res)
+	if err != nil || t.State != waitroom.StateAdmitted || s.ackReplicas == 0 {
+		return t, err
+	}
+	return s.readReplicated(ctx, room, user)
 }
 
 // Leave implements waitroom.Store.
