@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/lab/admission"
+	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
 func newLabAdmissionCmd(opts *labOptions) *cobra.Command {
@@ -31,10 +33,24 @@ status 2. A run is invalid (status 2 as well) when the observer failed to
 read the room, or took fewer samples than --observe-min-samples or than one
 per admit interval on average: it has not watched closely enough to vouch
 for the cap. Without --redis, every run gets a fresh embedded Redis-protocol
-server.`,
+server.
+
+With --failover it runs the failover experiment instead, on a Redis Cluster
+whose masters have a replica each (--redis redis-cluster://..., on this
+machine: .ci/redis-cluster --ha starts one): buyers join, are admitted and
+hold their admission at a checkout while the master of the room's slot is
+killed after its replica was cut off, so that the promoted replica has
+certainly missed writes. Conditions: --ack-replicas values (1 answers joins
+and admissions only once a replica has them; 0 is plain asynchronous
+replication). With 1, the checkout must never hold more buyers than the
+capacity and no user may be lost. Each run lasts --seconds (default 16).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			exp, err := buildAdmission(cmd, opts)
+			build := buildAdmission
+			if failover, _ := cmd.Flags().GetBool("failover"); failover {
+				build = buildFailover
+			}
+			exp, err := build(cmd, opts)
 			if err != nil {
 				return err
 			}
@@ -59,6 +75,11 @@ server.`,
 	f.Float64("abandon-fraction", d.AbandonFraction, "fraction of users who stop polling right after joining (closed the tab)")
 	f.Duration("abandon-after", d.AbandonAfter, "the room's abandon_after_seconds: a waiting user silent this long loses their place (0 off)")
 	f.Duration("arrival-window", d.ArrivalWindow, "the room's arrival_seconds: an admitted user who does not arrive within it is released (0 off)")
+	fd := admission.DefaultFailoverConfig()
+	f.Bool("failover", false, "run the failover experiment (needs --redis redis-cluster://... with a replica per master)")
+	f.IntSlice("ack-replicas", []int{1, 0}, "with --failover: the store's AckReplicas values to compare")
+	f.String("restart-cmd", ".ci/redis-cluster --ha restart {port}", "with --failover: the command that starts the killed node again ({port} is its port)")
+	f.Float64("join-rate", fd.JoinRate, "with --failover: joins per second")
 	f.Int("observe-min-samples", d.ObserveMinSamples, "fewest samples of the room a run's observer must take (and one per admit interval on average); fewer make the run invalid")
 	return cmd
 }
@@ -114,4 +135,35 @@ func buildAdmission(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error
 		return nil, x.err
 	}
 	return admission.New(cfg)
+}
+
+// buildFailover makes the failover experiment (--failover) from its
+// defaults and the flags given explicitly.
+func buildFailover(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
+	cfg := admission.DefaultFailoverConfig()
+	repeat := 3
+	if err := opts.common(new(uint64), &repeat, &cfg.Duration); err != nil {
+		return nil, err
+	}
+	f := cmd.Flags()
+	url, _ := f.GetString("redis")
+	if url == "" {
+		return nil, fmt.Errorf("--failover needs --redis redis-cluster://host:port,... (a cluster with a replica per master; .ci/redis-cluster --ha starts one)")
+	}
+	copts, err := redisstore.ParseClusterURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
+	cfg.Cluster = copts
+	cfg.Restart, _ = f.GetString("restart-cmd")
+	acks, _ := f.GetIntSlice("ack-replicas")
+	x := &explicitFlags{cmd: cmd}
+	x.set("capacity", func(f *pflag.FlagSet) (e error) { cfg.Capacity, e = f.GetInt("capacity"); return })
+	x.set("users", func(f *pflag.FlagSet) (e error) { cfg.Users, e = f.GetInt("users"); return })
+	x.set("hold", func(f *pflag.FlagSet) (e error) { cfg.Hold, e = f.GetDuration("hold"); return })
+	x.set("join-rate", func(f *pflag.FlagSet) (e error) { cfg.JoinRate, e = f.GetFloat64("join-rate"); return })
+	if x.err != nil {
+		return nil, x.err
+	}
+	return admission.NewFailover(cfg, acks, repeat)
 }

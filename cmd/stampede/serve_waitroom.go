@@ -23,6 +23,8 @@ type waitroomOptions struct {
 	http         string
 	redis        string
 	redisTimeout time.Duration
+	ackReplicas  int
+	ackTimeout   time.Duration
 	secret       string
 	adminToken   string
 	instance     string
@@ -115,6 +117,10 @@ func (opts *waitroomOptions) addFlags(f *pflag.FlagSet) {
 		"redis-cluster://[user:pass@]host1:port,host2:port,... for Redis Cluster; empty: start an in-process miniredis")
 	f.DurationVar(&opts.redisTimeout, "redis-timeout", redisstore.DefaultConfig().OpTimeout,
 		"deadline of every call to Redis (and of its dials, reads, writes and pool waits); past it the request answers 503")
+	f.IntVar(&opts.ackReplicas, "ack-replicas", 0, "answer a join, and a read that hands out an admission, only once this many replicas\n"+
+		"of the room's Redis master have it (WAIT), so that a failover loses no acknowledged join or admission; 0: off")
+	f.DurationVar(&opts.ackTimeout, "ack-timeout", redisstore.DefaultConfig().AckTimeout,
+		"how long --ack-replicas waits for the replicas; past it the request answers 503 and the user retries")
 	f.StringVar(&opts.secret, "secret", "", "token signing secret, at least 32 bytes, the same on every instance;\n"+
 		"empty: a random one, so tokens do not survive a restart nor verify on other instances")
 	f.StringVar(&opts.adminToken, "admin-token", "", "bearer token for PUT /v1/rooms/{room}, at least 16 bytes (required)")
@@ -182,6 +188,12 @@ func (o *waitroomOptions) validate() error {
 		}
 	}
 	if err := o.storeConfig().Validate(); err != nil {
+		switch {
+		case strings.Contains(err.Error(), "AckReplicas"):
+			return fmt.Errorf("--ack-replicas must be between 0 and 16, got %d", o.ackReplicas)
+		case strings.Contains(err.Error(), "AckTimeout"):
+			return fmt.Errorf("--ack-timeout must be at least 1ms and below --redis-timeout (%s), got %s", o.redisTimeout, o.ackTimeout)
+		}
 		return fmt.Errorf("--redis-timeout must be between 1ms and 1m, got %s", o.redisTimeout)
 	}
 	if err := o.server.Validate(); err != nil {
@@ -250,6 +262,7 @@ func (o *waitroomOptions) previousKeys() []waitroom.KeySpec {
 func (o *waitroomOptions) storeConfig() redisstore.Config {
 	cfg := redisstore.DefaultConfig()
 	cfg.AutoPipeline, cfg.OpTimeout = o.pipeline, o.redisTimeout
+	cfg.AckReplicas, cfg.AckTimeout = o.ackReplicas, o.ackTimeout
 	return cfg
 }
 
@@ -338,6 +351,7 @@ func (opts *waitroomOptions) start(cmd *cobra.Command) (srv *waitroom.Server, st
 	if err != nil {
 		return nil, nil, err
 	}
+	closers = append(closers, func() { _ = store.Close() })
 	srv, err = waitroom.NewServer(ctx, store, sopts)
 	if err != nil {
 		return nil, nil, err

@@ -131,10 +131,12 @@ func ackClient(client redis.UniversalClient) (redis.UniversalClient, error) {
 	case *redis.Client:
 		o := *c.Options()
 		o.PoolSize = ackPoolFactor * max(o.PoolSize, 10*runtime.GOMAXPROCS(0))
+		o.PushNotificationProcessor = nil // the given client's own: each client makes its own
 		return redis.NewClient(&o), nil
 	case *redis.ClusterClient:
 		o := *c.Options()
 		o.PoolSize = ackPoolFactor * max(o.PoolSize, 10*runtime.GOMAXPROCS(0))
+		o.PushNotificationProcessor = nil
 		return redis.NewClusterClient(&o), nil
 	}
 	return nil, fmt.Errorf("redisstore: Config.AckReplicas needs a single-node or Cluster client, not %T", client)
