@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/stampede-lab/stampede/waitroom"
 )
@@ -132,12 +133,22 @@ func ackClient(client redis.UniversalClient) (redis.UniversalClient, error) {
 		o := *c.Options()
 		o.PoolSize = ackPoolFactor * max(o.PoolSize, 10*runtime.GOMAXPROCS(0))
 		o.PushNotificationProcessor = nil // the given client's own: each client makes its own
+		o.MaintNotificationsConfig = noMaintNotifications()
 		return redis.NewClient(&o), nil
 	case *redis.ClusterClient:
 		o := *c.Options()
 		o.PoolSize = ackPoolFactor * max(o.PoolSize, 10*runtime.GOMAXPROCS(0))
 		o.PushNotificationProcessor = nil
+		o.MaintNotificationsConfig = noMaintNotifications()
 		return redis.NewClusterClient(&o), nil
 	}
 	return nil, fmt.Errorf("redisstore: Config.AckReplicas needs a single-node or Cluster client, not %T", client)
+}
+
+// noMaintNotifications turns go-redis's maintenance notifications off for
+// the confirmations' client. Copied options would share the given
+// client's settings object, and go-redis writes to it when a server does
+// not support the notifications, which races with a second client's reads.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
