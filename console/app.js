@@ -150,7 +150,7 @@
     const pts = [];
     s.forEach((v, i) => {
       if (v === null) return;
-      const x = (i / (keep - 1)) * 300;
+      const x = (i / Math.max(s.length - 1, 1)) * 300;
       const y = 46 - (v / max) * 44;
       pts.push(x.toFixed(1) + "," + y.toFixed(1));
     });

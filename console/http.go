@@ -123,7 +123,7 @@ func (h *handler) html(w http.ResponseWriter, r *http.Request, status int, name 
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", contentSecurity)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.Header().Set("Referrer-Policy", "same-origin") // "no-referrer" makes form posts say Origin: null
 	w.WriteHeader(status)
 	if err := templates.ExecuteTemplate(w, name, data); err != nil {
 		h.log.Error("console: rendering a page", "page", name, "path", r.URL.Path, "err", err)

@@ -300,8 +300,12 @@ func TestConsoleBrowser(t *testing.T) {
 	defer cancelAlloc()
 	tab, cancelTab := chromedp.NewContext(allocCtx)
 	defer cancelTab()
+	// Start the browser on tab itself: steps run under shorter contexts.
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatalf("starting %s: %v", chromium, err)
+	}
 	dir := browserShotDirOf(t)
-	err := chromedp.Do(tab,
+	err := cbDo(tab,
 		chromedp.EmulateViewport(1200, 900, func(p *emulation.SetDeviceMetricsOverrideParams, _ *emulation.SetTouchEmulationEnabledParams) {}),
 		chromedp.Navigate(console+"/console"),
 		chromedp.WaitVisible(chromedp.ID("token")),
@@ -310,7 +314,7 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("login page: %v", err)
 	}
 	cbShot(t, tab, dir, "console-login-1200")
-	err = chromedp.Do(tab,
+	err = cbDo(tab,
 		chromedp.SendKeys(chromedp.ID("token"), cbConsoleToken),
 		chromedp.Click(chromedp.ID("login")),
 		chromedp.WaitVisible(chromedp.CSS(`#rooms tr[data-room="`+cbRoom+`"]`)),
@@ -348,7 +352,7 @@ func TestConsoleBrowser(t *testing.T) {
 	// Pause in the browser. The click's answer comes back once the waiting
 	// room stored the pause; the button then reads Resume.
 	before := cbRoomOf(t, wr)
-	if err := chromedp.Do(tab,
+	if err := cbDo(tab,
 		chromedp.Click(chromedp.ID("pause-"+cbRoom)),
 		chromedp.WaitVisible(chromedp.CSS(`#rooms tr[data-room="`+cbRoom+`"][data-state="paused"]`)),
 	); err != nil {
@@ -383,7 +387,7 @@ func TestConsoleBrowser(t *testing.T) {
 	cbShot(t, tab, dir, "console-paused-1200")
 
 	// Resume: admissions continue.
-	if err := chromedp.Do(tab,
+	if err := cbDo(tab,
 		chromedp.Click(chromedp.ID("pause-"+cbRoom)),
 		chromedp.WaitVisible(chromedp.CSS(`#rooms tr[data-room="`+cbRoom+`"][data-state="open"]`)),
 	); err != nil {
@@ -398,6 +402,13 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Fatalf("no admission within 10 s of resume (room %+v)", cbRoomOf(t, wr))
 		}
 	}
+}
+
+// cbDo runs browser steps with 30 s to finish them.
+func cbDo(tab context.Context, steps ...chromedp.Action[chromedp.Void]) error {
+	ctx, cancel := context.WithTimeout(tab, 30*time.Second)
+	defer cancel()
+	return chromedp.Do(ctx, steps...)
 }
 
 // browserShotDirOf is the screenshots' folder: $STAMPEDE_SCREENSHOTS
