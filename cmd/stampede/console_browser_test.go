@@ -402,6 +402,32 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Fatalf("no admission within 10 s of resume (room %+v)", cbRoomOf(t, wr))
 		}
 	}
+
+	// Capacity and outflow, typed into the row and applied.
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`(() => {
+		for (const [id, v] of [["capacity-`+cbRoom+`", "20"], ["outflow-`+cbRoom+`", "600"]]) {
+			const i = document.getElementById(id); i.value = v; i.dispatchEvent(new Event("input"));
+		}
+		return true; })()`)); err != nil {
+		t.Fatalf("typing the capacity: %v", err)
+	}
+	if err := cbDo(tab, chromedp.Click(chromedp.ID("apply-"+cbRoom))); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var cfg struct {
+			Capacity int `json:"capacity"`
+			Config   struct {
+				Outflow int `json:"max_admissions_per_minute"`
+			} `json:"config"`
+		}
+		if _, err := cbCall(http.MethodGet, wr+"/v1/rooms/"+cbRoom, "", nil, nil, &cfg); err == nil && cfg.Capacity == 20 && cfg.Config.Outflow == 600 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the room's capacity and outflow are %+v 10 s after Apply, want 20 and 600", cfg)
+		}
+	}
 }
 
 // cbDo runs browser steps with 30 s to finish them.
