@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,8 +89,16 @@ func cbRun(t *testing.T, args ...string) []byte {
 }
 
 // cbStart starts `stampede serve <args>` on a free address and waits for
-// its health path; it is stopped (SIGTERM) when the test ends.
+// its health path; it is stopped (SIGTERM) when the test ends. It returns
+// the base URL.
 func cbStart(t *testing.T, name, health string, args ...string) string {
+	t.Helper()
+	url, _ := cbStartLog(t, name, health, args...)
+	return url
+}
+
+// cbStartLog is cbStart that also returns the path of the process's log.
+func cbStartLog(t *testing.T, name, health string, args ...string) (string, string) {
 	t.Helper()
 	addr := wrFreeAddr(t)
 	logPath := filepath.Join(t.TempDir(), name+".log")
@@ -130,7 +139,7 @@ func cbStart(t *testing.T, name, health string, args ...string) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return url
+				return url, logPath
 			}
 		}
 		if time.Now().After(deadline) {
@@ -266,11 +275,22 @@ func TestConsoleBrowser(t *testing.T) {
 	if err := json.Unmarshal(cbRun(t, "pay", "merchant", "add", "cb-shop", "--data-dir", payDir), &merchant); err != nil || merchant.Key == "" {
 		t.Fatalf("pay merchant add: %v", err)
 	}
-	pay := cbStart(t, "pay", "/readyz", "--institution", inst, "--data-dir", payDir, "--admin-token", cbPayToken)
+	pay, payLog := cbStartLog(t, "pay", "/readyz", "--institution", inst, "--data-dir", payDir, "--admin-token", cbPayToken)
+	// serve pay started its embedded nats-server on a free port: its log
+	// says which. One worker consumes the payment events.
+	logged, err := os.ReadFile(payLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`"url":"(nats://[^"]+)"`).FindSubmatch(logged)
+	if m == nil {
+		t.Fatalf("serve pay's log names no embedded nats-server URL")
+	}
+	worker := cbStart(t, "worker", "/healthz", "--nats", string(m[1]), "--data-dir", t.TempDir())
 	co := cbStart(t, "checkout", "/healthz", "--pay", pay, "--pay-key", merchant.Key, "--admin-token", cbCheckoutToken,
 		"--data-dir", t.TempDir())
 	console := cbStart(t, "console", "/healthz", "--admin-token", cbConsoleToken, "--waitroom", wr, "--waitroom-token", cbWaitroomToken,
-		"--pay", pay, "--pay-token", cbPayToken, "--checkout", co, "--events", cbEvent, "--interval", "250ms")
+		"--pay", pay, "--pay-token", cbPayToken, "--checkout", co, "--events", cbEvent, "--workers", worker, "--interval", "250ms")
 
 	room := map[string]any{"capacity": 15, "lease_seconds": 60, "admit_interval_ms": cbTick.Milliseconds(), "max_admissions_per_minute": 0,
 		"opens_at": nil, "paused": false, "closed": false, "closed_message": "", "abandon_after_seconds": 0, "arrival_seconds": 0,
@@ -305,7 +325,7 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("starting %s: %v", chromium, err)
 	}
 	dir := browserShotDirOf(t)
-	err := cbDo(tab,
+	err = cbDo(tab,
 		chromedp.EmulateViewport(1200, 900, func(p *emulation.SetDeviceMetricsOverrideParams, _ *emulation.SetTouchEmulationEnabledParams) {}),
 		chromedp.Navigate(console+"/console"),
 		chromedp.WaitVisible(chromedp.ID("token")),
@@ -346,6 +366,10 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	if approved == "0" || approved == "–" || !strings.Contains(seats, "left of 500") || !strings.Contains(shown, "open") {
 		t.Errorf("the page shows approved %q, seats %q, room %q: want payments, seats and the open room", approved, seats, shown)
+	}
+	workers, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("workers-state")))
+	if err != nil || workers != "live" {
+		t.Errorf("the consumers panel says %q (%v), want live", workers, err)
 	}
 	cbShot(t, tab, dir, "console-surge-1200")
 
