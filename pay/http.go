@@ -29,15 +29,14 @@ type HandlerConfig struct {
 	MaxBody int64
 	// Logger receives the request log and the causes of 5xx answers.
 	Logger *slog.Logger
-	// Merchants authenticates the API keys. Nil uses the store given to
-	// NewHandler, which must then implement MerchantStore. There is no
-	// way to turn authentication off.
-	Merchants MerchantStore
-
 	// AdminToken, when set (at least 16 bytes), opens the operator's
 	// read-only endpoints under /v1/admin (admin.go) to
 	// "Authorization: Bearer <AdminToken>"; empty leaves them out.
 	AdminToken string
+	// Merchants authenticates the API keys. Nil uses the store given to
+	// NewHandler, which must then implement MerchantStore. There is no
+	// way to turn authentication off.
+	Merchants MerchantStore
 }
 
 // DefaultHandlerConfig returns a 4 KiB body limit and the default logger.

@@ -116,6 +116,8 @@ func (o *payStoreOptions) open(cmd *cobra.Command, mustExist bool) (pay.Store, s
 }
 
 type payOptions struct {
+	// adminToken opens the operator's /v1/admin endpoints (the console's).
+	adminToken  string
 	store       payStoreOptions
 	http        string
 	institution string
@@ -128,9 +130,6 @@ type payOptions struct {
 	inquiries   int
 	server      httpapi.ServerConfig
 	webhooks    webhook.Config
-
-	// adminToken opens the operator's /v1/admin endpoints (the console's).
-	adminToken string
 }
 
 // writeTimeoutMargin is what the default --write-timeout adds to the
@@ -339,15 +338,15 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	cfg.Store, cfg.Institution, cfg.Events = store, institutionclient.New(client), events
 	cfg.Service.ApprovalTimeout, cfg.Service.InquiryConcurrency = opts.timeout, opts.inquiries
 	cfg.Service.GiveUpAfter, cfg.Relay.GiveUpAfter = opts.giveUpAfter, opts.giveUpAfter
-	cfg.HTTP = scfg
-	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
-	cfg.Registry, cfg.Logger = reg, log
 	cfg.Handler.AdminToken = opts.adminToken
 	if err := cfg.Handler.Validate(); err != nil {
 		if e, ok := errors.AsType[*pay.Error](err); ok && e.Field == "AdminToken" {
 			return fmt.Errorf("--admin-token %s", e.Message)
 		}
 	}
+	cfg.HTTP = scfg
+	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
+	cfg.Registry, cfg.Logger = reg, log
 	srv, err := pay.NewServer(cfg)
 	if e, ok := errors.AsType[*pay.Error](err); ok && e.Field == "Service.InquiryConcurrency" {
 		return fmt.Errorf("--inquiry-concurrency %s", e.Message)
