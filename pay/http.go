@@ -29,6 +29,10 @@ type HandlerConfig struct {
 	MaxBody int64
 	// Logger receives the request log and the causes of 5xx answers.
 	Logger *slog.Logger
+	// AdminToken, when set (at least 16 bytes), opens the operator's
+	// read-only endpoints under /v1/admin (admin.go) to
+	// "Authorization: Bearer <AdminToken>"; empty leaves them out.
+	AdminToken string
 	// Merchants authenticates the API keys. Nil uses the store given to
 	// NewHandler, which must then implement MerchantStore. There is no
 	// way to turn authentication off.
@@ -48,7 +52,7 @@ func (c HandlerConfig) Validate() error {
 	if c.Logger == nil {
 		return Invalid("Logger", "must not be nil")
 	}
-	return nil
+	return c.validateAdmin()
 }
 
 type handler struct {
@@ -93,6 +97,9 @@ func NewHandler(svc *Service, store Store, cfg HandlerConfig, reg *prometheus.Re
 	api.Handle("/v1/payments", httpapi.Methods{http.MethodPost: h.create})
 	api.Handle("/v1/payments/{id}", httpapi.Methods{http.MethodGet: h.get})
 	api.AddCheck(httpapi.Check{Name: "store", Ping: store.Ping})
+	if err := registerAdmin(api, svc, store, cfg); err != nil {
+		return nil, err
+	}
 	return api, nil
 }
 

@@ -17,5 +17,6 @@ in-process, so every service runs with no set-up.`,
 	cmd.AddCommand(newServePayCmd())
 	cmd.AddCommand(newServeCheckoutCmd())
 	cmd.AddCommand(newServeWorkerCmd())
+	cmd.AddCommand(newServeConsoleCmd())
 	return cmd
 }

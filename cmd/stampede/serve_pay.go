@@ -116,6 +116,8 @@ func (o *payStoreOptions) open(cmd *cobra.Command, mustExist bool) (pay.Store, s
 }
 
 type payOptions struct {
+	// adminToken opens the operator's /v1/admin endpoints (the console's).
+	adminToken  string
 	store       payStoreOptions
 	http        string
 	institution string
@@ -148,6 +150,9 @@ func newServePayCmd() *cobra.Command {
                            → 201 APPROVED/DECLINED/FAILED, 202 UNKNOWN, 400, 401, 403, 409
                              (in flight, or order_exists), 413, 415, 422, 503
   GET  /v1/payments/{id}   the key's merchant's payment with its status history
+  GET  /v1/admin/payments?flagged=true, /v1/admin/payments/{id}, /v1/admin/stats
+                           any merchant's payments, flagged ones, counts by status and the
+                           outbox lag (Bearer --admin-token; absent without it)
   GET  /healthz            alive (asks no dependency)
   GET  /readyz             the store, NATS, the reconciler and the relay
   GET  /metrics            Prometheus, with http_requests_total{route,method,code}
@@ -188,6 +193,7 @@ past --idle-timeout.`,
 	opts.store.flags(cmd)
 	f := cmd.Flags()
 	f.StringVar(&opts.http, "http", "127.0.0.1:8081", "address to listen on")
+	f.StringVar(&opts.adminToken, "admin-token", "", "bearer token of the read-only /v1/admin endpoints (the operator console), at least 16 bytes (empty: no admin endpoints)")
 	f.StringVar(&opts.institution, "institution", "", "base URL of the payment institution, e.g. http://127.0.0.1:8090 (required)")
 	f.StringVar(&opts.nats, "nats", "", "NATS URL (empty: an embedded nats-server)")
 	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: <data-dir>/nats)")
@@ -332,6 +338,12 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	cfg.Store, cfg.Institution, cfg.Events = store, institutionclient.New(client), events
 	cfg.Service.ApprovalTimeout, cfg.Service.InquiryConcurrency = opts.timeout, opts.inquiries
 	cfg.Service.GiveUpAfter, cfg.Relay.GiveUpAfter = opts.giveUpAfter, opts.giveUpAfter
+	cfg.Handler.AdminToken = opts.adminToken
+	if err := cfg.Handler.Validate(); err != nil {
+		if e, ok := errors.AsType[*pay.Error](err); ok && e.Field == "AdminToken" {
+			return fmt.Errorf("--admin-token %s", e.Message)
+		}
+	}
 	cfg.HTTP = scfg
 	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
 	cfg.Registry, cfg.Logger = reg, log

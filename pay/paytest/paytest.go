@@ -67,6 +67,7 @@ func run(t *testing.T, newStore func(t *testing.T) pay.Store, parallel bool) {
 		{"ConcurrentClaimsTakeEachOnce", testConcurrentClaims},
 		{"DeferInquiry", testDeferInquiry},
 		{"Stats", testStats},
+		{"AdminReads", testAdminReads},
 		{"Ping", testPing},
 		{"OneLivePaymentPerOrder", testOneLivePerOrder},
 		{"ConcurrentCreateSameOrder", testConcurrentSameOrder},
