@@ -649,12 +649,14 @@ func (s *Service) Pass(ctx context.Context) (PassResult, error) {
 			}
 		})
 	}
-	write.Go(func() {
-		settled := s.writeAnswers(ctx, answers)
-		mu.Lock()
-		res.Settled += settled
-		mu.Unlock()
-	})
+	for range answerWriters {
+		write.Go(func() {
+			settled := s.writeAnswers(ctx, answers)
+			mu.Lock()
+			res.Settled += settled
+			mu.Unlock()
+		})
+	}
 	var err error
 claim:
 	for ctx.Err() == nil {
@@ -709,6 +711,12 @@ func (s *Service) takeOver(ctx context.Context, p Payment) (_ Payment, tookOver,
 	}
 	return p, true, true
 }
+
+// answerWriters is how many writers write a pass's answers at once: on
+// a database whose writers run in parallel (PostgreSQL) one batch's
+// round trips overlap another's; on SQLite the group commit folds their
+// transactions into one.
+const answerWriters = 4
 
 // maxAnswerBatch bounds the answers the writer writes in one transaction.
 const maxAnswerBatch = 64
