@@ -2,7 +2,9 @@ package pay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,5 +163,87 @@ func TestNoStarvation(t *testing.T) {
 	}
 	if n := inst.inquiries.Load(); n != 1 {
 		t.Errorf("%d inquiries, want 1", n)
+	}
+}
+
+// batchSpy is a store whose TransitionBatch is counted and, with fail
+// set, fails as a whole without writing anything.
+type batchSpy struct {
+	pay.Store
+	bt       pay.BatchTransitioner
+	fail     bool
+	calls    atomic.Int64
+	requests atomic.Int64
+}
+
+func (s *batchSpy) TransitionBatch(ctx context.Context, reqs []pay.TransitionRequest) ([]error, error) {
+	s.calls.Add(1)
+	s.requests.Add(int64(len(reqs)))
+	if s.fail {
+		return nil, pay.Unavailable(errors.New("the batch's transaction failed"))
+	}
+	return s.bt.TransitionBatch(ctx, reqs)
+}
+
+// TestPassWritesOutcomesInBatches: a pass writes the outcomes that settle
+// payments through the store's TransitionBatch, each payment once, with
+// one status change and one outbox row for it; when every batch fails as
+// a whole, the same outcomes are written one by one and nothing is lost.
+func TestPassWritesOutcomesInBatches(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batches fail=%t", fail), func(t *testing.T) {
+			const n = 100
+			raw := openSQLite(t)
+			store := &batchSpy{Store: raw, bt: raw, fail: fail}
+			inst := newSimInst(t, time.Millisecond, func(s *simInst) { s.statusDelay = time.Millisecond })
+			ctx := context.Background()
+			ids := make([]string, n)
+			for i := range n {
+				p := unknownPayment(t, store, i)
+				ids[i] = p.ID
+				if i%2 == 0 {
+					if _, err := inst.adapter.Approve(ctx, pay.ApprovalRequest{ExternalKey: p.ExternalKey, Amount: p.Amount, Currency: p.Currency}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			time.Sleep(5 * time.Millisecond) // past the institution's not-found window
+			cfg := pay.DefaultConfig()
+			cfg.Logger = quiet()
+			svc, err := pay.NewService(store, inst.adapter, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := svc.Pass(ctx)
+			if err != nil || res.Claimed != n || res.Settled != n {
+				t.Fatalf("Pass = %+v, %v; want all %d claimed and settled", res, err, n)
+			}
+			if store.calls.Load() == 0 || store.requests.Load() != n {
+				t.Errorf("%d batches of %d transitions in all; want the %d outcomes in batches", store.calls.Load(), store.requests.Load(), n)
+			}
+			for i, id := range ids {
+				p, err := store.Get(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := pay.StatusFailed
+				if i%2 == 0 {
+					want = pay.StatusApproved
+				}
+				if p.Status != want || len(p.History) != 3 {
+					t.Fatalf("payment %d: %s with %d history entries; want %s with 3", i, p.Status, len(p.History), want)
+				}
+			}
+			evs, err := store.PendingOutbox(ctx, 10*n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) != 3*n {
+				t.Errorf("%d outbox rows, want 3 per payment (%d)", len(evs), 3*n)
+			}
+			if rep := inst.parity(t, store); rep.Mismatches() != 0 || rep.Matched != n/2 {
+				t.Fatalf("parity: %s; want %d matched", rep, n/2)
+			}
+		})
 	}
 }
