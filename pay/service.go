@@ -619,9 +619,9 @@ type PassResult struct {
 //
 // Three stages run at once, so that the inquiries, which take the time,
 // never wait for the database: the claimer claims the next batch while
-// the last is being asked about; the inquirers only ask; one writer
-// writes the answers, those that settle their payment together in one
-// transaction when the store is a BatchTransitioner.
+// the last is being asked about; the inquirers only ask; answerWriters
+// writers write the answers, those that settle their payment in one
+// transaction per batch when the store is a BatchTransitioner.
 func (s *Service) Pass(ctx context.Context) (PassResult, error) {
 	var (
 		res              PassResult
