@@ -495,23 +495,57 @@ func (s *Service) GetFor(ctx context.Context, merchantID, id string) (Payment, e
 // inquiries. It reports whether the payment is settled; the error is the
 // inquiry's or the store's.
 func (s *Service) inquire(ctx context.Context, p Payment) (bool, error) {
+	return s.record(ctx, s.ask(ctx, p))
+}
+
+// answer is what one status inquiry of a claimed UNKNOWN payment found:
+// the status it settles the payment in, or settles false.
+type answer struct {
+	p       Payment
+	settles bool
+	to      Status
+	why     string
+	err     error // the inquiry's, if it failed
+}
+
+// ask makes one status inquiry for a claimed UNKNOWN payment and reads
+// its answer; it writes nothing.
+func (s *Service) ask(ctx context.Context, p Payment) answer {
 	ictx, cancel := context.WithTimeout(ctx, s.cfg.InquiryTimeout)
-	q, ierr := s.inst.Inquire(ictx, p.ExternalKey)
+	q, err := s.inst.Inquire(ictx, p.ExternalKey)
 	cancel()
-	if ierr == nil {
-		if to, why, ok := s.verdict(p, q); ok {
-			_, err := s.transition(ctx, p, StatusUnknown, to, why)
-			switch {
-			case err == nil:
-				s.cfg.Metrics.settle(to)
-				return true, nil
-			case errors.Is(err, ErrStaleStatus):
-				return true, nil // someone else settled it
-			default:
-				return false, err // the claim runs out and the payment is asked about again
-			}
+	a := answer{p: p, err: err}
+	if err == nil {
+		a.to, a.why, a.settles = s.verdict(p, q)
+	}
+	return a
+}
+
+// record writes what a (from ask) found: the transition it settles the
+// payment in, or else the deferral of its next inquiry. It reports
+// whether the payment is settled; the error is the inquiry's or the
+// store's.
+func (s *Service) record(ctx context.Context, a answer) (bool, error) {
+	if a.settles {
+		_, err := s.transition(ctx, a.p, StatusUnknown, a.to, a.why)
+		switch {
+		case err == nil:
+			s.cfg.Metrics.settle(a.to)
+			return true, nil
+		case errors.Is(err, ErrStaleStatus):
+			return true, nil // someone else settled it
+		default:
+			return false, err // the claim runs out and the payment is asked about again
 		}
 	}
+	return s.deferInquiry(ctx, a.p, a.err)
+}
+
+// deferInquiry records an inquiry of p that settled nothing (ierr is the
+// inquiry's error, if any): the next one is deferred, and the payment
+// flagged for review after ReviewAfter inquiries. It reports whether the
+// payment turned out settled meanwhile.
+func (s *Service) deferInquiry(ctx context.Context, p Payment, ierr error) (bool, error) {
 	n := p.Inquiries + 1
 	deferred, err := s.store.DeferInquiry(ctx, p.ID, StatusUnknown, s.cfg.Now().Add(s.cfg.ReconcileEvery<<min(n, 6)))
 	if errors.Is(err, ErrStaleStatus) {
@@ -532,6 +566,19 @@ func (s *Service) inquire(ctx context.Context, p Payment) (bool, error) {
 		s.cfg.Metrics.flag()
 	}
 	return false, ierr
+}
+
+// settleRequest is the store's transition for an answer that settles
+// its payment: the same as transition writes, stored response included.
+func settleRequest(a answer) (TransitionRequest, error) {
+	p := a.p
+	p.Status = a.to
+	resp, err := responseOf(p)
+	if err != nil {
+		return TransitionRequest{}, err
+	}
+	return TransitionRequest{ID: p.ID, From: StatusUnknown, To: a.to, Reason: a.why,
+		Resp: &StoredResponse{Code: resp.Code, Body: resp.Body}}, nil
 }
 
 // verdict reads an inquiry's answer about p: the status it settles p in
@@ -569,30 +616,45 @@ type PassResult struct {
 // creation); it is turned UNKNOWN first. Errors of single payments are
 // logged (their claim runs out and a later pass retries them); the error
 // returned is a failed claim's.
+//
+// Three stages run at once, so that the inquiries, which take the time,
+// never wait for the database: the claimer claims the next batch while
+// the last is being asked about; the inquirers only ask; answerWriters
+// writers write the answers, those that settle their payment in one
+// transaction per batch when the store is a BatchTransitioner.
 func (s *Service) Pass(ctx context.Context) (PassResult, error) {
 	var (
-		res PassResult
-		mu  sync.Mutex
-		wg  sync.WaitGroup
+		res              PassResult
+		mu               sync.Mutex
+		inquirers, write sync.WaitGroup
 		// Claimed payments wait here for a free inquiry: the next batch
 		// is claimed while the last one is being asked about.
-		work  = make(chan Payment, 2*s.cfg.InquiryConcurrency)
-		batch = 2 * s.cfg.InquiryConcurrency
+		work    = make(chan Payment, 2*s.cfg.InquiryConcurrency)
+		answers = make(chan answer, 2*s.cfg.InquiryConcurrency)
+		batch   = 2 * s.cfg.InquiryConcurrency
 	)
 	for range s.cfg.InquiryConcurrency {
-		wg.Go(func() {
+		inquirers.Go(func() {
 			for p := range work {
-				took, settled := s.reconcileOne(ctx, p)
+				p, tookOver, ok := s.takeOver(ctx, p)
 				mu.Lock()
 				res.Claimed++
-				if took {
+				if tookOver {
 					res.TakenOver++
 				}
-				if settled {
-					res.Settled++
-				}
 				mu.Unlock()
+				if ok {
+					answers <- s.ask(ctx, p)
+				}
 			}
+		})
+	}
+	for range answerWriters {
+		write.Go(func() {
+			settled := s.writeAnswers(ctx, answers)
+			mu.Lock()
+			res.Settled += settled
+			mu.Unlock()
 		})
 	}
 	var err error
@@ -613,7 +675,9 @@ claim:
 		}
 	}
 	close(work)
-	wg.Wait()
+	inquirers.Wait()
+	close(answers)
+	write.Wait()
 	if res.TakenOver > 0 {
 		s.cfg.Metrics.recover(res.TakenOver)
 		s.cfg.Logger.Warn("pay: took over PENDING payments whose approval call ended unrecorded", "count", res.TakenOver)
@@ -621,35 +685,123 @@ claim:
 	return res, err
 }
 
-// reconcileOne handles one claimed payment: a PENDING one is turned
-// UNKNOWN and claimed again; then one inquiry. It reports whether it took
-// a PENDING payment over and whether the payment is settled.
-func (s *Service) reconcileOne(ctx context.Context, p Payment) (tookOver, settled bool) {
-	if p.Status == StatusPending {
-		_, err := s.transition(ctx, p, StatusPending, StatusUnknown,
-			reason(ReasonRecovered, "still PENDING %s after it was created; the call may have reached the institution", s.cfg.ApprovalTimeout+s.cfg.TakeoverMargin))
-		if errors.Is(err, ErrStaleStatus) {
-			return false, false // its approval's outcome was written meanwhile
+// takeOver readies a claimed payment for its inquiry: a PENDING one is
+// turned UNKNOWN and claimed again, so that nobody else asks about it
+// while we do. It returns the payment to ask about, whether it took a
+// PENDING payment over, and ok false when there is nothing to ask (its
+// approval's outcome was written meanwhile, or another claim has it).
+func (s *Service) takeOver(ctx context.Context, p Payment) (_ Payment, tookOver, ok bool) {
+	if p.Status != StatusPending {
+		return p, false, true
+	}
+	_, err := s.transition(ctx, p, StatusPending, StatusUnknown,
+		reason(ReasonRecovered, "still PENDING %s after it was created; the call may have reached the institution", s.cfg.ApprovalTimeout+s.cfg.TakeoverMargin))
+	if errors.Is(err, ErrStaleStatus) {
+		return p, false, false // its approval's outcome was written meanwhile
+	}
+	if err != nil {
+		s.cfg.Logger.Warn("pay: taking over a PENDING payment failed", "payment", p.ID, "err", err)
+		return p, false, false
+	}
+	// UNKNOWN is due at once: claim it again.
+	now := s.cfg.Now()
+	p, ok, err = s.store.ClaimOne(ctx, p.ID, now, now.Add(s.cfg.ClaimLease))
+	if err != nil || !ok {
+		return p, true, false // another claim has it
+	}
+	return p, true, true
+}
+
+// answerWriters is how many writers write a pass's answers at once: on
+// a database whose writers run in parallel (PostgreSQL) one batch's
+// round trips overlap another's; on SQLite the group commit folds their
+// transactions into one.
+const answerWriters = 4
+
+// maxAnswerBatch bounds the answers the writer writes in one transaction.
+const maxAnswerBatch = 64
+
+// writeAnswers writes the answers of a pass as they come, until answers
+// is closed, and returns how many payments are settled. Whatever has
+// arrived while it wrote is written next, together: the batch grows with
+// the backlog, up to maxAnswerBatch.
+func (s *Service) writeAnswers(ctx context.Context, answers <-chan answer) (settled int) {
+	batch := make([]answer, 0, maxAnswerBatch)
+	for a := range answers {
+		batch = append(batch[:0], a)
+	more:
+		for len(batch) < maxAnswerBatch {
+			select {
+			case a, ok := <-answers:
+				if !ok {
+					break more
+				}
+				batch = append(batch, a)
+			default:
+				break more
+			}
 		}
-		if err != nil {
-			s.cfg.Logger.Warn("pay: taking over a PENDING payment failed", "payment", p.ID, "err", err)
-			return false, false
+		settled += s.writeBatch(ctx, batch)
+	}
+	return settled
+}
+
+// writeBatch writes the answers of batch and returns how many payments
+// are settled. The transitions of those that settle their payment are
+// written in one transaction when the store is a BatchTransitioner (each
+// alone if that transaction fails); the others are deferred one by one.
+func (s *Service) writeBatch(ctx context.Context, batch []answer) (settled int) {
+	var (
+		reqs     []TransitionRequest
+		settling []answer
+	)
+	bt, batched := s.store.(BatchTransitioner)
+	for _, a := range batch {
+		if a.settles && batched {
+			if req, err := settleRequest(a); err == nil {
+				reqs, settling = append(reqs, req), append(settling, a)
+				continue
+			}
 		}
-		tookOver = true
-		// UNKNOWN is due at once: claim it again, so that nobody else
-		// asks about it while we do.
-		now := s.cfg.Now()
-		var ok bool
-		p, ok, err = s.store.ClaimOne(ctx, p.ID, now, now.Add(s.cfg.ClaimLease))
-		if err != nil || !ok {
-			return tookOver, false // another claim has it
+		if s.recordOne(ctx, a) {
+			settled++
 		}
 	}
-	settled, err := s.inquire(ctx, p)
+	if len(reqs) == 0 {
+		return settled
+	}
+	errs, err := bt.TransitionBatch(ctx, reqs)
+	if err != nil {
+		s.cfg.Logger.Warn("pay: writing a batch of inquiry outcomes failed; writing them one by one", "count", len(reqs), "err", err)
+		for _, a := range settling {
+			if s.recordOne(ctx, a) {
+				settled++
+			}
+		}
+		return settled
+	}
+	for i, a := range settling {
+		switch {
+		case errs[i] == nil:
+			s.cfg.Metrics.settle(a.to)
+			settled++
+		case errors.Is(errs[i], ErrStaleStatus):
+			settled++ // someone else settled it
+		default:
+			s.cfg.Logger.Warn("pay: inquiry failed", "payment", a.p.ID, "err", errs[i])
+		}
+	}
+	return settled
+}
+
+// recordOne writes one answer (record) and logs a failure other than an
+// unavailable status API.
+func (s *Service) recordOne(ctx context.Context, a answer) bool {
+	settled, err := s.record(ctx, a)
 	if err != nil && !errors.Is(err, ErrInquiryUnavailable) {
-		s.cfg.Logger.Warn("pay: inquiry failed", "payment", p.ID, "err", err)
+		s.cfg.Logger.Warn("pay: inquiry failed", "payment", a.p.ID, "err", err)
 	}
-	return tookOver, settled
+	return settled
 }
 
 // Recover runs one reconciliation pass and returns how many PENDING

@@ -108,6 +108,33 @@ type Store interface {
 	Close() error
 }
 
+// TransitionRequest is one transition of a BatchTransitioner batch: the
+// arguments of Store.Transition.
+type TransitionRequest struct {
+	ID       string
+	From, To Status
+	Reason   string
+	// Resp, when not nil, completes the payment's idempotency record as
+	// in Store.Transition.
+	Resp *StoredResponse
+}
+
+// BatchTransitioner is implemented by a Store that can make many
+// transitions in one transaction: one commit for a batch of outcomes
+// instead of one each. The reconciler uses it when the store has it.
+type BatchTransitioner interface {
+	// TransitionBatch makes each transition of reqs exactly as Transition
+	// would (the same compare-and-set, history entry, outbox row,
+	// NextInquiryAt and idempotency completion), all in one transaction.
+	// A request whose payment is not in its From status (ErrStaleStatus)
+	// or does not exist (ErrNotFound) writes nothing and gets that error
+	// in errs[i]; the others commit together, and errs[i] is nil for
+	// each of them. When err is not nil, nothing was written and errs is
+	// nil: bad arguments (CodeInvalid, also for a payment named twice)
+	// or a failed transaction.
+	TransitionBatch(ctx context.Context, reqs []TransitionRequest) (errs []error, err error)
+}
+
 // StoredResponse is the response stored with a completed idempotency
 // record, replayed to a client that repeats the request.
 type StoredResponse struct {

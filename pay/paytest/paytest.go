@@ -76,6 +76,9 @@ func run(t *testing.T, newStore func(t *testing.T) pay.Store, parallel bool) {
 		{"WebhookDeliveriesInPaymentOrder", testDeliveries},
 		{"ConcurrentWritersAllCommit", testConcurrentWriters},
 		{"FailingWriterFailsAlone", testFailingWriterAlone},
+		{"TransitionBatch", testTransitionBatch},
+		{"TransitionBatchRefusesInvalid", testTransitionBatchInvalid},
+		{"ConcurrentBatchAndSingleOneWins", testConcurrentBatchAndSingle},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -233,13 +233,8 @@ func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.Idemp
 
 // Transition implements pay.Store.
 func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, reason string, resp *pay.StoredResponse) (pay.Payment, error) {
-	if err := pay.CheckTransition(from, to); err != nil {
+	if err := checkTransition(from, to, resp); err != nil {
 		return pay.Payment{}, err
-	}
-	if resp != nil {
-		if err := checkResponse(*resp); err != nil {
-			return pay.Payment{}, err
-		}
 	}
 	now := pay.StoreTime(s.cfg.Now())
 	var p pay.Payment
@@ -251,42 +246,67 @@ func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, 
 		if err != nil {
 			return err
 		}
-		if cur.Status != from {
-			return fmt.Errorf("payment %s is %s, not %s: %w", id, cur.Status, from, pay.ErrStaleStatus)
-		}
-		seq++
-		// UNKNOWN is due for an inquiry at once; a final status never is.
-		next := time.Time{}
-		if to == pay.StatusUnknown {
-			next = now
-		}
-		if _, err := s.exec(ctx, tx, s.q.updateStatus, string(to), s.d.EncodeTime(now), seq, id, s.encodeNullTime(next)); err != nil {
+		if p, err = s.applyTransition(ctx, tx, cur, seq, from, to, reason, resp, now); err != nil {
 			return err
-		}
-		cur.NextInquiryAt = next
-		if err := s.insertHistory(ctx, tx, id, pay.StatusChange{From: from, To: to, Reason: reason, At: now}); err != nil {
-			return err
-		}
-		cur.Status, cur.UpdatedAt = to, now
-		if err := s.insertOutbox(ctx, tx, cur.MerchantID, pay.NewEvent(pay.EventStatusChanged, cur, seq, from, reason, now)); err != nil {
-			return err
-		}
-		if resp != nil {
-			if _, err := s.exec(ctx, tx, s.q.completeByPayment,
-				string(pay.IdempotencyCompleted), resp.Code, nonNil(resp.Body), id, cur.IdempotencyKey); err != nil {
-				return err
-			}
 		}
 		// The new entry has the highest id of the payment's history: the
 		// lock held since the read above lets no other change in.
-		cur.History = append(cur.History, pay.StatusChange{From: from, To: to, Reason: reason, At: now})
-		p = cur
+		p.History = append(p.History, pay.StatusChange{From: from, To: to, Reason: reason, At: now})
 		return nil
 	})
 	if err != nil {
 		return pay.Payment{}, err
 	}
 	return p, nil
+}
+
+// checkTransition validates the arguments of one transition.
+func checkTransition(from, to pay.Status, resp *pay.StoredResponse) error {
+	if err := pay.CheckTransition(from, to); err != nil {
+		return err
+	}
+	if resp != nil {
+		return checkResponse(*resp)
+	}
+	return nil
+}
+
+// applyTransition moves cur, read with its outbox sequence seq under the
+// row lock of tx, from `from` to `to` at now: the compare-and-set
+// (ErrStaleStatus, nothing written, when cur is not in from), the status
+// update, the history entry, the outbox row and, with resp, the
+// idempotency record's completion. Transition and TransitionBatch both
+// write a transition with it. It returns the payment as updated, its
+// history as cur had it.
+func (s *Store) applyTransition(ctx context.Context, tx *sql.Tx, cur pay.Payment, seq int64, from, to pay.Status, reason string, resp *pay.StoredResponse, now time.Time) (pay.Payment, error) {
+	id := cur.ID
+	if cur.Status != from {
+		return pay.Payment{}, fmt.Errorf("payment %s is %s, not %s: %w", id, cur.Status, from, pay.ErrStaleStatus)
+	}
+	seq++
+	// UNKNOWN is due for an inquiry at once; a final status never is.
+	next := time.Time{}
+	if to == pay.StatusUnknown {
+		next = now
+	}
+	if _, err := s.exec(ctx, tx, s.q.updateStatus, string(to), s.d.EncodeTime(now), seq, id, s.encodeNullTime(next)); err != nil {
+		return pay.Payment{}, err
+	}
+	cur.NextInquiryAt = next
+	if err := s.insertHistory(ctx, tx, id, pay.StatusChange{From: from, To: to, Reason: reason, At: now}); err != nil {
+		return pay.Payment{}, err
+	}
+	cur.Status, cur.UpdatedAt = to, now
+	if err := s.insertOutbox(ctx, tx, cur.MerchantID, pay.NewEvent(pay.EventStatusChanged, cur, seq, from, reason, now)); err != nil {
+		return pay.Payment{}, err
+	}
+	if resp != nil {
+		if _, err := s.exec(ctx, tx, s.q.completeByPayment,
+			string(pay.IdempotencyCompleted), resp.Code, nonNil(resp.Body), id, cur.IdempotencyKey); err != nil {
+			return pay.Payment{}, err
+		}
+	}
+	return cur, nil
 }
 
 // CompleteIdempotency implements pay.Store.
