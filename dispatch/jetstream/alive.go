@@ -198,6 +198,6 @@ func (l *liveness) check(now time.Time) {
 			continue
 		}
 		l.unpins.Add(1)
-		l.c.cfg.Logger.Info("dispatch/jetstream: unpinned a partition whose owner is silent", "consumer", name, "timeout", l.timeout)
+		l.c.cfg.Logger.Warn("dispatch/jetstream: unpinned a partition whose owner is silent", "consumer", name, "timeout", l.timeout)
 	}
 }

@@ -253,6 +253,8 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 			naks = p.endSessionLocked()
 		}
 		p.mu.Unlock()
+		c.cfg.Logger.Warn("dispatch/jetstream: fenced: a later owner of the partition has written; session ended",
+			"consumer", p.name, "key", kq.key, "seq", e.seq, "epoch", ev.Epoch, "handed_back", len(naks)+1)
 		_ = msg.Nak()
 		for _, m := range naks {
 			_ = m.Nak()
