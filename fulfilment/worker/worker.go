@@ -90,6 +90,7 @@ func Start(ctx context.Context, js natsjs.JetStream, store fulfilment.Store, cfg
 func (w *Worker) handle(ctx context.Context, e dispatchjs.Event) error {
 	ev, err := fulfilment.DecodeEvent(e.Data)
 	if err == nil {
+		ev.Partition, ev.Epoch = e.Partition, e.Epoch
 		var applied bool
 		applied, err = w.h.Handle(ctx, ev)
 		if applied {
@@ -98,6 +99,9 @@ func (w *Worker) handle(ctx context.Context, e dispatchjs.Event) error {
 	}
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, fulfilment.ErrFenced) {
+		return fmt.Errorf("%w: %w", dispatchjs.ErrFenced, err)
 	}
 	if httpapi.CodeOf(err) == httpapi.CodeInvalid {
 		w.invalid.Add(1)
