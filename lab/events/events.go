@@ -731,6 +731,15 @@ func (e *Experiment) accountFaults(ctx context.Context, db *sql.DB, plan []arriv
 		"victim_p99_ms": quantile(victims, 0.99), "victim_p99_calm_ms": lat.calm, "neighbour_p99_ms": lat.neighbour,
 		"other_p99_ms": lat.other, "recovery_ms": lat.recovery,
 		"events_per_s": float64(len(ids)) / time.Duration(last-start.UnixNano()).Seconds(), "events": float64(len(plan))}}
+	for f, ms := range lat.byFault {
+		res.Metrics["recovery_"+strings.ReplaceAll(f, "-", "_")+"_ms"] = ms
+	}
+	if len(faults) > 0 {
+		// The share of victims a fault stalled past the threshold: above
+		// 1 %, the overall p99 is one of them, whatever the calm latency.
+		res.Metrics["stalled_share"] = float64(lat.stalled) / float64(max(1, lat.victims))
+		res.Metrics["stall_threshold_ms"] = lat.threshold
+	}
 	if lost > 0 {
 		res.Broken = append(res.Broken, fmt.Sprintf("%d events lost", lost))
 	}
@@ -750,6 +759,12 @@ const maxRecovery = 5 * time.Second
 // latencies are the victim figures of a run besides the overall p99.
 type latencies struct {
 	calm, neighbour, other, recovery float64 // ms
+	// byFault is each fault's window in ms (the longest if it hit twice).
+	byFault map[string]float64
+	// stalled counts the victims slower than the threshold that met a
+	// window, of victims in all; threshold is that latency in ms.
+	stalled, victims int
+	threshold        float64
 }
 
 // victimLatencies splits the victims (applied effects of keys other than
@@ -778,6 +793,7 @@ func (e *Experiment) victimLatencies(vs []effect, faults []injection) latencies 
 	type window struct{ from, to int64 }
 	var wins []window
 	var recovery time.Duration
+	byFault := map[string]float64{}
 	for i, inj := range faults {
 		from := inj.at.UnixNano()
 		next := int64(math.MaxInt64)
@@ -792,10 +808,12 @@ func (e *Experiment) victimLatencies(vs []effect, faults []injection) latencies 
 		}
 		to = min(to, from+int64(maxRecovery))
 		recovery = max(recovery, time.Duration(to-from))
+		byFault[inj.fault] = max(byFault[inj.fault], float64(to-from)/1e6)
 		wins = append(wins, window{from, to})
 	}
 	hotPart := dispatchjs.PartitionOf(keyName(0), e.cfg.Partitions)
 	var calm, neighbour, other []float64
+	stalled := 0
 	for _, f := range vs {
 		hit := false
 		for _, w := range wins {
@@ -805,6 +823,9 @@ func (e *Experiment) victimLatencies(vs []effect, faults []injection) latencies 
 			}
 		}
 		if hit {
+			if ms(f) > threshold {
+				stalled++
+			}
 			continue
 		}
 		calm = append(calm, ms(f))
@@ -815,5 +836,5 @@ func (e *Experiment) victimLatencies(vs []effect, faults []injection) latencies 
 		}
 	}
 	return latencies{calm: quantile(calm, 0.99), neighbour: quantile(neighbour, 0.99), other: quantile(other, 0.99),
-		recovery: float64(recovery) / 1e6}
+		recovery: float64(recovery) / 1e6, byFault: byFault, stalled: stalled, victims: len(vs), threshold: threshold}
 }
