@@ -29,11 +29,14 @@ published to one partitioned JetStream stream (an embedded nats-server that
 persists to a directory, or --nats) and consumed by --workers real worker
 processes of this binary (the keyed consumer of dispatch/jetstream). Each
 handler records its effect in a shared SQLite ledger in one transaction with
-an inbox row. Faults hit worker 0 (or the server) halfway through: kill
-(SIGKILL, then a restart), pause (SIGSTOP for 1.5 × --ack-wait, then
-SIGCONT), nats-restart (the embedded server stopped and started on the same
-directory and port), node-kill (--node-kill-cmd kills one node of a NATS
-cluster given as --nats; use --replicas 3).
+an inbox row. A kill hits worker 0 (SIGKILL, then a restart), a pause
+worker 1 (SIGSTOP for 1.5 × --ack-wait, then SIGCONT), nats-restart the
+embedded server (stopped and started on the same directory and port),
+node-kill one node of a NATS cluster given as --nats (--node-kill-cmd; use
+--replicas 3), halfway through the arrivals; faults joined with + hit one
+run at evenly spaced points (kill+pause+nats-restart: 25, 50 and 75 %).
+Workers spread the pinned partitions (each prefers its share) and unpin a
+partition whose owner was silent for --owner-timeout.
 
 Each handler's effect is fenced: a write carrying a stale ownership epoch
 (a worker that lost its partition while stopped) or taking a key's sequence
