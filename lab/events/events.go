@@ -731,6 +731,15 @@ func (e *Experiment) accountFaults(ctx context.Context, db *sql.DB, plan []arriv
 		"victim_p99_ms": quantile(victims, 0.99), "victim_p99_calm_ms": lat.calm, "neighbour_p99_ms": lat.neighbour,
 		"other_p99_ms": lat.other, "recovery_ms": lat.recovery,
 		"events_per_s": float64(len(ids)) / time.Duration(last-start.UnixNano()).Seconds(), "events": float64(len(plan))}}
+	// Where the victims' time goes: waiting to start (delivery, the
+	// consumer's queue and barrier) and in the handler (its work and the
+	// ledger's transaction).
+	var wait, run []float64
+	for _, f := range vs {
+		wait = append(wait, float64(f.start-f.at)/1e6)
+		run = append(run, float64(f.done-f.start)/1e6)
+	}
+	res.Metrics["victim_wait_p99_ms"], res.Metrics["victim_handler_p99_ms"] = quantile(wait, 0.99), quantile(run, 0.99)
 	for f, ms := range lat.byFault {
 		res.Metrics["recovery_"+strings.ReplaceAll(f, "-", "_")+"_ms"] = ms
 	}
