@@ -780,8 +780,8 @@ type latencies struct {
 // the hot one) of a run.
 //
 // A fault's window runs from its injection to the commit of the last
-// victim, published after it (and before the next fault) or in flight at
-// it, whose latency exceeds three times the p99 of the victims published
+// victim committed after it and before the next fault whose latency
+// exceeds three times the p99 of the victims published
 // before the first fault (at least 3 × Cost); it is capped at
 // maxRecovery. recovery is the longest window. calm is the p99 of the
 // victims whose publish-to-commit interval meets no window: the latency a
@@ -811,7 +811,7 @@ func (e *Experiment) victimLatencies(vs []effect, faults []injection) latencies 
 		}
 		to := from
 		for _, f := range vs {
-			if f.done >= from && f.at < next && ms(f) > threshold {
+			if f.done >= from && f.done < next && ms(f) > threshold {
 				to = max(to, f.done)
 			}
 		}
