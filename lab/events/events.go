@@ -8,7 +8,9 @@
 //
 // Every handler records its effect in a shared SQLite ledger in one
 // transaction with an inbox row (the fulfilment pattern), so a redelivered
-// event is recorded as an attempt but not applied twice. After the run the
+// event is recorded as an attempt but not applied twice, and behind a
+// fence (apply): a write from a worker that lost its partition (a stale
+// ownership epoch) or taking a key's sequence backwards is refused. After the run the
 // ledger says what was lost (published, never applied), duplicated
 // (applied twice despite the inbox), out of order or overlapping per key
 // (dispatch.Ledger replaying the effects' start and done times), how long
