@@ -27,6 +27,12 @@ type Event struct {
 	Amount     int64  // in minor units; 0 when absent
 	Currency   string // "" when absent
 	At         time.Time
+	// Partition and Epoch fence the event when Epoch is positive: the
+	// stream partition it came from and its consumer's ownership epoch
+	// (dispatch/jetstream Event.Partition and Event.Epoch). They are not
+	// in the message body; the worker sets them.
+	Partition int
+	Epoch     uint64
 }
 
 // EventID returns the inbox id of a payment's seq-th event:

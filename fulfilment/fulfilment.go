@@ -163,6 +163,12 @@ type Tx interface {
 	Claim(ctx context.Context, e InboxEntry) (bool, error)
 	// SetOutcome sets the outcome of an event claimed in this transaction.
 	SetOutcome(ctx context.Context, eventID string, o Outcome) error
+	// Fence reports false, writing nothing, when the store holds a larger
+	// epoch for the stream partition than epoch (a later owner of the
+	// partition has written); otherwise it records epoch as the
+	// partition's if larger, and keeps a later owner from recording a
+	// larger one until the transaction ends.
+	Fence(ctx context.Context, partition int, epoch uint64) (current bool, err error)
 	// LockPayment returns the seq of the last event applied for the
 	// payment (0 for none) and holds the payment until the transaction
 	// ends, so that events of one payment are applied one at a time.
@@ -181,6 +187,12 @@ type Tx interface {
 	// RecordRelease inserts r; a payment released already is an error.
 	RecordRelease(ctx context.Context, r Release) error
 }
+
+// ErrFenced is the error of Handler.Process for an event whose Epoch is
+// below the largest the store has seen for its Partition: the worker lost
+// the partition (it was stopped or cut off while another took it over),
+// nothing was written, and the event belongs to the partition's new owner.
+var ErrFenced = errors.New("fulfilment: fenced: a later owner of the partition has written")
 
 // ErrNotFound is the error of a Store read that finds nothing.
 var ErrNotFound = errors.New("fulfilment: not found")

@@ -65,7 +65,9 @@ func (h *Handler) Handle(ctx context.Context, ev Event) (applied bool, err error
 }
 
 // Process processes ev in one transaction of the store and returns its
-// outcome: it claims ev.ID in the inbox (OutcomeDuplicate, nothing written,
+// outcome: when ev.Epoch is set, it first checks the partition's fence
+// (ErrFenced, nothing written, for an epoch below the partition's); it
+// claims ev.ID in the inbox (OutcomeDuplicate, nothing written,
 // if the inbox holds it already), ignores ev if its payment has applied
 // an event at or after ev.Seq (OutcomeStale), and otherwise settles the
 // order by ev.Status. The outcome is stored with the inbox entry.
@@ -77,6 +79,15 @@ func (h *Handler) Process(ctx context.Context, ev Event) (Outcome, error) {
 	var out Outcome
 	err := h.store.Update(ctx, func(ctx context.Context, tx Tx) error {
 		out = ""
+		if ev.Epoch > 0 {
+			current, err := tx.Fence(ctx, ev.Partition, ev.Epoch)
+			if err != nil {
+				return fmt.Errorf("fence partition %d: %w", ev.Partition, err)
+			}
+			if !current {
+				return fmt.Errorf("%s: epoch %d of partition %d: %w", ev.ID, ev.Epoch, ev.Partition, ErrFenced)
+			}
+		}
 		fresh, err := tx.Claim(ctx, InboxEntry{EventID: ev.ID, PaymentID: ev.PaymentID, Seq: ev.Seq, Outcome: OutcomeNoEffect, ProcessedAt: now})
 		if err != nil {
 			return fmt.Errorf("claim %s: %w", ev.ID, err)

@@ -29,16 +29,24 @@ published to one partitioned JetStream stream (an embedded nats-server that
 persists to a directory, or --nats) and consumed by --workers real worker
 processes of this binary (the keyed consumer of dispatch/jetstream). Each
 handler records its effect in a shared SQLite ledger in one transaction with
-an inbox row. Faults hit worker 0 (or the server) halfway through: kill
-(SIGKILL, then a restart), pause (SIGSTOP for 1.5 × --ack-wait, then
-SIGCONT), nats-restart (the embedded server stopped and started on the same
-directory and port), node-kill (--node-kill-cmd kills one node of a NATS
-cluster given as --nats; use --replicas 3).
+an inbox row. A kill hits worker 0 (SIGKILL, then a restart), a pause
+worker 1 (SIGSTOP for 1.5 × --ack-wait, then SIGCONT), nats-restart the
+embedded server (stopped and started on the same directory and port),
+node-kill one node of a NATS cluster given as --nats (--node-kill-cmd; use
+--replicas 3), halfway through the arrivals; faults joined with + hit one
+run at evenly spaced points (kill+pause+nats-restart: 25, 50 and 75 %).
+Workers spread the pinned partitions (each prefers its share) and unpin a
+partition whose owner was silent for --owner-timeout.
 
-Per run: lost events, effects applied twice, per-key order violations and
-overlaps (dispatch.Ledger over the effects' times), redeliveries, victim p99
-(against the in-process keyed dispatcher, workers 0) and events/s. A lost
-event or a double effect breaks an invariant (exit status 2).
+Each handler's effect is fenced: a write carrying a stale ownership epoch
+(a worker that lost its partition while stopped) or taking a key's sequence
+backwards is refused and handed back. Per run: lost events, effects applied
+twice, per-key order violations and overlaps (dispatch.Ledger over the
+effects' times), redeliveries, fenced writes, victim p99 overall and outside
+the fault windows (against the in-process keyed dispatcher, workers 0), the
+p99 of the hot key's partition neighbours and of the other partitions, the
+longest recovery, and events/s. A lost event or a double effect breaks an
+invariant (exit status 2).
 
 Not part of 'stampede lab' / 'lab all': the default sweep (3 worker counts
 × 4 faults, 10 s each, plus drains) takes several minutes.`,
@@ -56,11 +64,14 @@ Not part of 'stampede lab' / 'lab all': the default sweep (3 worker counts
 	f.Int("keys", d.Keys, "number of keys; key-000 is the hot one")
 	f.Float64Slice("hot-loads", d.HotLoads, "hot key loads, in handlers (hot rate × --cost)")
 	f.IntSlice("workers", d.Workers, "worker process counts to compare")
-	f.StringSlice("faults", d.Faults, "faults, each its own condition: none, kill, pause, nats-restart")
+	f.StringSlice("faults", d.Faults, "faults, each its own condition: none, kill, pause, nats-restart, node-kill; join with + to hit one run with several (kill+pause+nats-restart: at 25, 50 and 75 % of the arrivals)")
 	f.Int("concurrency", d.Concurrency, "handlers per worker process")
 	f.Int("partitions", d.Partitions, "partitions of the stream")
-	f.Duration("cost", d.Cost, "handling time of one event")
+	f.Duration("cost", d.Cost, "handling time of one event of the other keys")
+	f.Duration("hot-cost", d.HotCost, "handling time of one event of the hot key")
+	f.Float64("jitter", d.Jitter, "handling times spread uniformly over ±jitter of their mean")
 	f.Duration("ack-wait", d.AckWait, "the consumers' ack deadline")
+	f.Duration("owner-timeout", d.OwnerTimeout, "unpin a partition whose owner was not heard of for this long (0: off, wait for the pin's TTL)")
 	f.String("nats", "", "a real NATS server's URL, or a cluster's comma-separated URLs (empty: an embedded nats-server per run)")
 	f.Int("replicas", d.Replicas, "the stream's replicas (3 on a 3-node cluster)")
 	f.String("node-kill-cmd", "", "shell command that kills one NATS cluster node, for --faults node-kill (e.g. '.ci/nats-cluster kill 4231')")
@@ -86,6 +97,9 @@ func buildEvents(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
 	x.set("partitions", func(f *pflag.FlagSet) (e error) { cfg.Partitions, e = f.GetInt("partitions"); return })
 	x.set("cost", func(f *pflag.FlagSet) (e error) { cfg.Cost, e = f.GetDuration("cost"); return })
 	x.set("ack-wait", func(f *pflag.FlagSet) (e error) { cfg.AckWait, e = f.GetDuration("ack-wait"); return })
+	x.set("hot-cost", func(f *pflag.FlagSet) (e error) { cfg.HotCost, e = f.GetDuration("hot-cost"); return })
+	x.set("jitter", func(f *pflag.FlagSet) (e error) { cfg.Jitter, e = f.GetFloat64("jitter"); return })
+	x.set("owner-timeout", func(f *pflag.FlagSet) (e error) { cfg.OwnerTimeout, e = f.GetDuration("owner-timeout"); return })
 	x.set("nats", func(f *pflag.FlagSet) (e error) { cfg.NATS, e = f.GetString("nats"); return })
 	x.set("replicas", func(f *pflag.FlagSet) (e error) { cfg.Replicas, e = f.GetInt("replicas"); return })
 	x.set("node-kill-cmd", func(f *pflag.FlagSet) error {
@@ -119,7 +133,7 @@ var eventsWorkerCmd = func(args []string) *exec.Cmd {
 // newLabEventsWorkerCmd is the hidden worker mode of the events lab.
 func newLabEventsWorkerCmd() *cobra.Command {
 	cfg := events.WorkerConfig{Consumer: dispatchjs.DefaultConfig(), Cost: events.DefaultConfig().Cost}
-	var serve string
+	var serve, prefer string
 	cmd := &cobra.Command{
 		Use:    "events-worker",
 		Short:  "A worker process of the events lab (internal)",
@@ -136,7 +150,18 @@ func newLabEventsWorkerCmd() *cobra.Command {
 				c.NakDelay, c.MaxNakDelay = 100*time.Millisecond, c.AckWait
 			}
 			c.DrainTimeout = 5 * time.Second
+			for _, s := range strings.Split(prefer, ",") {
+				if s == "" {
+					continue
+				}
+				p, err := strconv.Atoi(s)
+				if err != nil {
+					return err
+				}
+				c.Prefer = append(c.Prefer, p)
+			}
 			if serve != "" {
+				c.Prefer = nil
 				c.Pinned = false
 				for _, s := range strings.Split(serve, ",") {
 					p, err := strconv.Atoi(s)
@@ -159,6 +184,10 @@ func newLabEventsWorkerCmd() *cobra.Command {
 	f.IntVar(&cfg.Consumer.Workers, "concurrency", cfg.Consumer.Workers, "handlers at once")
 	f.DurationVar(&cfg.Consumer.AckWait, "ack-wait", cfg.Consumer.AckWait, "ack deadline")
 	f.DurationVar(&cfg.Cost, "cost", cfg.Cost, "handling time of one event")
+	f.DurationVar(&cfg.HotCost, "hot-cost", 0, "handling time of one event of the hot key (0: --cost)")
+	f.Float64Var(&cfg.Jitter, "jitter", 0, "handling times spread uniformly over ±jitter of their mean")
+	f.DurationVar(&cfg.Consumer.OwnerTimeout, "owner-timeout", 0, "unpin a partition whose owner was not heard of for this long (0: off)")
+	f.StringVar(&prefer, "prefer", "", "partitions to pin first (the others after the pull expiry)")
 	f.StringVar(&serve, "serve", "", "partitions to serve statically (servers without pinning)")
 	return cmd
 }

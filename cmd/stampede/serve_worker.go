@@ -28,6 +28,7 @@ type workerOptions struct {
 	store  payStoreOptions
 	cfg    worker.Config
 	serve  string
+	prefer string
 	server httpapi.ServerConfig
 }
 
@@ -81,6 +82,9 @@ wait for it.`,
 	f.IntVar(&c.MaxPending, "max-pending", c.MaxPending, "unacknowledged events per partition at most (memory bound)")
 	f.DurationVar(&c.AckWait, "ack-wait", c.AckWait, "how long the server waits for an acknowledgement before redelivering")
 	f.StringVar(&opts.serve, "serve", "", "comma-separated partitions this worker serves, e.g. 0,1,2,3 (empty: pinned on nats-server 2.11+, else all)")
+	f.DurationVar(&c.OwnerTimeout, "owner-timeout", c.OwnerTimeout, "pinned only: unpin a partition whose owning worker was not heard of for this long, so a live worker takes it over (0: off, wait for the pin's TTL)")
+	f.DurationVar(&c.PinnedTTL, "pinned-ttl", c.PinnedTTL, "pinned only: how long the server keeps a partition pinned to a worker that stopped pulling")
+	f.StringVar(&opts.prefer, "prefer", "", "comma-separated partitions this worker pins first (pinned only; the others after the pull expiry), to spread partitions over workers")
 	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", opts.server.ShutdownTimeout, "on SIGINT or SIGTERM, how long running handlers and requests may finish")
 	return cmd
 }
@@ -99,13 +103,26 @@ func (o *workerOptions) config(serverVersion string) (worker.Config, error) {
 			cfg.Consumer.Serve = append(cfg.Consumer.Serve, p)
 		}
 	}
+	if o.prefer != "" {
+		for _, s := range strings.Split(o.prefer, ",") {
+			p, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return cfg, fmt.Errorf("--prefer: %q is not a partition number", s)
+			}
+			cfg.Consumer.Prefer = append(cfg.Consumer.Prefer, p)
+		}
+	}
 	cfg.Consumer.Pinned = o.serve == "" && dispatchjs.PinningSupported(serverVersion)
+	if !cfg.Consumer.Pinned {
+		cfg.Consumer.OwnerTimeout, cfg.Consumer.Prefer = 0, nil
+	}
 	if cfg.Consumer.InProgressEvery > cfg.Consumer.AckWait/2 {
 		cfg.Consumer.InProgressEvery = cfg.Consumer.AckWait / 3
 	}
 	if err := cfg.Validate(); err != nil {
 		flags := map[string]string{"Stream": "--stream", "Subject": "--subject", "Durable": "--durable", "Partitions": "--partitions",
-			"Workers": "--concurrency", "MaxPending": "--max-pending", "AckWait": "--ack-wait", "Serve": "--serve", "DrainTimeout": "--shutdown-timeout"}
+			"Workers": "--concurrency", "MaxPending": "--max-pending", "AckWait": "--ack-wait", "Serve": "--serve", "DrainTimeout": "--shutdown-timeout",
+			"OwnerTimeout": "--owner-timeout", "PinnedTTL": "--pinned-ttl", "Prefer": "--prefer"}
 		for field, flag := range flags {
 			if strings.Contains(err.Error(), ": "+field+": ") {
 				msg := err.Error()

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 )
 
@@ -46,6 +47,24 @@ type Config struct {
 	// that has stopped pulling (Pinned only). It must exceed PullExpiry, the
 	// longest a live client goes without a pull request.
 	PinnedTTL time.Duration
+	// OwnerTimeout, when positive (Pinned only), turns on the liveness
+	// check of alive.go: the processes serving a stream tell each other
+	// every OwnerTimeout/3 which pins they hold, and the lowest-named live
+	// process unpins a partition with work pending whose pinned client
+	// nobody has heard of for OwnerTimeout (a process killed, stopped or
+	// cut off), so that the server pins it to a live process at once
+	// instead of after PinnedTTL. A live process unpinned by mistake (it
+	// was starved for OwnerTimeout) costs a handover, not correctness: its
+	// late effects carry a stale Event.Epoch, which the effect store
+	// refuses (ErrFenced). Zero turns the check off.
+	OwnerTimeout time.Duration
+	// Prefer lists partitions this process pulls at once; it starts
+	// pulling the other served partitions only after PullExpiry, so that
+	// with Pinned every partition is first pinned to a process that
+	// prefers it (give each process its own Prefer set to spread the
+	// partitions) and moves elsewhere only when that process goes. Empty
+	// means no preference.
+	Prefer []int
 
 	// Workers is the number of handlers that run at once (the keyed
 	// dispatcher's workers, shared by every served partition).
@@ -144,8 +163,10 @@ func (c Config) Validate() error {
 		return bad("PullBatch", "must be between 1 and MaxPending (%d), got %d", c.MaxPending, c.PullBatch)
 	case c.PullExpiry < time.Second:
 		return bad("PullExpiry", "must be at least 1s, got %s", c.PullExpiry)
-	case c.AckWait < time.Second:
-		return bad("AckWait", "must be at least 1s, got %s", c.AckWait)
+	case c.AckWait < 100*time.Millisecond:
+		return bad("AckWait", "must be at least 100ms, got %s", c.AckWait)
+	case c.OwnerTimeout < 0 || c.OwnerTimeout > 0 && c.OwnerTimeout < 30*time.Millisecond:
+		return bad("OwnerTimeout", "must be 0 (off) or at least 30ms, got %s", c.OwnerTimeout)
 	case c.InProgressEvery <= 0 || c.InProgressEvery > c.AckWait/2:
 		return bad("InProgressEvery", "must be positive and at most AckWait/2 (%s), got %s", c.AckWait/2, c.InProgressEvery)
 	case c.NakDelay <= 0:
@@ -167,7 +188,17 @@ func (c Config) Validate() error {
 		}
 		seen[p] = true
 	}
+	for _, p := range c.Prefer {
+		if p < 0 || p >= c.Partitions || len(c.Serve) > 0 && !seen[p] {
+			return bad("Prefer", "partition %d is not served", p)
+		}
+	}
 	return nil
+}
+
+// preferred reports whether this process pulls partition p at once.
+func (c Config) preferred(p int) bool {
+	return len(c.Prefer) == 0 || slices.Contains(c.Prefer, p)
 }
 
 // served returns the partitions this process consumes.

@@ -40,6 +40,14 @@ type Event struct {
 	Delivery uint64
 	// Published is when the stream stored the message.
 	Published time.Time
+	// Epoch is the fencing token of this process's ownership of the
+	// partition: the consumer sequence of the first delivery of the
+	// session (see the package documentation). A later owner of the
+	// partition always has a larger epoch, so an effect store that keeps
+	// the largest epoch it has seen per partition, and refuses a write
+	// with a smaller one (ErrFenced), refuses the late effects of a
+	// process that lost the partition while it was stopped or cut off.
+	Epoch uint64
 	// Header holds the message headers.
 	Header nats.Header
 	// Data is the payload.
@@ -48,9 +56,19 @@ type Event struct {
 
 // Handler processes one event. A nil error acknowledges the message; an
 // error negatively acknowledges it with a delay (Config.NakDelay, doubling
-// per delivery) and holds the rest of its key until it comes back. The
-// context ends when Close gives up waiting (Config.DrainTimeout).
+// per delivery) and holds the rest of its key until it comes back. An
+// error wrapping ErrFenced (the effect store refused Event.Epoch as
+// stale) means another process owns the partition now: the message is
+// handed back at once and this process ends its session of the partition
+// (its queued messages go back too). The context ends when Close gives up
+// waiting (Config.DrainTimeout).
 type Handler func(ctx context.Context, e Event) error
+
+// ErrFenced is what an effect store returns, and a handler passes on,
+// when it refuses a write because a later owner of the partition has
+// written (a smaller Event.Epoch than the largest it has seen for the
+// partition) or because the key's applied sequence would go backwards.
+var ErrFenced = errors.New("dispatch/jetstream: fenced: a later owner of the partition has written")
 
 // Consumer feeds the messages of a partitioned JetStream stream to a keyed
 // dispatcher. See the package documentation for the protocol and what it
@@ -70,6 +88,8 @@ type Consumer struct {
 	closeOnce sync.Once
 	inFlight  atomic.Int64
 	connected atomic.Bool // the connection was up at the last check
+	alive     *liveness   // nil unless Pinned with OwnerTimeout
+	closed    atomic.Bool // Close (or a failed New) has begun: start no pulls
 }
 
 // New creates or updates the durable consumer of every served partition
@@ -133,6 +153,12 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 		}
 		c.parts = append(c.parts, newPartition(c, n, stream, cons))
 	}
+	if cfg.Pinned && cfg.OwnerTimeout > 0 {
+		if err := c.startLiveness(); err != nil {
+			c.abort()
+			return nil, fmt.Errorf("dispatch/jetstream: OwnerTimeout: subscribe to %s: %w", aliveSubject(cfg), err)
+		}
+	}
 	for _, p := range c.parts {
 		if err := p.start(ctx); err != nil {
 			c.abort()
@@ -145,9 +171,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 
 // abort undoes a New that failed half-way.
 func (c *Consumer) abort() {
+	c.closed.Store(true)
 	for _, p := range c.parts {
-		if p.cc != nil {
-			p.cc.Stop()
+		if cc := p.pulling(); cc != nil {
+			cc.Stop()
 		}
 	}
 	close(c.stop)
@@ -202,7 +229,7 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 	p.inFlight++
 	msg := e.msg
 	ev := Event{ID: eventID(c.cfg.Stream, msg, e.seq), Key: kq.key, Partition: p.index, Subject: msg.Subject(),
-		Sequence: e.seq, Delivery: e.delivered, Published: e.published, Header: msg.Headers(), Data: msg.Data()}
+		Sequence: e.seq, Delivery: e.delivered, Published: e.published, Epoch: kq.sess.epoch, Header: msg.Headers(), Data: msg.Data()}
 	p.mu.Unlock()
 
 	c.inFlight.Add(1)
@@ -216,6 +243,24 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 	p.mu.Lock()
 	p.inFlight--
 	kq.running = false
+	if err != nil && errors.Is(err, ErrFenced) {
+		// Another process owns the partition: hand this message back at
+		// once and end the session, whose queued messages go back too.
+		p.fenced++
+		p.release(e)
+		var naks []jetstream.Msg
+		if kq.sess == p.sess {
+			naks = p.endSessionLocked()
+		}
+		p.mu.Unlock()
+		c.cfg.Logger.Warn("dispatch/jetstream: fenced: a later owner of the partition has written; session ended",
+			"consumer", p.name, "key", kq.key, "seq", e.seq, "epoch", ev.Epoch, "handed_back", len(naks)+1)
+		_ = msg.Nak()
+		for _, m := range naks {
+			_ = m.Nak()
+		}
+		return
+	}
 	if err == nil {
 		p.acked++
 		p.done.add(e.seq)
@@ -337,13 +382,18 @@ func (c *Consumer) Close() {
 	c.closeOnce.Do(func() {
 		drain, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
 		defer cancel()
+		c.closed.Store(true)
 		for _, p := range c.parts {
-			p.cc.Drain()
+			if cc := p.pulling(); cc != nil {
+				cc.Drain()
+			}
 		}
 		for _, p := range c.parts {
-			select {
-			case <-p.cc.Closed():
-			case <-drain.Done():
+			if cc := p.pulling(); cc != nil {
+				select {
+				case <-cc.Closed():
+				case <-drain.Done():
+				}
 			}
 		}
 		var pins []string
@@ -433,6 +483,12 @@ type Stats struct {
 	Acked uint64
 	// Failed counts handler errors (each negatively acknowledged).
 	Failed uint64
+	// Fenced counts handler runs refused by the effect store as stale
+	// (ErrFenced): this process had lost the partition.
+	Fenced uint64
+	// Unpins counts partitions this process unpinned because their pinned
+	// client was not heard of for OwnerTimeout.
+	Unpins uint64
 	// Late counts messages that arrived while a later message of their key
 	// was running or waiting for its redelivery: per-key order lost, which
 	// the protocol rules out except in the failures the package
@@ -464,9 +520,13 @@ func (c *Consumer) Stats() Stats {
 		s.Acked += p.acked
 		s.Failed += p.failed
 		s.Late += p.late
+		s.Fenced += p.fenced
 		p.mu.Unlock()
 	}
 	s.InFlight = int(c.inFlight.Load())
+	if c.alive != nil {
+		s.Unpins = c.alive.unpins.Load()
+	}
 	for i := 0; i < len(all) && i < 5; i++ {
 		m := i
 		for j := i + 1; j < len(all); j++ {

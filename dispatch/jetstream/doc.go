@@ -62,6 +62,21 @@
 // message with another pin id, or a barrier reading another pin id): its
 // queued messages go back to the server, its running ones finish.
 //
+// Each session has an epoch, Event.Epoch: the consumer sequence of its
+// first delivery. The consumer sequence counts every delivery of the
+// durable consumer, whoever receives it, so a later session of a partition,
+// in any process, has a larger epoch than every earlier one. A handler
+// whose effect store refuses its epoch as stale (ErrFenced) hands the
+// message back and ends the session.
+//
+// With Config.OwnerTimeout, the processes announce the pins they hold on a
+// core NATS subject (alive.go), and one of them unpins a partition with
+// work pending whose pinned client nobody has announced for OwnerTimeout:
+// a killed or stopped owner is replaced in about OwnerTimeout plus AckWait
+// (its held messages come back after AckWait) instead of PinnedTTL. With
+// Config.Prefer, a process pulls its preferred partitions at once and the
+// others after PullExpiry, which spreads the pins over the processes.
+//
 // Close stops pulling, hands queued messages back (negative acknowledgement
 // without delay), waits for running handlers and acknowledges them, and
 // unpins the partitions it held, so that the next process takes over at
@@ -85,15 +100,22 @@
 //   - across the death of a process: its messages are redelivered after
 //     AckWait, and the barrier holds the new owner until they arrive.
 //
-// It does not hold when a live process loses contact with the server for
-// longer than AckWait (a network partition, a pause longer than AckWait):
-// the server then redelivers its messages elsewhere while it may still be
-// running them, and its messages already queued may start when it
-// reconnects before it learns that its pin moved. Messages are not started
-// while the connection is down, which narrows but does not close this
-// window. Nor does it hold when, without pinning, two processes serve one
-// partition at once (a deployment error: see Config.Serve), or when someone
-// else limits the consumers' MaxDeliver.
+// On its own it does not hold when a live process loses contact with the
+// server for longer than AckWait (a network partition, a pause longer than
+// AckWait, or a process unpinned by OwnerTimeout while it was stopped): the
+// server then redelivers its messages elsewhere while it may still be
+// running them, and its messages already queued may start when it wakes
+// before it learns that its pin moved. Messages are not started while the
+// connection is down, which narrows but does not close this window. The
+// fence closes it for effects: an effect store that keeps, per partition,
+// the largest Event.Epoch it has written and refuses a smaller one, and
+// per key the last applied sequence and refuses one not above it, in the
+// effect's transaction, never applies the stale process's late effects
+// (its handler still runs, and its effect is refused). The events lab
+// (lab/events) runs this under SIGSTOP. Per-key order does not hold when,
+// without pinning, two processes serve one partition at once (a deployment
+// error: see Config.Serve), or when someone else limits the consumers'
+// MaxDeliver.
 //
 // Delivery is at least once. A message runs again after a handler error,
 // and may run again in another process when its owner died after the
@@ -101,7 +123,7 @@
 // Event.ID (the Nats-Msg-Id header, else stream and sequence) and
 // Event.Delivery let a handler make its effects exactly once: record the
 // processed ID in the same transaction as the effect, and skip an ID
-// already recorded (an inbox table). Recording the highest Event.Sequence
-// per key alongside would also reject the late effects of the
-// network-partition case above.
+// already recorded (an inbox table); fence with Event.Epoch and the key's
+// sequence as above to reject the late effects of a process that lost its
+// partition.
 package jetstream

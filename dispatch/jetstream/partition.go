@@ -15,6 +15,7 @@ import (
 // session's messages do not run until its barrier has passed (open).
 type session struct {
 	pin   string
+	epoch uint64 // consumer sequence of the session's first delivery (Event.Epoch)
 	open  bool
 	ended bool
 	keys  map[string]*keyQueue
@@ -49,6 +50,7 @@ type partition struct {
 	acked        uint64
 	failed       uint64
 	late         uint64
+	fenced       uint64
 	barrierTime  time.Duration
 	sweepKeys    int // see dropIfEmptyLocked
 }
@@ -84,12 +86,44 @@ func (p *partition) start(ctx context.Context) error {
 		p.startSessionLocked("")
 		p.mu.Unlock()
 	}
+	if cfg.preferred(p.index) {
+		return p.consume(opts)
+	}
+	// Not preferred: let the processes that prefer it pin it first.
+	p.c.bg.Go(func() {
+		select {
+		case <-time.After(cfg.PullExpiry):
+		case <-p.c.stop:
+			return
+		}
+		if err := p.consume(opts); err != nil {
+			p.c.cfg.Logger.Warn("dispatch/jetstream: consume a partition not preferred", "consumer", p.name, "err", err)
+		}
+	})
+	return nil
+}
+
+// consume starts pulling, unless Close has begun.
+func (p *partition) consume(opts []jetstream.PullConsumeOpt) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.c.closed.Load() {
+		return nil
+	}
 	cc, err := p.cons.Consume(p.onMsg, opts...)
 	if err != nil {
 		return err
 	}
 	p.cc = cc
 	return nil
+}
+
+// pulling returns the partition's consume context, nil if it never
+// started.
+func (p *partition) pulling() jetstream.ConsumeContext {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cc
 }
 
 // awaitNoPullers waits until the consumer has no waiting pull request, for
@@ -169,6 +203,9 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 		p.startSessionLocked(pin)
 	}
 	s := p.sess
+	if s.epoch == 0 {
+		s.epoch = md.Sequence.Consumer
+	}
 	kq := s.keys[key]
 	var submit *keyQueue
 	var e *entry

@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) fulfilment.Store) {
 		{"ConcurrentApprovedPaymentsOfOneOrderIssueOneTicket", testConcurrentTwoApproved},
 		{"DeclinedThenApprovedRetry", testDeclinedThenApproved},
 		{"StaleEventIsIgnored", testStale},
+		{"StaleEpochIsFenced", testFenced},
 		{"NonTerminalEventsHaveNoEffect", testNonTerminal},
 		{"FailureMidTransactionWritesNothing", testFailureMidTransaction},
 		{"ClosedStoreIsUnavailable", testClosed},
@@ -684,4 +685,35 @@ func testTicketsPaginate(t *testing.T, s fulfilment.Store) {
 	if got.Tickets < before.Tickets+7 || got.Inbox < before.Inbox+7 || got.Orders[fulfilment.OrderTicketed] < before.Orders[fulfilment.OrderTicketed]+7 {
 		t.Fatalf("Counts went from %+v to %+v, want at least 7 more tickets, events and ticketed orders", before, got)
 	}
+}
+
+// testFenced: a worker paused while its partition moved to another (epoch
+// 9) wakes and processes an event with its old epoch 5: ErrFenced, nothing
+// written, and the new owner applies the event. Another partition has its
+// own epoch, and an event without an epoch is not fenced.
+func testFenced(t *testing.T, s fulfilment.Store) {
+	h := newHandler(t, s)
+	ctx := context.Background()
+	part := int(rand.Int32N(1 << 30))
+	at := func(ev fulfilment.Event, partition int, epoch uint64) fulfilment.Event {
+		ev.Partition, ev.Epoch = partition, epoch
+		return ev
+	}
+	a, b, c, d, e := newPayment(), newPayment(), newPayment(), newPayment(), newPayment()
+	process(t, h, at(event(t, a, 1, pay.StatusApproved), part, 5), fulfilment.OutcomeTicketIssued)
+	process(t, h, at(event(t, b, 1, pay.StatusApproved), part, 9), fulfilment.OutcomeTicketIssued)
+	late := at(event(t, c, 1, pay.StatusApproved), part, 5)
+	if out, err := h.Process(ctx, late); !errors.Is(err, fulfilment.ErrFenced) {
+		t.Fatalf("Process(epoch 5 after 9) = %s, %v; want ErrFenced", out, err)
+	}
+	if _, err := s.Inbox(ctx, late.ID); !errors.Is(err, fulfilment.ErrNotFound) {
+		t.Fatalf("Inbox of the fenced event: %v, want ErrNotFound (nothing written)", err)
+	}
+	if _, err := s.Ticket(ctx, c.MerchantID, c.OrderID); !errors.Is(err, fulfilment.ErrNotFound) {
+		t.Fatalf("Ticket of the fenced event's order: %v, want ErrNotFound", err)
+	}
+	process(t, h, at(event(t, c, 1, pay.StatusApproved), part, 9), fulfilment.OutcomeTicketIssued)
+	process(t, h, at(event(t, d, 1, pay.StatusApproved), part+1, 1), fulfilment.OutcomeTicketIssued)
+	process(t, h, event(t, e, 1, pay.StatusApproved), fulfilment.OutcomeTicketIssued)
+	wantTicket(t, s, c, c)
 }

@@ -287,6 +287,24 @@ func (t *tx) SetOutcome(ctx context.Context, eventID string, o fulfilment.Outcom
 	return t.exec1(ctx, t.s.q.setOutcome, string(o), eventID)
 }
 
+// Fence implements fulfilment.Tx. Raising the epoch takes the partition's
+// row lock; checking it takes a share lock (PostgreSQL), so the
+// transactions of one owner do not wait for each other, and a new owner's
+// raise waits for the old owner's transactions in flight.
+func (t *tx) Fence(ctx context.Context, partition int, epoch uint64) (bool, error) {
+	if _, err := t.tx.ExecContext(ctx, t.s.q.insertFence, partition); err != nil {
+		return false, err
+	}
+	if _, err := t.tx.ExecContext(ctx, t.s.q.raiseFence, partition, int64(epoch)); err != nil {
+		return false, err
+	}
+	var stored int64
+	if err := t.tx.QueryRowContext(ctx, t.s.q.readFence, partition).Scan(&stored); err != nil {
+		return false, err
+	}
+	return uint64(stored) <= epoch, nil
+}
+
 // LockPayment implements fulfilment.Tx.
 func (t *tx) LockPayment(ctx context.Context, paymentID string, now time.Time) (int64, error) {
 	if _, err := t.tx.ExecContext(ctx, t.s.q.insertProgress, paymentID, t.s.d.EncodeTime(now)); err != nil {
@@ -351,6 +369,7 @@ type queries struct {
 	insertOrder, lockOrder, saveOrder, order string
 	insertTicket, ticket, tickets            string
 	insertRelease, releases                  string
+	insertFence, raiseFence, readFence       string
 	countInbox, countTickets, countReleases  string
 	countOrders                              string
 }
@@ -385,13 +404,27 @@ func newQueries(d Dialect) queries {
 		countTickets:  `SELECT count(*) FROM tickets`,
 		countReleases: `SELECT count(*) FROM order_releases`,
 		countOrders:   `SELECT state, count(*) FROM order_states GROUP BY state`,
+		insertFence:   `INSERT INTO partition_fences (part, epoch) VALUES ($1, 0) ON CONFLICT (part) DO NOTHING`,
+		raiseFence:    `UPDATE partition_fences SET epoch = $2 WHERE part = $1 AND epoch < $2`,
+		readFence:     `SELECT epoch FROM partition_fences WHERE part = $1` + shareLock(d),
 	}
 	for _, p := range []*string{
 		&q.claim, &q.setOutcome, &q.inbox, &q.insertProgress, &q.lockProgress, &q.advance,
 		&q.insertOrder, &q.lockOrder, &q.saveOrder, &q.order, &q.insertTicket, &q.ticket, &q.tickets,
 		&q.insertRelease, &q.releases, &q.countInbox, &q.countTickets, &q.countReleases, &q.countOrders,
+		&q.insertFence, &q.raiseFence, &q.readFence,
 	} {
 		*p = d.Rebind(*p)
 	}
 	return q
+}
+
+// shareLock is the dialect's shared row lock: FOR SHARE where rows lock
+// (PostgreSQL), nothing where a write transaction holds the database
+// (SQLite).
+func shareLock(d Dialect) string {
+	if d.LockRow() == "" {
+		return ""
+	}
+	return " FOR SHARE"
 }

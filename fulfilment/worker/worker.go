@@ -90,6 +90,7 @@ func Start(ctx context.Context, js natsjs.JetStream, store fulfilment.Store, cfg
 func (w *Worker) handle(ctx context.Context, e dispatchjs.Event) error {
 	ev, err := fulfilment.DecodeEvent(e.Data)
 	if err == nil {
+		ev.Partition, ev.Epoch = e.Partition, e.Epoch
 		var applied bool
 		applied, err = w.h.Handle(ctx, ev)
 		if applied {
@@ -98,6 +99,9 @@ func (w *Worker) handle(ctx context.Context, e dispatchjs.Event) error {
 	}
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, fulfilment.ErrFenced) {
+		return fmt.Errorf("%w: %w", dispatchjs.ErrFenced, err)
 	}
 	if httpapi.CodeOf(err) == httpapi.CodeInvalid {
 		w.invalid.Add(1)
@@ -161,6 +165,8 @@ var (
 		"late":        prometheus.NewDesc("stampede_worker_late_total", "Events that arrived after a later event of their key had started: per-key order lost. Alert on it.", nil, nil),
 		"invalid":     prometheus.NewDesc("stampede_worker_invalid_events_total", "Events set aside because they are not valid payment events.", nil, nil),
 		"applied":     prometheus.NewDesc("stampede_worker_applied_total", "Events that issued a ticket or recorded a release.", nil, nil),
+		"fenced":      prometheus.NewDesc("stampede_worker_fenced_total", "Events the store refused because a later owner of their partition had written (this worker had lost it), handed back.", nil, nil),
+		"unpins":      prometheus.NewDesc("stampede_worker_unpins_total", "Partitions this worker unpinned because their owner was silent for --owner-timeout.", nil, nil),
 	}
 )
 
@@ -191,7 +197,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight))
 	for name, v := range map[string]uint64{"delivered": s.Delivered, "redelivered": s.Redelivered, "duplicates": s.Duplicates,
-		"acked": s.Acked, "failed": s.Failed, "late": s.Late, "invalid": c.w.Invalid(), "applied": c.w.Applied()} {
+		"acked": s.Acked, "failed": s.Failed, "late": s.Late, "invalid": c.w.Invalid(), "applied": c.w.Applied(),
+		"fenced": s.Fenced, "unpins": s.Unpins} {
 		ch <- prometheus.MustNewConstMetric(descCounters[name], prometheus.CounterValue, float64(v))
 	}
 }

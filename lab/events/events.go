@@ -8,7 +8,9 @@
 //
 // Every handler records its effect in a shared SQLite ledger in one
 // transaction with an inbox row (the fulfilment pattern), so a redelivered
-// event is recorded as an attempt but not applied twice. After the run the
+// event is recorded as an attempt but not applied twice, and behind a
+// fence (apply): a write from a worker that lost its partition (a stale
+// ownership epoch) or taking a key's sequence backwards is refused. After the run the
 // ledger says what was lost (published, never applied), duplicated
 // (applied twice despite the inbox), out of order or overlapping per key
 // (dispatch.Ledger replaying the effects' start and done times), how long
@@ -28,6 +30,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,7 +62,7 @@ type Config struct {
 	// Keys is the number of keys; key-000 is the hot one.
 	Keys int
 	// HotLoads are the hot key's offered loads in workers (hot rate ×
-	// Cost): above 1 the hot key alone needs more than one handler.
+	// HotCost): above 1 the hot key alone needs more than one handler.
 	HotLoads []float64
 	// Seconds is how long arrivals last.
 	Seconds float64
@@ -68,14 +71,25 @@ type Config struct {
 	// Workers lists the worker process counts to run.
 	Workers []int
 	// Faults lists the faults, each its own condition: none, kill, pause,
-	// nats-restart.
+	// nats-restart, node-kill, or several joined with + (kill+pause+
+	// nats-restart), which hit one run at evenly spaced points of the
+	// arrivals (a single fault at the half, three at 25, 50 and 75 %).
 	Faults []string
 	// Concurrency is each worker process's handlers at once.
 	Concurrency int
 	// Partitions is the stream's partition count.
 	Partitions int
-	// Cost is one event's handling time.
+	// Cost is one event's handling time (the other keys').
 	Cost time.Duration
+	// HotCost is the hot key's handling time (0: Cost).
+	HotCost time.Duration
+	// Jitter spreads every handling time uniformly over ±Jitter of its
+	// mean, in [0, 1).
+	Jitter float64
+	// OwnerTimeout is the consumers' liveness timeout (see
+	// dispatch/jetstream Config.OwnerTimeout): a partition whose owner
+	// was not heard of for this long is unpinned and taken over.
+	OwnerTimeout time.Duration
 	// AckWait is the consumers' ack deadline; the pause fault stops a
 	// worker for 1.5 × AckWait.
 	AckWait time.Duration
@@ -95,13 +109,33 @@ type Config struct {
 	WorkerCmd func(args []string) *exec.Cmd
 }
 
-// DefaultConfig returns 400 events/s over 64 keys, hot load 0.8, 10 s,
-// 1 repeat, 1, 2 and 4 workers, every fault, 4 handlers per worker,
-// 8 partitions, 5 ms per event and a 2 s ack deadline.
+// DefaultConfig returns the seed's stream: 400 events/s over 200 keys,
+// the hot key at load 2.0 with 100 ms handlers (20 events/s, twice what
+// one handler does), 5 ms for the other keys, no jitter; 10 s, 1 repeat,
+// 1, 2 and 4 workers, every fault, 4 handlers per worker, 8 partitions, a
+// 500 ms ack deadline and a 300 ms owner timeout.
 func DefaultConfig() Config {
-	return Config{Rate: 400, Keys: 64, HotLoads: []float64{0.8}, Seconds: 10, Repeat: 1, Workers: []int{1, 2, 4},
+	return Config{Rate: 400, Keys: 200, HotLoads: []float64{2.0}, Seconds: 10, Repeat: 1, Workers: []int{1, 2, 4},
 		Faults: []string{FaultNone, FaultKill, FaultPause, FaultNATSRestart}, Concurrency: 4, Partitions: 8,
-		Cost: 5 * time.Millisecond, AckWait: 2 * time.Second, Replicas: 1, Seed: 11}
+		Cost: 5 * time.Millisecond, HotCost: 100 * time.Millisecond, AckWait: 500 * time.Millisecond,
+		OwnerTimeout: 300 * time.Millisecond, Replicas: 1, Seed: 11}
+}
+
+// hotCost is the hot key's mean handling time.
+func (c Config) hotCost() time.Duration {
+	if c.HotCost > 0 {
+		return c.HotCost
+	}
+	return c.Cost
+}
+
+// faultsOf splits a condition's fault into the faults it injects (none for
+// FaultNone).
+func faultsOf(f string) []string {
+	if f == FaultNone {
+		return nil
+	}
+	return strings.Split(f, "+")
 }
 
 // Validate reports the first unusable field.
@@ -130,8 +164,14 @@ func (c Config) Validate() error {
 		return bad("Partitions", "must be at least 1, got %d", c.Partitions)
 	case c.Cost <= 0:
 		return bad("Cost", "must be positive, got %s", c.Cost)
-	case c.AckWait < time.Second:
-		return bad("AckWait", "must be at least 1s, got %s", c.AckWait)
+	case c.AckWait < 100*time.Millisecond:
+		return bad("AckWait", "must be at least 100ms, got %s", c.AckWait)
+	case c.HotCost < 0:
+		return bad("HotCost", "must not be negative, got %s", c.HotCost)
+	case c.Jitter < 0 || c.Jitter >= 1:
+		return bad("Jitter", "must be in [0, 1), got %g", c.Jitter)
+	case c.OwnerTimeout < 0 || c.OwnerTimeout > 0 && c.OwnerTimeout < 30*time.Millisecond:
+		return bad("OwnerTimeout", "must be 0 (off) or at least 30ms, got %s", c.OwnerTimeout)
 	case c.WorkerCmd == nil:
 		return bad("WorkerCmd", "must not be nil")
 	case c.Replicas < 1 || c.Replicas > 5:
@@ -142,7 +182,31 @@ func (c Config) Validate() error {
 			return bad("Workers", "counts must be at least 1, got %d", w)
 		}
 	}
-	for _, f := range c.Faults {
+	for _, joined := range c.Faults {
+		parts := strings.Split(joined, "+")
+		for _, f := range parts {
+			if f == FaultNone && len(parts) > 1 {
+				return bad("Faults", "none cannot be joined with other faults (%q)", joined)
+			}
+			if err := c.validFault(f); err != nil {
+				return err
+			}
+		}
+	}
+	for _, l := range c.HotLoads {
+		if hot := l / c.hotCost().Seconds(); !(l > 0) || hot >= c.Rate {
+			return bad("HotLoads", "%g workers needs %.0f hot events/s, not below the %.0f/s rate (or not positive)", l, hot, c.Rate)
+		}
+	}
+	return nil
+}
+
+// validFault checks one fault.
+func (c Config) validFault(f string) error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("events: %s: %s", field, fmt.Sprintf(format, args...))
+	}
+	{
 		switch f {
 		case FaultNone, FaultKill, FaultPause:
 		case FaultNATSRestart:
@@ -154,12 +218,7 @@ func (c Config) Validate() error {
 				return bad("Faults", "node-kill needs NodeKill (a NATS cluster and the command that kills a node)")
 			}
 		default:
-			return bad("Faults", "unknown fault %q (none, kill, pause, nats-restart, node-kill)", f)
-		}
-	}
-	for _, l := range c.HotLoads {
-		if hot := l / c.Cost.Seconds(); !(l > 0) || hot >= c.Rate {
-			return bad("HotLoads", "%g workers needs %.0f hot events/s, not below the %.0f/s rate (or not positive)", l, hot, c.Rate)
+			return bad("Faults", "unknown fault %q (none, kill, pause, nats-restart, node-kill, or several joined with +)", f)
 		}
 	}
 	return nil
@@ -187,7 +246,8 @@ func (e *Experiment) Params() any {
 	c := e.cfg
 	return map[string]any{"rate": c.Rate, "keys": c.Keys, "hot_loads": c.HotLoads, "seconds": c.Seconds, "repeat": c.Repeat,
 		"workers": c.Workers, "faults": c.Faults, "concurrency": c.Concurrency, "partitions": c.Partitions,
-		"cost_ms": float64(c.Cost) / 1e6, "ack_wait_ms": c.AckWait.Milliseconds(), "nats": c.NATS != "", "replicas": c.Replicas, "seed": c.Seed}
+		"cost_ms": float64(c.Cost) / 1e6, "hot_cost_ms": float64(c.hotCost()) / 1e6, "jitter": c.Jitter,
+		"owner_timeout_ms": c.OwnerTimeout.Milliseconds(), "ack_wait_ms": c.AckWait.Milliseconds(), "nats": c.NATS != "", "replicas": c.Replicas, "seed": c.Seed}
 }
 
 // Conditions implements lab.Experiment: per hot load, the in-process keyed
@@ -210,7 +270,8 @@ func (e *Experiment) Conditions() []lab.Condition {
 
 // Columns implements lab.Experiment.
 func (e *Experiment) Columns() []string {
-	return []string{"lost", "duplicate_effects", "violations", "overlaps", "redeliveries", "victim_p99_ms", "events_per_s", "events"}
+	return []string{"lost", "duplicate_effects", "violations", "overlaps", "redeliveries", "fenced", "victim_p99_ms",
+		"victim_p99_calm_ms", "neighbour_p99_ms", "other_p99_ms", "recovery_ms", "events_per_s", "events"}
 }
 
 // arrival is one scheduled event.
@@ -224,7 +285,7 @@ type arrival struct {
 func (e *Experiment) schedule(load float64, seed uint64) []arrival {
 	c := e.cfg
 	rng := rand.New(rand.NewPCG(seed, math.Float64bits(load)))
-	hot := load / c.Cost.Seconds()
+	hot := load / c.hotCost().Seconds()
 	dur := time.Duration(c.Seconds * float64(time.Second))
 	exp := func(rate float64) time.Duration { return time.Duration(rng.ExpFloat64() / rate * float64(time.Second)) }
 	var out []arrival
@@ -239,6 +300,22 @@ func (e *Experiment) schedule(load float64, seed uint64) []arrival {
 }
 
 func keyName(k int) string { return fmt.Sprintf("key-%03d", k) }
+
+// costs draws the handling time of every arrival of plan: HotCost for the
+// hot key, Cost for the others, each spread by Jitter.
+func (e *Experiment) costs(plan []arrival, seed uint64) []time.Duration {
+	c := e.cfg
+	rng := rand.New(rand.NewPCG(seed, 7))
+	out := make([]time.Duration, len(plan))
+	for i, a := range plan {
+		mean := c.Cost
+		if a.key == 0 {
+			mean = c.hotCost()
+		}
+		out[i] = time.Duration(float64(mean) * (1 + c.Jitter*(2*rng.Float64()-1)))
+	}
+	return out
+}
 
 // effect is one applied event as the ledger holds it.
 type effect struct {
@@ -263,43 +340,45 @@ func (e *Experiment) runInProcess(ctx context.Context, plan []arrival) lab.RunRe
 	type item struct {
 		key string
 		seq uint64
+		i   int
 		at  time.Time
 	}
 	led := dispatch.NewLedger()
 	var victims []float64
-	done := make(chan float64, len(plan))
+	var vs []effect
+	done := make(chan effect, len(plan))
 	cfg := dispatch.DefaultConfig()
 	cfg.Strategy, cfg.Workers, cfg.QueueSize = dispatch.Keyed, e.cfg.Concurrency, len(plan)+1
+	costs := e.costs(plan, 0)
 	d, err := dispatch.New(cfg, func(key string, it item) {
 		led.Start(key, it.seq)
-		time.Sleep(e.cfg.Cost)
+		time.Sleep(costs[it.i])
 		led.Done(key, it.seq)
-		if key != keyName(0) {
-			done <- float64(time.Since(it.at)) / 1e6
-		} else {
-			done <- -1
-		}
+		done <- effect{key: key, at: it.at.UnixNano(), done: time.Now().UnixNano()}
 	})
 	if err != nil {
 		return lab.RunResult{Reason: err.Error()}
 	}
 	start := time.Now()
-	for _, a := range plan {
+	for i, a := range plan {
 		time.Sleep(time.Until(start.Add(a.at)))
 		k := keyName(a.key)
-		_ = d.Submit(ctx, k, item{key: k, seq: led.Submit(k), at: time.Now()})
+		_ = d.Submit(ctx, k, item{key: k, seq: led.Submit(k), i: i, at: time.Now()})
 	}
 	for range plan {
-		if v := <-done; v >= 0 {
-			victims = append(victims, v)
+		if f := <-done; f.key != keyName(0) {
+			victims = append(victims, float64(f.done-f.at)/1e6)
+			vs = append(vs, f)
 		}
 	}
+	lat := e.victimLatencies(vs, nil)
 	elapsed := time.Since(start)
 	d.Close()
 	rep := led.Report()
 	return lab.RunResult{Valid: len(plan) > 0, Metrics: lab.Metrics{
 		"lost": float64(rep.Outstanding()), "duplicate_effects": float64(rep.Duplicates), "violations": float64(rep.Violations),
-		"overlaps": float64(rep.Overlaps), "redeliveries": 0, "victim_p99_ms": quantile(victims, 0.99),
+		"overlaps": float64(rep.Overlaps), "redeliveries": 0, "fenced": 0, "victim_p99_ms": quantile(victims, 0.99),
+		"victim_p99_calm_ms": lat.calm, "neighbour_p99_ms": lat.neighbour, "other_p99_ms": lat.other, "recovery_ms": 0,
 		"events_per_s": float64(len(plan)) / elapsed.Seconds(), "events": float64(len(plan))}}
 }
 
@@ -366,7 +445,20 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 	startWorker := func(i int) error {
 		args := []string{"--nats", url, "--ledger", ledgerPath, "--stream", stream, "--subject", subject,
 			"--partitions", strconv.Itoa(c.Partitions), "--concurrency", strconv.Itoa(c.Concurrency),
-			"--ack-wait", c.AckWait.String(), "--cost", c.Cost.String(), "--name", strconv.Itoa(i)}
+			"--ack-wait", c.AckWait.String(), "--cost", c.Cost.String(), "--hot-cost", c.hotCost().String(),
+			"--jitter", strconv.FormatFloat(c.Jitter, 'g', -1, 64), "--owner-timeout", c.OwnerTimeout.String(), "--name", strconv.Itoa(i)}
+		if pinned && n > 1 {
+			// Spread the partitions: each worker pins its share first.
+			var prefer []string
+			for p := range c.Partitions {
+				if p%n == i%n {
+					prefer = append(prefer, strconv.Itoa(p))
+				}
+			}
+			if len(prefer) > 0 {
+				args = append(args, "--prefer", joinComma(prefer))
+			}
+		}
 		if !pinned {
 			var serve []string
 			for p := range c.Partitions {
@@ -401,15 +493,25 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 		}
 	}()
 
+	// Publish once every partition has a consumer with a pull waiting, so
+	// that the workers' start-up is not counted as victim latency.
+	e.awaitPullers(ctx, js, stream)
+
 	// Publish on schedule; a failed publish is retried with the same
 	// message id (deduplicated by the stream), as the payment relay does.
+	// The faults hit at evenly spaced points of the arrivals.
 	seqs := map[string]uint64{}
 	start := time.Now()
-	faultAt := len(plan) / 2
+	faults := faultsOf(fault)
+	var injected []injection
 	var faultErr error
 	for i, a := range plan {
-		if i == faultAt && fault != FaultNone {
-			faultErr = e.inject(fault, procs, startWorker, &emb, ecfg)
+		if k := len(injected); k < len(faults) && i == len(plan)*(k+1)/(len(faults)+1) {
+			at := time.Since(start)
+			if err := e.inject(faults[k], procs, startWorker, &emb, ecfg); err != nil && faultErr == nil {
+				faultErr = err
+			}
+			injected = append(injected, injection{fault: faults[k], at: start.Add(at)})
 		}
 		time.Sleep(time.Until(start.Add(a.at)))
 		k := keyName(a.key)
@@ -443,7 +545,7 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 		return lab.RunResult{}, err
 	}
 	defer db.Close()
-	deadline := time.Now().Add(4*c.AckWait + 30*time.Second)
+	deadline := time.Now().Add(4*c.AckWait + 30*time.Second + e.hotTail(plan))
 	var applied int
 	for {
 		if err := db.QueryRowContext(ctx, `SELECT COUNT(DISTINCT id) FROM effects`).Scan(&applied); err != nil {
@@ -454,10 +556,53 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return e.account(ctx, db, plan, seqs, start)
+	return e.accountFaults(ctx, db, plan, seqs, start, injected)
 }
 
-// inject applies fault to worker 0 (or the embedded server).
+// hotTail is how long the hot key's backlog can last past the arrivals:
+// its events times its handling time, less what the arrivals' duration
+// covers.
+func (e *Experiment) hotTail(plan []arrival) time.Duration {
+	hot := 0
+	for _, a := range plan {
+		if a.key == 0 {
+			hot++
+		}
+	}
+	return max(0, time.Duration(hot)*e.cfg.hotCost()-time.Duration(e.cfg.Seconds*float64(time.Second))/2)
+}
+
+// awaitPullers waits, for at most 15 s, until every consumer of stream
+// exists and has a pull request waiting.
+func (e *Experiment) awaitPullers(ctx context.Context, js natsjs.JetStream, stream string) {
+	limit := time.Now().Add(15 * time.Second)
+	for time.Now().Before(limit) && ctx.Err() == nil {
+		st, err := js.Stream(ctx, stream)
+		if err == nil {
+			ready := 0
+			lister := st.ListConsumers(ctx)
+			for info := range lister.Info() {
+				if info.NumWaiting > 0 {
+					ready++
+				}
+			}
+			if ready >= e.cfg.Partitions {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// injection is one fault injected into a run, and when.
+type injection struct {
+	fault string
+	at    time.Time
+}
+
+// inject applies fault: kill hits worker 0, pause worker 1 (worker 0
+// with one worker), so that a kill followed by a pause hits two owners;
+// nats-restart and node-kill hit the server.
 func (e *Experiment) inject(fault string, procs []*exec.Cmd, startWorker func(int) error, emb **jetstream.Embedded, ecfg jetstream.EmbeddedConfig) error {
 	switch fault {
 	case FaultKill:
@@ -465,7 +610,7 @@ func (e *Experiment) inject(fault string, procs []*exec.Cmd, startWorker func(in
 		_, _ = procs[0].Process.Wait()
 		return startWorker(0)
 	case FaultPause:
-		p := procs[0].Process
+		p := procs[1%len(procs)].Process
 		if err := p.Signal(syscall.SIGSTOP); err != nil {
 			return err
 		}
@@ -487,8 +632,16 @@ func (e *Experiment) inject(fault string, procs []*exec.Cmd, startWorker func(in
 	return nil
 }
 
-// account reads the ledger into the run's metrics.
+// account reads the ledger into the run's metrics, for a run without
+// faults.
 func (e *Experiment) account(ctx context.Context, db *sql.DB, plan []arrival, seqs map[string]uint64, start time.Time) (lab.RunResult, error) {
+	return e.accountFaults(ctx, db, plan, seqs, start, nil)
+}
+
+// accountFaults reads the ledger into the run's metrics; faults are the
+// injections of the run, which set the fault windows of
+// victim_p99_calm_ms.
+func (e *Experiment) accountFaults(ctx context.Context, db *sql.DB, plan []arrival, seqs map[string]uint64, start time.Time, faults []injection) (lab.RunResult, error) {
 	rows, err := db.QueryContext(ctx, `SELECT key, seq, start_ns, done_ns, at_ns FROM effects`)
 	if err != nil {
 		return lab.RunResult{}, err
@@ -508,8 +661,11 @@ func (e *Experiment) account(ctx context.Context, db *sql.DB, plan []arrival, se
 	if err := rows.Err(); err != nil {
 		return lab.RunResult{}, err
 	}
-	var redeliveries int
+	var redeliveries, fenced int
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM attempts WHERE delivery > 1`).Scan(&redeliveries); err != nil {
+		return lab.RunResult{}, err
+	}
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM attempts WHERE fenced = 1`).Scan(&fenced); err != nil {
 		return lab.RunResult{}, err
 	}
 	dups := 0
@@ -537,14 +693,17 @@ func (e *Experiment) account(ctx context.Context, db *sql.DB, plan []arrival, se
 	}
 	var pts []point
 	var victims []float64
+	var vs []effect
 	last := start.UnixNano()
 	for i, f := range effs {
 		pts = append(pts, point{f.start, false, f.key, f.seq, 2 * i}, point{f.done, true, f.key, f.seq, 2*i + 1})
 		if f.key != keyName(0) {
 			victims = append(victims, float64(f.done-f.at)/1e6)
+			vs = append(vs, f)
 		}
 		last = max(last, f.done)
 	}
+	lat := e.victimLatencies(vs, faults)
 	slices.SortFunc(pts, func(a, b point) int {
 		if c := cmp.Compare(a.t, b.t); c != 0 {
 			return c
@@ -570,8 +729,28 @@ func (e *Experiment) account(ctx context.Context, db *sql.DB, plan []arrival, se
 	lost := len(plan) - len(ids)
 	res := lab.RunResult{Valid: len(ids) > 0, Metrics: lab.Metrics{
 		"lost": float64(lost), "duplicate_effects": float64(dups), "violations": float64(rep.Violations),
-		"overlaps": float64(rep.Overlaps), "redeliveries": float64(redeliveries), "victim_p99_ms": quantile(victims, 0.99),
+		"overlaps": float64(rep.Overlaps), "redeliveries": float64(redeliveries), "fenced": float64(fenced),
+		"victim_p99_ms": quantile(victims, 0.99), "victim_p99_calm_ms": lat.calm, "neighbour_p99_ms": lat.neighbour,
+		"other_p99_ms": lat.other, "recovery_ms": lat.recovery,
 		"events_per_s": float64(len(ids)) / time.Duration(last-start.UnixNano()).Seconds(), "events": float64(len(plan))}}
+	// Where the victims' time goes: waiting to start (delivery, the
+	// consumer's queue and barrier) and in the handler (its work and the
+	// ledger's transaction).
+	var wait, run []float64
+	for _, f := range vs {
+		wait = append(wait, float64(f.start-f.at)/1e6)
+		run = append(run, float64(f.done-f.start)/1e6)
+	}
+	res.Metrics["victim_wait_p99_ms"], res.Metrics["victim_handler_p99_ms"] = quantile(wait, 0.99), quantile(run, 0.99)
+	for f, ms := range lat.byFault {
+		res.Metrics["recovery_"+strings.ReplaceAll(f, "-", "_")+"_ms"] = ms
+	}
+	if len(faults) > 0 {
+		// The share of victims a fault stalled past the threshold: above
+		// 1 %, the overall p99 is one of them, whatever the calm latency.
+		res.Metrics["stalled_share"] = float64(lat.stalled) / float64(max(1, lat.victims))
+		res.Metrics["stall_threshold_ms"] = lat.threshold
+	}
 	if lost > 0 {
 		res.Broken = append(res.Broken, fmt.Sprintf("%d events lost", lost))
 	}
@@ -582,4 +761,91 @@ func (e *Experiment) account(ctx context.Context, db *sql.DB, plan []arrival, se
 		res.Reason = "no event applied"
 	}
 	return res, nil
+}
+
+// maxRecovery caps a fault's window: a slow victim later than this after
+// every fault counts as calm.
+const maxRecovery = 5 * time.Second
+
+// latencies are the victim figures of a run besides the overall p99.
+type latencies struct {
+	calm, neighbour, other, recovery float64 // ms
+	// byFault is each fault's window in ms (the longest if it hit twice).
+	byFault map[string]float64
+	// stalled counts the victims slower than the threshold that met a
+	// window, of victims in all; threshold is that latency in ms.
+	stalled, victims int
+	threshold        float64
+}
+
+// victimLatencies splits the victims (applied effects of keys other than
+// the hot one) of a run.
+//
+// A fault's window runs from its injection to the commit of the last
+// victim committed after it and before the next fault whose latency
+// exceeds three times the p99 of the victims published
+// before the first fault (at least 3 × Cost); it is capped at
+// maxRecovery. recovery is the longest window. calm is the p99 of the
+// victims whose publish-to-commit interval meets no window: the latency a
+// fault leaves behind once it is over. neighbour and other split the calm
+// victims by whether their key shares the hot key's partition.
+func (e *Experiment) victimLatencies(vs []effect, faults []injection) latencies {
+	ms := func(f effect) float64 { return float64(f.done-f.at) / 1e6 }
+	threshold := 3 * float64(e.cfg.Cost) / 1e6
+	if len(faults) > 0 {
+		var before []float64
+		for _, f := range vs {
+			if f.done < faults[0].at.UnixNano() {
+				before = append(before, ms(f))
+			}
+		}
+		threshold = max(threshold, 3*quantile(before, 0.99))
+	}
+	type window struct{ from, to int64 }
+	var wins []window
+	var recovery time.Duration
+	byFault := map[string]float64{}
+	for i, inj := range faults {
+		from := inj.at.UnixNano()
+		next := int64(math.MaxInt64)
+		if i+1 < len(faults) {
+			next = faults[i+1].at.UnixNano()
+		}
+		to := from
+		for _, f := range vs {
+			if f.done >= from && f.done < next && ms(f) > threshold {
+				to = max(to, f.done)
+			}
+		}
+		to = min(to, from+int64(maxRecovery))
+		recovery = max(recovery, time.Duration(to-from))
+		byFault[inj.fault] = max(byFault[inj.fault], float64(to-from)/1e6)
+		wins = append(wins, window{from, to})
+	}
+	hotPart := dispatchjs.PartitionOf(keyName(0), e.cfg.Partitions)
+	var calm, neighbour, other []float64
+	stalled := 0
+	for _, f := range vs {
+		hit := false
+		for _, w := range wins {
+			if f.at <= w.to && f.done >= w.from {
+				hit = true
+				break
+			}
+		}
+		if hit {
+			if ms(f) > threshold {
+				stalled++
+			}
+			continue
+		}
+		calm = append(calm, ms(f))
+		if dispatchjs.PartitionOf(f.key, e.cfg.Partitions) == hotPart {
+			neighbour = append(neighbour, ms(f))
+		} else {
+			other = append(other, ms(f))
+		}
+	}
+	return latencies{calm: quantile(calm, 0.99), neighbour: quantile(neighbour, 0.99), other: quantile(other, 0.99),
+		recovery: float64(recovery) / 1e6, byFault: byFault, stalled: stalled, victims: len(vs), threshold: threshold}
 }

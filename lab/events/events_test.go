@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func validConfig() Config {
@@ -17,14 +18,17 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		t.Fatalf("the default config (with a WorkerCmd) is invalid: %v", err)
 	}
 	for field, mutate := range map[string]func(*Config){
-		"Rate":      func(c *Config) { c.Rate = 0 },
-		"Keys":      func(c *Config) { c.Keys = 1 },
-		"HotLoads":  func(c *Config) { c.HotLoads = []float64{100} },
-		"Workers":   func(c *Config) { c.Workers = []int{0} },
-		"Faults":    func(c *Config) { c.Faults = []string{"node-kill"} },
-		"WorkerCmd": func(c *Config) { c.WorkerCmd = nil },
-		"Replicas":  func(c *Config) { c.Replicas = 0 },
-		"AckWait":   func(c *Config) { c.AckWait = 0 },
+		"Rate":         func(c *Config) { c.Rate = 0 },
+		"Keys":         func(c *Config) { c.Keys = 1 },
+		"HotLoads":     func(c *Config) { c.HotLoads = []float64{100} },
+		"Workers":      func(c *Config) { c.Workers = []int{0} },
+		"Faults":       func(c *Config) { c.Faults = []string{"node-kill"} },
+		"WorkerCmd":    func(c *Config) { c.WorkerCmd = nil },
+		"Replicas":     func(c *Config) { c.Replicas = 0 },
+		"AckWait":      func(c *Config) { c.AckWait = 0 },
+		"HotCost":      func(c *Config) { c.HotCost = -time.Second },
+		"Jitter":       func(c *Config) { c.Jitter = 1 },
+		"OwnerTimeout": func(c *Config) { c.OwnerTimeout = time.Millisecond },
 	} {
 		c := validConfig()
 		mutate(&c)
@@ -33,6 +37,17 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		}
 	}
 	c := validConfig()
+	c.Faults = []string{"kill+pause+nats-restart"}
+	if err := c.Validate(); err != nil {
+		t.Errorf("joined faults: Validate() = %v", err)
+	}
+	for _, f := range []string{"none+kill", "kill+bogus"} {
+		c.Faults = []string{f}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "Faults") {
+			t.Errorf("%s: Validate() = %v, want an error naming Faults", f, err)
+		}
+	}
+	c = validConfig()
 	c.NATS = "nats://127.0.0.1:4222"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "nats-restart") {
 		t.Errorf("nats-restart on a real server: Validate() = %v, want an error", err)
@@ -58,11 +73,46 @@ func TestScheduleHotShare(t *testing.T) {
 			t.Fatal("arrivals not sorted")
 		}
 	}
-	want := 0.8 / c.Cost.Seconds() * c.Seconds // 160/s × 20 s
+	want := 0.8 / c.HotCost.Seconds() * c.Seconds // 8/s × 20 s
 	if f := float64(hot); f < 0.9*want || f > 1.1*want {
 		t.Errorf("%d hot arrivals, want about %.0f", hot, want)
 	}
 	if n := len(e.Conditions()); n != 1+len(c.Workers)*len(c.Faults) {
 		t.Errorf("%d conditions, want %d", n, 1+len(c.Workers)*len(c.Faults))
+	}
+}
+
+// TestFaultWindows: a victim slowed by a fault falls in its window and out
+// of the calm p99; the recovery is the time to the last slow victim's
+// commit; neighbours of the hot key are split from the others.
+func TestFaultWindows(t *testing.T) {
+	e, err := New(validConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1000, 0)
+	ms := func(d float64) int64 { return t0.Add(time.Duration(d * float64(time.Millisecond))).UnixNano() }
+	var vs []effect
+	other := keyName(1)
+	for i := range 200 { // calm: 10 ms each, before and after the fault
+		at := float64(i * 100)
+		if at >= 10000 && at < 12000 {
+			continue
+		}
+		vs = append(vs, effect{key: other, at: ms(at), done: ms(at + 10)})
+	}
+	for _, at := range []float64{10100, 10200, 10300} { // stalled by the fault
+		vs = append(vs, effect{key: other, at: ms(at), done: ms(11500)})
+	}
+	lat := e.victimLatencies(vs, []injection{{fault: FaultKill, at: t0.Add(10 * time.Second)}})
+	if lat.calm != 10 {
+		t.Errorf("calm p99 %.1f ms, want 10 (the stalled victim is in the window)", lat.calm)
+	}
+	if lat.recovery != 1500 {
+		t.Errorf("recovery %.1f ms, want 1500", lat.recovery)
+	}
+	all := e.victimLatencies(vs, nil)
+	if all.calm < 1000 {
+		t.Errorf("without fault windows the p99 is %.1f ms, want a stalled one (over 1,000)", all.calm)
 	}
 }
