@@ -1,0 +1,77 @@
+package dispatch
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestKeyIndex(t *testing.T) {
+	x := newKeyIndex[int]()
+	const n = 1000
+	for i := range n {
+		key := fmt.Sprintf("k%d", i)
+		h := x.hash(key)
+		if x.get(h, key) != nil {
+			t.Fatalf("%s found before it was put", key)
+		}
+		x.put(h, &keyState[int]{key: key})
+	}
+	if x.len() != n || 2*x.len() > len(x.slots) {
+		t.Fatalf("len %d in %d slots, want %d keys at most half full", x.len(), len(x.slots), n)
+	}
+	for i := range n {
+		key := fmt.Sprintf("k%d", i)
+		if ks := x.get(x.hash(key), key); ks == nil || ks.key != key {
+			t.Fatalf("get(%s) = %v", key, ks)
+		}
+	}
+	if x.get(x.hash("absent"), "absent") != nil {
+		t.Error("an absent key was found")
+	}
+
+	// Remove all but every 100th key: the others are still found and the
+	// table shrinks.
+	x.removeIf(func(ks *keyState[int]) bool {
+		var i int
+		fmt.Sscanf(ks.key, "k%d", &i)
+		return i%100 != 0
+	})
+	if x.len() != n/100 || len(x.slots) != minIndexSlots {
+		t.Errorf("after removal: len %d in %d slots, want %d in %d", x.len(), len(x.slots), n/100, minIndexSlots)
+	}
+	for i := range n {
+		key := fmt.Sprintf("k%d", i)
+		if got := x.get(x.hash(key), key) != nil; got != (i%100 == 0) {
+			t.Errorf("after removal, get(%s) found = %v", key, got)
+		}
+	}
+}
+
+// TestKeyIndexCollisions: keys with one hash, and keys whose hashes fall
+// on one slot, are told apart by the key itself.
+func TestKeyIndexCollisions(t *testing.T) {
+	x := newKeyIndex[int]()
+	for i := range 40 {
+		h := uint64(7) // the same hash for every key
+		if i%2 == 1 {
+			h = 7 + uint64(minIndexSlots)*uint64(i) // another hash, the same slot
+		}
+		x.put(h, &keyState[int]{key: fmt.Sprintf("c%d", i)})
+	}
+	for i := range 40 {
+		h, key := uint64(7), fmt.Sprintf("c%d", i)
+		if i%2 == 1 {
+			h = 7 + uint64(minIndexSlots)*uint64(i)
+		}
+		if ks := x.get(h, key); ks == nil || ks.key != key {
+			t.Errorf("get(%d, %s) = %v", h, key, ks)
+		}
+		if ks := x.get(h+1, key); ks != nil {
+			t.Errorf("get with a wrong hash found %s", ks.key)
+		}
+	}
+	x.removeIf(func(ks *keyState[int]) bool { return ks.key != "c39" })
+	if ks := x.get(7+uint64(minIndexSlots)*39, "c39"); ks == nil || x.len() != 1 {
+		t.Errorf("after removing all others, c39 = %v, len %d", ks, x.len())
+	}
+}
