@@ -125,7 +125,9 @@ func scaleJoins(b *testing.B, n int) {
 		defer ts.Close()
 		urls = append(urls, ts.URL)
 	}
-	tr := &http.Transport{MaxIdleConns: 2 * scaleClients, MaxIdleConnsPerHost: scaleClients, IdleConnTimeout: time.Minute}
+	// Room in the idle pool for every client's connection to every instance:
+	// a connection closed for want of it would be reopened on the next join.
+	tr := &http.Transport{MaxIdleConns: 3 * scaleClients, MaxIdleConnsPerHost: scaleClients, IdleConnTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 
