@@ -83,9 +83,19 @@ func scaleRedisOptions(b *testing.B) *redis.Options {
 		opts = &redis.Options{Addr: e.Addr()}
 	}
 	opts.PoolSize = scaleClients
-	// As `stampede serve waitroom` configures its client.
-	redisstore.DefaultConfig().ApplyTimeouts(opts)
+	scaleStoreConfig().ApplyTimeouts(opts)
 	return opts
+}
+
+// scaleStoreConfig is the Store configuration of the instances:
+// redisstore's default with a 10 s OpTimeout instead of 1 s, so that a
+// loaded machine (or miniredis, much slower than Redis) slows the
+// benchmark down and shows in its latency instead of failing joins with
+// 503.
+func scaleStoreConfig() redisstore.Config {
+	c := redisstore.DefaultConfig()
+	c.OpTimeout = 10 * time.Second
+	return c
 }
 
 // scaleJoins runs b.N joins against n instances and reports joins/s,
@@ -107,7 +117,10 @@ func scaleJoins(b *testing.B, n int) {
 		if err := client.Ping(ctx).Err(); err != nil {
 			b.Fatalf("Redis at %s: %v", opts.Addr, err)
 		}
-		s := redisstore.New(client)
+		s, err := redisstore.NewWithConfig(client, scaleStoreConfig())
+		if err != nil {
+			b.Fatal(err)
+		}
 		if store == nil {
 			store = s
 		}

@@ -58,6 +58,16 @@ type panel struct {
 	logY, fromZero    bool
 	legendBottomRight bool
 	lines             []lab.HLine
+	// div, if set, divides every value (1e6 for a Y label in millions).
+	div float64
+	// bound, if set, is drawn as one more line: a limit that depends on X.
+	bound *bound
+}
+
+// bound is a reference line y = f(x) over the X values measured.
+type bound struct {
+	name string
+	f    func(x float64) float64
 }
 
 // figure is one PNG file: panels of the benchmarks that match pattern,
@@ -106,9 +116,10 @@ var builtin = []figure{
 		xlabel: "workers (log scale)", logX: true,
 		panels: []panel{
 			{unit: "items/s", only: regexp.MustCompile(`/noop/`), title: "Handler does nothing: the dispatcher's own cost",
-				ylabel: "items/s (median)", fromZero: true},
-			{unit: "items/s", only: regexp.MustCompile(`/io/`), title: "Handler waits 1 ms: bound = workers × 1,000/s",
-				ylabel: "items/s (median)", fromZero: true},
+				ylabel: "million items/s (median)", fromZero: true, div: 1e6},
+			{unit: "items/s", only: regexp.MustCompile(`/io/`), title: "Handler waits 1 ms",
+				ylabel: "items/s (median)", fromZero: true,
+				bound: &bound{"bound: workers ÷ 1 ms", func(workers float64) float64 { return workers * 1000 }}},
 		},
 	},
 }
@@ -347,14 +358,26 @@ func (f figure) charts(s samples) []lab.LineChart {
 				if len(vs) == 0 {
 					continue
 				}
+				y := median(vs)
+				if p.div != 0 {
+					y /= p.div
+				}
 				ser.X = append(ser.X, f.scale(pt.x))
-				ser.Y = append(ser.Y, median(vs))
+				ser.Y = append(ser.Y, y)
 				xs[pt.x] = true
 			}
 			c.Series = append(c.Series, ser)
 		}
+		ref := lab.Series{}
 		for _, x := range slices.Sorted(maps.Keys(xs)) {
 			c.XTicks = append(c.XTicks, lab.Tick{Value: f.scale(x), Label: strconv.FormatFloat(x, 'f', -1, 64)})
+			if p.bound != nil {
+				ref.Name = p.bound.name
+				ref.X, ref.Y = append(ref.X, f.scale(x)), append(ref.Y, p.bound.f(x))
+			}
+		}
+		if p.bound != nil {
+			c.Series = append(c.Series, ref)
 		}
 		charts = append(charts, c)
 	}
