@@ -61,12 +61,12 @@ func BenchmarkJoinInstances(b *testing.B) {
 }
 
 // scaleRedisOptions returns the options of the Redis the benchmark runs
-// on: STAMPEDE_REDIS_URL moved to its database + 2 (as BenchmarkHTTPJoin
-// does, away from the tests that use the URL's database and the next), or
-// an embedded server, which is closed when the benchmark ends.
-func scaleRedisOptions(b *testing.B) *redis.Options {
+// on, and whether it is the embedded one: STAMPEDE_REDIS_URL moved to its
+// database + 2 (as BenchmarkHTTPJoin does, away from the tests that use the
+// URL's database and the next), or an embedded server, which is closed
+// when the benchmark ends.
+func scaleRedisOptions(b *testing.B) (opts *redis.Options, embedded bool) {
 	b.Helper()
-	var opts *redis.Options
 	if url := os.Getenv(testenv.RedisURL); url != "" {
 		o, err := redis.ParseURL(url)
 		if err != nil {
@@ -80,11 +80,11 @@ func scaleRedisOptions(b *testing.B) *redis.Options {
 			b.Fatal(err)
 		}
 		b.Cleanup(e.Close)
-		opts = &redis.Options{Addr: e.Addr()}
+		opts, embedded = &redis.Options{Addr: e.Addr()}, true
 	}
 	opts.PoolSize = scaleClients
 	scaleStoreConfig().ApplyTimeouts(opts)
-	return opts
+	return opts, embedded
 }
 
 // scaleStoreConfig is the Store configuration of the instances:
@@ -101,7 +101,7 @@ func scaleStoreConfig() redisstore.Config {
 // scaleJoins runs b.N joins against n instances and reports joins/s,
 // p50-ms and p99-ms.
 func scaleJoins(b *testing.B, n int) {
-	opts := scaleRedisOptions(b)
+	opts, embedded := scaleRedisOptions(b)
 	ctx := context.Background()
 	const admin = "scale-admin-token-0123456789abcdef"
 	secret := []byte("scale-test-secret-0123456789abcdef0123456789")
@@ -181,8 +181,21 @@ func scaleJoins(b *testing.B, n int) {
 	}
 	warm := users.Load()
 
+	// CPU time: this process's, plus the Redis server's when it is a real
+	// one (miniredis runs in this process).
+	cpuClient := redis.NewClient(opts)
+	defer cpuClient.Close()
+	cpu := func() (time.Duration, bool) {
+		if embedded {
+			return benchProcessCPU()
+		}
+		return benchCPU(ctx, cpuClient)
+	}
+
 	b.ResetTimer()
+	cpu0, ok0 := cpu()
 	took, lat, err := scaleRun(b.N, join)
+	cpu1, ok1 := cpu()
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
@@ -190,6 +203,9 @@ func scaleJoins(b *testing.B, n int) {
 	b.ReportMetric(float64(b.N)/took.Seconds(), "joins/s")
 	b.ReportMetric(scalePercentile(lat, 0.50), "p50-ms")
 	b.ReportMetric(scalePercentile(lat, 0.99), "p99-ms")
+	if ok0 && ok1 {
+		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-us/join")
+	}
 
 	// Every join really is in the room.
 	st, err := store.Stats(ctx, room)

@@ -19,8 +19,8 @@
 //	    BenchmarkPaymentsHTTP/<database>/clients=<n> (pay): payments/s,
 //	    p99-ms and x-bare against clients, a line per database
 //	joins-instances.png
-//	    BenchmarkJoinInstances/<redis>/instances=<n> (waitroom): joins/s
-//	    and p99-ms against instances, a line per Redis
+//	    BenchmarkJoinInstances/<redis>/instances=<n> (waitroom): joins/s,
+//	    p99-ms and cpu-us/join against instances, a line per Redis
 //	dispatch-workers.png
 //	    BenchmarkWorkerScaling/<workload>/<pool>/workers=<n> (dispatch):
 //	    items/s against workers, a panel per workload, a line per pool
@@ -109,6 +109,7 @@ var builtin = []figure{
 		panels: []panel{
 			{unit: "joins/s", title: "Joins through HTTP, 64 clients", ylabel: "joins/s (median)", fromZero: true, legendBottomRight: true},
 			{unit: "p99-ms", title: "Join latency, 99th percentile", ylabel: "p99 (ms, median of runs)", fromZero: true},
+			{unit: "cpu-us/join", title: "CPU per join: the process and Redis", ylabel: "µs (median)", fromZero: true},
 		},
 	},
 	{
