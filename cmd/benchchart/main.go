@@ -108,8 +108,8 @@ var builtin = []figure{
 		xlabel: "waiting-room instances over one Redis",
 		panels: []panel{
 			{unit: "joins/s", title: "Joins through HTTP, 64 clients", ylabel: "joins/s (median)", fromZero: true, legendBottomRight: true},
-			{unit: "p99-ms", title: "Join latency, 99th percentile", ylabel: "p99 (ms, median of runs)", fromZero: true},
-			{unit: "cpu-us/join", title: "CPU per join: the process and Redis", ylabel: "µs (median)", fromZero: true},
+			{unit: "p99-ms", title: "Join latency, 99th percentile", ylabel: "p99 (ms, median of runs)", fromZero: true, legendBottomRight: true},
+			{unit: "cpu-us/join", title: "CPU per join: the process and Redis", ylabel: "µs (median)", fromZero: true, legendBottomRight: true},
 		},
 	},
 	{
