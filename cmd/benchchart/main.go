@@ -117,7 +117,7 @@ var builtin = []figure{
 		xlabel: "workers (log scale)", logX: true,
 		panels: []panel{
 			{unit: "items/s", only: regexp.MustCompile(`/noop/`), title: "Handler does nothing: the dispatcher's own cost",
-				ylabel: "million items/s (median)", fromZero: true, div: 1e6},
+				ylabel: "million items/s (median)", fromZero: true, div: 1e6, legendBottomRight: true},
 			{unit: "items/s", only: regexp.MustCompile(`/io/`), title: "Handler waits 1 ms",
 				ylabel: "items/s (median)", fromZero: true,
 				bound: &bound{"bound: workers ÷ 1 ms", func(workers float64) float64 { return workers * 1000 }}},
