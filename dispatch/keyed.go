@@ -35,7 +35,7 @@ type handoff[T any] struct {
 // Invariants, under mu: a key is in ready exactly when it is not running and
 // has queued items; ready is empty whenever a worker is parked. A key whose
 // work is done stays in keys (idle), so that a key that comes back costs no
-// map insertion; idle keys are swept when they outnumber maxIdle.
+// insertion; idle keys are swept when they outnumber maxIdle.
 type keyedEngine[T any] struct {
 	cfg     Config
 	handler Handler[T]
@@ -43,7 +43,7 @@ type keyedEngine[T any] struct {
 	closing chan struct{}
 
 	mu        sync.Mutex
-	keys      map[string]*keyState[T]
+	keys      keyIndex[T]
 	ready     deque[*keyState[T]]
 	parked    []chan handoff[T] // parked workers, most recent last
 	idle      int               // keys in keys with nothing queued or running
@@ -69,7 +69,7 @@ const maxIdle = 4096
 const yieldBacklog = 1024
 
 func newKeyed[T any](cfg Config, h Handler[T]) *keyedEngine[T] {
-	e := &keyedEngine[T]{cfg: cfg, handler: h, closing: make(chan struct{}), keys: make(map[string]*keyState[T])}
+	e := &keyedEngine[T]{cfg: cfg, handler: h, closing: make(chan struct{}), keys: newKeyIndex[T]()}
 	for range cfg.Workers {
 		e.workers.Go(e.run)
 	}
@@ -77,31 +77,32 @@ func newKeyed[T any](cfg Config, h Handler[T]) *keyedEngine[T] {
 }
 
 func (e *keyedEngine[T]) submit(ctx context.Context, key string, item T) error {
+	h := e.keys.hash(key) // outside the lock: the seed never changes
 	e.lockSpinning()
 	for {
 		if e.closed {
 			e.mu.Unlock()
 			return ErrClosed
 		}
-		ks := e.keys[key]
+		ks := e.keys.get(h, key)
 		if ks == nil {
-			ks = e.newKey(key)
+			ks = e.newKey(h, key)
 		}
 		if ks.items.len() < e.cfg.QueueSize {
 			ks.items.pushBack(item)
 			e.queued++
 			e.submitted++
 			var w chan handoff[T]
-			var h handoff[T]
+			var ho handoff[T]
 			if !ks.running && ks.items.len() == 1 {
 				e.idle--
 				e.ready.pushBack(ks)
-				w, h = e.handOff()
+				w, ho = e.handOff()
 			}
 			backlog := e.queued
 			e.mu.Unlock()
 			if w != nil {
-				w <- h // after Unlock: waking a goroutine may take a system call
+				w <- ho // after Unlock: waking a goroutine may take a system call
 			}
 			if backlog >= yieldBacklog {
 				// Let runnable workers have this core before the backlog
@@ -125,19 +126,15 @@ func (e *keyedEngine[T]) submit(ctx context.Context, key string, item T) error {
 	}
 }
 
-// newKey registers an idle state for key; the caller makes it busy. Called
-// with mu held.
-func (e *keyedEngine[T]) newKey(key string) *keyState[T] {
+// newKey registers an idle state for key, whose hash is h; the caller
+// makes it busy. Called with mu held.
+func (e *keyedEngine[T]) newKey(h uint64, key string) *keyState[T] {
 	if e.idle >= maxIdle {
-		for k, ks := range e.keys {
-			if !ks.running && ks.items.len() == 0 {
-				delete(e.keys, k)
-			}
-		}
+		e.keys.removeIf(func(ks *keyState[T]) bool { return !ks.running && ks.items.len() == 0 })
 		e.idle = 0
 	}
 	ks := &keyState[T]{key: key}
-	e.keys[key] = ks
+	e.keys.put(h, ks)
 	e.idle++
 	return ks
 }
@@ -233,7 +230,7 @@ func (e *keyedEngine[T]) close() {
 func (e *keyedEngine[T]) stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Stats{Submitted: e.submitted, Completed: e.completed, Queued: e.queued, BackloggedKeys: len(e.keys) - e.idle}
+	return Stats{Submitted: e.submitted, Completed: e.completed, Queued: e.queued, BackloggedKeys: e.keys.len() - e.idle}
 }
 
 // lockSpinning takes mu, trying for a while before blocking. The critical

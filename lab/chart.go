@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"os"
 
@@ -9,6 +10,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // Default chart size, used when LineChart.Width or Height is zero.
@@ -57,6 +60,10 @@ type LineChart struct {
 	// LegendBottomRight moves the legend from the top left corner to the
 	// bottom right, for charts whose lines start low and end high.
 	LegendBottomRight bool
+	// FromZero starts a linear Y axis at zero (or below, if a value is
+	// negative), so that a line's height shows its size and not only its
+	// changes. A log axis (LogY) ignores it.
+	FromZero bool
 	// Width and Height are the image size; zero means DefaultChartWidth
 	// and DefaultChartHeight.
 	Width, Height vg.Length
@@ -93,16 +100,73 @@ func (c LineChart) Save(path string) (err error) {
 		return fmt.Errorf("lab: chart %q: %w", c.Title, err)
 	}
 
+	if err := writePNG(path, image); err != nil {
+		return fmt.Errorf("lab: chart %q: %w", c.Title, err)
+	}
+	return nil
+}
+
+// SaveStacked draws charts one above the other in one PNG image at path,
+// for panels that read together, such as throughput and latency against
+// the same load. Each panel keeps its own title, axes and legend, and the
+// panels' plotting areas are aligned. The image is as wide as the widest
+// chart and as high as all of them together (each chart's Width and
+// Height, or the defaults).
+func SaveStacked(path string, charts ...LineChart) (err error) {
+	if len(charts) == 0 {
+		return fmt.Errorf("lab: stacked chart %s: charts: must not be empty", path)
+	}
+	var width, height vg.Length
+	plots := make([][]*plot.Plot, len(charts))
+	for i, c := range charts {
+		if err := c.validate(); err != nil {
+			return err
+		}
+		w, h := c.Width, c.Height
+		if w == 0 {
+			w = DefaultChartWidth
+		}
+		if h == 0 {
+			h = DefaultChartHeight
+		}
+		width, height = max(width, w), height+h
+		p, err := c.plot()
+		if err != nil {
+			return fmt.Errorf("lab: chart %q: %w", c.Title, err)
+		}
+		plots[i] = []*plot.Plot{p}
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("lab: stacked chart %s: drawing failed: %v", path, v)
+		}
+	}()
+	img := vgimg.New(width, height)
+	tiles := draw.Tiles{Rows: len(charts), Cols: 1, PadY: vg.Millimeter}
+	canvases := plot.Align(plots, tiles, draw.New(img))
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	if err := writePNG(path, vgimg.PngCanvas{Canvas: img}); err != nil {
+		return fmt.Errorf("lab: stacked chart: %w", err)
+	}
+	return nil
+}
+
+// writePNG writes image to a new file at path.
+func writePNG(path string, image interface {
+	WriteTo(io.Writer) (int64, error)
+}) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("lab: chart %q: %w", c.Title, err)
+		return err
 	}
 	if _, err := image.WriteTo(f); err != nil {
 		f.Close()
-		return fmt.Errorf("lab: chart %q: write %s: %w", c.Title, path, err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("lab: chart %q: write %s: %w", c.Title, path, err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }
@@ -196,6 +260,10 @@ func (c LineChart) plot() (*plot.Plot, error) {
 		line.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
 		p.Add(line)
 		p.Legend.Add(l.Name, line)
+	}
+
+	if c.FromZero && !c.LogY {
+		p.Y.Min = math.Min(p.Y.Min, 0)
 	}
 
 	// A log axis needs a range of positive values; widen a flat one by a

@@ -2,10 +2,14 @@ package lab
 
 import (
 	"bytes"
+	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // pngMagic starts every PNG file.
@@ -90,4 +94,83 @@ func TestLineChartSaveRejectsBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestLineChartFromZero(t *testing.T) {
+	c := LineChart{Title: "rate", Series: []Series{{Name: "a", X: []float64{1, 2}, Y: []float64{900, 1000}}}}
+	p, err := c.plot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Y.Min != 900 {
+		t.Errorf("without FromZero, Y.Min = %v, want the smallest value 900", p.Y.Min)
+	}
+	c.FromZero = true
+	if p, err = c.plot(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Y.Min != 0 || p.Y.Max != 1000 {
+		t.Errorf("with FromZero, Y from %v to %v, want 0 to 1000", p.Y.Min, p.Y.Max)
+	}
+	c.Series[0].Y[0] = -5
+	if p, err = c.plot(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Y.Min != -5 {
+		t.Errorf("with FromZero and a negative value, Y.Min = %v, want -5", p.Y.Min)
+	}
+}
+
+func TestSaveStacked(t *testing.T) {
+	a := LineChart{Title: "rate", FromZero: true, Series: []Series{{Name: "a", X: []float64{1, 2, 3}, Y: []float64{5, 9, 12}}}}
+	b := LineChart{Title: "p99", LogY: true, Series: []Series{{Name: "a", X: []float64{1, 2, 3}, Y: []float64{40, 80, 300}}}, Width: 20 * vg.Centimeter}
+	path := filepath.Join(t.TempDir(), "stacked.png")
+	if err := SaveStacked(path, a, b); err != nil {
+		t.Fatalf("SaveStacked: %v", err)
+	}
+	checkPNG(t, path)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg, err := png.DecodeConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := func(l vg.Length) int { return int(l.Dots(vgimg.DefaultDPI) + 0.5) }
+	wantW, wantH := px(20*vg.Centimeter), px(2*DefaultChartHeight)
+	if abs(cfg.Width-wantW) > 1 || abs(cfg.Height-wantH) > 1 {
+		t.Errorf("image is %d×%d px, want %d×%d (the widest chart, the panels' heights added)", cfg.Width, cfg.Height, wantW, wantH)
+	}
+}
+
+func TestSaveStackedRejectsBadInput(t *testing.T) {
+	good := LineChart{Title: "ok", Series: []Series{{Name: "a", X: []float64{1}, Y: []float64{1}}}}
+	for _, tt := range []struct {
+		name   string
+		charts []LineChart
+		want   string
+	}{
+		{"no charts", nil, "charts: must not be empty"},
+		{"a bad panel", []LineChart{good, {Title: "bad", Series: []Series{{Name: "b"}}}}, `chart "bad": Series[0] ("b"): has no points`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "stacked.png")
+			err := SaveStacked(path, tt.charts...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("SaveStacked error = %v, want one containing %q", err, tt.want)
+			}
+			if _, statErr := os.Stat(path); !os.IsNotExist(statErr) {
+				t.Errorf("a file was written despite the error")
+			}
+		})
+	}
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

@@ -72,12 +72,18 @@ func benchAdmission(b *testing.B, client *redis.Client) {
 	}
 	store := redisstore.New(client)
 	room := fmt.Sprintf("bench-admit-%x", rand.Uint64())
-	cfg := waitroom.RoomConfig{Capacity: benchCapacity, Lease: 24 * time.Hour, AdmitInterval: time.Minute}
+	cfg := waitroom.RoomConfig{Capacity: benchCapacity, Lease: 24 * time.Hour, AdmitInterval: time.Minute, Retention: waitroom.DefaultRetention}
 	if err := store.Configure(ctx, room, cfg); err != nil {
 		b.Fatalf("Configure: %v", err)
 	}
 	defer func() {
-		if err := store.DeleteRoom(context.Background(), room); err != nil {
+		// Deleting a queue of 200,000 users can take longer than the
+		// default one-second OpTimeout on a loaded machine.
+		cleanup, err := redisstore.NewWithConfig(client, redisstore.Config{AutoPipeline: false, OpTimeout: time.Minute})
+		if err == nil {
+			err = cleanup.DeleteRoom(context.Background(), room)
+		}
+		if err != nil {
 			b.Errorf("DeleteRoom: %v", err)
 		}
 	}()
