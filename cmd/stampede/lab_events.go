@@ -44,7 +44,11 @@ Not part of 'stampede lab' / 'lab all': the default sweep (3 worker counts
 × 4 faults, 10 s each, plus drains) takes several minutes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			exp, err := buildEvents(cmd, opts)
+			build := buildEvents
+			if capacity, _ := cmd.Flags().GetBool("capacity"); capacity {
+				build = buildEventsCapacity
+			}
+			exp, err := build(cmd, opts)
 			if err != nil {
 				return err
 			}
@@ -64,6 +68,7 @@ Not part of 'stampede lab' / 'lab all': the default sweep (3 worker counts
 	f.String("nats", "", "a real NATS server's URL, or a cluster's comma-separated URLs (empty: an embedded nats-server per run)")
 	f.Int("replicas", d.Replicas, "the stream's replicas (3 on a 3-node cluster)")
 	f.String("node-kill-cmd", "", "shell command that kills one NATS cluster node, for --faults node-kill (e.g. '.ci/nats-cluster kill 4231')")
+	addEventsCapacityFlags(f)
 	return cmd
 }
 
@@ -136,6 +141,7 @@ func newLabEventsWorkerCmd() *cobra.Command {
 				c.NakDelay, c.MaxNakDelay = 100*time.Millisecond, c.AckWait
 			}
 			c.DrainTimeout = 5 * time.Second
+			c.PullBatch = min(c.PullBatch, c.MaxPending)
 			if serve != "" {
 				c.Pinned = false
 				for _, s := range strings.Split(serve, ",") {
@@ -157,6 +163,7 @@ func newLabEventsWorkerCmd() *cobra.Command {
 	f.StringVar(&cfg.Consumer.Subject, "subject", cfg.Consumer.Subject, "subject prefix")
 	f.IntVar(&cfg.Consumer.Partitions, "partitions", cfg.Consumer.Partitions, "partitions")
 	f.IntVar(&cfg.Consumer.Workers, "concurrency", cfg.Consumer.Workers, "handlers at once")
+	f.IntVar(&cfg.Consumer.MaxPending, "max-pending", cfg.Consumer.MaxPending, "unacknowledged messages per partition")
 	f.DurationVar(&cfg.Consumer.AckWait, "ack-wait", cfg.Consumer.AckWait, "ack deadline")
 	f.DurationVar(&cfg.Cost, "cost", cfg.Cost, "handling time of one event")
 	f.StringVar(&serve, "serve", "", "partitions to serve statically (servers without pinning)")
