@@ -40,6 +40,10 @@ overlaps (dispatch.Ledger over the effects' times), redeliveries, victim p99
 (against the in-process keyed dispatcher, workers 0) and events/s. A lost
 event or a double effect breaks an invariant (exit status 2).
 
+--capacity runs the capacity sweep instead: a --backlog published up front,
+drained by each --workers count in turn, on a shared and on per-worker
+ledgers (--ledgers); events/s, the ratio to one worker, CPU per event.
+
 Not part of 'stampede lab' / 'lab all': the default sweep (3 worker counts
 × 4 faults, 10 s each, plus drains) takes several minutes.`,
 		Args: cobra.NoArgs,
