@@ -339,12 +339,13 @@ func (e *Capacity) Run(ctx context.Context, cond lab.Condition, repeat int) (lab
 	}
 	wall := time.Since(t0)
 	self1, machine1 := selfCPU(), readMachineCPU()
-	var workerCPU time.Duration
+	var workerUser, workerSys time.Duration
 	for _, p := range procs {
 		_ = p.Process.Signal(syscall.SIGTERM)
 		_ = p.Wait() // a worker's exit status says nothing the ledger does not
-		workerCPU += p.ProcessState.UserTime() + p.ProcessState.SystemTime()
+		workerUser, workerSys = workerUser+p.ProcessState.UserTime(), workerSys+p.ProcessState.SystemTime()
 	}
+	workerCPU := workerUser + workerSys
 
 	db := dbs[0]
 	if ledger == LedgerPerWorker {
@@ -379,6 +380,8 @@ func (e *Capacity) Run(ctx context.Context, cond lab.Condition, repeat int) (lab
 	if busy, ok := machine1.busyCores(machine0); ok {
 		m["machine_busy_cores"] = busy
 	}
+	res.Extra = map[string]any{"wall_ms": wall.Milliseconds(), "worker_user_ms": workerUser.Milliseconds(),
+		"worker_system_ms": workerSys.Milliseconds(), "lab_cpu_ms": (self1 - self0).Milliseconds()}
 	e.mu.Lock()
 	if n == 1 {
 		e.one[capacityRun{ledger, repeat}] = m["events_per_s"]
@@ -404,9 +407,28 @@ func (e *Capacity) publish(ctx context.Context, js natsjs.JetStream, stream, sub
 		body     []byte
 		fut      natsjs.PubAckFuture
 	}
+	// Publications go out in windows of publishWindow, each acknowledged
+	// before the next: the async publisher stalls (an error) when too many
+	// wait for their acknowledgement on a busy server.
+	const publishWindow = 256
+	settle := func() error {
+		select {
+		case <-js.PublishAsyncComplete():
+			return nil
+		case <-time.After(time.Minute):
+			return errors.New("events: the backlog's publications were not acknowledged in a minute")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	seqs := map[string]uint64{}
 	out := make([]sent, 0, len(plan))
-	for _, a := range plan {
+	for i, a := range plan {
+		if i%publishWindow == 0 {
+			if err := settle(); err != nil {
+				return nil, err
+			}
+		}
 		k := keyName(a.key)
 		seq := seqs[k]
 		seqs[k]++
@@ -422,12 +444,8 @@ func (e *Capacity) publish(ctx context.Context, js natsjs.JetStream, stream, sub
 		s.fut = fut
 		out = append(out, s)
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(time.Minute):
-		return nil, errors.New("events: the backlog's publications were not acknowledged in a minute")
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := settle(); err != nil {
+		return nil, err
 	}
 	for _, s := range out {
 		select {
