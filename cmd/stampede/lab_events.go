@@ -48,11 +48,19 @@ p99 of the hot key's partition neighbours and of the other partitions, the
 longest recovery, and events/s. A lost event or a double effect breaks an
 invariant (exit status 2).
 
+--capacity runs the capacity sweep instead: a --backlog published up front,
+drained by each --workers count in turn, on a shared and on per-worker
+ledgers (--ledgers); events/s, the ratio to one worker, CPU per event.
+
 Not part of 'stampede lab' / 'lab all': the default sweep (3 worker counts
 × 4 faults, 10 s each, plus drains) takes several minutes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			exp, err := buildEvents(cmd, opts)
+			build := buildEvents
+			if capacity, _ := cmd.Flags().GetBool("capacity"); capacity {
+				build = buildEventsCapacity
+			}
+			exp, err := build(cmd, opts)
 			if err != nil {
 				return err
 			}
@@ -75,6 +83,7 @@ Not part of 'stampede lab' / 'lab all': the default sweep (3 worker counts
 	f.String("nats", "", "a real NATS server's URL, or a cluster's comma-separated URLs (empty: an embedded nats-server per run)")
 	f.Int("replicas", d.Replicas, "the stream's replicas (3 on a 3-node cluster)")
 	f.String("node-kill-cmd", "", "shell command that kills one NATS cluster node, for --faults node-kill (e.g. '.ci/nats-cluster kill 4231')")
+	addEventsCapacityFlags(f)
 	return cmd
 }
 
@@ -160,6 +169,7 @@ func newLabEventsWorkerCmd() *cobra.Command {
 				}
 				c.Prefer = append(c.Prefer, p)
 			}
+			c.PullBatch = min(c.PullBatch, c.MaxPending)
 			if serve != "" {
 				c.Prefer = nil
 				c.Pinned = false
@@ -182,6 +192,7 @@ func newLabEventsWorkerCmd() *cobra.Command {
 	f.StringVar(&cfg.Consumer.Subject, "subject", cfg.Consumer.Subject, "subject prefix")
 	f.IntVar(&cfg.Consumer.Partitions, "partitions", cfg.Consumer.Partitions, "partitions")
 	f.IntVar(&cfg.Consumer.Workers, "concurrency", cfg.Consumer.Workers, "handlers at once")
+	f.IntVar(&cfg.Consumer.MaxPending, "max-pending", cfg.Consumer.MaxPending, "unacknowledged messages per partition")
 	f.DurationVar(&cfg.Consumer.AckWait, "ack-wait", cfg.Consumer.AckWait, "ack deadline")
 	f.DurationVar(&cfg.Cost, "cost", cfg.Cost, "handling time of one event")
 	f.DurationVar(&cfg.HotCost, "hot-cost", 0, "handling time of one event of the hot key (0: --cost)")
