@@ -256,33 +256,40 @@ func (s *Store) seeStamp(stamp int64) {
 	}
 }
 
+// joinAttempts bounds how often a join of a user the shard let go to the
+// room asks the room and the shard again, while admissions of that user
+// race with it.
+const joinAttempts = 5
+
 // shardedJoin is Join in a room of k shards.
 func (s *Store) shardedJoin(ctx context.Context, room, user string, k int) (waitroom.Ticket, error) {
 	shard := ShardOf(user, k)
 	sk := ShardKeysFor(room, shard).list()
-	res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
-		return shardJoinScript.Run(ctx, s.users, sk, user, s.hint.Load(), 0).Slice()
-	})
-	if err != nil {
-		return waitroom.Ticket{}, err
-	}
-	if len(res) == 1 && fmt.Sprint(res[0]) == "unknown" {
+	ended := ""
+	for range joinAttempts {
+		res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
+			return shardJoinScript.Run(ctx, s.users, sk, user, s.hint.Load(), ended).Slice()
+		})
+		if err != nil {
+			return waitroom.Ticket{}, err
+		}
+		if len(res) != 1 || fmt.Sprint(res[0]) != "unknown" {
+			return s.shardTicket(ctx, room, user, shard, k, res)
+		}
 		// Not waiting here: the room knows whether an admission holds.
 		t, err := s.read(ctx, room, user, 0)
 		switch {
 		case err == nil && t.State == waitroom.StateAdmitted:
 			return t, nil
-		case err != nil && !errors.Is(err, waitroom.ErrNoTicket):
-			return waitroom.Ticket{}, err
-		}
-		res, err = call(s, ctx, func(ctx context.Context) ([]any, error) {
-			return shardJoinScript.Run(ctx, s.users, sk, user, s.hint.Load(), 1).Slice()
-		})
-		if err != nil {
+		case err == nil:
+			ended = strconv.FormatInt(t.Seq, 10)
+		case errors.Is(err, waitroom.ErrNoTicket):
+			ended = "-1"
+		default:
 			return waitroom.Ticket{}, err
 		}
 	}
-	return s.shardTicket(ctx, room, user, shard, k, res)
+	return waitroom.Ticket{}, waitroom.Unavailable(fmt.Errorf("redisstore: join of %q in %q raced with its admissions %d times", user, room, joinAttempts))
 }
 
 // shardTicket decodes a shard's view and, for a waiting user, adds the
@@ -435,6 +442,8 @@ type candidate struct {
 	user  string
 	stamp int64
 	shard int
+	// seq is the admission's sequence number, once admitted.
+	seq int64
 }
 
 // shardedAdmit is one admission pass of a room of k shards (see the top
@@ -462,7 +471,7 @@ func (s *Store) shardedAdmit(ctx context.Context, room string, k int) (waitroom.
 	for i := 6; i+1 < len(prep); i += 2 {
 		var c candidate
 		c.user = fmt.Sprint(prep[i])
-		if _, err := fmt.Sscan(fmt.Sprint(prep[i+1]), &c.stamp, &c.shard); err == nil {
+		if _, err := fmt.Sscan(fmt.Sprint(prep[i+1]), &c.stamp, &c.shard, &c.seq); err == nil {
 			stale = append(stale, c)
 		}
 	}
@@ -541,7 +550,9 @@ func (s *Store) shardedAdmit(ctx context.Context, room string, k int) (waitroom.
 	}
 	var admitted []candidate
 	for i := 1; i+1 < len(out); i += 2 {
-		admitted = append(admitted, byUser[fmt.Sprint(out[i])])
+		c := byUser[fmt.Sprint(out[i])]
+		c.seq = num(out[i+1])
+		admitted = append(admitted, c)
 	}
 	if len(admitted) == 0 {
 		return res, nil
@@ -581,7 +592,7 @@ func (s *Store) finalize(ctx context.Context, room string, k int, admitted []can
 		if c.shard < 0 || c.shard >= k {
 			continue
 		}
-		byShard[c.shard] = append(byShard[c.shard], c.user, c.stamp)
+		byShard[c.shard] = append(byShard[c.shard], c.user, c.stamp, c.seq)
 		index[c.shard] = append(index[c.shard], i)
 	}
 	var keys [][]string

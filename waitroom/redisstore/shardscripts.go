@@ -3,16 +3,17 @@ package redisstore
 // The scripts of a sharded room's queue shards (see shard.go). Every shard
 // script takes the shard's keys (see ShardKeys.list):
 //
-//	1 cfg  2 seq  3 queue  4 state  5 stamp  6 stats  7 joinedat  8 seen
+//	1 cfg  2 seq  3 queue  4 state  5 admseq  6 stats  7 joinedat  8 seen
 //	9 away  10 awayat  11 done  12 seqof
 //
 // cfg is the shard's copy of the room's settings it needs (closed,
 // closed_message, abandon_ms, retention_ms) plus its own clock mark
 // (last: the last stamp it gave) and opened_for. queue scores each waiting
-// user by their order stamp (µs); stamp keeps the stamp of users set
-// aside; state holds only what happens in the shard (waiting, away, left,
-// closed, abandoned): an admitted user is forgotten by the shard and known
-// by the room's keys alone.
+// user by their order stamp (µs), and away keeps it for users set aside.
+// state holds what happens in the shard (waiting, away, left, closed,
+// abandoned) and 'admitted' for a user the shard let go to the room, whose
+// admission's seq is in admseq: from then on the room's keys know the
+// user's state.
 
 // nowUS reads the server clock in ms (now) and µs (nowus).
 const nowUS = `
@@ -71,12 +72,14 @@ end
 `
 
 // shardJoinScript: ARGV user, hint (the caller's latest stamp seen, µs),
-// fresh (1: the room holds no live admission of the user). A user the
-// shard does not know, or whose ticket here is finished, joins with a new
-// order stamp max(TIME µs, last + 1, hint + 1): unique and rising in the
-// shard, and later than every stamp the caller has seen. Without fresh, a
-// user the shard does not know is answered {'unknown'}: the caller asks the
-// room first. Returns view.
+// ended ('': not asked; -1: the room knows no admission of the user; n:
+// the room says admission n of the user has ended). A user whose ticket
+// here is finished joins with a new order stamp max(TIME µs, last + 1,
+// hint + 1): unique and rising in the shard, and later than every stamp
+// the caller has seen. A user the shard does not know, or let go to the
+// room, joins only when ended matches (no admission, or the one the shard
+// let go has ended); else the answer is {'unknown'}: the caller asks the
+// room, then again. Returns view.
 var shardJoinScript = newScript(nowUS + shardLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
 local user = ARGV[1]
@@ -89,7 +92,10 @@ if redis.call('HGET', KEYS[1], 'closed') == '1' then
   if st then return view(user, st, 0) end
   return {'closed', -1, 0, 0, 0, redis.call('HGET', KEYS[1], 'closed_message') or '', 0}
 end
-if ARGV[3] ~= '1' then return {'unknown'} end
+if not st or st == 'admitted' then
+  if ARGV[3] == '' then return {'unknown'} end
+  if st == 'admitted' and redis.call('HGET', KEYS[5], user) ~= ARGV[3] then return {'unknown'} end
+end
 local stamp = math.max(nowus, tonumber(redis.call('HGET', KEYS[1], 'last') or 0) + 1, tonumber(ARGV[2]) + 1)
 redis.call('HSET', KEYS[1], 'last', stamp)
 local seq = redis.call('INCR', KEYS[2])
@@ -109,7 +115,7 @@ return view(user, 'waiting', 1)
 var shardTicketScript = newScript(nowUS + shardLua + `
 local user = ARGV[1]
 local st = settle(user)
-if not st then
+if not st or st == 'admitted' then
   if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
   return {'unknown'}
 end
@@ -122,7 +128,7 @@ return view(user, st, 0)
 var shardLeaveScript = newScript(nowUS + shardLua + `
 local user = ARGV[1]
 local st = settle(user)
-if not st then
+if not st or st == 'admitted' then
   if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
   return {'unknown'}
 end
@@ -189,6 +195,7 @@ if #over > 0 then redis.call('HINCRBY', KEYS[6], 'abandoned', #over) end
 local old = redis.call('ZRANGEBYSCORE', KEYS[11], '-inf', now - retention, 'LIMIT', 0, batch)
 if #old > 0 then
   redis.call('HDEL', KEYS[4], unpack(old))
+  redis.call('HDEL', KEYS[5], unpack(old))
   redis.call('HDEL', KEYS[12], unpack(old))
   redis.call('HDEL', KEYS[7], unpack(old))
   redis.call('ZREM', KEYS[11], unpack(old))
@@ -221,26 +228,28 @@ end
 return out
 `)
 
-// shardFinalizeScript takes admitted users out of the shard: ARGV user,
-// stamp, .... A user still waiting with that stamp is forgotten by the
-// shard (the room's keys know them from now on); a user the shard no
-// longer knows was taken out by an earlier call. Returns, per user, 1 when
+// shardFinalizeScript lets admitted users go to the room: ARGV user,
+// stamp, seq, .... A user still waiting with that stamp leaves the queue
+// and is marked admitted with the admission's seq (and kept for the
+// retention, like a finished user); a user marked so already, or
+// forgotten since, was let go by an earlier call. Returns, per user, 1 when
 // the admission stands, or 0 when the user left, closed, was set aside or
 // joined again meanwhile: the room must undo that admission.
-var shardFinalizeScript = newScript(`
+var shardFinalizeScript = newScript(nowUS + `
 local out = {}
-for i = 1, #ARGV, 2 do
-  local u, stamp = ARGV[i], tonumber(ARGV[i + 1])
+for i = 1, #ARGV, 3 do
+  local u, stamp, seq = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
   local st = redis.call('HGET', KEYS[4], u)
   local ok = 0
-  if not st then
+  if not st or (st == 'admitted' and redis.call('HGET', KEYS[5], u) == seq) then
     ok = 1
   elseif st == 'waiting' and tonumber(redis.call('ZSCORE', KEYS[3], u) or -1) == stamp then
     redis.call('ZREM', KEYS[3], u)
     redis.call('ZREM', KEYS[8], u)
-    redis.call('HDEL', KEYS[4], u)
-    redis.call('HDEL', KEYS[12], u)
+    redis.call('HSET', KEYS[4], u, 'admitted')
+    redis.call('HSET', KEYS[5], u, seq)
     redis.call('HDEL', KEYS[7], u)
+    redis.call('ZADD', KEYS[11], now, u)
     ok = 1
   end
   out[#out + 1] = ok
@@ -392,7 +401,7 @@ for i = 3, #ARGV, 3 do
     redis.call('ZREM', KEYS[13], u)
     if arrival > 0 then redis.call('ZADD', KEYS[12], now + arrival, u) end
     redis.call('ZADD', KEYS[16], now, u)
-    redis.call('HSET', KEYS[17], u, stamp .. ' ' .. shard)
+    redis.call('HSET', KEYS[17], u, stamp .. ' ' .. shard .. ' ' .. seq)
     local s = tonumber(stamp)
     if s < maxstamp - tol then inversions = inversions + 1 end
     if s > maxstamp then maxstamp = s end
