@@ -674,7 +674,21 @@ func testPrequeue(t *testing.T, h Harness) {
 	for i := range early {
 		early[i] = fmt.Sprintf("early-%04d", i)
 	}
-	join(t, s, room, early...)
+	// Eight joiners, each in join order over its stride, so that the
+	// pre-queue fills well within the 1.5 s before opening on a slow
+	// server; without the shuffle, admission would follow join order.
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				if _, err := s.Join(ctx, room, early[i]); err != nil {
+					t.Errorf("Join(%s): %v", early[i], err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 	if res := admit(t, s, room); len(res.Admitted) != 0 || res.Shuffled != 0 {
 		t.Fatalf("before opening: %+v, want nothing done", res)
 	}
