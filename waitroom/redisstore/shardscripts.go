@@ -72,7 +72,7 @@ end
 `
 
 // shardJoinScript: ARGV user, hint (the caller's latest stamp seen, µs),
-// ended ('': not asked; -1: the room knows no admission of the user; n:
+// ended (empty: not asked; -1: the room knows no admission of the user; n:
 // the room says admission n of the user has ended). A user whose ticket
 // here is finished joins with a new order stamp max(TIME µs, last + 1,
 // hint + 1): unique and rising in the shard, and later than every stamp
