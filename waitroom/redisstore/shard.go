@@ -48,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -193,7 +194,8 @@ func (s *Store) checkShards(ctx context.Context, room string, cfg waitroom.RoomC
 
 // shardConfigFields are the configuration fields a queue shard keeps a
 // copy of.
-var shardConfigFields = map[string]bool{"closed": true, "closed_message": true, "abandon_after_seconds": true, "retention_seconds": true}
+var shardConfigFields = map[string]bool{"closed": true, "closed_message": true, "abandon_after_seconds": true,
+	"retention_seconds": true, "lease_seconds": true}
 
 // writeShardConfigs copies the fields (JSON names) the shards need to every
 // shard of a room of k shards.
@@ -284,7 +286,7 @@ func (s *Store) shardedJoin(ctx context.Context, room, user string, k int) (wait
 		case err == nil:
 			ended = strconv.FormatInt(t.Seq, 10)
 		case errors.Is(err, waitroom.ErrNoTicket):
-			ended = "-1"
+			ended = "0" // the room forgot the admission: it ended long ago
 		default:
 			return waitroom.Ticket{}, err
 		}
@@ -463,7 +465,6 @@ func (s *Store) shardedAdmit(ctx context.Context, room string, k int) (waitroom.
 		return res, fmt.Errorf("redisstore: admit: unexpected reply %v", prep)
 	}
 	num := func(v any) int64 { n, _ := v.(int64); return n }
-	res.Expired = int(num(prep[0]))
 	res.At = time.UnixMilli(num(prep[1])).UTC()
 	open, free, shuffle := num(prep[2]) == 1, num(prep[3]), num(prep[4])
 	// Admissions a dead pass left moving: finalize and settle them.
@@ -482,15 +483,23 @@ func (s *Store) shardedAdmit(ctx context.Context, room string, k int) (waitroom.
 		res.RoundTrips += 2
 	}
 	// 2. Peek every shard.
+	// Each shard offers a share of the free places and half as much again;
+	// only candidates up to the earliest last stamp of a shard that offered
+	// all it was asked for are safe to admit (that shard may hold earlier
+	// ones beyond), and only up to every shard's clock mark (a user who
+	// joins a shard after its peek may be stamped earlier than a candidate
+	// seen later on another shard, unless stamps beyond the marks wait).
+	// So a pass may admit fewer than the free places, and the next pass
+	// admits the rest.
 	heads := int64(0)
-	if open {
-		heads = free
+	if open && free > 0 {
+		heads = min(free, 3*free/int64(2*k)+8)
 	}
 	keys, args := make([][]string, k), make([][]any, k)
 	seed := 1 + rand.Int64N(2147483646)
 	for i := range k {
 		keys[i] = ShardKeysFor(room, i).list()
-		args[i] = []any{heads, MaxBatch, shuffle, seed + int64(i)}
+		args[i] = []any{heads, MaxBatch, shuffle, seed + int64(i), s.hint.Load()}
 	}
 	var cmds []*redis.Cmd
 	_, err = call(s, ctx, func(ctx context.Context) (struct{}, error) {
@@ -503,19 +512,29 @@ func (s *Store) shardedAdmit(ctx context.Context, room string, k int) (waitroom.
 		return res, err
 	}
 	var cands []candidate
+	bound := int64(math.MaxInt64)
 	for i, c := range cmds {
 		out, err := c.Slice()
 		if err != nil || len(out) < 1 {
 			return res, fmt.Errorf("redisstore: admit: shard %d: unexpected reply %v (%v)", i, out, err)
 		}
-		res.Shuffled += int(num(out[0]))
-		for j := 1; j+1 < len(out); j += 2 {
-			stamp, _ := strconv.ParseFloat(fmt.Sprint(out[j+1]), 64)
-			cands = append(cands, candidate{user: fmt.Sprint(out[j]), stamp: int64(stamp), shard: i})
+		if len(out) < 2 {
+			return res, fmt.Errorf("redisstore: admit: shard %d: unexpected reply %v", i, out)
 		}
-	}
-	if !open || (len(cands) == 0 && shuffle == 0) {
-		return res, nil
+		res.Shuffled += int(num(out[0]))
+		// A join on this shard after the peek is stamped after its mark:
+		// a candidate up to every shard's mark has nobody unseen ahead.
+		bound = min(bound, num(out[1]))
+		var last int64
+		for j := 2; j+1 < len(out); j += 2 {
+			stamp, _ := strconv.ParseFloat(fmt.Sprint(out[j+1]), 64)
+			last = int64(stamp)
+			cands = append(cands, candidate{user: fmt.Sprint(out[j]), stamp: last, shard: i})
+			s.seeStamp(last) // the next pass raises every mark past it
+		}
+		if int64(len(out)-2)/2 == heads && heads > 0 && heads < free {
+			bound = min(bound, last)
+		}
 	}
 	slices.SortFunc(cands, func(a, b candidate) int {
 		if a.stamp != b.stamp {
@@ -523,13 +542,21 @@ func (s *Store) shardedAdmit(ctx context.Context, room string, k int) (waitroom.
 		}
 		return a.shard - b.shard
 	})
-	cands = cands[:min(int64(len(cands)), free)]
-	// 3. Admit on the room's slot.
+	safe := 0
+	for safe < len(cands) && int64(safe) < free && cands[safe].stamp <= bound {
+		safe++
+	}
+	cands = cands[:safe]
+	// 3. Reclaim and admit on the room's slot (also with no candidates,
+	// for the reclaim).
 	tol, err := s.ClockTolerance(ctx, room)
 	if err != nil {
 		return res, err
 	}
-	admitArgs := []any{tol.Microseconds(), shuffle}
+	if !open {
+		cands = nil
+	}
+	admitArgs := []any{tol.Microseconds(), shuffle, MaxBatch}
 	for _, c := range cands {
 		admitArgs = append(admitArgs, c.user, c.stamp, c.shard)
 	}
@@ -540,16 +567,17 @@ func (s *Store) shardedAdmit(ctx context.Context, room string, k int) (waitroom.
 	if err != nil {
 		return res, err
 	}
-	if len(out) < 1 {
+	if len(out) < 2 {
 		return res, fmt.Errorf("redisstore: admit: unexpected reply %v", out)
 	}
 	at := time.UnixMilli(num(out[0])).UTC()
+	res.Expired = int(num(out[1]))
 	byUser := map[string]candidate{}
 	for _, c := range cands {
 		byUser[c.user] = c
 	}
 	var admitted []candidate
-	for i := 1; i+1 < len(out); i += 2 {
+	for i := 2; i+1 < len(out); i += 2 {
 		c := byUser[fmt.Sprint(out[i])]
 		c.seq = num(out[i+1])
 		admitted = append(admitted, c)

@@ -72,14 +72,13 @@ end
 `
 
 // shardJoinScript: ARGV user, hint (the caller's latest stamp seen, µs),
-// ended (empty: not asked; -1: the room knows no admission of the user; n:
-// the room says admission n of the user has ended). A user whose ticket
-// here is finished joins with a new order stamp max(TIME µs, last + 1,
-// hint + 1): unique and rising in the shard, and later than every stamp
-// the caller has seen. A user the shard does not know, or let go to the
-// room, joins only when ended matches (no admission, or the one the shard
-// let go has ended); else the answer is {'unknown'}: the caller asks the
-// room, then again. Returns view.
+// ended (empty: not asked; n: the room says admission n of the user has
+// ended; 0: the room has forgotten the user). A user the shard does not know, or whose ticket here is
+// finished, joins with a new order stamp max(TIME µs, last + 1, hint + 1):
+// unique and rising in the shard, and later than every stamp the caller
+// has seen. A user the shard let go to the room joins only when ended
+// names that admission; else the answer is {'unknown'}: the caller asks
+// the room, then again. Returns view.
 var shardJoinScript = newScript(nowUS + shardLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
 local user = ARGV[1]
@@ -92,10 +91,7 @@ if redis.call('HGET', KEYS[1], 'closed') == '1' then
   if st then return view(user, st, 0) end
   return {'closed', -1, 0, 0, 0, redis.call('HGET', KEYS[1], 'closed_message') or '', 0}
 end
-if not st or st == 'admitted' then
-  if ARGV[3] == '' then return {'unknown'} end
-  if st == 'admitted' and redis.call('HGET', KEYS[5], user) ~= ARGV[3] then return {'unknown'} end
-end
+if st == 'admitted' and ARGV[3] ~= '0' and redis.call('HGET', KEYS[5], user) ~= ARGV[3] then return {'unknown'} end
 local stamp = math.max(nowus, tonumber(redis.call('HGET', KEYS[1], 'last') or 0) + 1, tonumber(ARGV[2]) + 1)
 redis.call('HSET', KEYS[1], 'last', stamp)
 local seq = redis.call('INCR', KEYS[2])
@@ -144,12 +140,14 @@ return {st, 0}
 
 // shardPeekScript is a shard's part of an admission pass: ARGV heads,
 // max_batch, shuffle (the room's opens_at in ms when the pre-queue may be
-// shuffled now, else 0), seed. It closes waiting users of a closed room,
-// sets aside users who stopped polling and abandons those away too long,
-// forgets users finished longer than the retention ago (each step at most
-// max_batch users), shuffles the pre-queue once, and raises the shard's
-// clock mark to now. Returns {shuffled, user, stamp, ...} for up to heads
-// users at the head of the queue.
+// shuffled now, else 0), seed, hint (the admitter's latest stamp seen). It
+// closes waiting users of a closed room, sets aside users who stopped
+// polling and abandons those away too long, forgets users finished longer
+// than the retention ago (each step at most max_batch users), shuffles the
+// pre-queue once, and raises the shard's clock mark to at least now and
+// the hint: every later join here is stamped after the mark. Returns
+// {shuffled, mark, user, stamp, ...} for up to heads users at the head of
+// the queue.
 var shardPeekScript = newScript(nowUS + shardLua + `
 local c = redis.call('HMGET', KEYS[1], 'closed', 'abandon_ms', 'retention_ms', 'opened_for')
 if not c[3] then return redis.error_reply('NOROOM') end
@@ -220,7 +218,9 @@ if opens ~= '0' and c[4] ~= opens then
   out[1] = #users
 end
 local last = tonumber(redis.call('HGET', KEYS[1], 'last') or 0)
-if nowus > last then redis.call('HSET', KEYS[1], 'last', nowus) end
+local mark = math.max(last, nowus, tonumber(ARGV[5]))
+if mark > last then redis.call('HSET', KEYS[1], 'last', mark) end
+out[2] = mark
 if heads > 0 then
   local h = redis.call('ZRANGE', KEYS[3], 0, heads - 1, 'WITHSCORES')
   for i = 1, #h do out[#out + 1] = h[i] end
@@ -230,12 +230,13 @@ return out
 
 // shardFinalizeScript lets admitted users go to the room: ARGV user,
 // stamp, seq, .... A user still waiting with that stamp leaves the queue
-// and is marked admitted with the admission's seq (and kept for the
-// retention, like a finished user); a user marked so already, or
+// and is marked admitted with the admission's seq, kept for the lease and
+// the retention after (a join then asks the room); a user marked so already, or
 // forgotten since, was let go by an earlier call. Returns, per user, 1 when
 // the admission stands, or 0 when the user left, closed, was set aside or
 // joined again meanwhile: the room must undo that admission.
 var shardFinalizeScript = newScript(nowUS + `
+local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_ms') or 0)
 local out = {}
 for i = 1, #ARGV, 3 do
   local u, stamp, seq = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
@@ -249,7 +250,7 @@ for i = 1, #ARGV, 3 do
     redis.call('HSET', KEYS[4], u, 'admitted')
     redis.call('HSET', KEYS[5], u, seq)
     redis.call('HDEL', KEYS[7], u)
-    redis.call('ZADD', KEYS[11], now, u)
+    redis.call('ZADD', KEYS[11], now + lease, u)
     ok = 1
   end
   out[#out + 1] = ok
@@ -298,9 +299,10 @@ return out
 // hold admissions whose users the shards have not yet let go.
 
 // roomPrepScript opens a sharded room's admission pass: ARGV max_batch,
-// stale_ms. It reclaims run-out leases and no-shows and forgets users
-// finished longer than the retention ago, as the one-queue pass does.
-// Returns {expired, now_ms, admit (0 or 1), free, shuffle (opens_at ms
+// stale_ms. It forgets users finished longer than the retention ago, as
+// the one-queue pass does, and counts the free places (run-out leases
+// count as free: the admit script reclaims them). Returns {0, now_ms,
+// admit (0 or 1), free, shuffle (opens_at ms
 // when the pre-queue may be shuffled now, else 0), closed, stale moving
 // user, info, ...}.
 var roomPrepScript = newScript(nowMS + commonLua + `
@@ -312,6 +314,39 @@ local rate, opens = tonumber(c[3] or 0), tonumber(c[4] or 0)
 local paused, closed = c[5] == '1', c[6] == '1'
 local retention = tonumber(c[7] or 86400000)
 local batch = tonumber(ARGV[1])
+local old = redis.call('ZRANGEBYSCORE', KEYS[13], '-inf', now - retention, 'LIMIT', 0, batch)
+if #old > 0 then
+  redis.call('HDEL', KEYS[5], unpack(old))
+  redis.call('HDEL', KEYS[6], unpack(old))
+  redis.call('HDEL', KEYS[15], unpack(old))
+  redis.call('ZREM', KEYS[13], unpack(old))
+end
+local out = {0, now, 0, 0, 0, 0}
+if closed then out[6] = 1 end
+local stale = redis.call('ZRANGEBYSCORE', KEYS[16], '-inf', now - tonumber(ARGV[2]), 'LIMIT', 0, batch)
+if paused or closed or (opens > 0 and now < opens) then
+  for _, u in ipairs(stale) do out[#out + 1] = u; out[#out + 1] = redis.call('HGET', KEYS[17], u) or '' end
+  return out
+end
+out[3] = 1
+if opens > 0 and tonumber(c[8] or 0) ~= opens then out[5] = opens end
+local n = math.min(cap - redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf'), batch)
+if rate > 0 and n > 0 then
+  local burst = math.max(1, rate / 60)
+  local b = redis.call('HMGET', KEYS[14], 'tokens', 'at')
+  local tokens = burst
+  if b[1] then tokens = math.min(burst, tonumber(b[1]) + (now - tonumber(b[2])) * rate / 60000) end
+  n = math.min(n, math.floor(tokens))
+end
+out[4] = math.max(n, 0)
+for _, u in ipairs(stale) do out[#out + 1] = u; out[#out + 1] = redis.call('HGET', KEYS[17], u) or '' end
+return out
+`)
+
+// reclaimLua ends run-out leases, and admissions whose user has not
+// arrived within the arrival window (at most batch of those), as the
+// one-queue pass does; it sets expired.
+const reclaimLua = `
 local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
 for _, u in ipairs(gone) do
   redis.call('ZREM', KEYS[12], u)
@@ -331,48 +366,25 @@ end
 expired = expired + noshows
 if expired > 0 then redis.call('HINCRBY', KEYS[7], 'expired', expired) end
 if noshows > 0 then redis.call('HINCRBY', KEYS[7], 'noshow', noshows) end
-local old = redis.call('ZRANGEBYSCORE', KEYS[13], '-inf', now - retention, 'LIMIT', 0, batch)
-if #old > 0 then
-  redis.call('HDEL', KEYS[5], unpack(old))
-  redis.call('HDEL', KEYS[6], unpack(old))
-  redis.call('HDEL', KEYS[15], unpack(old))
-  redis.call('ZREM', KEYS[13], unpack(old))
-end
-local out = {expired, now, 0, 0, 0, 0}
-if closed then out[6] = 1 end
-local stale = redis.call('ZRANGEBYSCORE', KEYS[16], '-inf', now - tonumber(ARGV[2]), 'LIMIT', 0, batch)
-if paused or closed or (opens > 0 and now < opens) then
-  for _, u in ipairs(stale) do out[#out + 1] = u; out[#out + 1] = redis.call('HGET', KEYS[17], u) or '' end
-  return out
-end
-out[3] = 1
-if opens > 0 and tonumber(c[8] or 0) ~= opens then out[5] = opens end
-local n = math.min(cap - redis.call('ZCARD', KEYS[4]), batch)
-if rate > 0 and n > 0 then
-  local burst = math.max(1, rate / 60)
-  local b = redis.call('HMGET', KEYS[14], 'tokens', 'at')
-  local tokens = burst
-  if b[1] then tokens = math.min(burst, tonumber(b[1]) + (now - tonumber(b[2])) * rate / 60000) end
-  n = math.min(n, math.floor(tokens))
-end
-out[4] = math.max(n, 0)
-for _, u in ipairs(stale) do out[#out + 1] = u; out[#out + 1] = redis.call('HGET', KEYS[17], u) or '' end
-return out
-`)
+`
 
-// roomAdmitScript admits candidates of a sharded room, in the order given
-// (the earliest order stamps first), within the free capacity and the
-// outflow bucket: ARGV tolerance_us, opened (opens_at ms shuffled by this
-// pass, else 0), then user, stamp, shard, .... A candidate whose join was
+// roomAdmitScript reclaims run-out leases and no-shows (reclaimLua), then
+// admits candidates of a sharded room, in the order given (the earliest
+// order stamps first), within the free capacity and the outflow bucket:
+// ARGV tolerance_us, opened (opens_at ms shuffled by this pass, else 0),
+// max_batch, then user, stamp, shard, .... Reclaiming here, not in the
+// prepare step, makes the pass's expiries and admissions one atomic step. A candidate whose join was
 // admitted already (admstamp) is skipped. Each admission gets a new
 // sequence number (the admission token's seq) and is recorded as moving
 // until the shard lets the user go. An admitted stamp earlier than the
 // latest admitted stamp by more than the tolerance counts as an inversion.
-// Returns {now_ms, user, seq, ...}.
-var roomAdmitScript = newScript(nowMS + `
+// Returns {now_ms, expired, user, seq, ...}.
+var roomAdmitScript = newScript(nowMS + commonLua + `
 local c = redis.call('HMGET', KEYS[1], 'capacity', 'lease_ms', 'rate_per_min', 'arrival_ms', 'paused', 'closed')
 if not c[1] then return redis.error_reply('NOROOM') end
-local out = {now}
+local batch = tonumber(ARGV[3])
+` + reclaimLua + `
+local out = {now, expired}
 if c[5] == '1' or c[6] == '1' then return out end
 local cap, lease, rate, arrival = tonumber(c[1]), tonumber(c[2]), tonumber(c[3] or 0), tonumber(c[4] or 0)
 if ARGV[2] ~= '0' then redis.call('HSET', KEYS[1], 'opened_for', ARGV[2]) end
@@ -389,7 +401,7 @@ local tol = tonumber(ARGV[1])
 local maxstamp = tonumber(redis.call('HGET', KEYS[7], 'max_stamp') or 0)
 local inversions = 0
 local admitted = 0
-for i = 3, #ARGV, 3 do
+for i = 4, #ARGV, 3 do
   if admitted >= n then break end
   local u, stamp, shard = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if redis.call('HGET', KEYS[15], u) ~= stamp and redis.call('HGET', KEYS[5], u) ~= 'admitted' then
