@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -415,6 +416,13 @@ func (s *Store) UpdateConfig(ctx context.Context, room string, cfg waitroom.Room
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if i := slices.Index(fields, "queue_shards"); i >= 0 {
+		// Fixed once the room exists: the same value changes nothing.
+		if err := s.checkShards(ctx, room, cfg); err != nil {
+			return err
+		}
+		fields = slices.Delete(slices.Clone(fields), i, i+1)
 	}
 	if len(fields) == 0 {
 		_, err := s.Config(ctx, room)
