@@ -87,7 +87,13 @@ type sharding struct {
 	tolerances sync.Map
 	// hint is the latest order stamp this Store has seen (µs).
 	hint atomic.Int64
+	// dieAfterAdmit, for tests, ends an admission pass right after its
+	// admit step, as a crashed instance would.
+	dieAfterAdmit bool
 }
+
+// errDied is the error of a pass ended by dieAfterAdmit.
+var errDied = errors.New("redisstore: admission pass ended after its admit step (test)")
 
 type shardsEntry struct {
 	k  int
@@ -584,6 +590,9 @@ func (s *Store) shardedAdmit(ctx context.Context, room string, k int) (waitroom.
 	}
 	if len(admitted) == 0 {
 		return res, nil
+	}
+	if s.dieAfterAdmit {
+		return res, errDied
 	}
 	// 4 and 5. Let the shards go of them, and settle.
 	ok, err := s.finalize(ctx, room, k, admitted)
