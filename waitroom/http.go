@@ -314,6 +314,8 @@ type roomConfigJSON struct {
 	PoWDifficulty       int     `json:"pow_difficulty"`
 	// Template is null when the room has none.
 	Template *RoomTemplate `json:"template"`
+	// QueueShards: see RoomConfig.QueueShards.
+	QueueShards int `json:"queue_shards"`
 }
 
 // configView shows cfg.
@@ -323,7 +325,7 @@ func configView(room string, cfg RoomConfig) roomConfigJSON {
 		AdmitIntervalMS: cfg.AdmitInterval.Milliseconds(), MaxAdmissionsPerMinute: cfg.MaxAdmissionsPerMinute,
 		Paused: cfg.Paused, Closed: cfg.Closed, ClosedMessage: cfg.ClosedMessage,
 		AbandonAfterSeconds: cfg.AbandonAfter.Seconds(), ArrivalSeconds: cfg.Arrival.Seconds(),
-		RetentionSeconds: cfg.Retention.Seconds(), PoWDifficulty: cfg.PoWDifficulty,
+		RetentionSeconds: cfg.Retention.Seconds(), PoWDifficulty: cfg.PoWDifficulty, QueueShards: cfg.QueueShards,
 	}
 	if !cfg.OpensAt.IsZero() {
 		at := cfg.OpensAt.UTC().Format(time.RFC3339Nano)
@@ -352,6 +354,8 @@ type roomConfigBody struct {
 	RetentionSeconds       json.RawMessage `json:"retention_seconds"`
 	PoWDifficulty          json.RawMessage `json:"pow_difficulty"`
 	Template               json.RawMessage `json:"template"`
+	// QueueShards is optional, and fixed once the room exists.
+	QueueShards json.RawMessage `json:"queue_shards"`
 }
 
 // raw lists the body's fields by JSON name, in RoomConfigFields order.
@@ -368,6 +372,9 @@ func (b *roomConfigBody) present() []string {
 		if len(r) > 0 {
 			out = append(out, RoomConfigFields[i])
 		}
+	}
+	if len(b.QueueShards) > 0 {
+		out = append(out, "queue_shards")
 	}
 	return out
 }
@@ -461,6 +468,11 @@ func (b *roomConfigBody) apply(cfg *RoomConfig) error {
 		var n int64
 		n, err = integer("pow_difficulty", r, 0, MaxPoWDifficulty)
 		cfg.PoWDifficulty = int(n)
+	}
+	if r := b.QueueShards; err == nil && len(r) > 0 {
+		var n int64
+		n, err = integer("queue_shards", r, 0, MaxQueueShards)
+		cfg.QueueShards = int(n)
 	}
 	if r := b.Template; err == nil && len(r) > 0 {
 		// null and {} both mean no template.

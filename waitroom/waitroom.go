@@ -182,7 +182,16 @@ type RoomConfig struct {
 	// Template brands the room's waiting page; the zero value is the
 	// plain page.
 	Template RoomTemplate
+	// QueueShards spreads the waiting line over that many storage shards
+	// (Redis hash slots), so that joins to one room are not bound by one
+	// shard's CPU; 0 or 1 is one queue, as before. The admitted set and so
+	// the exact capacity stay in one place. It is fixed when the room is
+	// created. Not one of RoomConfigFields: a PUT may leave it out.
+	QueueShards int
 }
+
+// MaxQueueShards is the most queue shards a room may have.
+const MaxQueueShards = 64
 
 // RoomConfigFields are the JSON names of RoomConfig's fields, in the
 // order the API documents them: a PUT must name every one.
@@ -223,6 +232,9 @@ func (c RoomConfig) Validate() error {
 		return fieldError("arrival_seconds", "must be 0 (off) or between 1 and lease_seconds (%v), got %v", c.Lease.Seconds(), c.Arrival.Seconds())
 	case c.Retention < time.Second || c.Retention > 30*24*time.Hour:
 		return fieldError("retention_seconds", "must be between 1 and 2592000, got %v", c.Retention.Seconds())
+	}
+	if c.QueueShards < 0 || c.QueueShards > MaxQueueShards {
+		return fieldError("queue_shards", "must be between 0 (one queue) and %d, got %d", MaxQueueShards, c.QueueShards)
 	}
 	if c.PoWDifficulty < 0 || c.PoWDifficulty > MaxPoWDifficulty {
 		return fieldError("pow_difficulty", "must be between 0 (off) and %d bits, got %d", MaxPoWDifficulty, c.PoWDifficulty)

@@ -84,17 +84,26 @@ func clusterClient(t *testing.T) (*redis.ClusterClient, *redis.ClusterOptions) {
 // TestConformanceCluster runs the suite on Redis Cluster.
 func TestConformanceCluster(t *testing.T) {
 	client, _ := clusterClient(t)
-	storetest.Run(t, storetest.Harness{
-		Store:   func(t *testing.T) waitroom.Store { return redisstore.New(client) },
-		Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
-	})
+	for _, shards := range []int{0, testShards} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
+			storetest.Run(t, storetest.Harness{
+				Store:       func(t *testing.T) waitroom.Store { return linStore(t, client) },
+				Advance:     func(t *testing.T, d time.Duration) { time.Sleep(d) },
+				QueueShards: shards,
+			})
+		})
+	}
 }
 
 // TestLinearizableCluster checks join, admit and leave on Redis Cluster
 // (its clock cannot be moved, and leases are far longer than the test).
 func TestLinearizableCluster(t *testing.T) {
 	client, _ := clusterClient(t)
-	checkHistories(t, redisstore.New(client), nil, time.Hour.Milliseconds(), func() int64 { return time.Now().UnixMilli() })
+	for _, shards := range []int{0, 3} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
+			checkHistories(t, linStore(t, client), nil, time.Hour.Milliseconds(), func() int64 { return time.Now().UnixMilli() }, shards)
+		})
+	}
 }
 
 // allKeys lists every key of a room, KeysFor's fields in order.

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,8 @@ type Store struct {
 	ackReplicas int
 	ackTimeout  time.Duration
 	ack         redis.UniversalClient
+	// sharding holds what the store knows of sharded rooms (shard.go).
+	sharding
 }
 
 var _ waitroom.Store = (*Store)(nil)
@@ -87,12 +90,19 @@ type Config struct {
 	// not replicated in time answers unavailable (503) and the user polls
 	// again. It must be below OpTimeout.
 	AckTimeout time.Duration
+	// PositionCache is how long a sharded room's waiting ticket counts
+	// the users ahead in the other shards from a sample of their queues
+	// taken at most that long ago (see shard.go); 0 counts them exactly
+	// on every read (one more round trip per read). One-queue rooms
+	// always count exactly.
+	PositionCache time.Duration
 }
 
-// DefaultConfig returns the production configuration: auto-pipelining on
-// and a one-second OpTimeout.
+// DefaultConfig returns the production configuration: auto-pipelining on,
+// a one-second OpTimeout, a one-second PositionCache and a 200 ms
+// AckTimeout (AckReplicas off).
 func DefaultConfig() Config {
-	return Config{AutoPipeline: true, OpTimeout: time.Second, AckTimeout: 200 * time.Millisecond}
+	return Config{AutoPipeline: true, OpTimeout: time.Second, PositionCache: time.Second, AckTimeout: 200 * time.Millisecond}
 }
 
 // Validate reports the first unusable field by name.
@@ -105,6 +115,9 @@ func (c Config) Validate() error {
 	}
 	if c.AckReplicas > 0 && (c.AckTimeout < time.Millisecond || c.AckTimeout >= c.OpTimeout) {
 		return fmt.Errorf("redisstore: Config.AckTimeout must be at least 1ms and below OpTimeout (%s), got %s", c.OpTimeout, c.AckTimeout)
+	}
+	if c.PositionCache < 0 || c.PositionCache > time.Minute {
+		return fmt.Errorf("redisstore: Config.PositionCache must be between 0 and 1m, got %s", c.PositionCache)
 	}
 	return nil
 }
@@ -136,7 +149,8 @@ func New(client redis.UniversalClient) *Store {
 	cfg := DefaultConfig()
 	s, err := NewWithConfig(client, cfg)
 	if err != nil {
-		return &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client)}
+		s = &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client)}
+		s.positionCache = cfg.PositionCache
 	}
 	return s
 }
@@ -169,6 +183,7 @@ func NewWithConfig(client redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	s := &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client),
 		ackReplicas: cfg.AckReplicas, ackTimeout: cfg.AckTimeout}
+	s.positionCache = cfg.PositionCache
 	if cfg.AckReplicas > 0 {
 		ack, err := ackClient(client)
 		if err != nil {
@@ -341,6 +356,10 @@ type Keys struct {
 	Bucket string
 	// Ack is the marker written before a WAIT (Config.AckReplicas).
 	Ack string
+	// AdmStamp, Moving and MovingInfo serve sharded rooms only (see
+	// shard.go): the order stamp of each admitted user's join, and the
+	// admissions whose users the queue shards have not yet let go.
+	AdmStamp, Moving, MovingInfo string
 }
 
 // KeysFor returns room's keys; all share the hash tag {room}.
@@ -351,7 +370,14 @@ func KeysFor(room string) Keys {
 		State: p + "state", SeqOf: p + "seqof", Stats: p + "stats", Leader: p + "leader",
 		JoinedAt: p + "joinedat", Seen: p + "seen", Away: p + "away", AwayAt: p + "awayat",
 		Unarrived: p + "unarrived", Done: p + "done", Bucket: p + "bucket", Ack: p + "ack",
+		AdmStamp: p + "admstamp", Moving: p + "moving", MovingInfo: p + "movinginfo",
 	}
+}
+
+// shardedKeys is the KEYS list of a sharded room's own scripts: the
+// script keys, then admstamp, moving and movinginfo.
+func (k Keys) shardedKeys() []string {
+	return append(k.scriptKeys(), k.AdmStamp, k.Moving, k.MovingInfo)
 }
 
 // scriptKeys is the KEYS list every script takes (see scripts.go).
@@ -361,7 +387,7 @@ func (k Keys) scriptKeys() []string {
 }
 
 // All lists every key of the room.
-func (k Keys) All() []string { return append(k.scriptKeys(), k.Leader, k.Ack) }
+func (k Keys) All() []string { return append(k.shardedKeys(), k.Leader, k.Ack) }
 
 // configFields maps each JSON name of a RoomConfig field to its field and
 // value in the room's configuration hash.
@@ -428,6 +454,18 @@ func (s *Store) Configure(ctx context.Context, room string, cfg waitroom.RoomCon
 	if err != nil {
 		return err
 	}
+	if err := s.checkShards(ctx, room, cfg); err != nil {
+		return err
+	}
+	k := effectiveShards(cfg.QueueShards)
+	if k > 1 {
+		// The shards first: a room is usable once its own configuration
+		// exists.
+		if err := s.writeShardConfigs(ctx, room, k, cfg, waitroom.RoomConfigFields); err != nil {
+			return err
+		}
+	}
+	args = append(args, "queue_shards", cfg.QueueShards)
 	return call0(s, ctx, func(ctx context.Context) error {
 		if err := s.client.HSet(ctx, KeysFor(room).Config, args...).Err(); err != nil {
 			return err
@@ -445,6 +483,13 @@ func (s *Store) UpdateConfig(ctx context.Context, room string, cfg waitroom.Room
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	if i := slices.Index(fields, "queue_shards"); i >= 0 {
+		// Fixed once the room exists: the same value changes nothing.
+		if err := s.checkShards(ctx, room, cfg); err != nil {
+			return err
+		}
+		fields = slices.Delete(slices.Clone(fields), i, i+1)
+	}
 	if len(fields) == 0 {
 		_, err := s.Config(ctx, room)
 		return err
@@ -453,15 +498,23 @@ func (s *Store) UpdateConfig(ctx context.Context, room string, cfg waitroom.Room
 	if err != nil {
 		return err
 	}
-	return call0(s, ctx, func(ctx context.Context) error {
+	k, err := s.queueShards(ctx, room)
+	if err != nil {
+		return err
+	}
+	err = call0(s, ctx, func(ctx context.Context) error {
 		return updateScript.Run(ctx, s.client, []string{KeysFor(room).Config}, args...).Err()
 	})
+	if err != nil || k <= 1 {
+		return err
+	}
+	return s.writeShardConfigs(ctx, room, k, cfg, fields)
 }
 
 // configNames are the configuration hash's fields Config reads, in order.
 var configNames = []string{"capacity", "lease_ms", "interval_ms", "rate_per_min", "opens_at_ms", "paused",
 	"closed", "closed_message", "abandon_ms", "arrival_ms", "retention_ms",
-	"pow_difficulty", "template"}
+	"pow_difficulty", "template", "queue_shards"}
 
 // Config implements waitroom.Store.
 func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, error) {
@@ -485,7 +538,7 @@ func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, e
 	cfg := waitroom.RoomConfig{
 		Capacity: int(num(0)), Lease: ms(1), AdmitInterval: ms(2), MaxAdmissionsPerMinute: int(num(3)),
 		Paused: num(5) == 1, Closed: num(6) == 1, AbandonAfter: ms(8), Arrival: ms(9), Retention: ms(10),
-		PoWDifficulty: int(num(11)),
+		PoWDifficulty: int(num(11)), QueueShards: int(num(13)),
 	}
 	if n := num(4); n > 0 {
 		cfg.OpensAt = time.UnixMilli(n).UTC()
@@ -511,11 +564,25 @@ func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, e
 // works on Cluster too). Users still in it are forgotten.
 func (s *Store) DeleteRoom(ctx context.Context, room string) error {
 	k := KeysFor(room)
+	_, shards, err := s.storedShards(ctx, room)
+	if err != nil {
+		return err
+	}
+	s.rooms.Delete(room)
 	return call0(s, ctx, func(ctx context.Context) error {
 		if err := s.client.SRem(ctx, roomsKey, room).Err(); err != nil {
 			return err
 		}
-		return s.client.Del(ctx, k.All()...).Err()
+		if err := s.client.Del(ctx, k.All()...).Err(); err != nil {
+			return err
+		}
+		// A sharded room's shards, each in one DEL (one slot each).
+		for i := 0; i < shards && shards > 1; i++ {
+			if err := s.client.Del(ctx, ShardKeysFor(room, i).All()...).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
@@ -526,6 +593,12 @@ func (s *Store) Rooms(ctx context.Context) ([]string, error) {
 
 // Join implements waitroom.Store.
 func (s *Store) Join(ctx context.Context, room, user string) (waitroom.Ticket, error) {
+	if k, err := s.queueShards(ctx, room); err != nil || k > 1 {
+		if err != nil {
+			return waitroom.Ticket{}, err
+		}
+		return s.shardedJoin(ctx, room, user, k)
+	}
 	if s.ackReplicas > 0 {
 		return s.joinReplicated(ctx, room, user)
 	}
@@ -540,19 +613,31 @@ func (s *Store) Join(ctx context.Context, room, user string) (waitroom.Ticket, e
 
 // Ticket implements waitroom.Store.
 func (s *Store) Ticket(ctx context.Context, room, user string) (waitroom.Ticket, error) {
-	return s.read(ctx, room, user)
+	return s.readTicket(ctx, room, user)
 }
 
 // MarkArrived implements waitroom.Store: the ticket script, which marks
 // an admitted reader arrived.
 func (s *Store) MarkArrived(ctx context.Context, room, user string) (waitroom.Ticket, error) {
-	return s.read(ctx, room, user)
+	return s.readTicket(ctx, room, user)
 }
 
-// read runs the ticket script.
-func (s *Store) read(ctx context.Context, room, user string) (waitroom.Ticket, error) {
+// readTicket reads a ticket in a room of one queue or of several.
+func (s *Store) readTicket(ctx context.Context, room, user string) (waitroom.Ticket, error) {
+	if k, err := s.queueShards(ctx, room); err != nil || k > 1 {
+		if err != nil {
+			return waitroom.Ticket{}, err
+		}
+		return s.shardedRead(ctx, room, user, k)
+	}
+	return s.read(ctx, room, user, 1)
+}
+
+// read runs the ticket script on the room's own keys (arrive 1: an
+// admitted reader has arrived).
+func (s *Store) read(ctx context.Context, room, user string, arrive int) (waitroom.Ticket, error) {
 	res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
-		return ticketScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user, 1).Slice()
+		return ticketScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user, arrive).Slice()
 	})
 	if err != nil {
 		return waitroom.Ticket{}, err
@@ -561,11 +646,22 @@ func (s *Store) read(ctx context.Context, room, user string) (waitroom.Ticket, e
 	if err != nil || t.State != waitroom.StateAdmitted || s.ackReplicas == 0 {
 		return t, err
 	}
-	return s.readReplicated(ctx, room, user)
+	return s.readReplicated(ctx, room, user, arrive)
 }
 
 // Leave implements waitroom.Store.
 func (s *Store) Leave(ctx context.Context, room, user string) (waitroom.Ticket, error) {
+	if k, err := s.queueShards(ctx, room); err != nil || k > 1 {
+		if err != nil {
+			return waitroom.Ticket{}, err
+		}
+		return s.shardedLeave(ctx, room, user, k)
+	}
+	return s.leaveRoom(ctx, room, user)
+}
+
+// leaveRoom runs the leave script on the room's own keys.
+func (s *Store) leaveRoom(ctx context.Context, room, user string) (waitroom.Ticket, error) {
 	res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
 		return leaveScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
 	})
@@ -615,6 +711,16 @@ func (s *Store) AdmitMode(ctx context.Context, room string, mode waitroom.Mode, 
 		res waitroom.AdmitResult
 		err error
 	)
+	k, err := s.queueShards(ctx, room)
+	if err != nil {
+		return res, err
+	}
+	if k > 1 {
+		if mode != waitroom.ModeAtomic {
+			return res, fmt.Errorf("redisstore: a room of %d queue shards admits atomically only, not %q", k, mode)
+		}
+		return s.shardedAdmit(ctx, room, k)
+	}
 	switch mode {
 	case waitroom.ModeAtomic:
 		res, err = call(s, ctx, func(ctx context.Context) (waitroom.AdmitResult, error) { return s.admitAtomic(ctx, room) })
@@ -899,13 +1005,20 @@ func (s *Store) Stats(ctx context.Context, room string) (waitroom.RoomStats, err
 	for i := 5; i+1 < len(out); i += 2 {
 		c[fmt.Sprint(out[i])], _ = strconv.ParseInt(fmt.Sprint(out[i+1]), 10, 64)
 	}
-	return waitroom.RoomStats{
+	st := waitroom.RoomStats{
 		Capacity: num(out[0]), Active: num(out[1]), Waiting: num(out[2]),
 		JoinedTotal: c["joined"], AdmittedTotal: c["admitted"], ReleasedTotal: c["released"],
 		ExpiredTotal: c["expired"], LeftTotal: c["left"], ClosedTotal: c["closed"],
 		AbandonedTotal: c["abandoned"], NoShowTotal: c["noshow"], Away: num(out[4]),
 		OldestWait: time.Duration(max(num(out[3]), 0)) * time.Millisecond,
-	}, nil
+	}
+	if k, err := s.queueShards(ctx, room); err != nil || k > 1 {
+		if err != nil {
+			return waitroom.RoomStats{}, err
+		}
+		return s.shardedStats(ctx, room, k, st)
+	}
+	return st, nil
 }
 
 // storeError turns script errors into the domain's errors and anything

@@ -34,11 +34,34 @@ func newStore(t *testing.T, client redis.UniversalClient, cfg redisstore.Config)
 	return s
 }
 
-// TestConformanceEmbedded runs the suite on miniredis, the embedded
-// default, with its clock under the test's control.
-func TestConformanceEmbedded(t *testing.T) {
+// shardedConfigs are the configurations of the sharded conformance runs:
+// positions counted exactly (the suite checks them at once after each
+// change).
+var shardedConfigs = map[string]redisstore.Config{
+	"sharded-autopipeline": {AutoPipeline: true, OpTimeout: redisstore.DefaultConfig().OpTimeout},
+	"sharded-plain":        {AutoPipeline: false, OpTimeout: redisstore.DefaultConfig().OpTimeout},
+}
+
+// testShards is the number of queue shards of the sharded conformance runs.
+const testShards = 3
+
+// eachConfig runs fn for every configuration, with the suite's rooms of
+// one queue, and then of testShards queue shards.
+func eachConfig(t *testing.T, fn func(t *testing.T, cfg redisstore.Config, shards int)) {
 	for name, cfg := range configs {
-		t.Run(name, func(t *testing.T) {
+		t.Run(name, func(t *testing.T) { fn(t, cfg, 0) })
+	}
+	for name, cfg := range shardedConfigs {
+		t.Run(name, func(t *testing.T) { fn(t, cfg, testShards) })
+	}
+}
+
+// TestConformanceEmbedded runs the suite on miniredis, the embedded
+// default, with its clock under the test's control, on rooms of one queue
+// and of several.
+func TestConformanceEmbedded(t *testing.T) {
+	eachConfig(t, func(t *testing.T, cfg redisstore.Config, shards int) {
+		{
 			m := miniredis.RunT(t)
 			now := time.Now()
 			m.SetTime(now)
@@ -51,9 +74,10 @@ func TestConformanceEmbedded(t *testing.T) {
 					m.SetTime(now)
 					m.FastForward(d) // key TTLs
 				},
+				QueueShards: shards,
 			})
-		})
-	}
+		}
+	})
 }
 
 // TestConformanceRealRedis runs the suite on the Redis server named by
@@ -66,14 +90,13 @@ func TestConformanceRealRedis(t *testing.T) {
 	}
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
-	for name, cfg := range configs {
-		t.Run(name, func(t *testing.T) {
-			storetest.Run(t, storetest.Harness{
-				Store:   func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) },
-				Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
-			})
+	eachConfig(t, func(t *testing.T, cfg redisstore.Config, shards int) {
+		storetest.Run(t, storetest.Harness{
+			Store:       func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) },
+			Advance:     func(t *testing.T, d time.Duration) { time.Sleep(d) },
+			QueueShards: shards,
 		})
-	}
+	})
 }
 
 // TestEmbeddedExpiresKeys: the embedded server expires keys with the wall

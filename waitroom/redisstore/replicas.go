@@ -36,7 +36,9 @@ import (
 //
 // Joins get the same treatment (the join script runs on the pinned
 // connection, then the marker and WAIT): an acknowledged join is on a
-// replica, so a failover never drops a user from the queue.
+// replica, so a failover never drops a user from the queue. In a room
+// with queue_shards above 1 only the admitting reads are confirmed: a
+// join goes to the user's queue shard, which has masters of its own.
 //
 // The confirmations use a client of their own, with the given client's
 // options and a larger pool: a WAIT holds its connection until the
@@ -50,9 +52,9 @@ import (
 // readReplicated reads user's ticket on a connection pinned to the room's
 // master and answers it only once AckReplicas replicas have what the master
 // wrote up to that read (see above).
-func (s *Store) readReplicated(ctx context.Context, room, user string) (waitroom.Ticket, error) {
+func (s *Store) readReplicated(ctx context.Context, room, user string, arrive int) (waitroom.Ticket, error) {
 	return s.replicated(ctx, room, user, func(ctx context.Context, conn *redis.Conn, keys []string) ([]any, error) {
-		return ticketScript.Run(ctx, conn, keys, user, 1).Slice()
+		return ticketScript.Run(ctx, conn, keys, user, arrive).Slice()
 	})
 }
 

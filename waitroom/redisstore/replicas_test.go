@@ -150,5 +150,5 @@ func TestLinearizableHACluster(t *testing.T) {
 	client := haClient(t)
 	s := newStore(t, client, ackConfig()).(*redisstore.Store)
 	t.Cleanup(func() { s.Close() })
-	checkHistories(t, s, nil, time.Hour.Milliseconds(), func() int64 { return time.Now().UnixMilli() })
+	checkHistories(t, s, nil, time.Hour.Milliseconds(), func() int64 { return time.Now().UnixMilli() }, 0)
 }
