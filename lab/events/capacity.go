@@ -398,7 +398,7 @@ func (e *Capacity) Run(ctx context.Context, cond lab.Condition, repeat int) (lab
 // account reads a ledger as the events lab does (lost, duplicate effects,
 // order violations, overlaps, redeliveries).
 func (e *Capacity) account(ctx context.Context, db *sql.DB, plan []arrival, seqs map[string]uint64, start time.Time) (lab.RunResult, error) {
-	return (&Experiment{}).account(ctx, db, plan, seqs, start)
+	return (&Experiment{cfg: Config{Partitions: max(e.cfg.Partitions, 1), Cost: e.cfg.Cost}}).account(ctx, db, plan, seqs, start)
 }
 
 // publish puts plan on the stream before any worker runs: asynchronously,
