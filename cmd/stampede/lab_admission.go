@@ -80,6 +80,7 @@ capacity and no user may be lost. Each run lasts --seconds (default 16).`,
 	f.IntSlice("ack-replicas", []int{1, 0}, "with --failover: the store's AckReplicas values to compare")
 	f.String("restart-cmd", ".ci/redis-cluster --ha restart {port}", "with --failover: the command that starts the killed node again ({port} is its port)")
 	f.Float64("join-rate", fd.JoinRate, "with --failover: joins per second")
+	f.Int("shards", 0, "with --failover: the room's queue_shards (its waiting line over that many hash slots)")
 	f.Int("observe-min-samples", d.ObserveMinSamples, "fewest samples of the room a run's observer must take (and one per admit interval on average); fewer make the run invalid")
 	return cmd
 }
@@ -162,6 +163,7 @@ func buildFailover(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error)
 	x.set("users", func(f *pflag.FlagSet) (e error) { cfg.Users, e = f.GetInt("users"); return })
 	x.set("hold", func(f *pflag.FlagSet) (e error) { cfg.Hold, e = f.GetDuration("hold"); return })
 	x.set("join-rate", func(f *pflag.FlagSet) (e error) { cfg.JoinRate, e = f.GetFloat64("join-rate"); return })
+	x.set("shards", func(f *pflag.FlagSet) (e error) { cfg.QueueShards, e = f.GetInt("shards"); return })
 	if x.err != nil {
 		return nil, x.err
 	}

@@ -46,6 +46,8 @@ type FailoverConfig struct {
 	Cluster *redis.ClusterOptions
 	// AckReplicas is the store's redisstore.Config.AckReplicas (0: off).
 	AckReplicas int
+	// QueueShards is the room's queue_shards (0 or 1: one queue).
+	QueueShards int
 	// Capacity is the room's capacity.
 	Capacity int
 	// Users join at JoinRate per second from the start.
@@ -87,6 +89,8 @@ func (c FailoverConfig) Validate() error {
 		return errors.New("failover: Cluster must name the cluster's nodes")
 	case c.AckReplicas < 0:
 		return errors.New("failover: AckReplicas must not be negative")
+	case c.QueueShards < 0 || c.QueueShards > 16:
+		return errors.New("failover: QueueShards must be between 0 and 16")
 	case c.Capacity < 1:
 		return errors.New("failover: Capacity must be at least 1")
 	case c.Users < 1:
@@ -138,6 +142,9 @@ type FailoverResult struct {
 	// of the answered joins and of the reads that handed out an admission
 	// (outside the fault).
 	JoinP50, JoinP99, AdmitReadP50, AdmitReadP99 time.Duration
+	// Inversions counts admissions out of join order by more than the
+	// shards' clock tolerance (sharded rooms; see redisstore.ShardStats).
+	Inversions int64
 	// Takeover is the time from the kill to the cluster naming the
 	// replica the master of the room's slot; Rejoined the time from the
 	// kill until the killed node, started again, answered as a replica.
@@ -166,6 +173,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (FailoverResult, error
 	rc := waitroom.DefaultRoomConfig()
 	rc.Capacity = cfg.Capacity
 	rc.Lease = time.Minute
+	rc.QueueShards = cfg.QueueShards
 	if err := store.Configure(ctx, room, rc); err != nil {
 		return res, fmt.Errorf("failover: configure the room: %w", err)
 	}
@@ -451,6 +459,9 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (FailoverResult, error
 		default:
 			res.LostUsers++
 		}
+	}
+	if ss, err := plain.ShardStats(context.Background(), room); err == nil {
+		res.Inversions = ss.Inversions
 	}
 	res.JoinP50, res.JoinP99 = quantile(joinLat, 0.5), quantile(joinLat, 0.99)
 	res.AdmitReadP50, res.AdmitReadP99 = quantile(readLat, 0.5), quantile(readLat, 0.99)

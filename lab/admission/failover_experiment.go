@@ -48,7 +48,7 @@ func (e *FailoverExperiment) Params() any {
 		"hold_ms": e.cfg.Hold.Milliseconds(), "poll_ms": e.cfg.Poll.Milliseconds(),
 		"fault_at_ms": e.cfg.FaultAt.Milliseconds(), "stall_ms": e.cfg.Stall.Milliseconds(),
 		"duration_ms": e.cfg.Duration.Milliseconds(), "nodes": e.cfg.Cluster.Addrs,
-		"ack_replicas": e.acks, "repeats": e.repeats,
+		"ack_replicas": e.acks, "repeats": e.repeats, "queue_shards": e.cfg.QueueShards,
 	}
 }
 
@@ -71,7 +71,7 @@ func (e *FailoverExperiment) Repeats() int { return e.repeats }
 // Columns implements lab.Experiment.
 func (e *FailoverExperiment) Columns() []string {
 	return []string{"over_cap_samples", "over_cap_checkout", "max_checkout", "lost_users", "requeued_users",
-		"refused", "joins_per_s", "join_p50_ms", "join_p99_ms", "admit_read_p50_ms", "admit_read_p99_ms", "takeover_ms"}
+		"refused", "fifo_inversions_beyond_tolerance", "joins_per_s", "join_p50_ms", "join_p99_ms", "admit_read_p50_ms", "admit_read_p99_ms", "takeover_ms"}
 }
 
 // Run implements lab.Experiment.
@@ -88,6 +88,7 @@ func (e *FailoverExperiment) Run(ctx context.Context, c lab.Condition, _ int) (l
 		"over_cap_samples": float64(res.OverCapSamples), "over_cap_checkout": float64(res.OverCapCheckout),
 		"max_checkout": float64(res.MaxCheckout), "lost_users": float64(res.LostUsers),
 		"requeued_users": float64(res.RequeuedUsers), "refused": float64(res.Refused),
+		"fifo_inversions_beyond_tolerance": float64(res.Inversions),
 		"joined": float64(res.Joined), "admitted": float64(res.Admitted), "waiting": float64(res.Waiting),
 		"unanswered": float64(res.Unanswered), "checkout_samples": float64(res.CheckoutSamples),
 		"room_samples": float64(res.RoomSamples),
@@ -154,6 +155,9 @@ func missing(ok bool, metric string) []string {
 // Render implements lab.Experiment: no chart, the meaning of the numbers.
 func (e *FailoverExperiment) Render(r *lab.Result, dir string) (string, error) {
 	var b strings.Builder
+	if e.cfg.QueueShards > 1 {
+		fmt.Fprintf(&b, "The room's queue is spread over %d shards (`queue_shards`). ", e.cfg.QueueShards)
+	}
 	fmt.Fprintf(&b, "One room of capacity %d on a Redis Cluster whose masters have a replica each. %d buyers join at %.0f/s, "+
 		"poll every %s, and hold an admission at the checkout for %s ± 50 %%. At %s the replica of the room's master is "+
 		"stopped and the master closes its replication link; %s later the master is killed, the replica continued and "+

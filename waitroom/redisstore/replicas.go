@@ -37,8 +37,8 @@ import (
 // Joins get the same treatment (the join script runs on the pinned
 // connection, then the marker and WAIT): an acknowledged join is on a
 // replica, so a failover never drops a user from the queue. In a room
-// with queue_shards above 1 only the admitting reads are confirmed: a
-// join goes to the user's queue shard, which has masters of its own.
+// with queue_shards above 1, a join is confirmed by the replicas of its
+// queue shard's master, and an admitting read by those of the room's.
 //
 // The confirmations use a client of their own, with the given client's
 // options and a larger pool: a WAIT holds its connection until the
@@ -69,46 +69,56 @@ func (s *Store) joinReplicated(ctx context.Context, room, user string) (waitroom
 }
 
 // replicated runs script on a connection pinned to the master of room's
-// slot, then, on the same connection, writes the room's marker and waits
-// for AckReplicas replicas to acknowledge it. The marker makes the wait
-// cover everything the master wrote before it, whether or not the script
-// itself wrote (WAIT waits for the connection's last write only).
+// slot and answers its ticket once confirmed (see onMaster).
 func (s *Store) replicated(ctx context.Context, room, user string,
 	script func(ctx context.Context, conn *redis.Conn, keys []string) ([]any, error)) (waitroom.Ticket, error) {
 	return call(s, ctx, func(ctx context.Context) (waitroom.Ticket, error) {
 		k := KeysFor(room)
-		node, err := s.master(ctx, k.Config)
+		res, err := s.onMaster(ctx, k.Config, k.Ack, func(ctx context.Context, conn *redis.Conn) ([]any, error) {
+			return script(ctx, conn, k.scriptKeys())
+		})
 		if err != nil {
 			return waitroom.Ticket{}, err
 		}
-		conn := node.Conn()
-		defer conn.Close()
-		res, err := script(ctx, conn, k.scriptKeys())
-		if err != nil {
-			return waitroom.Ticket{}, err
-		}
-		t, err := ticketFrom(room, user, res)
-		if err != nil {
-			return waitroom.Ticket{}, err
-		}
-		var acks *redis.Cmd
-		if _, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.Set(ctx, k.Ack, t.Seq, 0)
-			acks = p.Do(ctx, "WAIT", s.ackReplicas, s.ackTimeout.Milliseconds())
-			return nil
-		}); err != nil {
-			return waitroom.Ticket{}, err
-		}
-		n, err := acks.Int64()
-		if err != nil {
-			return waitroom.Ticket{}, err
-		}
-		if n < int64(s.ackReplicas) {
-			return waitroom.Ticket{}, waitroom.Unavailable(fmt.Errorf(
-				"redisstore: the room's state reached %d of %d replicas within %s", n, s.ackReplicas, s.ackTimeout))
-		}
-		return t, nil
+		return ticketFrom(room, user, res)
 	})
+}
+
+// onMaster runs script on a connection pinned to the master of slotKey's
+// slot, then, on the same connection, writes marker (a key of the same
+// slot) and waits for AckReplicas replicas to acknowledge it. The marker
+// makes the wait cover everything the master wrote before it, whether or
+// not the script itself wrote (WAIT waits for the connection's last write
+// only).
+func (s *Store) onMaster(ctx context.Context, slotKey, marker string,
+	script func(ctx context.Context, conn *redis.Conn) ([]any, error)) ([]any, error) {
+	node, err := s.master(ctx, slotKey)
+	if err != nil {
+		return nil, err
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	res, err := script(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	var acks *redis.Cmd
+	if _, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, marker, 1, 0)
+		acks = p.Do(ctx, "WAIT", s.ackReplicas, s.ackTimeout.Milliseconds())
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	n, err := acks.Int64()
+	if err != nil {
+		return nil, err
+	}
+	if n < int64(s.ackReplicas) {
+		return nil, waitroom.Unavailable(fmt.Errorf(
+			"redisstore: the room's state reached %d of %d replicas within %s", n, s.ackReplicas, s.ackTimeout))
+	}
+	return res, nil
 }
 
 // master returns the confirmations' client of the node that serves key's

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -134,21 +135,30 @@ func haClient(t testing.TB) *redis.ClusterClient {
 // confirmed by a replica, and the store behaves exactly as without.
 func TestConformanceHACluster(t *testing.T) {
 	client := haClient(t)
-	storetest.Run(t, storetest.Harness{
-		Store: func(t *testing.T) waitroom.Store {
-			s := newStore(t, client, ackConfig()).(*redisstore.Store)
-			t.Cleanup(func() { s.Close() })
-			return s
-		},
-		Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
-	})
+	for _, shards := range []int{0, 3} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
+			storetest.Run(t, storetest.Harness{
+				Store: func(t *testing.T) waitroom.Store {
+					s := newStore(t, client, ackConfig()).(*redisstore.Store)
+					t.Cleanup(func() { s.Close() })
+					return s
+				},
+				Advance:     func(t *testing.T, d time.Duration) { time.Sleep(d) },
+				QueueShards: shards,
+			})
+		})
+	}
 }
 
 // TestLinearizableHACluster checks join, admit and leave with AckReplicas
 // 1 on the cluster with replicas.
 func TestLinearizableHACluster(t *testing.T) {
 	client := haClient(t)
-	s := newStore(t, client, ackConfig()).(*redisstore.Store)
-	t.Cleanup(func() { s.Close() })
-	checkHistories(t, s, nil, time.Hour.Milliseconds(), func() int64 { return time.Now().UnixMilli() }, 0)
+	for _, shards := range []int{0, 3} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
+			s := newStore(t, client, ackConfig()).(*redisstore.Store)
+			t.Cleanup(func() { s.Close() })
+			checkHistories(t, s, nil, time.Hour.Milliseconds(), func() int64 { return time.Now().UnixMilli() }, shards)
+		})
+	}
 }

@@ -116,6 +116,8 @@ type queueSample struct {
 // share the hash tag {room#shard}.
 type ShardKeys struct {
 	Config, Seq, Queue, State, Stats, JoinedAt, Seen, Away, AwayAt, Done, SeqOf string
+	// Ack is the marker written before a WAIT (Config.AckReplicas).
+	Ack string
 }
 
 // ShardKeysFor returns the keys of room's queue shard number shard.
@@ -124,7 +126,7 @@ func ShardKeysFor(room string, shard int) ShardKeys {
 	return ShardKeys{
 		Config: p + "cfg", Seq: p + "seq", Queue: p + "queue", State: p + "state", Stats: p + "stats",
 		JoinedAt: p + "joinedat", Seen: p + "seen", Away: p + "away", AwayAt: p + "awayat", Done: p + "done",
-		SeqOf: p + "seqof",
+		SeqOf: p + "seqof", Ack: p + "ack",
 	}
 }
 
@@ -136,7 +138,7 @@ func (k ShardKeys) list() []string {
 
 // All lists every key of the shard.
 func (k ShardKeys) All() []string {
-	return []string{k.Config, k.Seq, k.Queue, k.State, k.Stats, k.JoinedAt, k.Seen, k.Away, k.AwayAt, k.Done, k.SeqOf}
+	return []string{k.Config, k.Seq, k.Queue, k.State, k.Stats, k.JoinedAt, k.Seen, k.Away, k.AwayAt, k.Done, k.SeqOf, k.Ack}
 }
 
 // ShardOf returns the queue shard of user in a room of k shards.
@@ -272,10 +274,17 @@ const joinAttempts = 5
 // shardedJoin is Join in a room of k shards.
 func (s *Store) shardedJoin(ctx context.Context, room, user string, k int) (waitroom.Ticket, error) {
 	shard := ShardOf(user, k)
-	sk := ShardKeysFor(room, shard).list()
+	keys := ShardKeysFor(room, shard)
+	sk := keys.list()
 	ended := ""
 	for range joinAttempts {
 		res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
+			if s.ackReplicas > 0 {
+				// Confirmed by the shard's replicas (see replicas.go).
+				return s.onMaster(ctx, keys.Config, keys.Ack, func(ctx context.Context, conn *redis.Conn) ([]any, error) {
+					return shardJoinScript.Run(ctx, conn, sk, user, s.hint.Load(), ended).Slice()
+				})
+			}
 			return shardJoinScript.Run(ctx, s.users, sk, user, s.hint.Load(), ended).Slice()
 		})
 		if err != nil {
