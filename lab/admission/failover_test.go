@@ -25,23 +25,29 @@ func haRestart(t *testing.T) string {
 }
 
 // TestFailoverKeepsTheCapWithAckReplicas kills the master of a room's slot
-// three times, each after stalling its replica so that the replica that
+// four times (the last with queue_shards 3), each after stalling its replica so that the replica that
 // takes over has certainly missed writes. With AckReplicas the checkout
 // never holds more buyers than the capacity, no answered join or handed-out
 // admission is lost, and admissions that were never confirmed come back
 // as waiting users admitted later.
 func TestFailoverKeepsTheCapWithAckReplicas(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: three failovers take about 50 s")
+		t.Skip("-short: four failovers take about 70 s")
 	}
 	opts, err := redisstore.ParseClusterURL(testenv.URL(t, testenv.RedisHAURL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for run := 1; run <= 3; run++ {
+	// Three runs on a one-queue room, a fourth on a room whose queue is
+	// spread over 3 shards (the admission pass confirms its admissions
+	// before the shards let go of the users).
+	for run := 1; run <= 4; run++ {
 		cfg := DefaultFailoverConfig()
 		cfg.Cluster = opts
 		cfg.Restart = haRestart(t)
+		if run == 4 {
+			cfg.QueueShards = 3
+		}
 		res, err := RunFailover(context.Background(), cfg)
 		if err != nil {
 			t.Fatalf("run %d: %v", run, err)

@@ -463,6 +463,22 @@ type candidate struct {
 	seq int64
 }
 
+// onRoomMaster runs script with the plain client, or, with AckReplicas,
+// on a connection pinned to the room's master and confirmed by its
+// replicas (see replicas.go): a sharded pass lets the shards go of the
+// users it admitted only once the room's replicas have the admissions, so
+// that a failover of the room's master cannot lose a user who is no
+// longer in any shard.
+func (s *Store) onRoomMaster(ctx context.Context, room string, script func(ctx context.Context, c redis.Scripter) ([]any, error)) ([]any, error) {
+	if s.ackReplicas == 0 {
+		return script(ctx, s.client)
+	}
+	k := KeysFor(room)
+	return s.onMaster(ctx, k.Config, k.Ack, func(ctx context.Context, conn *redis.Conn) ([]any, error) {
+		return script(ctx, conn)
+	})
+}
+
 // shardedAdmit is one admission pass of a room of k shards (see the top
 // of this file).
 func (s *Store) shardedAdmit(ctx context.Context, room string, k int) (waitroom.AdmitResult, error) {
@@ -470,7 +486,9 @@ func (s *Store) shardedAdmit(ctx context.Context, room string, k int) (waitroom.
 	res := waitroom.AdmitResult{}
 	// 1. Prepare on the room's slot.
 	prep, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
-		return roomPrepScript.Run(ctx, s.client, rk, MaxBatch, staleMoving.Milliseconds()).Slice()
+		return s.onRoomMaster(ctx, room, func(ctx context.Context, c redis.Scripter) ([]any, error) {
+			return roomPrepScript.Run(ctx, c, rk, MaxBatch, staleMoving.Milliseconds()).Slice()
+		})
 	})
 	res.RoundTrips++
 	if err != nil {
@@ -576,7 +594,9 @@ func (s *Store) shardedAdmit(ctx context.Context, room string, k int) (waitroom.
 		admitArgs = append(admitArgs, c.user, c.stamp, c.shard)
 	}
 	out, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
-		return roomAdmitScript.Run(ctx, s.client, rk, admitArgs...).Slice()
+		return s.onRoomMaster(ctx, room, func(ctx context.Context, c redis.Scripter) ([]any, error) {
+			return roomAdmitScript.Run(ctx, c, rk, admitArgs...).Slice()
+		})
 	})
 	res.RoundTrips++
 	if err != nil {
