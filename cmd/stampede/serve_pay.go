@@ -128,6 +128,7 @@ type payOptions struct {
 	inquiries   int
 	server      httpapi.ServerConfig
 	webhooks    webhook.Config
+	admission   payAdmissionOptions
 }
 
 // writeTimeoutMargin is what the default --write-timeout adds to the
@@ -206,6 +207,7 @@ past --idle-timeout.`,
 	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", 0, "longest time from a request's headers to the end of its answer (0: --timeout plus "+writeTimeoutMargin.String()+"); must exceed --timeout")
 	f.DurationVar(&opts.server.IdleTimeout, "idle-timeout", opts.server.IdleTimeout, "close keep-alive connections idle this long")
 	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", shutdownTimeout, "on SIGINT or SIGTERM, how long running requests may finish")
+	opts.admission.flags(cmd)
 	return cmd
 }
 
@@ -335,6 +337,9 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	cfg.HTTP = scfg
 	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
 	cfg.Registry, cfg.Logger = reg, log
+	if cfg.Handler.Admissions, err = opts.admission.checker(); err != nil {
+		return err
+	}
 	srv, err := pay.NewServer(cfg)
 	if e, ok := errors.AsType[*pay.Error](err); ok && e.Field == "Service.InquiryConcurrency" {
 		return fmt.Errorf("--inquiry-concurrency %s", e.Message)
