@@ -194,6 +194,8 @@ past --idle-timeout.`,
 	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: <data-dir>/nats)")
 	f.BoolVar(&opts.natsSync, "nats-sync-always", false, "the embedded nats-server fsyncs every message before acknowledging it (survives power loss, not only a killed process)")
 	f.DurationVar(&opts.stream.MaxAge, "stream-max-age", opts.stream.MaxAge, "how long the event stream keeps a message (0: for ever)")
+	f.StringVar(&opts.stream.Stream, "stream", opts.stream.Stream, "the payment event stream's name; serve worker's --stream must match")
+	f.StringVar(&opts.stream.Subject, "subject", opts.stream.Subject, "the stream's subject prefix, <subject>.<p>.<payment id>; serve worker's --subject must match")
 	f.IntVar(&opts.stream.Partitions, "partitions", opts.stream.Partitions, "partitions of the event stream, payments.<p>.<payment id>; must match serve worker's --partitions")
 	f.Var(&byteSize{&opts.stream.MaxBytes}, "stream-max-bytes", "the event stream's size limit, e.g. 1GiB or 500MB (-1: none); the oldest messages go first")
 	f.DurationVar(&opts.giveUpAfter, "give-up-after", pay.DefaultRelayConfig().GiveUpAfter, "how long the reconciler or the relay may keep failing before the service stops (exit status 1)")

@@ -6,6 +6,8 @@ package admissioncheck
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/stampede-lab/stampede/internal/httpapi"
@@ -17,7 +19,9 @@ var _ pay.AdmissionChecker = (*Checker)(nil)
 
 // Config configures a Checker.
 type Config struct {
-	// WaitingRoom is the waiting room's (or a gate's) base URL.
+	// WaitingRoom is the waiting room's (or a gate's) base URL, or
+	// several, comma-separated: the instances of one waiting room, tried
+	// in turn when one does not answer.
 	WaitingRoom string
 	// Room is the room whose admissions pay accepts.
 	Room string
@@ -40,25 +44,28 @@ func (c Config) Validate() error {
 	case c.CheckoutKey == "":
 		return httpapi.Invalid("CheckoutKey", "is required: the waiting room's checkout key")
 	}
-	wc := waitroom.DefaultClientConfig()
-	wc.BaseURL, wc.CheckoutKey, wc.Timeout = c.WaitingRoom, c.CheckoutKey, c.Timeout
-	if err := wc.Validate(); err != nil {
-		if e, ok := errors.AsType[*httpapi.Error](err); ok {
-			field := map[string]string{"BaseURL": "WaitingRoom"}[e.Field]
-			if field == "" {
-				field = e.Field
+	for _, u := range strings.Split(c.WaitingRoom, ",") {
+		wc := waitroom.DefaultClientConfig()
+		wc.BaseURL, wc.CheckoutKey, wc.Timeout = strings.TrimSpace(u), c.CheckoutKey, c.Timeout
+		if err := wc.Validate(); err != nil {
+			if e, ok := errors.AsType[*httpapi.Error](err); ok {
+				field := map[string]string{"BaseURL": "WaitingRoom"}[e.Field]
+				if field == "" {
+					field = e.Field
+				}
+				return httpapi.Invalid(field, "%s", e.Message)
 			}
-			return httpapi.Invalid(field, "%s", e.Message)
+			return err
 		}
-		return err
 	}
 	return nil
 }
 
 // Checker checks admissions of one room online.
 type Checker struct {
-	c    *waitroom.Client
+	cs   []*waitroom.Client
 	room string
+	next atomic.Uint32
 }
 
 // New returns a Checker for cfg.
@@ -66,13 +73,17 @@ func New(cfg Config) (*Checker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	wc := waitroom.DefaultClientConfig()
-	wc.BaseURL, wc.CheckoutKey, wc.Timeout = cfg.WaitingRoom, cfg.CheckoutKey, cfg.Timeout
-	c, err := waitroom.NewClient(wc)
-	if err != nil {
-		return nil, err
+	ch := &Checker{room: cfg.Room}
+	for _, u := range strings.Split(cfg.WaitingRoom, ",") {
+		wc := waitroom.DefaultClientConfig()
+		wc.BaseURL, wc.CheckoutKey, wc.Timeout = strings.TrimSpace(u), cfg.CheckoutKey, cfg.Timeout
+		c, err := waitroom.NewClient(wc)
+		if err != nil {
+			return nil, err
+		}
+		ch.cs = append(ch.cs, c)
 	}
-	return &Checker{c: c, room: cfg.Room}, nil
+	return ch, nil
 }
 
 // CheckAdmission implements pay.AdmissionChecker. The waiting room's
@@ -81,7 +92,17 @@ func New(cfg Config) (*Checker, error) {
 // header; anything else (no answer, 5xx, a rejected checkout key, an
 // unknown room) is an error pay answers with 503.
 func (c *Checker) CheckAdmission(ctx context.Context, token string) (pay.Admission, error) {
-	a, err := c.c.Check(ctx, c.room, token)
+	var (
+		a   waitroom.Admission
+		err error
+	)
+	first := int(c.next.Add(1))
+	for i := range c.cs {
+		a, err = c.cs[(first+i)%len(c.cs)].Check(ctx, c.room, token)
+		if e, answered := errors.AsType[*httpapi.Error](err); err == nil || (answered && e.HTTPStatus() < 500) || ctx.Err() != nil {
+			break // an answer, good or bad: the next instance would say the same
+		}
+	}
 	if err != nil {
 		if e, ok := errors.AsType[*httpapi.Error](err); ok && e.Field == "admission_token" && e.HTTPStatus() < 500 {
 			return pay.Admission{}, &pay.Error{Code: pay.CodeForbidden, Field: pay.HeaderAdmission,
