@@ -63,8 +63,11 @@ type Config struct {
 	BotRate float64
 	// Faults to inject (AllFaults by default); none is allowed.
 	Faults []string
-	// InstitutionHang says when, as shares of the arrival window
-	// (Surge+Tail), the institution hangs after processing
+	// Timeline is the stretch of the sale over which the faults and the
+	// institution's schedule are spread: the faults strike from 15 % to
+	// 75 % of it.
+	Timeline time.Duration
+	// InstitutionHang says when, as shares of Timeline, the institution hangs after processing
 	// (HANG_AFTER_PROCESSING for HangMS), and StatusDown when its status
 	// API is down; Decline when it declines everything.
 	InstitutionHang [2]float64
@@ -104,7 +107,7 @@ func DefaultConfig() Config {
 		Bots: 4, BotRate: 50,
 		Faults:          slices.Clone(AllFaults),
 		InstitutionHang: [2]float64{0.25, 0.45}, StatusDown: [2]float64{0.35, 0.55}, Decline: [2]float64{0.6, 0.7},
-		HangMS:  5000,
+		HangMS: 5000, Timeline: time.Minute,
 		MaxSale: 10 * time.Minute, Drain: 90 * time.Second,
 		UnsafeGap: 30 * time.Millisecond,
 		Repeat:    1, Seed: 1,
@@ -117,7 +120,7 @@ func DefaultConfig() Config {
 func QuickConfig() Config {
 	c := DefaultConfig()
 	c.Buyers, c.Surge, c.Tail, c.Seats, c.Capacity = 300, 3*time.Second, 3*time.Second, 60, 20
-	c.Lease, c.Bots, c.BotRate = 10*time.Second, 2, 20
+	c.Lease, c.Bots, c.BotRate, c.Timeline = 10*time.Second, 2, 20, 14*time.Second
 	c.MaxSale, c.Drain = 3*time.Minute, 60*time.Second
 	return c
 }
@@ -152,6 +155,8 @@ func (c Config) Validate() error {
 		return bad("HangMS", "must not be negative")
 	case c.MaxSale <= c.Surge+c.Tail:
 		return bad("MaxSale", "must exceed the arrival window %s, got %s", c.Surge+c.Tail, c.MaxSale)
+	case c.Timeline <= 0 || c.Timeline >= c.MaxSale:
+		return bad("Timeline", "must be positive and shorter than MaxSale, got %s", c.Timeline)
 	case c.Drain <= 0:
 		return bad("Drain", "must be positive, got %s", c.Drain)
 	case c.Repeat < 1:

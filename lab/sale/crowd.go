@@ -48,6 +48,7 @@ type buyer struct {
 	holdID     string
 	orderID    string
 	end        string
+	why        string // the last failure of a failed buyer
 }
 
 func (b *buyer) finish(end string) {
@@ -269,13 +270,22 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 		_, _ = c.do(ctx, http.MethodDelete, c.gate(b, g)+"/v1/rooms/"+c.r.room+"/tickets/"+t.UserID, b.ip, t.TicketToken, "", nil)
 	}
 	var h holdJSON
+	last := ""
 	for a := 0; ; a++ {
-		if a >= 20 || ctx.Err() != nil {
+		if a >= 40 || ctx.Err() != nil {
+			b.mu.Lock()
+			b.why = "hold: " + last
+			b.mu.Unlock()
 			b.finish(endFailed)
 			leave()
 			return
 		}
 		ans, err := send(http.MethodPost, "/v1/events/"+c.r.event+"/holds", map[string]any{"seats": 1})
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("%d %.200s", ans.status, ans.body)
+		}
 		if err == nil && ans.status == http.StatusCreated && json.Unmarshal(ans.body, &h) == nil && h.ID != "" {
 			break
 		}

@@ -16,17 +16,21 @@ import (
 
 // Point is one sample of the sale's time series, T seconds after opening.
 type Point struct {
-	T             float64            `json:"t"`
-	Waiting       float64            `json:"waiting"`
-	Active        float64            `json:"active"`
-	AdmittedTotal float64            `json:"admitted_total"`
-	AdmissionRate float64            `json:"admission_rate_per_s"`
-	SeatsLeft     float64            `json:"seats_left"`
-	Sold          float64            `json:"sold"`
-	CheckoutHeld  float64            `json:"checkout_buyers"` // distinct buyers holding an unexpired hold
-	Payments      map[string]float64 `json:"payments"`
-	Outbox        float64            `json:"outbox"`
-	ConsumerLag   float64            `json:"consumer_lag"`
+	T             float64 `json:"t"`
+	Waiting       float64 `json:"waiting"`
+	Active        float64 `json:"active"`
+	AdmittedTotal float64 `json:"admitted_total"`
+	AdmissionRate float64 `json:"admission_rate_per_s"`
+	SeatsLeft     float64 `json:"seats_left"`
+	Sold          float64 `json:"sold"`
+	// CheckoutHeld counts the distinct buyers with an unexpired hold, held
+	// or being paid for: each holds an admission (a hold ends with its
+	// admission, and the gate releases an admission only once the order
+	// ended), so it never exceeds the room's capacity.
+	CheckoutHeld float64            `json:"checkout_buyers"`
+	Payments     map[string]float64 `json:"payments"`
+	Outbox       float64            `json:"outbox"`
+	ConsumerLag  float64            `json:"consumer_lag"`
 }
 
 // Mark is a fault, from its start to its end, in seconds after opening.
@@ -135,8 +139,6 @@ func (s *sampler) run(ctx context.Context, every time.Duration) {
 // sample takes one point; a part that does not answer leaves its fields
 // at the last value (and counts an error).
 func (s *sampler) sample(ctx context.Context) Point {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
 	p := Point{T: time.Since(s.opened).Seconds(), Payments: map[string]float64{}}
 	s.mu.Lock()
 	if n := len(s.points); n > 0 {
@@ -153,6 +155,7 @@ func (s *sampler) sample(ctx context.Context) Point {
 		s.errors++
 		s.mu.Unlock()
 	}
+	part := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, time.Second) }
 	var room struct {
 		Active        float64 `json:"active"`
 		Waiting       float64 `json:"waiting"`
@@ -161,7 +164,10 @@ func (s *sampler) sample(ctx context.Context) Point {
 	}
 	ok := false
 	for _, g := range s.r.gateURLs {
-		if s.r.call(ctx, http.MethodGet, g+"/v1/rooms/"+s.r.room, s.r.adminToken, nil, &room) == nil {
+		pctx, cancel := part()
+		err := s.r.call(pctx, http.MethodGet, g+"/v1/rooms/"+s.r.room, s.r.adminToken, nil, &room)
+		cancel()
+		if err == nil {
 			ok = true
 			break
 		}
@@ -175,19 +181,24 @@ func (s *sampler) sample(ctx context.Context) Point {
 		SeatsLeft float64 `json:"seats_left"`
 		Sold      float64 `json:"sold"`
 	}
-	if s.r.call(ctx, http.MethodGet, s.r.checkoutURL+"/v1/events/"+s.r.event, s.r.adminToken, nil, &ev) == nil {
+	pctx, cancel := part()
+	if s.r.call(pctx, http.MethodGet, s.r.checkoutURL+"/v1/events/"+s.r.event, s.r.adminToken, nil, &ev) == nil {
 		p.SeatsLeft, p.Sold = ev.SeatsLeft, ev.Sold
 	}
+	cancel()
 	var n int64
-	if err := s.d.checkout.QueryRowContext(ctx, s.d.q(
-		"SELECT COUNT(DISTINCT user_id) FROM checkout_holds WHERE state = 'held' AND expires_at > ?",
-		"SELECT COUNT(DISTINCT user_id) FROM checkout_holds WHERE state = 'held' AND expires_at > $1"), s.d.at(time.Now())).Scan(&n); err == nil {
+	pctx, cancel = part()
+	if err := s.d.checkout.QueryRowContext(pctx, s.d.q(
+		"SELECT COUNT(DISTINCT user_id) FROM checkout_holds WHERE state IN ('held', 'paying') AND expires_at > ?",
+		"SELECT COUNT(DISTINCT user_id) FROM checkout_holds WHERE state IN ('held', 'paying') AND expires_at > $1"), s.d.at(time.Now())).Scan(&n); err == nil {
 		p.CheckoutHeld = float64(n)
 	} else {
 		p.CheckoutHeld = -1 // not read
 		fail()
 	}
-	if rows, err := s.d.pay.QueryContext(ctx, "SELECT status, COUNT(*) FROM payments GROUP BY status"); err == nil {
+	cancel()
+	pctx, cancel = part()
+	if rows, err := s.d.pay.QueryContext(pctx, "SELECT status, COUNT(*) FROM payments GROUP BY status"); err == nil {
 		for rows.Next() {
 			var st string
 			var c int64
@@ -195,14 +206,26 @@ func (s *sampler) sample(ctx context.Context) Point {
 				p.Payments[st] = float64(c)
 			}
 		}
-		rows.Close()
+		if rows.Close() != nil || rows.Err() != nil {
+			fail()
+		}
+	} else {
+		fail()
 	}
-	if err := s.d.pay.QueryRowContext(ctx, "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL").Scan(&n); err == nil {
+	cancel()
+	pctx, cancel = part()
+	if err := s.d.pay.QueryRowContext(pctx, "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL").Scan(&n); err == nil {
 		p.Outbox = float64(n)
+	} else {
+		fail()
 	}
+	cancel()
 	lag := map[string]float64{}
 	for _, u := range s.r.workerMetrics {
-		for part, v := range scrapeLag(ctx, u) {
+		pctx, cancel := part()
+		got := scrapeLag(pctx, u)
+		cancel()
+		for part, v := range got {
 			lag[part] = max(lag[part], v)
 		}
 	}

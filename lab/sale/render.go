@@ -78,9 +78,9 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	defer e.mu.Unlock()
 	var b strings.Builder
 	b.WriteString("### The sale\n\n")
-	fmt.Fprintf(&b, "%d buyers (%.0f %% within %s), %d seats, a room of %d, 3 gates, pay with --require-admission, 3 workers; faults: %s; institution hangs over %v, status API down over %v, declines over %v of the arrival window; inventory rule %s.\n\n",
+	fmt.Fprintf(&b, "%d buyers (%.0f %% within %s), %d seats, a room of %d, 3 gates, pay with --require-admission, 3 workers; faults: %s; institution hangs over %v, status API down over %v, declines over %v of the first %s; inventory rule %s.\n\n",
 		e.cfg.Buyers, 100*e.cfg.SurgeShare, e.cfg.Surge, e.cfg.Seats, e.cfg.Capacity, strings.Join(e.cfg.Faults, ", "),
-		e.cfg.InstitutionHang, e.cfg.StatusDown, e.cfg.Decline, map[bool]string{true: "OFF (--unsafe-inventory)", false: "on"}[e.cfg.UnsafeInventory])
+		e.cfg.InstitutionHang, e.cfg.StatusDown, e.cfg.Decline, e.cfg.Timeline, map[bool]string{true: "OFF (--unsafe-inventory)", false: "on"}[e.cfg.UnsafeInventory])
 	fmt.Fprintf(&b, "Verdict: **%s**.", r.Verdict())
 	if len(r.Problems) > 0 {
 		b.WriteString(" Broken or invalid: " + strings.Join(r.Problems, "; ") + ".")

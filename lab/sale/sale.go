@@ -54,7 +54,7 @@ func (e *Experiment) Params() any {
 		"seats": c.Seats, "capacity": c.Capacity, "lease_s": c.Lease.Seconds(),
 		"queue_abandon": c.QueueAbandon, "checkout_abandon": c.CheckoutAbandon, "reload": c.Reload,
 		"bots": c.Bots, "bot_rate": c.BotRate, "faults": c.Faults,
-		"institution_hang": c.InstitutionHang, "status_down": c.StatusDown, "decline": c.Decline, "hang_ms": c.HangMS,
+		"timeline_s": c.Timeline.Seconds(), "institution_hang": c.InstitutionHang, "status_down": c.StatusDown, "decline": c.Decline, "hang_ms": c.HangMS,
 		"redis": redact(c.Redis), "postgres": redact(c.Postgres), "nats": redact(c.NATS),
 		"unsafe_inventory": c.UnsafeInventory, "repeat": c.Repeat, "seed": c.Seed,
 	}
@@ -164,7 +164,7 @@ func (e *Experiment) Run(ctx context.Context, _ lab.Condition, repeat int) (lab.
 	var faults sync.WaitGroup
 	faults.Go(func() { e.institution(saleCtx, r, c.opened, mark) })
 	faultErrs := make(chan error, len(cfg.Faults))
-	window := cfg.Surge + cfg.Tail
+	window := cfg.Timeline
 	for i, f := range cfg.Faults {
 		at := c.opened.Add(time.Duration(float64(window) * (0.15 + 0.6*float64(i)/float64(max(1, len(cfg.Faults)-1)))))
 		if len(cfg.Faults) == 1 {
@@ -274,7 +274,7 @@ func (r *rig) kills() map[string]int {
 // of the arrival window.
 func (e *Experiment) institution(ctx context.Context, r *rig, opened time.Time, mark func(string, time.Time)) {
 	cfg := e.cfg
-	window := float64(cfg.Surge + cfg.Tail)
+	window := float64(cfg.Timeline)
 	type change struct {
 		at   float64
 		name string
@@ -497,9 +497,13 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	// Every buyer accounted for.
 	counts := map[string]int{}
 	var joinToTicket []float64
+	whys := map[string]int{}
 	for _, b := range c.buyers {
 		b.mu.Lock()
 		end := b.end
+		if b.why != "" {
+			whys[b.why]++
+		}
 		if o, ok := ordersByHold[b.holdID]; ok && b.holdID != "" {
 			switch {
 			case o.status == "paid":
@@ -530,6 +534,9 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	unaccounted := cfg.Buyers - sum
 	m["unaccounted_buyers"] = float64(unaccounted)
 	extra["buyers"] = counts
+	if len(whys) > 0 {
+		extra["failures"] = whys
+	}
 	if unaccounted > 0 {
 		broken = append(broken, fmt.Sprintf("%d buyers unaccounted for", unaccounted))
 	}
