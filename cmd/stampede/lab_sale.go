@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -110,6 +111,7 @@ func buildSale(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
 	if x.err != nil {
 		return nil, x.err
 	}
+	cfg.Faults = slices.DeleteFunc(cfg.Faults, func(f string) bool { return f == "" || f == "none" })
 	if cfg.Keep && cfg.Dir == "" {
 		cfg.Dir = filepath.Join(opts.out, "sale-data")
 	}
@@ -118,8 +120,9 @@ func buildSale(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
 	return sale.New(cfg)
 }
 
-// selfCmd runs this binary with args.
-func selfCmd(args []string) *exec.Cmd {
+// selfCmd runs this binary with args (a variable: tests run the test
+// binary instead).
+var selfCmd = func(args []string) *exec.Cmd {
 	exe, err := os.Executable()
 	if err != nil {
 		exe = os.Args[0]

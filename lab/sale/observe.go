@@ -199,6 +199,7 @@ func (s *sampler) sample(ctx context.Context) Point {
 	cancel()
 	pctx, cancel = part()
 	if rows, err := s.d.pay.QueryContext(pctx, "SELECT status, COUNT(*) FROM payments GROUP BY status"); err == nil {
+		clear(p.Payments) // a status no longer present is 0
 		for rows.Next() {
 			var st string
 			var c int64

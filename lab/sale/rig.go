@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -196,7 +197,7 @@ func (r *rig) newProc(name, health string, args ...string) (*proc, error) {
 	p.mk = func(args []string) *cmdHandle {
 		c := r.cfg.Cmd(args)
 		c.Stdout, c.Stderr = f, f
-		c.Env = append(os.Environ(), "STAMPEDE_REDIS_URL=", "STAMPEDE_POSTGRES_URL=", "STAMPEDE_NATS_URL=")
+		c.Env = append(envOf(c), "STAMPEDE_REDIS_URL=", "STAMPEDE_POSTGRES_URL=", "STAMPEDE_NATS_URL=")
 		fmt.Fprintf(f, "=== %s start: %s\n", time.Now().UTC().Format(time.RFC3339Nano), strings.Join(args, " "))
 		if err := c.Start(); err != nil {
 			fmt.Fprintf(f, "start: %v\n", err)
@@ -212,6 +213,15 @@ func (r *rig) newProc(name, health string, args ...string) (*proc, error) {
 	}
 	r.procs = append(r.procs, p)
 	return p, nil
+}
+
+// envOf is c's environment: its own, else ours. The parts get their
+// services by flag only.
+func envOf(c *exec.Cmd) []string {
+	if c.Env != nil {
+		return c.Env
+	}
+	return os.Environ()
 }
 
 // setUp starts every part and creates the room, the event and the
@@ -381,7 +391,7 @@ func (r *rig) setUp(ctx context.Context) error {
 	// The room and the event.
 	room := map[string]any{"capacity": r.cfg.Capacity, "lease_seconds": r.cfg.Lease.Seconds(), "admit_interval_ms": 200,
 		"max_admissions_per_minute": 0, "opens_at": nil, "paused": false, "closed": false, "closed_message": "",
-		"abandon_after_seconds": 5, "arrival_seconds": 3, "retention_seconds": 3600, "pow_difficulty": 0, "template": nil}
+		"abandon_after_seconds": 5, "arrival_seconds": 5, "retention_seconds": 3600, "pow_difficulty": 0, "template": nil}
 	if err := r.call(ctx, http.MethodPut, r.gateURLs[0]+"/v1/rooms/"+r.room, r.adminToken, room, nil); err != nil {
 		return fmt.Errorf("sale: creating the room: %w", err)
 	}
@@ -397,7 +407,7 @@ func (r *rig) addMerchant(ctx context.Context, store []string) error {
 	c := r.cfg.Cmd(append([]string{"pay", "merchant", "add", "sale-lab"}, store...))
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
-	c.Env = append(os.Environ(), "STAMPEDE_POSTGRES_URL=")
+	c.Env = append(envOf(c), "STAMPEDE_POSTGRES_URL=")
 	if err := c.Run(); err != nil {
 		return fmt.Errorf("sale: pay merchant add: %w: %s", err, errb.String())
 	}

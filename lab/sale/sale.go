@@ -400,7 +400,8 @@ func (e *Experiment) closeWhenSoldOut(ctx context.Context, r *rig, c *crowd) {
 }
 
 // drain waits until no payment is pending or unknown, no order is
-// pending, the outbox is empty and every APPROVED payment has its ticket.
+// pending, the outbox is empty, every APPROVED payment has its ticket
+// and the workers have no event left.
 func (e *Experiment) drain(ctx context.Context, r *rig, d *dbs) bool {
 	deadline := time.Now().Add(e.cfg.Drain)
 	for time.Now().Before(deadline) {
@@ -412,8 +413,16 @@ func (e *Experiment) drain(ctx context.Context, r *rig, d *dbs) bool {
 		err4 := d.pay.QueryRowContext(qctx, "SELECT COUNT(*) FROM payments WHERE status = 'APPROVED'").Scan(&approved)
 		err5 := d.fulfil.QueryRowContext(qctx, "SELECT COUNT(*) FROM tickets").Scan(&tickets)
 		cancel()
+		lag := 0.0
+		for _, u := range r.workerMetrics {
+			lctx, cancel := context.WithTimeout(ctx, time.Second)
+			for _, v := range scrapeLag(lctx, u) {
+				lag += v
+			}
+			cancel()
+		}
 		if err1 == nil && err2 == nil && err3 == nil && err4 == nil && err5 == nil &&
-			unsettled == 0 && pendingOrders == 0 && outbox == 0 && tickets >= approved {
+			unsettled == 0 && pendingOrders == 0 && outbox == 0 && tickets >= approved && lag == 0 {
 			return true
 		}
 		if !sleep(ctx, time.Second) {
