@@ -23,6 +23,7 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the pgx database/sql driver
+	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // the SQLite database/sql driver
 
@@ -372,11 +373,24 @@ func (r *rig) setUp(ctx context.Context) error {
 	if err := r.checkout.start(ctx); err != nil {
 		return err
 	}
-	// The workers.
+	// The workers: pinned consumers share the partitions on nats-server
+	// 2.11+; an older server gets a static split.
+	static, err := r.oldNATS()
+	if err != nil {
+		return err
+	}
 	for i, a := range workerAddrs {
-		w, err := r.newProc(fmt.Sprintf("worker-%d", i), "http://"+a+"/healthz", append([]string{"serve", "worker", "--http", a, "--nats", r.natsURL,
+		args := append([]string{"serve", "worker", "--http", a, "--nats", r.natsURL,
 			"--stream", r.stream, "--subject", strings.ToLower(r.stream), "--partitions", strconv.Itoa(partitions),
-			"--durable", "sale", "--log-level", "warn"}, store("fulfilment")...)...)
+			"--durable", "sale", "--log-level", "warn"}, store("fulfilment")...)
+		if static {
+			var mine []string
+			for p := i; p < partitions; p += len(workerAddrs) {
+				mine = append(mine, strconv.Itoa(p))
+			}
+			args = append(args, "--serve", strings.Join(mine, ","))
+		}
+		w, err := r.newProc(fmt.Sprintf("worker-%d", i), "http://"+a+"/healthz", args...)
 		if err != nil {
 			return err
 		}
@@ -400,6 +414,18 @@ func (r *rig) setUp(ctx context.Context) error {
 		return fmt.Errorf("sale: creating the event: %w", err)
 	}
 	return nil
+}
+
+// oldNATS tells whether the NATS server predates pinned consumers (2.11).
+func (r *rig) oldNATS() (bool, error) {
+	nc, err := nats.Connect(r.natsURL, nats.Timeout(5*time.Second))
+	if err != nil {
+		return false, fmt.Errorf("sale: --nats: %w", err)
+	}
+	defer nc.Close()
+	var major, minor int
+	fmt.Sscanf(nc.ConnectedServerVersion(), "%d.%d", &major, &minor)
+	return major < 2 || (major == 2 && minor < 11), nil
 }
 
 // addMerchant runs `pay merchant add` on pay's store and keeps the key.
