@@ -167,7 +167,7 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case p == AdmitPath:
 		g.admit(w, r)
-	case p == "/rooms/"+g.cfg.Room, strings.HasPrefix(p, "/v1/rooms/"+g.cfg.Room+"/"), p == "/.well-known/jwks.json":
+	case p == "/rooms/"+g.cfg.Room, p == "/v1/rooms/"+g.cfg.Room, strings.HasPrefix(p, "/v1/rooms/"+g.cfg.Room+"/"), p == "/.well-known/jwks.json":
 		g.srv.Handler().ServeHTTP(w, r)
 	default:
 		g.guard(w, r)

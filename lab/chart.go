@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"image/color"
 	"io"
 	"math"
 	"os"
@@ -33,6 +34,13 @@ type HLine struct {
 	Y    float64
 }
 
+// VLine is a vertical mark, such as a fault injected at time X, drawn
+// dotted from the bottom to the top of the chart and labelled at the top.
+type VLine struct {
+	Name string
+	X    float64
+}
+
 // Tick is a labelled position on an axis.
 type Tick struct {
 	Value float64
@@ -54,6 +62,8 @@ type LineChart struct {
 	Series []Series
 	// Lines are optional dashed horizontal reference lines.
 	Lines []HLine
+	// Marks are optional vertical marks (events in time), each labelled.
+	Marks []VLine
 	// XTicks, if set, replaces the automatic X axis ticks with these
 	// labelled positions (for example percentiles on a "nines" axis).
 	XTicks []Tick
@@ -195,6 +205,11 @@ func (c LineChart) validate() error {
 			return fmt.Errorf("lab: chart %q: Lines[%d] (%q): Y %v is not finite", c.Title, i, l.Name, l.Y)
 		}
 	}
+	for i, m := range c.Marks {
+		if !finite(m.X) {
+			return fmt.Errorf("lab: chart %q: Marks[%d] (%q): X %v is not finite", c.Title, i, m.Name, m.X)
+		}
+	}
 	if c.Width < 0 || c.Height < 0 {
 		return fmt.Errorf("lab: chart %q: Width, Height: must not be negative", c.Title)
 	}
@@ -272,6 +287,9 @@ func (c LineChart) plot() (*plot.Plot, error) {
 		p.Y.Min /= 10
 		p.Y.Max *= 10
 	}
+	if err := c.addMarks(p); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -301,4 +319,46 @@ func (c LineChart) logFloor() float64 {
 // finite reports whether v is neither NaN nor infinite.
 func finite(v float64) bool {
 	return !math.IsNaN(v) && !math.IsInf(v, 0)
+}
+
+// addMarks draws c.Marks across the Y range the data gave p, each with
+// its name at the top, in gray.
+func (c LineChart) addMarks(p *plot.Plot) error {
+	if len(c.Marks) == 0 {
+		return nil
+	}
+	lo, hi := p.Y.Min, p.Y.Max
+	if lo == hi {
+		hi = lo + 1
+	}
+	labels := plotter.XYLabels{}
+	for i, m := range c.Marks {
+		line, err := plotter.NewLine(plotter.XYs{{X: m.X, Y: lo}, {X: m.X, Y: hi}})
+		if err != nil {
+			return fmt.Errorf("Marks[%d] (%q): %w", i, m.Name, err)
+		}
+		line.Color = color.Gray{Y: 110}
+		line.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+		p.Add(line)
+		labels.XYs = append(labels.XYs, plotter.XY{X: m.X, Y: hi})
+		labels.Labels = append(labels.Labels, m.Name)
+	}
+	l, err := plotter.NewLabels(labels)
+	if err != nil {
+		return err
+	}
+	for i := range l.TextStyle {
+		l.TextStyle[i].Rotation = -math.Pi / 2
+		l.TextStyle[i].Font.Size = vg.Points(7)
+		l.TextStyle[i].Color = color.Gray{Y: 60}
+	}
+	p.Add(l)
+	p.Y.Max = hi
+	if p.Y.Min > lo {
+		p.Y.Min = lo
+	}
+	if p.X.Min > c.Marks[0].X {
+		p.X.Min = c.Marks[0].X
+	}
+	return nil
 }

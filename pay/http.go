@@ -37,6 +37,11 @@ type HandlerConfig struct {
 	// NewHandler, which must then implement MerchantStore. There is no
 	// way to turn authentication off.
 	Merchants MerchantStore
+
+	// Admissions, when set, makes a new payment require the buyer's
+	// admission (header Stampede-Admission) still holding its slot, asked
+	// online (serve pay --require-admission). Nil: no admission needed.
+	Admissions AdmissionChecker
 }
 
 // DefaultHandlerConfig returns a 4 KiB body limit and the default logger.
@@ -142,6 +147,9 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 		return Invalid("Idempotency-Key", "header is required: a unique key per payment, reused only to retry the same request")
 	}
 	if err := ValidateIdempotencyKey(key); err != nil {
+		return err
+	}
+	if err := h.requireAdmission(r, m.ID, key); err != nil {
 		return err
 	}
 	var b createBody

@@ -87,6 +87,8 @@ then it exits with status 2 as well.`,
 	// processes, beyond lab all's quick profile.
 	cmd.AddCommand(newLabEventsCmd(opts))
 	cmd.AddCommand(newLabEventsWorkerCmd())
+	// Not in experiments() either: a whole sale of child processes.
+	cmd.AddCommand(newLabSaleCmd(opts), newLabSaleRedisCmd(), newLabSaleNATSCmd())
 	return cmd
 }
 

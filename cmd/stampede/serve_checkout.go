@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -35,6 +36,7 @@ type checkoutOptions struct {
 	maxHold         time.Duration
 	maxSeats        int
 	unsafeInventory bool
+	unsafeGap       time.Duration
 	server          httpapi.ServerConfig
 }
 
@@ -87,6 +89,7 @@ write it without the guard, and oversell under load.`,
 	f.DurationVar(&opts.maxHold, "max-hold", defaults.MaxHold, "longest life of a hold, whatever its admission says")
 	f.IntVar(&opts.maxSeats, "max-seats-per-hold", defaults.MaxSeatsPerHold, "most seats one hold may take")
 	f.BoolVar(&opts.unsafeInventory, "unsafe-inventory", false, "LAB ONLY: hold seats by a read then a write without the guard; oversells under concurrency")
+	f.DurationVar(&opts.unsafeGap, "unsafe-gap", 0, "LAB ONLY, with --unsafe-inventory: a pause between the read and the write of a hold, widening the race")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
 	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", 0, "longest time from a request's headers to the end of its answer (0: --pay-timeout plus "+writeTimeoutMargin.String()+"); must exceed --pay-timeout")
@@ -145,6 +148,20 @@ func (o *checkoutOptions) serverConfig() (httpapi.ServerConfig, error) {
 func (o *checkoutOptions) serviceConfig() (checkout.Config, error) {
 	cfg := checkout.DefaultConfig()
 	cfg.MaxHold, cfg.MaxSeatsPerHold, cfg.PayTimeout, cfg.UnsafeInventory = o.maxHold, o.maxSeats, o.payTimeout, o.unsafeInventory
+	if o.unsafeGap != 0 {
+		if !o.unsafeInventory || o.unsafeGap < 0 {
+			return cfg, fmt.Errorf("--unsafe-gap needs --unsafe-inventory and a positive duration, got %s", o.unsafeGap)
+		}
+		gap := o.unsafeGap
+		cfg.UnsafeBetween = func(ctx context.Context) {
+			t := time.NewTimer(gap)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		flag := map[string]string{"MaxHold": "--max-hold", "MaxSeatsPerHold": "--max-seats-per-hold", "PayTimeout": "--pay-timeout"}
 		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {

@@ -130,6 +130,7 @@ type payOptions struct {
 	inquiries   int
 	server      httpapi.ServerConfig
 	webhooks    webhook.Config
+	admission   payAdmissionOptions
 }
 
 // writeTimeoutMargin is what the default --write-timeout adds to the
@@ -199,6 +200,8 @@ past --idle-timeout.`,
 	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: <data-dir>/nats)")
 	f.BoolVar(&opts.natsSync, "nats-sync-always", false, "the embedded nats-server fsyncs every message before acknowledging it (survives power loss, not only a killed process)")
 	f.DurationVar(&opts.stream.MaxAge, "stream-max-age", opts.stream.MaxAge, "how long the event stream keeps a message (0: for ever)")
+	f.StringVar(&opts.stream.Stream, "stream", opts.stream.Stream, "the payment event stream's name; serve worker's --stream must match")
+	f.StringVar(&opts.stream.Subject, "subject", opts.stream.Subject, "the stream's subject prefix, <subject>.<p>.<payment id>; serve worker's --subject must match")
 	f.IntVar(&opts.stream.Partitions, "partitions", opts.stream.Partitions, "partitions of the event stream, payments.<p>.<payment id>; must match serve worker's --partitions")
 	f.Var(&byteSize{&opts.stream.MaxBytes}, "stream-max-bytes", "the event stream's size limit, e.g. 1GiB or 500MB (-1: none); the oldest messages go first")
 	f.DurationVar(&opts.giveUpAfter, "give-up-after", pay.DefaultRelayConfig().GiveUpAfter, "how long the reconciler or the relay may keep failing before the service stops (exit status 1)")
@@ -212,6 +215,7 @@ past --idle-timeout.`,
 	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", 0, "longest time from a request's headers to the end of its answer (0: --timeout plus "+writeTimeoutMargin.String()+"); must exceed --timeout")
 	f.DurationVar(&opts.server.IdleTimeout, "idle-timeout", opts.server.IdleTimeout, "close keep-alive connections idle this long")
 	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", shutdownTimeout, "on SIGINT or SIGTERM, how long running requests may finish")
+	opts.admission.flags(cmd)
 	return cmd
 }
 
@@ -347,6 +351,9 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	cfg.HTTP = scfg
 	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
 	cfg.Registry, cfg.Logger = reg, log
+	if cfg.Handler.Admissions, err = opts.admission.checker(); err != nil {
+		return err
+	}
 	srv, err := pay.NewServer(cfg)
 	if e, ok := errors.AsType[*pay.Error](err); ok && e.Field == "Service.InquiryConcurrency" {
 		return fmt.Errorf("--inquiry-concurrency %s", e.Message)

@@ -294,14 +294,15 @@ func (opts *waitroomOptions) start(cmd *cobra.Command) (srv *waitroom.Server, st
 	ctx := cmd.Context()
 	scfg := opts.storeConfig()
 	var closers []func()
-	stop = func() {
+	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
 	defer func() {
+		// Not stop: a failed start returns a nil stop.
 		if err != nil {
-			stop()
+			closeAll()
 		}
 	}()
 
@@ -359,7 +360,7 @@ func (opts *waitroomOptions) start(cmd *cobra.Command) (srv *waitroom.Server, st
 	closers = append(closers, srv.Close)
 	log.Info("admission tokens: EdDSA JWTs", "kid", srv.Admissions().KeyID(), "jwks", "/.well-known/jwks.json",
 		"online_check", opts.checkoutKey != "", "trusted_joins", opts.siteSecret != "", "unsigned_joins", opts.allowUnsigned)
-	return srv, stop, nil
+	return srv, closeAll, nil
 }
 
 func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {

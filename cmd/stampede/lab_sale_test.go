@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stampede-lab/stampede/internal/testenv"
+	"github.com/stampede-lab/stampede/lab"
+)
+
+// useTestSelf makes the sale's parts run as this test binary (through
+// TestPayChildProcess) instead of the stampede binary.
+func useTestSelf(t *testing.T) {
+	orig := selfCmd
+	t.Cleanup(func() { selfCmd = orig })
+	selfCmd = func(args []string) *exec.Cmd {
+		c := exec.Command(os.Args[0], "-test.run=^TestPayChildProcess$")
+		c.Env = append(os.Environ(), "STAMPEDE_PAY_CHILD_ARGS="+strings.Join(args, "\x1f"))
+		return c
+	}
+}
+
+// saleJSON is the part of sale.json the tests read.
+type saleJSON struct {
+	Valid        bool     `json:"valid"`
+	Problems     []string `json:"problems"`
+	Expectations []struct {
+		Claim string `json:"claim"`
+		Holds bool   `json:"holds"`
+	} `json:"expectations"`
+	Runs []struct {
+		Valid   bool               `json:"valid"`
+		Broken  []string           `json:"broken"`
+		Metrics map[string]float64 `json:"metrics"`
+	} `json:"runs"`
+	Summary []struct {
+		Median map[string]any `json:"median"`
+	} `json:"summary"`
+}
+
+func readSale(t *testing.T, dir string) saleJSON {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "sale.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s saleJSON
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Runs) != 1 {
+		t.Fatalf("%d runs, want 1", len(s.Runs))
+	}
+	return s
+}
+
+// clearServiceEnv makes the sale use its embedded defaults.
+func clearServiceEnv(t *testing.T) {
+	for _, v := range []string{envRedis, envPostgres, envNATS} {
+		t.Setenv(v, "")
+	}
+}
+
+// checkHeld asserts a sale where every invariant held.
+func checkHeld(t *testing.T, s saleJSON, buyers float64) {
+	t.Helper()
+	m := s.Runs[0].Metrics
+	t.Logf("metrics: %v", m)
+	if !s.Valid || !s.Runs[0].Valid || len(s.Runs[0].Broken) > 0 {
+		t.Fatalf("valid %v, problems %v, broken %v; want a valid sale", s.Valid, s.Problems, s.Runs[0].Broken)
+	}
+	for _, k := range []string{"oversold", "double_charges", "parity_mismatches", "over_capacity_samples", "order_violations", "unaccounted_buyers"} {
+		if v, ok := m[k]; !ok || v != 0 {
+			t.Errorf("%s = %v (present %v), want 0", k, v, ok)
+		}
+	}
+	if m["tickets"] < 1 || m["tickets"] != m["seats_sold"] || m["seats_sold"] > 60 {
+		t.Errorf("tickets %v, seats sold %v of 60; want equal, at least 1, at most the seats", m["tickets"], m["seats_sold"])
+	}
+	sum := 0.0
+	for _, k := range []string{"ticket", "declined", "failed", "abandoned", "sold_out", "not_admitted"} {
+		sum += m["buyers_"+k]
+	}
+	if sum != buyers {
+		t.Errorf("outcomes add up to %v, want %v buyers", sum, buyers)
+	}
+	if m["join_to_ticket_p99_ms"] <= 0 || m["join_to_ticket_p50_ms"] > m["join_to_ticket_p99_ms"] {
+		t.Errorf("join to ticket p50 %v, p99 %v", m["join_to_ticket_p50_ms"], m["join_to_ticket_p99_ms"])
+	}
+	for _, e := range s.Expectations {
+		if !e.Holds {
+			t.Errorf("expectation does not hold: %s", e.Claim)
+		}
+	}
+}
+
+// TestLabSaleQuick runs the quick sale (300 buyers, every fault) on the
+// embedded defaults: every invariant holds, every buyer is accounted for,
+// and the charts are drawn.
+func TestLabSaleQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a sale of child processes")
+	}
+	clearServiceEnv(t)
+	useTestSelf(t)
+	out := t.TempDir()
+	if _, errOut, err := execute(t, "lab", "sale", "--quick", "--out", out); err != nil {
+		t.Fatalf("lab sale --quick: %v\n%s", err, errOut)
+	}
+	checkHeld(t, readSale(t, out), 300)
+	for _, c := range []string{"queue", "admitted", "admission-rate", "payments", "lag", "seats"} {
+		if fi, err := os.Stat(filepath.Join(out, "sale-"+c+".png")); err != nil || fi.Size() == 0 {
+			t.Errorf("chart %s: %v", c, err)
+		}
+	}
+}
+
+// TestLabSaleQuickUnsafeInventoryIsCaught runs the quick sale with the
+// checkout's inventory rule off: it oversells, and the report says so
+// (a broken invariant: lab.ErrInvalid, exit status 2).
+func TestLabSaleQuickUnsafeInventoryIsCaught(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a sale of child processes")
+	}
+	clearServiceEnv(t)
+	useTestSelf(t)
+	out := t.TempDir()
+	_, errOut, err := execute(t, "lab", "sale", "--quick", "--unsafe-inventory", "--faults", "", "--out", out)
+	if !errors.Is(err, lab.ErrInvalid) || exitCode(err) != 2 {
+		t.Fatalf("lab sale --quick --unsafe-inventory: %v (exit %d), want an invalid experiment (exit 2)\n%s", err, exitCode(err), errOut)
+	}
+	s := readSale(t, out)
+	m := s.Runs[0].Metrics
+	t.Logf("metrics: %v, broken: %v", m, s.Runs[0].Broken)
+	if m["oversold"] <= 0 {
+		t.Fatalf("oversold = %v, want > 0", m["oversold"])
+	}
+	if !strings.Contains(strings.Join(s.Runs[0].Broken, ";"), "oversold") {
+		t.Errorf("broken %v, want the oversell named", s.Runs[0].Broken)
+	}
+}
+
+// TestLabSaleQuickRealServices runs the quick sale on real Redis,
+// PostgreSQL and NATS (the CI services): every invariant holds.
+func TestLabSaleQuickRealServices(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a sale of child processes")
+	}
+	redisURL := testenv.URL(t, testenv.RedisURL)
+	pgURL := testenv.URL(t, testenv.PostgresURL)
+	natsURL := testenv.URL(t, testenv.NATSURL)
+	clearServiceEnv(t)
+	useTestSelf(t)
+	out := t.TempDir()
+	if _, errOut, err := execute(t, "lab", "sale", "--quick", "--out", out, "--redis", redisURL, "--postgres", pgURL, "--nats", natsURL); err != nil {
+		t.Fatalf("lab sale --quick on real services: %v\n%s", err, errOut)
+	}
+	checkHeld(t, readSale(t, out), 300)
+}

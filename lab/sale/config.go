@@ -1,0 +1,175 @@
+// Package sale is the end-to-end lab of a ticket sale (`stampede lab
+// sale`): every part of Stampede as a real child process of the same
+// binary — 3 gates with their waiting-room instances on one Redis, the
+// checkout, pay (with --require-admission), the institution simulator and
+// 3 event workers, on one embedded Redis-protocol server and one embedded
+// nats-server (each its own process) or on real Redis, PostgreSQL and
+// NATS — under a flash crowd of buyers and bots, an institution that hangs
+// and whose status API goes down, and faults: kill -9 of a waiting-room
+// instance, of pay and of a worker, a Redis restart and a 3 s database
+// cut.
+//
+// The report accounts for every buyer (ticket, declined, failed,
+// abandoned, sold out, not admitted), checks the invariants across the
+// parts (no seat sold twice or beyond the seats, no double charge, parity
+// between the institution, the payments and the tickets, the room never
+// over capacity at the checkout's view, no event applied out of order),
+// and draws the sale's time series with each fault marked.
+package sale
+
+import (
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The faults, each at its own time of the sale.
+const (
+	FaultWaitroomKill = "waitroom-kill" // kill -9 of gate 2 (its waiting-room instance), restarted 2 s later
+	FaultRedisRestart = "redis-restart" // the Redis-protocol server stopped and started again (embedded: with its snapshot; real: its connections cut for 1 s)
+	FaultPayKill      = "pay-kill"      // kill -9 of pay, restarted 1 s later
+	FaultDBCut        = "db-cut"        // 3 s without the databases (SQLite: an exclusive lock on every file; PostgreSQL: a TCP proxy cutting every connection)
+	FaultWorkerKill   = "worker-kill"   // kill -9 of worker 0, restarted 2 s later
+)
+
+// AllFaults lists every fault in the order they strike.
+var AllFaults = []string{FaultWaitroomKill, FaultRedisRestart, FaultPayKill, FaultDBCut, FaultWorkerKill}
+
+// Config configures the sale.
+type Config struct {
+	// Buyers is the crowd; SurgeShare of them arrive within Surge of the
+	// opening, the rest uniformly over the following Tail.
+	Buyers     int
+	SurgeShare float64
+	Surge      time.Duration
+	Tail       time.Duration
+	// Seats of the event and Capacity of the room.
+	Seats    int
+	Capacity int
+	// Lease is the room's admission lease (a buyer who walks away from a
+	// hold gives its seat back after it).
+	Lease time.Duration
+	// QueueAbandon and CheckoutAbandon are the shares of buyers who give
+	// up in the queue and after their hold; Reload the share who reload
+	// the waiting page (re-join with their ticket) while waiting.
+	QueueAbandon    float64
+	CheckoutAbandon float64
+	Reload          float64
+	// Bots hammer join, each at BotRate joins per second, from a few
+	// addresses.
+	Bots    int
+	BotRate float64
+	// Faults to inject (AllFaults by default); none is allowed.
+	Faults []string
+	// Timeline is the stretch of the sale over which the faults and the
+	// institution's schedule are spread: the faults strike from 15 % to
+	// 75 % of it.
+	Timeline time.Duration
+	// InstitutionHang says when, as shares of Timeline, the institution hangs after processing
+	// (HANG_AFTER_PROCESSING for HangMS), and StatusDown when its status
+	// API is down; Decline when it declines everything.
+	InstitutionHang [2]float64
+	StatusDown      [2]float64
+	Decline         [2]float64
+	HangMS          int64
+	// MaxSale bounds the whole sale; Drain bounds the wait for pending
+	// payments, the outbox and the workers afterwards.
+	MaxSale time.Duration
+	Drain   time.Duration
+	// Redis, Postgres and NATS name real services; empty: embedded.
+	Redis, Postgres, NATS string
+	// UnsafeInventory runs the checkout without its inventory rule
+	// (serve checkout --unsafe-inventory with --unsafe-gap UnsafeGap).
+	UnsafeInventory bool
+	UnsafeGap       time.Duration
+	// Repeat is how many times the sale runs; Seed seeds the crowd.
+	Repeat int
+	Seed   uint64
+	// Dir holds the runs' data and process logs; Keep keeps them.
+	Dir  string
+	Keep bool
+	// Cmd returns the command that runs this binary with args (the
+	// command line sets it); every part of the sale is started with it.
+	Cmd func(args []string) *exec.Cmd
+	// Log receives progress lines; nil: none.
+	Log func(format string, args ...any)
+}
+
+// DefaultConfig returns the issue's sale: 20,000 buyers, 80 % within the
+// first 10 s, 2,000 seats, a room of 200, every fault.
+func DefaultConfig() Config {
+	return Config{
+		Buyers: 20_000, SurgeShare: 0.8, Surge: 10 * time.Second, Tail: 20 * time.Second,
+		Seats: 2000, Capacity: 200, Lease: 20 * time.Second,
+		QueueAbandon: 0.05, CheckoutAbandon: 0.05, Reload: 0.1,
+		Bots: 4, BotRate: 50,
+		Faults:          slices.Clone(AllFaults),
+		InstitutionHang: [2]float64{0.25, 0.45}, StatusDown: [2]float64{0.35, 0.55}, Decline: [2]float64{0.6, 0.7},
+		HangMS: 5000, Timeline: time.Minute,
+		MaxSale: 10 * time.Minute, Drain: 90 * time.Second,
+		UnsafeGap: 30 * time.Millisecond,
+		Repeat:    1, Seed: 1,
+		Dir: "",
+	}
+}
+
+// QuickConfig is a small, fast sale for tests: 300 buyers over 6 s, 60
+// seats, a room of 20, every fault.
+func QuickConfig() Config {
+	c := DefaultConfig()
+	c.Buyers, c.Surge, c.Tail, c.Seats, c.Capacity = 300, 3*time.Second, 3*time.Second, 60, 20
+	c.Lease, c.Bots, c.BotRate, c.Timeline = 10*time.Second, 2, 20, 14*time.Second
+	c.MaxSale, c.Drain = 3*time.Minute, 60*time.Second
+	return c
+}
+
+// Validate reports the first unusable field by name.
+func (c Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("sale: %s %s", field, fmt.Sprintf(format, args...))
+	}
+	share := func(x float64) bool { return x >= 0 && x <= 1 }
+	window := func(w [2]float64) bool { return share(w[0]) && share(w[1]) && w[0] <= w[1] }
+	switch {
+	case c.Buyers < 1:
+		return bad("Buyers", "must be at least 1, got %d", c.Buyers)
+	case c.Seats < 1 || c.Seats > 100_000:
+		return bad("Seats", "must be between 1 and 100000, got %d", c.Seats)
+	case c.Capacity < 1:
+		return bad("Capacity", "must be at least 1, got %d", c.Capacity)
+	case !share(c.SurgeShare):
+		return bad("SurgeShare", "must be between 0 and 1, got %v", c.SurgeShare)
+	case c.Surge <= 0 || c.Tail < 0:
+		return bad("Surge", "must be positive (and Tail not negative), got %s and %s", c.Surge, c.Tail)
+	case c.Lease < time.Second:
+		return bad("Lease", "must be at least 1s, got %s", c.Lease)
+	case !share(c.QueueAbandon) || !share(c.CheckoutAbandon) || !share(c.Reload):
+		return bad("QueueAbandon", "and CheckoutAbandon and Reload must be shares between 0 and 1")
+	case c.Bots < 0 || (c.Bots > 0 && c.BotRate <= 0):
+		return bad("Bots", "must not be negative, with a positive BotRate")
+	case !window(c.InstitutionHang) || !window(c.StatusDown) || !window(c.Decline):
+		return bad("InstitutionHang", "and StatusDown and Decline must be [from, to] shares of the arrival window")
+	case c.HangMS < 0:
+		return bad("HangMS", "must not be negative")
+	case c.MaxSale <= c.Surge+c.Tail:
+		return bad("MaxSale", "must exceed the arrival window %s, got %s", c.Surge+c.Tail, c.MaxSale)
+	case c.Timeline <= 0 || c.Timeline >= c.MaxSale:
+		return bad("Timeline", "must be positive and shorter than MaxSale, got %s", c.Timeline)
+	case c.Drain <= 0:
+		return bad("Drain", "must be positive, got %s", c.Drain)
+	case c.Repeat < 1:
+		return bad("Repeat", "must be at least 1, got %d", c.Repeat)
+	case c.UnsafeInventory && c.UnsafeGap < 0:
+		return bad("UnsafeGap", "must not be negative")
+	case c.Cmd == nil:
+		return bad("Cmd", "must be set: it starts the parts of the sale")
+	}
+	for _, f := range c.Faults {
+		if !slices.Contains(AllFaults, f) {
+			return bad("Faults", "has %q; want some of %s (or none)", f, strings.Join(AllFaults, ", "))
+		}
+	}
+	return nil
+}

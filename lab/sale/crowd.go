@@ -1,0 +1,364 @@
+package sale
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// How a buyer's sale ended, as the buyer saw it. The final accounting
+// replaces it with the checkout's record when the buyer reached an order.
+const (
+	endTicket       = "ticket"
+	endDeclined     = "declined"
+	endFailed       = "failed"
+	endAbandoned    = "abandoned"
+	endSoldOut      = "sold_out"
+	endNotAdmitted  = "not_admitted"
+	endUnaccounted  = "unaccounted"
+	endOrderPending = "order_pending" // an order whose end the buyer did not see
+)
+
+// Outcomes lists the categories every buyer falls in, in report order.
+var Outcomes = []string{endTicket, endDeclined, endFailed, endAbandoned, endSoldOut, endNotAdmitted}
+
+// buyer is one simulated buyer.
+type buyer struct {
+	n       int
+	arrival time.Duration
+	ip      string
+	// behaviour
+	queuePatience time.Duration // 0: waits for ever
+	leaveAtHold   bool
+	reload        bool
+
+	// what happened
+	mu         sync.Mutex
+	user       string
+	joinedAt   time.Time
+	admittedAt time.Time
+	holdID     string
+	orderID    string
+	end        string
+	why        string // the last failure of a failed buyer
+}
+
+func (b *buyer) finish(end string) {
+	b.mu.Lock()
+	b.end = end
+	b.mu.Unlock()
+}
+
+// crowd runs the buyers and the bots.
+type crowd struct {
+	r       *rig
+	cfg     Config
+	hc      *http.Client
+	opened  time.Time
+	buyers  []*buyer
+	soldOut atomic.Bool
+	closed  atomic.Bool
+	// counters for the report
+	joins, joinErrors, botJoins, botLimited, gateRetries atomic.Int64
+}
+
+// newCrowd draws the buyers: SurgeShare of them within Surge, the rest
+// over Tail.
+func newCrowd(r *rig, cfg Config, seed uint64) *crowd {
+	rng := rand.New(rand.NewPCG(seed, 0x5a1e))
+	tr := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
+	c := &crowd{r: r, cfg: cfg, hc: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+	for i := range cfg.Buyers {
+		var at time.Duration
+		if rng.Float64() < cfg.SurgeShare || cfg.Tail == 0 {
+			at = time.Duration(rng.Float64() * float64(cfg.Surge))
+		} else {
+			at = cfg.Surge + time.Duration(rng.Float64()*float64(cfg.Tail))
+		}
+		b := &buyer{n: i, arrival: at, ip: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)}
+		if rng.Float64() < cfg.QueueAbandon {
+			b.queuePatience = time.Duration(1+rng.IntN(8)) * time.Second
+		}
+		b.leaveAtHold = rng.Float64() < cfg.CheckoutAbandon
+		b.reload = rng.Float64() < cfg.Reload
+		c.buyers = append(c.buyers, b)
+	}
+	return c
+}
+
+// answer is one HTTP answer.
+type answer struct {
+	status int
+	body   []byte
+	header http.Header
+}
+
+// do sends one request as the buyer from ip; bearer and cookie may be
+// empty.
+func (c *crowd) do(ctx context.Context, method, u, ip, bearer, cookie string, body any) (answer, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return answer{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("X-Forwarded-For", ip)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	if cookie != "" {
+		req.AddCookie(&http.Cookie{Name: "stampede_admission", Value: cookie})
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return answer{status: resp.StatusCode, body: data, header: resp.Header}, err
+}
+
+// gate returns a gate's base URL for attempt a of buyer b (a buyer sticks
+// to one gate and moves on when it fails).
+func (c *crowd) gate(b *buyer, a int) string {
+	g := c.r.gateURLs
+	return g[(b.n+a)%len(g)]
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// ticketJSON is the part of the waiting room's ticket a buyer reads.
+type ticketJSON struct {
+	UserID         string `json:"user_id"`
+	State          string `json:"state"`
+	PollAfterMS    int64  `json:"poll_after_ms"`
+	TicketToken    string `json:"ticket_token"`
+	AdmissionToken string `json:"admission_token"`
+}
+
+// run plays buyer b from its arrival to the end of its sale.
+func (c *crowd) run(ctx context.Context, b *buyer) {
+	if !sleep(ctx, time.Until(c.opened.Add(b.arrival))) {
+		b.finish(endNotAdmitted)
+		return
+	}
+	room := "/v1/rooms/" + c.r.room
+	// Join, through any gate that answers.
+	var t ticketJSON
+	for a := 0; ; a++ {
+		if ctx.Err() != nil || c.closed.Load() {
+			b.finish(endNotAdmitted)
+			return
+		}
+		ans, err := c.do(ctx, http.MethodPost, c.gate(b, a)+room+"/tickets", b.ip, "", "", map[string]any{})
+		c.joins.Add(1)
+		if err == nil && (ans.status == http.StatusCreated || ans.status == http.StatusOK) && json.Unmarshal(ans.body, &t) == nil && t.TicketToken != "" {
+			break
+		}
+		c.joinErrors.Add(1)
+		sleep(ctx, time.Duration(200+rand.IntN(800))*time.Millisecond)
+	}
+	b.mu.Lock()
+	b.user, b.joinedAt = t.UserID, time.Now()
+	b.mu.Unlock()
+
+	// Wait in the queue.
+	reloaded := false
+	for a, g := 0, 0; t.State != "admitted"; a++ {
+		switch t.State {
+		case "closed", "left", "expired", "released":
+			b.finish(endNotAdmitted)
+			return
+		}
+		if b.queuePatience > 0 && time.Since(b.joinedAt) > b.queuePatience {
+			b.finish(endAbandoned) // walks away: stops polling
+			return
+		}
+		poll := time.Duration(t.PollAfterMS) * time.Millisecond
+		poll = min(max(poll, 300*time.Millisecond), 2*time.Second)
+		if !sleep(ctx, poll) {
+			b.finish(endNotAdmitted)
+			return
+		}
+		var ans answer
+		var err error
+		if b.reload && !reloaded && a == 2 {
+			// Reloads the page: joins again with its ticket (keeps its place).
+			reloaded = true
+			ans, err = c.do(ctx, http.MethodPost, c.gate(b, g)+room+"/tickets", b.ip, t.TicketToken, "", map[string]any{})
+		} else {
+			ans, err = c.do(ctx, http.MethodGet, c.gate(b, g)+room+"/tickets/"+t.UserID, b.ip, t.TicketToken, "", nil)
+		}
+		if err != nil || ans.status/100 != 2 {
+			g++ // try another gate
+			c.gateRetries.Add(1)
+			continue
+		}
+		var nt ticketJSON
+		if json.Unmarshal(ans.body, &nt) == nil && nt.State != "" {
+			tok := t.TicketToken
+			t = nt
+			if t.TicketToken == "" {
+				t.TicketToken = tok
+			}
+		}
+	}
+	b.mu.Lock()
+	b.admittedAt = time.Now()
+	b.mu.Unlock()
+	c.checkout(ctx, b, t)
+}
+
+// holdJSON and orderJSON are the parts of the checkout's answers a buyer
+// reads.
+type holdJSON struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+}
+
+type orderJSON struct {
+	ID            string `json:"id"`
+	Status        string `json:"status"`
+	PaymentStatus string `json:"payment_status"`
+}
+
+// checkout plays an admitted buyer: hold one seat, pay, wait for the end.
+func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
+	adm := t.AdmissionToken
+	g := 0
+	send := func(method, path string, body any) (answer, error) {
+		ans, err := c.do(ctx, method, c.gate(b, g)+path, b.ip, "", adm, body)
+		if err != nil || ans.status >= 500 && ans.status != http.StatusServiceUnavailable {
+			g++
+		}
+		if err == nil {
+			for _, ck := range (&http.Response{Header: ans.header}).Cookies() {
+				if ck.Name == "stampede_admission" && ck.Value != "" {
+					adm = ck.Value // the gate re-signed the admission
+				}
+			}
+		}
+		return ans, err
+	}
+	leave := func() {
+		// Done with the room: give the slot back.
+		_, _ = c.do(ctx, http.MethodDelete, c.gate(b, g)+"/v1/rooms/"+c.r.room+"/tickets/"+t.UserID, b.ip, t.TicketToken, "", nil)
+	}
+	var h holdJSON
+	last := ""
+	for a := 0; ; a++ {
+		if a >= 40 || ctx.Err() != nil {
+			b.mu.Lock()
+			b.why = "hold: " + last
+			b.mu.Unlock()
+			b.finish(endFailed)
+			leave()
+			return
+		}
+		ans, err := send(http.MethodPost, "/v1/events/"+c.r.event+"/holds", map[string]any{"seats": 1})
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("%d %.200s", ans.status, ans.body)
+		}
+		if err == nil && ans.status == http.StatusCreated && json.Unmarshal(ans.body, &h) == nil && h.ID != "" {
+			break
+		}
+		if err == nil && ans.status == http.StatusConflict && strings.Contains(string(ans.body), "seats_left") {
+			c.soldOut.Store(true)
+			b.finish(endSoldOut)
+			leave()
+			return
+		}
+		sleep(ctx, time.Duration(200+rand.IntN(300))*time.Millisecond)
+	}
+	b.mu.Lock()
+	b.holdID = h.ID
+	b.mu.Unlock()
+	if b.leaveAtHold {
+		b.finish(endAbandoned) // walks away with the seat on hold
+		return
+	}
+	var o orderJSON
+	for a := 0; ; a++ {
+		if a >= 30 || ctx.Err() != nil {
+			b.finish(endOrderPending)
+			return
+		}
+		var ans answer
+		var err error
+		if o.ID == "" {
+			ans, err = send(http.MethodPost, "/v1/holds/"+h.ID+"/purchase", nil)
+		} else {
+			ans, err = send(http.MethodGet, "/v1/orders/"+o.ID, nil)
+		}
+		if err == nil && (ans.status == http.StatusOK || ans.status == http.StatusAccepted) {
+			var no orderJSON
+			if json.Unmarshal(ans.body, &no) == nil && no.ID != "" {
+				o = no
+				b.mu.Lock()
+				b.orderID = o.ID
+				b.mu.Unlock()
+			}
+			switch o.Status {
+			case "paid":
+				b.finish(endTicket)
+				return
+			case "failed":
+				if o.PaymentStatus == "DECLINED" {
+					b.finish(endDeclined)
+				} else {
+					b.finish(endFailed)
+				}
+				return
+			}
+		}
+		sleep(ctx, time.Second)
+	}
+}
+
+// bot hammers join from one of a few addresses until ctx ends.
+func (c *crowd) bot(ctx context.Context, i int) {
+	tick := time.NewTicker(time.Duration(float64(time.Second) / c.cfg.BotRate))
+	defer tick.Stop()
+	ip := fmt.Sprintf("192.0.2.%d", 1+i%4)
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		go func() {
+			ans, err := c.do(ctx, http.MethodPost, c.r.gateURLs[n%len(c.r.gateURLs)]+"/v1/rooms/"+c.r.room+"/tickets", ip, "", "", map[string]any{})
+			c.botJoins.Add(1)
+			if err == nil && ans.status == http.StatusTooManyRequests {
+				c.botLimited.Add(1)
+			}
+		}()
+	}
+}
