@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stampede-lab/stampede/internal/testenv"
@@ -267,5 +268,28 @@ func TestRealTestOutcome(t *testing.T) {
 				t.Errorf("CI=%q URL=%q: the child's output lacks %q:\n%s", c.ci, c.url, w, out)
 			}
 		}
+	}
+}
+
+func TestExclusiveHoldsTheLockUntilTheTestEnds(t *testing.T) {
+	name := fmt.Sprintf("exclusive-test-%d", os.Getpid())
+	path := filepath.Join(os.TempDir(), "stampede-test-"+name+".lock")
+	t.Cleanup(func() { os.Remove(path) })
+	tryLock := func() error {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	}
+	t.Run("holder", func(t *testing.T) {
+		testenv.Exclusive(t, name)
+		if err := tryLock(); err == nil {
+			t.Fatal("a second lock was granted while the test holds it")
+		}
+	})
+	if err := tryLock(); err != nil {
+		t.Fatalf("the lock is still held after the test ended: %v", err)
 	}
 }

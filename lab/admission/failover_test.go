@@ -34,7 +34,7 @@ func TestFailoverKeepsTheCapWithAckReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: four failovers take about 70 s")
 	}
-	opts, err := redisstore.ParseClusterURL(testenv.URL(t, testenv.RedisHAURL))
+	opts, err := redisstore.ParseClusterURL(testenv.RedisHA(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestFailoverWithoutAckOverfillsTheCheckout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a failover takes about 17 s")
 	}
-	opts, err := redisstore.ParseClusterURL(testenv.URL(t, testenv.RedisHAURL))
+	opts, err := redisstore.ParseClusterURL(testenv.RedisHA(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,10 +17,12 @@ import (
 	"github.com/stampede-lab/stampede/waitroom/storetest"
 )
 
-// ackConfig is the default configuration with AckReplicas 1.
+// ackConfig is the default configuration with AckReplicas 1 and, as in
+// the other checks (linStore), positions in sharded rooms counted exactly.
 func ackConfig() redisstore.Config {
 	cfg := redisstore.DefaultConfig()
 	cfg.AckReplicas = 1
+	cfg.PositionCache = 0
 	return cfg
 }
 
@@ -120,7 +122,7 @@ func TestAckReplicasWithoutReplica(t *testing.T) {
 // STAMPEDE_REDIS_HA_URL.
 func haClient(t testing.TB) *redis.ClusterClient {
 	t.Helper()
-	opts, err := redisstore.ParseClusterURL(testenv.URL(t, testenv.RedisHAURL))
+	opts, err := redisstore.ParseClusterURL(testenv.RedisHA(t))
 	if err != nil {
 		t.Fatal(err)
 	}
