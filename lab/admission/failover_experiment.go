@@ -89,7 +89,7 @@ func (e *FailoverExperiment) Run(ctx context.Context, c lab.Condition, _ int) (l
 		"max_checkout": float64(res.MaxCheckout), "lost_users": float64(res.LostUsers),
 		"requeued_users": float64(res.RequeuedUsers), "refused": float64(res.Refused),
 		"fifo_inversions_beyond_tolerance": float64(res.Inversions),
-		"joined": float64(res.Joined), "admitted": float64(res.Admitted), "waiting": float64(res.Waiting),
+		"joined":                           float64(res.Joined), "admitted": float64(res.Admitted), "waiting": float64(res.Waiting),
 		"unanswered": float64(res.Unanswered), "checkout_samples": float64(res.CheckoutSamples),
 		"room_samples": float64(res.RoomSamples),
 		"joins_per_s":  float64(res.Joined) / joinSpan,

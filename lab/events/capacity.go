@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
@@ -244,27 +243,12 @@ func (e *Capacity) Run(ctx context.Context, cond lab.Condition, repeat int) (lab
 		defer emb.Close()
 		url = emb.URL()
 	}
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	ls, err := openStream(ctx, url, "CAPACITY", "cap", c.Partitions, c.Replicas, natsjs.WithPublishAsyncMaxPending(1024))
 	if err != nil {
 		return lab.RunResult{}, err
 	}
-	defer nc.Close()
-	js, err := natsjs.New(nc, natsjs.WithPublishAsyncMaxPending(1024))
-	if err != nil {
-		return lab.RunResult{}, err
-	}
-	stream := fmt.Sprintf("CAPACITY_%d", time.Now().UnixNano())
-	subject := "cap" + stream[len("CAPACITY"):]
-	transform := dispatchjs.TransformSupported(nc.ConnectedServerVersion())
-	sc := natsjs.StreamConfig{Name: stream, Subjects: []string{subject + ".>"}}
-	if transform {
-		sc = dispatchjs.StreamConfig(stream, subject, c.Partitions)
-	}
-	sc.Storage, sc.Duplicates, sc.Replicas = natsjs.FileStorage, 2*time.Minute, c.Replicas
-	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-		return lab.RunResult{}, err
-	}
-	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+	defer ls.close(ctx)
+	js, stream, subject, transform := ls.js, ls.name, ls.subject, ls.transform
 	seqs, err := e.publish(ctx, js, stream, subject, transform, plan)
 	if err != nil {
 		return lab.RunResult{}, err

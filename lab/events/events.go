@@ -414,27 +414,12 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 		defer func() { emb.Close() }()
 		url = emb.URL()
 	}
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	ls, err := openStream(ctx, url, "EVENTS", "ev", c.Partitions, c.Replicas)
 	if err != nil {
 		return lab.RunResult{}, err
 	}
-	defer nc.Close()
-	js, err := natsjs.New(nc)
-	if err != nil {
-		return lab.RunResult{}, err
-	}
-	stream := fmt.Sprintf("EVENTS_%d", time.Now().UnixNano())
-	subject := "ev" + stream[len("EVENTS"):]
-	transform := dispatchjs.TransformSupported(nc.ConnectedServerVersion())
-	sc := natsjs.StreamConfig{Name: stream, Subjects: []string{subject + ".>"}}
-	if transform {
-		sc = dispatchjs.StreamConfig(stream, subject, c.Partitions)
-	}
-	sc.Storage, sc.Duplicates, sc.Replicas = natsjs.FileStorage, 2*time.Minute, c.Replicas
-	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-		return lab.RunResult{}, err
-	}
-	defer func() { _ = js.DeleteStream(context.WithoutCancel(ctx), stream) }()
+	defer ls.close(ctx)
+	nc, js, stream, subject, transform := ls.nc, ls.js, ls.name, ls.subject, ls.transform
 
 	ledgerPath := filepath.Join(dir, "ledger.db")
 	if err := createLedger(ledgerPath); err != nil {
@@ -848,4 +833,50 @@ func (e *Experiment) victimLatencies(vs []effect, faults []injection) latencies 
 	}
 	return latencies{calm: quantile(calm, 0.99), neighbour: quantile(neighbour, 0.99), other: quantile(other, 0.99),
 		recovery: float64(recovery) / 1e6, byFault: byFault, stalled: stalled, victims: len(vs), threshold: threshold}
+}
+
+// labStream is a run's connection to NATS and its fresh stream.
+type labStream struct {
+	nc            *nats.Conn
+	js            natsjs.JetStream
+	name, subject string
+	// transform is set when the server partitions the subjects itself
+	// (a subject transform); otherwise the publisher names the partition.
+	transform bool
+}
+
+// openStream connects to url and creates a file-backed stream named
+// prefix_<nanoseconds> on subjects sub_<nanoseconds>.>, partitioned in
+// partitions by a subject transform where the server has them, with
+// replicas copies and two minutes of deduplication. close deletes the
+// stream and closes the connection.
+func openStream(ctx context.Context, url, prefix, sub string, partitions, replicas int, opts ...natsjs.JetStreamOpt) (*labStream, error) {
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	js, err := natsjs.New(nc, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	stamp := strconv.FormatInt(time.Now().UnixNano(), 10)
+	ls := &labStream{nc: nc, js: js, name: prefix + "_" + stamp, subject: sub + "_" + stamp,
+		transform: dispatchjs.TransformSupported(nc.ConnectedServerVersion())}
+	sc := natsjs.StreamConfig{Name: ls.name, Subjects: []string{ls.subject + ".>"}}
+	if ls.transform {
+		sc = dispatchjs.StreamConfig(ls.name, ls.subject, partitions)
+	}
+	sc.Storage, sc.Duplicates, sc.Replicas = natsjs.FileStorage, 2*time.Minute, replicas
+	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return ls, nil
+}
+
+// close deletes the stream and closes the connection.
+func (ls *labStream) close(ctx context.Context) {
+	_ = ls.js.DeleteStream(context.WithoutCancel(ctx), ls.name)
+	ls.nc.Close()
 }
