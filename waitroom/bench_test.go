@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,6 +115,7 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	// Three instances, each with its own Redis client and HTTP server.
 	var urls []string
 	var stores []*redisstore.Store
+	var servers []*waitroom.Server
 	for i := range 3 {
 		client := redis.NewClient(opts)
 		b.Cleanup(func() { client.Close() })
@@ -137,6 +139,7 @@ func BenchmarkHTTPJoin(b *testing.B) {
 			srv.Close()
 		})
 		urls = append(urls, ts.URL)
+		servers = append(servers, srv)
 	}
 	// The no-op endpoint: three servers like the instances, each reading
 	// the body and answering a ticket-sized JSON.
@@ -166,6 +169,17 @@ func BenchmarkHTTPJoin(b *testing.B) {
 		b.Fatalf("configure the room: %v %v", err, res)
 	} else {
 		res.Body.Close()
+	}
+	// Until an instance runs the room's admitter (from its next room
+	// refresh), its joins read the room's configuration from Redis: wait
+	// for all three, so that only the steady state is measured.
+	for _, srv := range servers {
+		for deadline := time.Now().Add(10 * time.Second); !slices.Contains(srv.Service().Rooms(), room); {
+			if time.Now().After(deadline) {
+				b.Fatalf("an instance does not run room %s after 10 s", room)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 
 	post := func(url string, id int64, want int) error {
