@@ -248,16 +248,17 @@ func BenchmarkHTTPJoin(b *testing.B) {
 		for k := range phases {
 			p := phases[(i+k)%len(phases)]
 			mallocs0 := benchMallocs()
-			cpu0, cpuOK0 := benchCPU(ctx, baseline)
+			self0, redis0, cpuOK0 := benchCPU(ctx, baseline)
 			d, err := benchRun(p.chunk, p.op)
 			if err != nil {
 				b.Fatalf("%s: %v", p.name, err)
 			}
-			cpu1, cpuOK1 := benchCPU(ctx, baseline)
+			self1, redis1, cpuOK1 := benchCPU(ctx, baseline)
 			p.mallocs += benchMallocs() - mallocs0
 			p.time += d
 			p.ops += p.chunk
-			p.cpu += cpu1 - cpu0
+			p.cpu += self1 - self0 + redis1 - redis0
+			p.redisCPU += redis1 - redis0
 			p.cpuOK = cpuOK0 && cpuOK1 && (p.cpuOK || p.ops == p.chunk)
 		}
 	}
@@ -276,6 +277,8 @@ func BenchmarkHTTPJoin(b *testing.B) {
 		b.ReportMetric(scriptP.cpuPerOp(), "cpu-µs/script")
 		b.ReportMetric(zaddP.cpuPerOp(), "cpu-µs/zadd")
 		b.ReportMetric(joinP.cpuPerOp()/(noopP.cpuPerOp()+scriptP.cpuPerOp()), "x-floor")
+		b.ReportMetric(float64(joinP.redisCPU.Nanoseconds())/1000/float64(joinP.ops), "redis-µs/join")
+		b.ReportMetric(float64(scriptP.redisCPU.Nanoseconds())/1000/float64(scriptP.ops), "redis-µs/script")
 	}
 
 	// Every join really is in the room.
@@ -300,6 +303,8 @@ type benchPhase struct {
 	// phase's chunks; cpuOK says whether every reading succeeded.
 	cpu   time.Duration
 	cpuOK bool
+	// redisCPU is the Redis server's part of cpu.
+	redisCPU time.Duration
 	// mallocs counts this process's heap allocations during the chunks.
 	mallocs uint64
 }
@@ -318,14 +323,14 @@ func benchMallocs() uint64 {
 
 // benchCPU returns the CPU time used so far by this process and by the
 // Redis server client talks to, and whether both could be read.
-func benchCPU(ctx context.Context, client *redis.Client) (time.Duration, bool) {
-	self, ok := benchProcessCPU()
+func benchCPU(ctx context.Context, client *redis.Client) (self, server time.Duration, ok bool) {
+	self, ok = benchProcessCPU()
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
 	info, err := client.Info(ctx, "cpu").Result()
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	var seconds float64
 	found := 0
@@ -334,16 +339,16 @@ func benchCPU(ctx context.Context, client *redis.Client) (time.Duration, bool) {
 		if name == "used_cpu_sys" || name == "used_cpu_user" {
 			v, err := strconv.ParseFloat(value, 64)
 			if err != nil {
-				return 0, false
+				return 0, 0, false
 			}
 			seconds += v
 			found++
 		}
 	}
 	if found != 2 {
-		return 0, false
+		return 0, 0, false
 	}
-	return self + time.Duration(seconds*float64(time.Second)), true
+	return self, time.Duration(seconds * float64(time.Second)), true
 }
 
 // rate is the phase's operations per second over all its chunks.
