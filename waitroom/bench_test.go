@@ -33,10 +33,10 @@ const (
 	// chunk of each phase. Cheaper operations get larger chunks, so that
 	// every chunk takes a similar time and drift of the machine weighs on
 	// all phases alike.
-	benchJoinChunk  = 3000
-	benchZaddChunk  = 15000
+	benchJoinChunk   = 3000
+	benchZaddChunk   = 15000
 	benchScriptChunk = 8000
-	benchNoopChunk  = 6000
+	benchNoopChunk   = 6000
 )
 
 // benchRedisOptions returns the options of STAMPEDE_REDIS_URL moved to the
