@@ -353,3 +353,39 @@ func benchCPU(ctx context.Context, client *redis.Client) (self, server time.Dura
 
 // rate is the phase's operations per second over all its chunks.
 func (p *benchPhase) rate() float64 { return float64(p.ops) / p.time.Seconds() }
+
+// BenchmarkJoinHandler calls the join handler of one instance directly,
+// without a network on the HTTP side, on the real Redis of
+// STAMPEDE_REDIS_URL: its allocations per join (-benchmem) and its CPU
+// profile are those of the server's join path alone (with go-redis and
+// httptest's request and recorder).
+func BenchmarkJoinHandler(b *testing.B) {
+	opts := benchRedisOptions(b)
+	client := redis.NewClient(opts)
+	b.Cleanup(func() { client.Close() })
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		b.Fatalf("STAMPEDE_REDIS_URL: %v", err)
+	}
+	e := newEnvWith(b, backend{client: client}, false, func(o *waitroom.ServerOptions) { o.RoomRefresh = time.Second })
+	room := e.newRoom(b, `{"capacity":100,"lease_seconds":3600}`)
+	b.Cleanup(func() { e.store.DeleteRoom(context.Background(), room) })
+	for !slices.Contains(e.srv.Service().Rooms(), room) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	h := e.srv.Handler()
+	path := "/v1/rooms/" + room + "/tickets"
+	var users atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(benchConcurrency / runtime.GOMAXPROCS(0))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{"user_id":"u`+strconv.FormatInt(users.Add(1), 10)+`"}`))
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusCreated {
+				b.Fatalf("join: %d %s", w.Code, w.Body)
+			}
+		}
+	})
+}
