@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,10 +33,10 @@ const (
 	// chunk of each phase. Cheaper operations get larger chunks, so that
 	// every chunk takes a similar time and drift of the machine weighs on
 	// all phases alike.
-	benchJoinChunk  = 3000
-	benchZaddChunk  = 15000
-	benchStoreChunk = 8000
-	benchNoopChunk  = 6000
+	benchJoinChunk   = 3000
+	benchZaddChunk   = 15000
+	benchScriptChunk = 8000
+	benchNoopChunk   = 6000
 )
 
 // benchRedisOptions returns the options of STAMPEDE_REDIS_URL moved to the
@@ -85,23 +87,27 @@ func benchRun(n int, op func(i int) error) (time.Duration, error) {
 	return time.Since(start), first
 }
 
-// BenchmarkHTTPJoin measures joins per second through the HTTP API of three
-// instances on one real Redis, 64 clients at once, against a raw go-redis
-// ZADD loop at the same concurrency (what one queue insert costs without
-// the service). Each iteration runs one chunk of every phase, rotating
-// which goes first.
+// BenchmarkHTTPJoin measures what a join through the HTTP API costs in
+// CPU time against its floor, measured in the same run: a no-op request
+// through the same HTTP machinery plus one call of the join script.
 //
-// Metrics: joins/s, zadd/s and x-zadd = joins/s ÷ zadd/s (target ≥ 0.5),
-// and, to show where a join's cost lies, three more ratios to zadd/s from
-// the same run: store-x-zadd (Store.Join called directly, no HTTP, with
-// auto-pipelining as the service runs it), store-plain-x-zadd (the same
-// without auto-pipelining) and noop-x-zadd (the same HTTP client and
-// server machinery posting to a handler that does nothing: the ceiling
-// that HTTP/1.1 itself puts on any endpoint on this machine). Where the
-// CPU time can be read, cpu-µs/join, cpu-µs/zadd and cpu-µs/noop are the
-// CPU time one operation of each costs on this process and the Redis
-// server together (getrusage and INFO cpu): when the machine's cores are
-// all busy, the throughput ratios follow these costs.
+// Three instances share one real Redis; 64 clients send at once. Each
+// iteration runs one chunk of every phase, rotating which goes first:
+//
+//   - join: POST /v1/rooms/{room}/tickets to the instances;
+//   - noop: the same HTTP client and httptest servers posting the same
+//     body to a handler that reads it and answers a ticket-sized JSON;
+//   - script: Store.Join called directly, auto-pipelined as the service
+//     runs it: one call of the join script;
+//   - zadd: a raw go-redis ZADD loop, for reference.
+//
+// CPU time is this process's (getrusage: the clients, the servers and the
+// admitters) plus the Redis server's (INFO cpu); with the machine's cores
+// all busy, throughput follows it. Metrics: cpu-µs/join, cpu-µs/noop,
+// cpu-µs/script, cpu-µs/zadd, x-floor = cpu-µs/join ÷ (cpu-µs/noop +
+// cpu-µs/script) (target ≤ 1.3), allocs/join, allocs/noop and
+// allocs/script (heap allocations of this process per operation, both
+// ends of the HTTP exchange), and joins/s.
 func BenchmarkHTTPJoin(b *testing.B) {
 	opts := benchRedisOptions(b)
 	ctx := context.Background()
@@ -109,6 +115,7 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	// Three instances, each with its own Redis client and HTTP server.
 	var urls []string
 	var stores []*redisstore.Store
+	var servers []*waitroom.Server
 	for i := range 3 {
 		client := redis.NewClient(opts)
 		b.Cleanup(func() { client.Close() })
@@ -132,6 +139,7 @@ func BenchmarkHTTPJoin(b *testing.B) {
 			srv.Close()
 		})
 		urls = append(urls, ts.URL)
+		servers = append(servers, srv)
 	}
 	// The no-op endpoint: three servers like the instances, each reading
 	// the body and answering a ticket-sized JSON.
@@ -162,6 +170,17 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	} else {
 		res.Body.Close()
 	}
+	// Until an instance runs the room's admitter (from its next room
+	// refresh), its joins read the room's configuration from Redis: wait
+	// for all three, so that only the steady state is measured.
+	for _, srv := range servers {
+		for deadline := time.Now().Add(10 * time.Second); !slices.Contains(srv.Service().Rooms(), room); {
+			if time.Now().After(deadline) {
+				b.Fatalf("an instance does not run room %s after 10 s", room)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 
 	post := func(url string, id int64, want int) error {
 		res, err := hc.Post(url, "application/json", strings.NewReader(fmt.Sprintf(`{"user_id":"u%d"}`, id)))
@@ -186,26 +205,18 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	noop := func(i int) error {
 		return post(noopURLs[i%len(noopURLs)]+"/v1/rooms/"+room+"/tickets", int64(i), http.StatusCreated)
 	}
-	// The store phases run on clients of their own, so that the HTTP
+	// The script phase runs on a client of its own, so that the HTTP
 	// instances' pools stay as they are.
-	storeJoin := func(store *redisstore.Store) func(int) error {
-		return func(int) error {
-			id := users.Add(1)
-			t, err := store.Join(ctx, room, fmt.Sprintf("u%d", id))
-			if err == nil && !t.Created {
-				err = fmt.Errorf("Store.Join u%d: not a new ticket", id)
-			}
-			return err
-		}
-	}
 	piped := redis.NewClient(opts)
 	b.Cleanup(func() { piped.Close() })
 	pipedStore := redisstore.New(piped)
-	plain := redis.NewClient(opts)
-	b.Cleanup(func() { plain.Close() })
-	plainStore, err := redisstore.NewWithConfig(plain, redisstore.Config{AutoPipeline: false, OpTimeout: redisstore.DefaultConfig().OpTimeout})
-	if err != nil {
-		b.Fatal(err)
+	script := func(int) error {
+		id := users.Add(1)
+		t, err := pipedStore.Join(ctx, room, "u"+strconv.FormatInt(id, 10))
+		if err == nil && !t.Created {
+			err = fmt.Errorf("Store.Join u%d: not a new ticket", id)
+		}
+		return err
 	}
 
 	baseline := redis.NewClient(opts)
@@ -219,12 +230,12 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	}
 
 	phases := []*benchPhase{
-		{name: "joins/s", chunk: benchJoinChunk, op: join},
-		{name: "zadd/s", chunk: benchZaddChunk, op: zadd},
-		{name: "store", chunk: benchStoreChunk, op: storeJoin(pipedStore)},
-		{name: "store-plain", chunk: benchStoreChunk, op: storeJoin(plainStore)},
+		{name: "join", chunk: benchJoinChunk, op: join},
 		{name: "noop", chunk: benchNoopChunk, op: noop},
+		{name: "script", chunk: benchScriptChunk, op: script},
+		{name: "zadd", chunk: benchZaddChunk, op: zadd},
 	}
+	joinP, noopP, scriptP, zaddP := phases[0], phases[1], phases[2], phases[3]
 	// Warm up: connections open, scripts loaded.
 	for _, p := range phases {
 		if _, err := benchRun(4*benchConcurrency, p.op); err != nil {
@@ -236,34 +247,38 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for k := range phases {
 			p := phases[(i+k)%len(phases)]
-			cpu0, cpuOK0 := benchCPU(ctx, baseline)
+			mallocs0 := benchMallocs()
+			self0, redis0, cpuOK0 := benchCPU(ctx, baseline)
 			d, err := benchRun(p.chunk, p.op)
 			if err != nil {
 				b.Fatalf("%s: %v", p.name, err)
 			}
-			cpu1, cpuOK1 := benchCPU(ctx, baseline)
+			self1, redis1, cpuOK1 := benchCPU(ctx, baseline)
+			p.mallocs += benchMallocs() - mallocs0
 			p.time += d
 			p.ops += p.chunk
-			p.cpu += cpu1 - cpu0
+			p.cpu += self1 - self0 + redis1 - redis0
+			p.redisCPU += redis1 - redis0
 			p.cpuOK = cpuOK0 && cpuOK1 && (p.cpuOK || p.ops == p.chunk)
 		}
 	}
 	b.StopTimer()
 
-	zaddRate := phases[1].rate()
-	b.ReportMetric(phases[0].rate(), "joins/s")
-	b.ReportMetric(zaddRate, "zadd/s")
-	b.ReportMetric(phases[0].rate()/zaddRate, "x-zadd")
-	b.ReportMetric(phases[2].rate()/zaddRate, "store-x-zadd")
-	b.ReportMetric(phases[3].rate()/zaddRate, "store-plain-x-zadd")
-	b.ReportMetric(phases[4].rate()/zaddRate, "noop-x-zadd")
+	b.ReportMetric(joinP.rate(), "joins/s")
 	for _, p := range []struct {
 		phase *benchPhase
-		unit  string
-	}{{phases[0], "cpu-µs/join"}, {phases[1], "cpu-µs/zadd"}, {phases[4], "cpu-µs/noop"}} {
-		if p.phase.cpuOK {
-			b.ReportMetric(float64(p.phase.cpu.Microseconds())/float64(p.phase.ops), p.unit)
-		}
+		name  string
+	}{{joinP, "join"}, {noopP, "noop"}, {scriptP, "script"}} {
+		b.ReportMetric(float64(p.phase.mallocs)/float64(p.phase.ops), "allocs/"+p.name)
+	}
+	if joinP.cpuOK && noopP.cpuOK && scriptP.cpuOK && zaddP.cpuOK {
+		b.ReportMetric(joinP.cpuPerOp(), "cpu-µs/join")
+		b.ReportMetric(noopP.cpuPerOp(), "cpu-µs/noop")
+		b.ReportMetric(scriptP.cpuPerOp(), "cpu-µs/script")
+		b.ReportMetric(zaddP.cpuPerOp(), "cpu-µs/zadd")
+		b.ReportMetric(joinP.cpuPerOp()/(noopP.cpuPerOp()+scriptP.cpuPerOp()), "x-floor")
+		b.ReportMetric(float64(joinP.redisCPU.Nanoseconds())/1000/float64(joinP.ops), "redis-µs/join")
+		b.ReportMetric(float64(scriptP.redisCPU.Nanoseconds())/1000/float64(scriptP.ops), "redis-µs/script")
 	}
 
 	// Every join really is in the room.
@@ -288,18 +303,34 @@ type benchPhase struct {
 	// phase's chunks; cpuOK says whether every reading succeeded.
 	cpu   time.Duration
 	cpuOK bool
+	// redisCPU is the Redis server's part of cpu.
+	redisCPU time.Duration
+	// mallocs counts this process's heap allocations during the chunks.
+	mallocs uint64
+}
+
+// cpuPerOp is the phase's CPU time per operation in microseconds.
+func (p *benchPhase) cpuPerOp() float64 {
+	return float64(p.cpu.Nanoseconds()) / 1000 / float64(p.ops)
+}
+
+// benchMallocs returns how many heap objects this process has allocated.
+func benchMallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 // benchCPU returns the CPU time used so far by this process and by the
 // Redis server client talks to, and whether both could be read.
-func benchCPU(ctx context.Context, client *redis.Client) (time.Duration, bool) {
-	self, ok := benchProcessCPU()
+func benchCPU(ctx context.Context, client *redis.Client) (self, server time.Duration, ok bool) {
+	self, ok = benchProcessCPU()
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
 	info, err := client.Info(ctx, "cpu").Result()
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	var seconds float64
 	found := 0
@@ -308,17 +339,53 @@ func benchCPU(ctx context.Context, client *redis.Client) (time.Duration, bool) {
 		if name == "used_cpu_sys" || name == "used_cpu_user" {
 			v, err := strconv.ParseFloat(value, 64)
 			if err != nil {
-				return 0, false
+				return 0, 0, false
 			}
 			seconds += v
 			found++
 		}
 	}
 	if found != 2 {
-		return 0, false
+		return 0, 0, false
 	}
-	return self + time.Duration(seconds*float64(time.Second)), true
+	return self, time.Duration(seconds * float64(time.Second)), true
 }
 
 // rate is the phase's operations per second over all its chunks.
 func (p *benchPhase) rate() float64 { return float64(p.ops) / p.time.Seconds() }
+
+// BenchmarkJoinHandler calls the join handler of one instance directly,
+// without a network on the HTTP side, on the real Redis of
+// STAMPEDE_REDIS_URL: its allocations per join (-benchmem) and its CPU
+// profile are those of the server's join path alone (with go-redis and
+// httptest's request and recorder).
+func BenchmarkJoinHandler(b *testing.B) {
+	opts := benchRedisOptions(b)
+	client := redis.NewClient(opts)
+	b.Cleanup(func() { client.Close() })
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		b.Fatalf("STAMPEDE_REDIS_URL: %v", err)
+	}
+	e := newEnvWith(b, backend{client: client}, false, func(o *waitroom.ServerOptions) { o.RoomRefresh = time.Second })
+	room := e.newRoom(b, `{"capacity":100,"lease_seconds":3600}`)
+	b.Cleanup(func() { e.store.DeleteRoom(context.Background(), room) })
+	for !slices.Contains(e.srv.Service().Rooms(), room) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	h := e.srv.Handler()
+	path := "/v1/rooms/" + room + "/tickets"
+	var users atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(benchConcurrency / runtime.GOMAXPROCS(0))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{"user_id":"u`+strconv.FormatInt(users.Add(1), 10)+`"}`))
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusCreated {
+				b.Fatalf("join: %d %s", w.Code, w.Body)
+			}
+		}
+	})
+}

@@ -798,7 +798,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return &Error{Code: CodeInternal, Message: "cannot sign the ticket token", Err: err}
 	}
-	writeJSON(w, status, v)
+	writeTicket(w, status, v)
 	return nil
 }
 
@@ -825,7 +825,7 @@ func (h *handler) getTicket(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, v)
+	writeTicket(w, http.StatusOK, v)
 	return nil
 }
 
@@ -841,7 +841,7 @@ func (h *handler) leave(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, h.ticketView(t))
+	writeTicket(w, http.StatusOK, h.ticketView(t))
 	return nil
 }
 

@@ -7,9 +7,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"hash"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/stampede-lab/stampede/internal/jsonbody"
 )
 
 // Token format
@@ -52,6 +58,9 @@ const (
 type Signer struct {
 	key []byte
 	now func() time.Time
+	// macs holds HMAC-SHA256 states keyed with key, so that a token's MAC
+	// does not set up the key's inner and outer pads again.
+	macs sync.Pool
 }
 
 // NewSigner returns a Signer keyed with secret, which must be at least 32
@@ -64,7 +73,9 @@ func NewSigner(secret []byte, now func() time.Time) (*Signer, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Signer{key: bytes.Clone(secret), now: now}, nil
+	s := &Signer{key: bytes.Clone(secret), now: now}
+	s.macs.New = func() any { return hmac.New(sha256.New, s.key) }
+	return s, nil
 }
 
 // TokenKind says what a token proves.
@@ -191,14 +202,54 @@ func (s *Signer) ready() error {
 	return nil
 }
 
+// macHeads are the starts of the MAC inputs of the token kinds: macPrefix,
+// the kind and a NUL.
+var macHeads = func() map[TokenKind][]byte {
+	m := make(map[TokenKind][]byte, len(tokenKinds))
+	for _, k := range tokenKinds {
+		m[k] = []byte(macPrefix + string(k) + "\x00")
+	}
+	return m
+}()
+
 // mac is the MAC of body as a token of kind.
 func (s *Signer) mac(kind TokenKind, body []byte) []byte {
-	m := hmac.New(sha256.New, s.key)
-	m.Write([]byte(macPrefix))
-	m.Write([]byte(kind))
-	m.Write([]byte{0})
+	return s.appendMAC(nil, kind, body)
+}
+
+// appendMAC appends the MAC of body as a token of kind to dst.
+func (s *Signer) appendMAC(dst []byte, kind TokenKind, body []byte) []byte {
+	head, ok := macHeads[kind]
+	if !ok {
+		head = []byte(macPrefix + string(kind) + "\x00")
+	}
+	m := s.macs.Get().(hash.Hash)
+	m.Reset()
+	m.Write(head)
 	m.Write(body)
-	return m.Sum(nil)
+	dst = m.Sum(dst)
+	s.macs.Put(m)
+	return dst
+}
+
+// appendPayload appends p's JSON exactly as encoding/json writes it (the
+// canonical form; TestPayloadEncodingIsCanonical holds it to that).
+func appendPayload(dst []byte, p tokenPayload) []byte {
+	dst = append(dst, `{"k":`...)
+	dst = jsonbody.AppendString(dst, string(p.Kind))
+	dst = append(dst, `,"r":`...)
+	dst = jsonbody.AppendString(dst, p.Room)
+	dst = append(dst, `,"u":`...)
+	dst = jsonbody.AppendString(dst, p.User)
+	dst = append(dst, `,"exp":`...)
+	dst = strconv.AppendInt(dst, p.Expires, 10)
+	dst = append(dst, `,"iat":`...)
+	dst = strconv.AppendInt(dst, p.IssuedAt, 10)
+	if p.Seq != nil {
+		dst = append(dst, `,"seq":`...)
+		dst = strconv.AppendInt(dst, *p.Seq, 10)
+	}
+	return append(dst, '}')
 }
 
 // Sign returns the token for c. Kind, Room, User and Expires are required
@@ -216,15 +267,26 @@ func (s *Signer) Sign(c Claims) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	body, err := json.Marshal(p)
-	if err != nil {
-		return "", &Error{Code: CodeInternal, Message: "cannot encode token", Err: err}
+	// One buffer holds the payload, its MAC and then the token: room for
+	// them all when no character of the room or user needs an escape.
+	est := 80 + len(p.Room) + len(p.User)
+	buf := make([]byte, 0, est+sha256.Size+b64.EncodedLen(est)+1+b64.EncodedLen(sha256.Size))
+	buf = appendPayload(buf, p)
+	n := len(buf)
+	buf = s.appendMAC(buf, c.Kind, buf[:n])
+	body, mac := buf[:n:n], buf[n:]
+	size := b64.EncodedLen(len(body)) + 1 + b64.EncodedLen(len(mac))
+	if size > maxTokenLen {
+		return "", &Error{Code: CodeInvalid, Message: fmt.Sprintf("token would be %d bytes, over the limit of %d (room or user too long)", size, maxTokenLen)}
 	}
-	token := b64.EncodeToString(body) + "." + b64.EncodeToString(s.mac(c.Kind, body))
-	if len(token) > maxTokenLen {
-		return "", &Error{Code: CodeInvalid, Message: fmt.Sprintf("token would be %d bytes, over the limit of %d (room or user too long)", len(token), maxTokenLen)}
-	}
-	return token, nil
+	start := len(buf)
+	buf = slices.Grow(buf, size)[:start+size]
+	body, mac = buf[:n:n], buf[n:start] // buf may have moved
+	tok := buf[start:]
+	b64.Encode(tok, body)
+	tok[b64.EncodedLen(len(body))] = '.'
+	b64.Encode(tok[b64.EncodedLen(len(body))+1:], mac)
+	return string(tok), nil
 }
 
 // tokenError is an unauthorized error with msg.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/stampede-lab/stampede/internal/jsonbody"
 )
 
 // HandlerFunc is an API handler: it writes a success answer itself and
@@ -173,7 +175,7 @@ func (a *API) Fail(w http.ResponseWriter, r *http.Request, err error) {
 // answers, and a returned error answered by Fail.
 func (a *API) adapt(fn HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
+		w.Header()["Cache-Control"] = noStore
 		if err := fn(w, r); err != nil {
 			a.Fail(w, r, err)
 		}
@@ -299,11 +301,14 @@ func safeReason(err error) string {
 
 // WriteRawJSON answers an encoded JSON body with status.
 func WriteRawJSON(w http.ResponseWriter, status int, body []byte) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	jsonbody.SetHeaders(w.Header())
 	w.WriteHeader(status)
 	w.Write(body)
 }
+
+// noStore is the Cache-Control value of every API answer, shared by all
+// of them without an allocation (see jsonbody.SetHeaders).
+var noStore = []string{"no-store"}
 
 // recorder remembers the status a handler wrote.
 type recorder struct {

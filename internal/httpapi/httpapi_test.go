@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -322,4 +323,72 @@ func TestServerClosesStalledAndIdleConnections(t *testing.T) {
 		t.Fatalf("healthz: %v %v", resp, err)
 	}
 	closedWithin(t, c2, cfg.IdleTimeout+time.Second)
+}
+
+// TestRequestMetricsCountEveryLabelSet: requests from many goroutines at
+// once, over several label sets (a method outside the known ones counted
+// as OTHER), are each counted once in the counter and the histogram of
+// their own label set.
+func TestRequestMetricsCountEveryLabelSet(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, _ := newTestAPI(t, reg)
+	a.Handle("/v1/echo/{status}", httpapi.Methods{
+		http.MethodPost: func(w http.ResponseWriter, r *http.Request) error {
+			switch r.PathValue("status") {
+			case "created":
+				w.WriteHeader(http.StatusCreated)
+			case "conflict":
+				return &httpapi.Error{Code: httpapi.CodeConflict, Message: "taken"}
+			}
+			return nil
+		},
+	})
+	type req struct{ method, path, route, code string }
+	reqs := []req{
+		{"POST", "/v1/echo/created", "/v1/echo/{status}", "201"},
+		{"POST", "/v1/echo/ok", "/v1/echo/{status}", "200"},
+		{"POST", "/v1/echo/conflict", "/v1/echo/{status}", "409"},
+		{"BREW", "/v1/echo/created", "/v1/echo/{status}", "405"},
+	}
+	const each = 50
+	var wg sync.WaitGroup
+	for i := range each * len(reqs) {
+		wg.Go(func() {
+			q := reqs[i%len(reqs)]
+			a.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(q.method, q.path, nil))
+		})
+	}
+	wg.Wait()
+	for _, q := range reqs {
+		method := q.method
+		if method == "BREW" {
+			method = "OTHER"
+		}
+		if got := testutil.ToFloat64(counter(t, reg, q.route, method, q.code)); got != each {
+			t.Errorf("http_requests_total{%s,%s,%s} = %v, want %d", q.route, method, q.code, got, each)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "http_request_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			samples[labels["route"]+" "+labels["method"]] = m.GetHistogram().GetSampleCount()
+		}
+	}
+	if got := samples["/v1/echo/{status} POST"]; got != 3*each {
+		t.Errorf("duration samples of POST = %d, want %d", got, 3*each)
+	}
+	if got := samples["/v1/echo/{status} OTHER"]; got != each {
+		t.Errorf("duration samples of OTHER = %d, want %d", got, each)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 )
 
 // Kind classifies a decoding error.
@@ -61,16 +62,25 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Decode reads r's body, at most limit bytes, into dst (a pointer to a
 // struct). allowed lists the fields for the unknown-field message, such as
-// `"user_id"`.
+// `"user_id"`. A dst that is a FastDecoder decodes its usual form itself.
 func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, allowed string) error {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
 		return &Error{Kind: Unsupported, Message: "Content-Type must be application/json, got none"}
 	}
-	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-		return &Error{Kind: Unsupported, Message: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
+	if ct != "application/json" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return &Error{Kind: Unsupported, Message: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
+		}
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	buf := bodyBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledBody {
+			bodyBuffers.Put(buf)
+		}
+	}()
+	data, err := readAll((*buf)[:0], http.MaxBytesReader(w, r.Body, limit))
+	*buf = data
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return &Error{Kind: TooLarge, Message: fmt.Sprintf("request body is over the limit of %d bytes", limit)}
@@ -84,6 +94,9 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, allowe
 	case trimmed[0] != '{':
 		return &Error{Kind: Invalid, Message: fmt.Sprintf("request body must be a JSON object with %s", allowed)}
 	}
+	if fd, ok := dst.(FastDecoder); ok && fd.DecodeFast(data) {
+		return nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -93,6 +106,31 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, allowe
 		return &Error{Kind: Invalid, Message: fmt.Sprintf("malformed JSON: trailing data after the object at byte offset %d", dec.InputOffset())}
 	}
 	return nil
+}
+
+// maxPooledBody is the largest body buffer kept for reuse.
+const maxPooledBody = 64 << 10
+
+// bodyBuffers holds buffers for request bodies. Nothing decoded refers to
+// a buffer: encoding/json and Member both copy what they keep.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// readAll appends everything r reads to buf, as io.ReadAll does into a
+// buffer of its own.
+func readAll(buf []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 // decodeError names the field or the problem of a json.Decoder error.
@@ -145,10 +183,25 @@ func Write(w http.ResponseWriter, status int, v any) {
 	WriteRaw(w, status, body)
 }
 
+// The values of the headers of a JSON answer. Every answer shares them,
+// without an allocation each: net/http and this module never change a
+// header's values in place, and Header.Add appends to a copy (each slice
+// is full).
+var (
+	jsonContentType = []string{"application/json; charset=utf-8"}
+	noSniff         = []string{"nosniff"}
+)
+
+// SetHeaders sets the Content-Type (JSON, UTF-8) and
+// X-Content-Type-Options (nosniff) of a JSON answer in h.
+func SetHeaders(h http.Header) {
+	h["Content-Type"] = jsonContentType
+	h["X-Content-Type-Options"] = noSniff
+}
+
 // WriteRaw answers an already encoded JSON body with status.
 func WriteRaw(w http.ResponseWriter, status int, body []byte) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	SetHeaders(w.Header())
 	w.WriteHeader(status)
 	w.Write(append(bytes.TrimRight(body, "\n"), '\n'))
 }

@@ -72,7 +72,8 @@ func benchAdmission(b *testing.B, client *redis.Client) {
 	}
 	store := redisstore.New(client)
 	room := fmt.Sprintf("bench-admit-%x", rand.Uint64())
-	cfg := waitroom.RoomConfig{Capacity: benchCapacity, Lease: 24 * time.Hour, AdmitInterval: time.Minute, Retention: waitroom.DefaultRetention}
+	cfg := waitroom.DefaultRoomConfig()
+	cfg.Capacity, cfg.Lease, cfg.AdmitInterval = benchCapacity, 24*time.Hour, time.Minute
 	if err := store.Configure(ctx, room, cfg); err != nil {
 		b.Fatalf("Configure: %v", err)
 	}
