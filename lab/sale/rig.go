@@ -75,7 +75,7 @@ func (p *proc) ready(ctx context.Context, h *cmdHandle) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-h.done:
-			return fmt.Errorf("sale: %s exited at start (see %s)", p.name, p.log.Name())
+			return fmt.Errorf("sale: %s exited at start (see %s): %s", p.name, p.log.Name(), lastLine(p.log.Name()))
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
@@ -560,3 +560,18 @@ var adminClient = &http.Client{Timeout: 5 * time.Second}
 
 // errNoGate is returned when no gate answers.
 var errNoGate = errors.New("sale: no gate answered")
+
+// lastLine returns the last non-empty line of the file at path, cut to 300
+// bytes, or "" when it cannot be read.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	last := lines[len(lines)-1]
+	if len(last) > 300 {
+		last = last[:300]
+	}
+	return last
+}

@@ -27,6 +27,9 @@ type Experiment struct {
 	// series of the last run, for Render.
 	mu     sync.Mutex
 	series map[int]runSeries
+	// logMu serializes Config.Log: the sale's goroutines (the sampler,
+	// the institution's schedule, the faults) log at once.
+	logMu sync.Mutex
 }
 
 // runSeries is one run's time series and fault marks.
@@ -96,8 +99,11 @@ func (e *Experiment) Columns() []string {
 		"order_violations", "unaccounted_buyers", "join_to_ticket_p50_ms", "join_to_ticket_p95_ms", "join_to_ticket_p99_ms"}
 }
 
+// logf calls Config.Log, one call at a time.
 func (e *Experiment) logf(format string, args ...any) {
 	if e.cfg.Log != nil {
+		e.logMu.Lock()
+		defer e.logMu.Unlock()
 		e.cfg.Log(format, args...)
 	}
 }
@@ -342,7 +348,18 @@ func (r *rig) fault(ctx context.Context, f string, d *dbs) error {
 	restart := func(p *proc, after time.Duration) error {
 		p.kill9()
 		sleep(ctx, after)
-		return p.start(context.WithoutCancel(ctx))
+		// A part started again on its old port can find the port taken for
+		// a moment (another process's outgoing connection may hold it as
+		// its local port on a busy machine): try a few times.
+		var err error
+		for try := 0; try < 3; try++ {
+			if err = p.start(context.WithoutCancel(ctx)); err == nil {
+				return nil
+			}
+			r.logf("sale: %v; starting it again", err)
+			sleep(ctx, time.Second)
+		}
+		return err
 	}
 	switch f {
 	case FaultWaitroomKill:
