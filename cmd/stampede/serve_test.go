@@ -36,6 +36,9 @@ func TestServeWaitroomRejectsBadFlags(t *testing.T) {
 		{[]string{long, "--join-clients", "0"}, "--join-clients"},
 		{[]string{long, "--trusted-proxy", "10.0.0.0/33"}, "--trusted-proxy"},
 		{[]string{long, "--trusted-proxy", "proxy.local"}, "--trusted-proxy"},
+		{[]string{long, "--ack-replicas", "1"}, "--ack-replicas"},
+		{[]string{long, "--redis", "redis://127.0.0.1:1/0", "--ack-replicas", "17"}, "--ack-replicas"},
+		{[]string{long, "--redis", "redis://127.0.0.1:1/0", "--ack-replicas", "1", "--ack-timeout", "1s"}, "--ack-timeout"},
 	}
 	for _, tc := range cases {
 		_, _, err := execute(t, append([]string{"serve", "waitroom"}, tc.args...)...)

@@ -187,6 +187,9 @@ func (o *waitroomOptions) validate() error {
 			return fmt.Errorf("--previous-key-epoch: %v", err)
 		}
 	}
+	if o.ackReplicas > 0 && o.redis == "" {
+		return fmt.Errorf("--ack-replicas %d needs --redis naming a Redis whose masters have replicas; the embedded server has none, and every join would answer 503", o.ackReplicas)
+	}
 	if err := o.storeConfig().Validate(); err != nil {
 		switch {
 		case strings.Contains(err.Error(), "AckReplicas"):
