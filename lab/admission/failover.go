@@ -480,41 +480,46 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // slotNodes returns the master of key's slot and its first replica.
 func slotNodes(ctx context.Context, client *redis.ClusterClient, key string) (master, replica string, err error) {
-	slot, err := client.ClusterKeySlot(ctx, key).Result()
+	nodes, err := slotAddrs(ctx, client, key)
 	if err != nil {
 		return "", "", err
 	}
-	slots, err := client.ClusterSlots(ctx).Result()
-	if err != nil {
-		return "", "", err
+	if len(nodes) < 2 {
+		return nodes[0], "", fmt.Errorf("failover: the slot of %s on %s has no replica (start the cluster with .ci/redis-cluster --ha)", key, nodes[0])
 	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) {
-			if len(s.Nodes) < 2 {
-				return s.Nodes[0].Addr, "", fmt.Errorf("failover: slot %d on %s has no replica (start the cluster with .ci/redis-cluster --ha)", slot, s.Nodes[0].Addr)
-			}
-			return s.Nodes[0].Addr, s.Nodes[1].Addr, nil
-		}
-	}
-	return "", "", fmt.Errorf("failover: no node serves slot %d", slot)
+	return nodes[0], nodes[1], nil
 }
 
 // slotMaster returns the master of key's slot as the cluster says now.
 func slotMaster(ctx context.Context, client *redis.ClusterClient, key string) (string, error) {
-	slot, err := client.ClusterKeySlot(ctx, key).Result()
+	nodes, err := slotAddrs(ctx, client, key)
 	if err != nil {
 		return "", err
+	}
+	return nodes[0], nil
+}
+
+// slotAddrs returns the addresses of the nodes serving key's slot, master
+// first, from CLUSTER SLOTS.
+func slotAddrs(ctx context.Context, client *redis.ClusterClient, key string) ([]string, error) {
+	slot, err := client.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		return nil, err
 	}
 	slots, err := client.ClusterSlots(ctx).Result()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for _, s := range slots {
 		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-			return s.Nodes[0].Addr, nil
+			addrs := make([]string, len(s.Nodes))
+			for i, n := range s.Nodes {
+				addrs[i] = n.Addr
+			}
+			return addrs, nil
 		}
 	}
-	return "", fmt.Errorf("failover: no node serves slot %d", slot)
+	return nil, fmt.Errorf("failover: no node serves slot %d", slot)
 }
 
 // dropReplicas closes the master's connections to its replicas.
