@@ -481,7 +481,13 @@ func (b *roomConfigBody) apply(cfg *RoomConfig) error {
 			dec := json.NewDecoder(bytes.NewReader(r))
 			dec.DisallowUnknownFields()
 			if derr := dec.Decode(&t); derr != nil {
-				return fieldError("template", "must be an object of title, logo_url, primary_color, background_color, text_ko and text_en, or null: %v", derr)
+				// The decoder's own words name Go types: only an unknown
+				// field is passed on.
+				extra := ""
+				if f, ok := strings.CutPrefix(derr.Error(), "json: unknown field "); ok {
+					extra = "; unknown field " + f
+				}
+				return fieldError("template", "must be an object of title, logo_url, primary_color, background_color, text_ko and text_en, or null%s", extra)
 			}
 		}
 		if err = t.Validate(); err == nil {
