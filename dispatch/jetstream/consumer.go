@@ -396,6 +396,28 @@ func (c *Consumer) Close() {
 				}
 			}
 		}
+		if !c.cfg.Pinned {
+			// Our pull requests outlive the subscription at the server for
+			// up to PullExpiry. A message handed back while one of them is
+			// first in the server's queue meets a request nobody listens
+			// to, and nats-server 2.9 then steps the consumer's stream
+			// sequence back by one (it assumes the message was a first
+			// delivery): the partition's latest message, which may have
+			// run and been acknowledged here, goes out again as a first
+			// delivery. So the queued messages go back once the requests
+			// are gone; running and queued handlers go on meanwhile, and
+			// the next owner could not start earlier anyway (it waits for
+			// the same thing).
+			var wg sync.WaitGroup
+			for _, p := range c.parts {
+				wg.Go(func() {
+					if err := p.awaitNoPullers(drain); err != nil && drain.Err() == nil {
+						c.cfg.Logger.Warn("dispatch/jetstream: close: pull requests still waiting", "consumer", p.name, "err", err)
+					}
+				})
+			}
+			wg.Wait()
+		}
 		var pins []string
 		for _, p := range c.parts {
 			pins = append(pins, p.shut())

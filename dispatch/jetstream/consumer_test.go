@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -51,9 +52,28 @@ func TestFailoverKeepsOrder(t *testing.T) {
 				return 0
 			}
 			h := orderHandler(f, prog, work)
+			// Each run is noted, so that a failure names the event that ran
+			// twice, where, and as which delivery.
+			var runsMu sync.Mutex
+			runs := map[string][]string{}
+			noted := func(who string, h Handler) Handler {
+				return func(ctx context.Context, e Event) error {
+					runsMu.Lock()
+					runs[e.ID] = append(runs[e.ID], fmt.Sprintf("%s: partition %d seq %d delivery %d epoch %d", who, e.Partition, e.Sequence, e.Delivery, e.Epoch))
+					runsMu.Unlock()
+					return h(ctx, e)
+				}
+			}
+			defer func() {
+				for id, v := range runs {
+					if len(v) > 1 {
+						t.Logf("%s ran %d times: %s", id, len(v), strings.Join(v, "; "))
+					}
+				}
+			}()
 			ctx := context.Background()
 			_, jsA := connect(t, f.url)
-			a, err := New(ctx, jsA, f.cfg, func(ctx context.Context, e Event) error { byA.Add(1); return h(ctx, e) })
+			a, err := New(ctx, jsA, f.cfg, noted("A", func(ctx context.Context, e Event) error { byA.Add(1); return h(ctx, e) }))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +89,7 @@ func TestFailoverKeepsOrder(t *testing.T) {
 			var b *Consumer
 			startB := func() {
 				_, jsB := connect(t, f.url)
-				b, err = New(ctx, jsB, f.cfg, func(ctx context.Context, e Event) error { byB.Add(1); return h(ctx, e) })
+				b, err = New(ctx, jsB, f.cfg, noted("B", func(ctx context.Context, e Event) error { byB.Add(1); return h(ctx, e) }))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -81,6 +101,20 @@ func TestFailoverKeepsOrder(t *testing.T) {
 			prog.waitFor(t, n/3, 60*time.Second)
 			a.Close()
 			closedAt := byA.Load()
+			if !f.cfg.Pinned {
+				// Close hands queued messages back only once A's pull
+				// requests have left the server (see the package
+				// documentation for why).
+				for i := range f.cfg.Partitions {
+					info, err := f.js.Consumer(ctx, f.cfg.Stream, f.cfg.ConsumerName(i))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if w := info.CachedInfo().NumWaiting; w != 0 {
+						t.Errorf("partition %d: %d pull requests of A still waiting after Close", i, w)
+					}
+				}
+			}
 			if !f.cfg.Pinned {
 				startB()
 			}

@@ -40,8 +40,7 @@
 //
 // Every delivery is checked against the messages held and the key's recent
 // completions: a message delivered again while held (its progress report
-// came late; or, seen on nats-server 2.9 after a handover, delivered twice)
-// keeps its one entry, and a message completed here recently (its
+// came late, or the server replayed it as below) keeps its one entry, and a message completed here recently (its
 // acknowledgement was lost; a partition remembers its last 4 × MaxPending
 // completions) is acknowledged again, not run.
 //
@@ -80,7 +79,18 @@
 // Close stops pulling, hands queued messages back (negative acknowledgement
 // without delay), waits for running handlers and acknowledges them, and
 // unpins the partitions it held, so that the next process takes over at
-// once instead of after PinnedTTL.
+// once instead of after PinnedTTL. Unpinned, it hands the queued messages
+// back only once its pull requests have left the server (at most
+// PullExpiry; the next owner waits for the same before it starts): on
+// nats-server 2.9, a message handed back while a request nobody listens to
+// is first in the server's queue makes the server step its stream position
+// back by one and deliver the partition's latest message again as a first
+// delivery (NumDelivered 1), even though it may have run and been
+// acknowledged already. The same server behaviour can still strike at
+// other rare moments (a redelivery that meets a pull request expiring at
+// that instant); a replay that reaches the process that ran the message is
+// recognised as above, one that reaches another process runs again, which
+// the inbox below makes harmless.
 //
 // # Guarantee
 //
@@ -119,7 +129,8 @@
 //
 // Delivery is at least once. A message runs again after a handler error,
 // and may run again in another process when its owner died after the
-// handler finished and before the acknowledgement reached the server.
+// handler finished and before the acknowledgement reached the server (or,
+// rarely, on nats-server 2.9, after a handover, as Close explains).
 // Event.ID (the Nats-Msg-Id header, else stream and sequence) and
 // Event.Delivery let a handler make its effects exactly once: record the
 // processed ID in the same transaction as the effect, and skip an ID

@@ -214,10 +214,10 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 	}
 	switch {
 	case e != nil:
-		// Delivered again while held: after a failure (away), or because
-		// its AckWait passed before a progress report arrived (or, seen on
-		// nats-server 2.9 after a handover, a second first delivery). Keep
-		// the one entry, so the message never runs twice here.
+		// Delivered again while held: after a failure (away), because its
+		// AckWait passed before a progress report arrived, or replayed by
+		// nats-server 2.9 as a second first delivery (see Close). Keep the
+		// one entry, so the message never runs twice here.
 		p.duplicates++
 		if e.state != running {
 			e.msg, e.delivered, e.touched = msg, md.NumDelivered, now
