@@ -250,7 +250,10 @@ type Ticket struct {
 	// Position counts the users ahead in the queue (0 is next); meaningful
 	// only while waiting.
 	Position int64
-	// Seq is the user's arrival sequence number in the room.
+	// Seq is the user's arrival sequence number in the room; in a
+	// pre-queue shuffled at opening, the number of their place in the
+	// draw. Admitted users hold rising numbers in the order they were let
+	// in, and an admission token carries its holder's.
 	Seq int64
 	// LeaseExpires is when an admission ends unless released; meaningful
 	// only while admitted. It is Redis server time.

@@ -12,13 +12,13 @@ var _ waitroom.AdmissionStore = (*Store)(nil)
 
 // admissionLua defines held(user, seq): the user's state after settling,
 // and whether it is the admission numbered seq that holds a slot now (needs
-// nowMS and commonLua first). A user re-admitted after leaving has a new
+// roomLua first). A user re-admitted after leaving has a new
 // seq, so an old admission never matches the new one.
 const admissionLua = `
 local function held(user, seq)
   local st = settle(user)
   if st ~= 'admitted' then return st, false end
-  local cur = tonumber(redis.call('HGET', KEYS[6], user) or 0)
+  local cur = tonumber(redis.call('HGET', kSeqof, user) or 0)
   return st, cur == seq
 end
 `
@@ -26,19 +26,16 @@ end
 // releaseAdmissionScript: KEYS as every script; ARGV user, seq.
 // Releases user's slot only while admission seq holds it.
 // Returns {state, seq, lease_expiry_ms, released}.
-var releaseAdmissionScript = newScript(nowMS + commonLua + admissionLua + `
+var releaseAdmissionScript = newScript(roomLua + admissionLua + `
 local user, seq = ARGV[1], tonumber(ARGV[2])
 local st, ok = held(user, seq)
 if not st then
-  if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
+  if redis.call('EXISTS', kCfg) == 0 then return redis.error_reply('NOROOM') end
   return redis.error_reply('NOTICKET')
 end
-local cur = tonumber(redis.call('HGET', KEYS[6], user) or 0)
+local cur = tonumber(redis.call('HGET', kSeqof, user) or 0)
 if not ok then return {st, cur, 0, 0} end
-redis.call('ZREM', KEYS[4], user)
-redis.call('ZREM', KEYS[12], user)
-redis.call('HINCRBY', KEYS[7], 'released', 1)
-finish(user, 'released')
+finishFrom(user, 'released', kActive, kUnarrived)
 return {'released', cur, 0, 1}
 `)
 
@@ -47,21 +44,21 @@ return {'released', cur, 0, 1}
 // min(now + lease, until_ms) when that is later than the current end
 // (the lease only ever grows). A check of a holding admission is the
 // user's arrival (see RoomConfig.Arrival). Returns {state, seq, lease_expiry_ms}.
-var touchAdmissionScript = newScript(nowMS + commonLua + admissionLua + `
+var touchAdmissionScript = newScript(roomLua + admissionLua + `
 local user, seq, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local st, ok = held(user, seq)
 if not st then
-  if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOROOM') end
+  if redis.call('EXISTS', kCfg) == 0 then return redis.error_reply('NOROOM') end
   return redis.error_reply('NOTICKET')
 end
-local cur = tonumber(redis.call('HGET', KEYS[6], user) or 0)
+local cur = tonumber(redis.call('HGET', kSeqof, user) or 0)
 if not ok then return {st, cur, 0} end
-redis.call('ZREM', KEYS[12], user)
-local exp = tonumber(redis.call('ZSCORE', KEYS[4], user) or 0)
-local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_ms') or 0)
+redis.call('ZREM', kUnarrived, user)
+local exp = tonumber(redis.call('ZSCORE', kActive, user) or 0)
+local lease = tonumber(redis.call('HGET', kCfg, 'lease_ms') or 0)
 local want = math.min(now + lease, cap)
 if want > exp then
-  redis.call('ZADD', KEYS[4], 'XX', want, user)
+  redis.call('ZADD', kActive, 'XX', want, user)
   exp = want
 end
 return {st, cur, exp}

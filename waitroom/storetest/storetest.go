@@ -708,6 +708,19 @@ func testPrequeue(t *testing.T, h Harness) {
 	if rho := Spearman(admitRank); math.Abs(rho) > 0.15 {
 		t.Errorf("Spearman rho between join and admission order = %.3f, want |rho| < 0.15", rho)
 	}
+	// A ticket's number follows the draw: the admitted hold rising
+	// numbers in the order they were let in.
+	var prev int64
+	for i, u := range res.Admitted {
+		tk, err := s.Ticket(ctx, room, u)
+		if err != nil {
+			t.Fatalf("Ticket(%s): %v", u, err)
+		}
+		if tk.Seq <= prev {
+			t.Fatalf("admitted #%d %s holds number %d after %d: numbers do not follow the draw", i, u, tk.Seq, prev)
+		}
+		prev = tk.Seq
+	}
 	// Later joiners: first come, first served, and no second shuffle.
 	late := []string{"late-1", "late-2", "late-3"}
 	join(t, s, room, late...)
