@@ -200,6 +200,9 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 	defer store.Close()
 
 	w, err := worker.Start(ctx, js, store, cfg)
+	if errors.Is(err, natsjs.ErrStreamNotFound) {
+		return fmt.Errorf("%w: serve pay creates the stream when it starts; start it first, with the same --nats and --stream (%s)", err, cfg.Consumer.Stream)
+	}
 	if err != nil {
 		return err
 	}

@@ -81,6 +81,21 @@ func TestServeWorkerNeedsNATS(t *testing.T) {
 	}
 }
 
+// TestServeWorkerWithoutStream: a worker started before serve pay has
+// created the stream says which stream is missing and what creates it.
+func TestServeWorkerWithoutStream(t *testing.T) {
+	emb, err := jetstream.StartEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	t.Setenv(envPostgres, "")
+	_, _, err = execute(t, "serve", "worker", "--nats", emb.URL(), "--stream", "NOPE", "--sqlite", filepath.Join(t.TempDir(), "f.db"))
+	if err == nil || !strings.Contains(err.Error(), "NOPE") || !strings.Contains(err.Error(), "serve pay creates the stream") {
+		t.Fatalf("serve worker on a missing stream = %v, want an error naming the stream and serve pay", err)
+	}
+}
+
 // TestPaymentsToTicketsEndToEnd: 1,000 payments through serve pay (its
 // merchant added with `pay merchant add`, an institution simulator that
 // approves some rounds and declines others), published on a shared

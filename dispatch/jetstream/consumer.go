@@ -412,7 +412,7 @@ func (c *Consumer) Close() {
 			for _, p := range c.parts {
 				wg.Go(func() {
 					if err := p.awaitNoPullers(drain); err != nil && drain.Err() == nil {
-						c.cfg.Logger.Warn("dispatch/jetstream: close: pull requests still waiting", "consumer", p.name, "err", err)
+						c.cfg.Logger.Warn("dispatch/jetstream: close: could not see this process's pull requests leave the server; handing queued messages back anyway", "consumer", p.name, "err", err)
 					}
 				})
 			}
