@@ -135,6 +135,10 @@ func (p *Publisher) subject(e pay.OutboxEvent) string {
 
 var _ pay.AsyncPublisher = (*Publisher)(nil)
 
+// errCodeSubjectOverlap is nats-server's error code for a stream whose
+// subjects another stream already stores (JSStreamSubjectOverlapErr).
+const errCodeSubjectOverlap jetstream.ErrorCode = 10065
+
 // NewPublisher returns a Publisher through nc, creating the stream or
 // updating an existing one to cfg (its limits included).
 func NewPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*Publisher, error) {
@@ -149,6 +153,12 @@ func NewPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*Publisher, e
 	}
 	transform := dispatchjs.TransformSupported(nc.ConnectedServerVersion())
 	if _, err := js.CreateOrUpdateStream(ctx, StreamConfig(cfg, transform)); err != nil {
+		if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok && apiErr.ErrorCode == errCodeSubjectOverlap {
+			if other, lookErr := js.StreamNameBySubject(ctx, cfg.Subject+".>"); lookErr == nil && other != cfg.Stream {
+				return nil, fmt.Errorf("jetstream: stream %s: its subjects %s.> already belong to stream %s on this server (a subject goes to one stream: use that stream's name, or another subject prefix): %w",
+					cfg.Stream, cfg.Subject, other, err)
+			}
+		}
 		return nil, fmt.Errorf("jetstream: create or update stream %s: %w", cfg.Stream, err)
 	}
 	return &Publisher{js: js, cfg: cfg, transform: transform}, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,4 +233,34 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 func containsField(err error, field string) bool {
 	e, ok := errors.AsType[*pay.Error](err)
 	return ok && e.Field == field
+}
+
+// TestStreamWhoseSubjectsAnotherHolds: a publisher given a new stream name
+// on subjects another stream stores names that stream, on the embedded
+// server and on the real one.
+func TestStreamWhoseSubjectsAnotherHolds(t *testing.T) {
+	for _, real := range []bool{false, true} {
+		t.Run(map[bool]string{false: "embedded", true: "real"}[real], func(t *testing.T) {
+			nc := natsConn(t, real)
+			ctx := context.Background()
+			id := fmt.Sprintf("%d", time.Now().UnixNano())
+			first := jetstream.DefaultConfig()
+			first.Stream, first.Subject, first.MaxBytes = "FIRST"+id, "overlap"+id, 1<<20
+			if _, err := jetstream.NewPublisher(ctx, nc, first); err != nil {
+				t.Fatal(err)
+			}
+			js, _ := natsjs.New(nc)
+			t.Cleanup(func() { _ = js.DeleteStream(context.Background(), first.Stream) })
+			second := first
+			second.Stream = "SECOND" + id
+			_, err := jetstream.NewPublisher(ctx, nc, second)
+			if err == nil {
+				_ = js.DeleteStream(ctx, second.Stream)
+				t.Fatal("a second stream on the same subjects was created")
+			}
+			if !strings.Contains(err.Error(), "already belong to stream "+first.Stream) {
+				t.Fatalf("error = %v, want it to name stream %s", err, first.Stream)
+			}
+		})
+	}
 }
