@@ -200,6 +200,9 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 	defer store.Close()
 
 	w, err := worker.Start(ctx, js, store, cfg)
+	if errors.Is(err, dispatchjs.ErrPartitionBusy) {
+		return fmt.Errorf("%w: another worker serves it, and nats-server %s cannot pin a partition to one worker (2.11+ can): give each worker its own partitions, e.g. --serve 0,1,2,3 and --serve 4,5,6,7", err, nc.ConnectedServerVersion())
+	}
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
 		return fmt.Errorf("%w: serve pay creates the stream when it starts; start it first, with the same --nats and --stream (%s)", err, cfg.Consumer.Stream)
 	}

@@ -70,6 +70,11 @@ type Handler func(ctx context.Context, e Event) error
 // partition) or because the key's applied sequence would go backwards.
 var ErrFenced = errors.New("dispatch/jetstream: fenced: a later owner of the partition has written")
 
+// ErrPartitionBusy is what New returns, wrapped, when unpinned and another
+// client keeps pulling a partition this process was to serve: two
+// processes on one partition would break per-key order.
+var ErrPartitionBusy = errors.New("another client keeps pulling the partition")
+
 // Consumer feeds the messages of a partitioned JetStream stream to a keyed
 // dispatcher. See the package documentation for the protocol and what it
 // guarantees.
@@ -77,6 +82,7 @@ type Consumer struct {
 	cfg     Config
 	js      jetstream.JetStream
 	nc      *nats.Conn
+	version string // the server's version when New connected
 	handler Handler
 	d       *dispatch.Dispatcher[*keyQueue]
 	parts   []*partition
@@ -110,7 +116,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 	if err != nil {
 		return nil, fmt.Errorf("dispatch/jetstream: stream %s: %w", cfg.Stream, err)
 	}
-	c := &Consumer{cfg: cfg, js: js, nc: nc, handler: h, stop: make(chan struct{})}
+	c := &Consumer{cfg: cfg, js: js, nc: nc, version: nc.ConnectedServerVersion(), handler: h, stop: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.connected.Store(nc.IsConnected())
 	c.bg.Go(c.watch)
@@ -396,27 +402,30 @@ func (c *Consumer) Close() {
 				}
 			}
 		}
-		if !c.cfg.Pinned {
+		if !c.cfg.Pinned && !PinningSupported(c.version) {
 			// Our pull requests outlive the subscription at the server for
 			// up to PullExpiry. A message handed back while one of them is
 			// first in the server's queue meets a request nobody listens
-			// to, and nats-server 2.9 then steps the consumer's stream
-			// sequence back by one (it assumes the message was a first
-			// delivery): the partition's latest message, which may have
-			// run and been acknowledged here, goes out again as a first
-			// delivery. So the queued messages go back once the requests
-			// are gone; running and queued handlers go on meanwhile, and
-			// the next owner could not start earlier anyway (it waits for
-			// the same thing).
+			// to, and a server before the fix of 2024 (nats-server pull
+			// request 5305; every server before 2.11 is treated as
+			// unfixed) then steps the consumer's stream position back by
+			// one: the partition's latest message, which may have run and
+			// been acknowledged here, goes out again as a first delivery.
+			// So the queued messages go back once the requests are gone;
+			// running and queued handlers go on meanwhile, and the next
+			// owner could not start earlier anyway (it waits for the same
+			// thing).
+			wait, cancel := context.WithTimeout(drain, 2*c.cfg.PullExpiry+time.Second)
 			var wg sync.WaitGroup
 			for _, p := range c.parts {
 				wg.Go(func() {
-					if err := p.awaitNoPullers(drain); err != nil && drain.Err() == nil {
+					if err := p.awaitNoPullers(wait); err != nil && drain.Err() == nil {
 						c.cfg.Logger.Warn("dispatch/jetstream: close: could not see this process's pull requests leave the server; handing queued messages back anyway", "consumer", p.name, "err", err)
 					}
 				})
 			}
 			wg.Wait()
+			cancel()
 		}
 		var pins []string
 		for _, p := range c.parts {

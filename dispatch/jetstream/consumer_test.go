@@ -104,7 +104,8 @@ func TestFailoverKeepsOrder(t *testing.T) {
 			if !f.cfg.Pinned {
 				// Close hands queued messages back only once A's pull
 				// requests have left the server (see the package
-				// documentation for why).
+				// documentation for why): unpinned here means a server
+				// before 2.11, which needs it.
 				for i := range f.cfg.Partitions {
 					info, err := f.js.Consumer(ctx, f.cfg.Stream, f.cfg.ConsumerName(i))
 					if err != nil {

@@ -79,15 +79,16 @@
 // Close stops pulling, hands queued messages back (negative acknowledgement
 // without delay), waits for running handlers and acknowledges them, and
 // unpins the partitions it held, so that the next process takes over at
-// once instead of after PinnedTTL. Unpinned, it hands the queued messages
-// back only once its pull requests have left the server (at most
-// PullExpiry; the next owner waits for the same before it starts): on
-// nats-server 2.9, a message handed back while a request nobody listens to
-// is first in the server's queue makes the server step its stream position
-// back by one and deliver the partition's latest message again as a first
-// delivery (NumDelivered 1), even though it may have run and been
-// acknowledged already. The same server behaviour can still strike at
-// other rare moments (a redelivery that meets a pull request expiring at
+// once instead of after PinnedTTL. Unpinned on a server before 2.11, it
+// hands the queued messages back only once its pull requests have left the
+// server (at most PullExpiry; the next owner waits for the same before it
+// starts): on those servers (nats-server 2.9, and 2.10 before the 2024 fix,
+// pull request 5305), a message handed back while a request nobody listens
+// to is first in the server's queue makes the server step its stream
+// position back by one and deliver the partition's latest message again as
+// a first delivery (NumDelivered 1), even though it may have run and been
+// acknowledged already. The same server behaviour can still strike there
+// at other rare moments (a redelivery that meets a pull request expiring at
 // that instant); a replay that reaches the process that ran the message is
 // recognised as above, one that reaches another process runs again, which
 // the inbox below makes harmless.
