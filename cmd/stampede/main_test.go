@@ -8,7 +8,28 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/stampede-lab/stampede/pay/jetstream"
 )
+
+// startNATS starts an embedded nats-server storing JetStream in dir and
+// connects to it; the test's cleanup closes both.
+func startNATS(t *testing.T, dir string) (*jetstream.Embedded, *nats.Conn) {
+	t.Helper()
+	emb, err := jetstream.StartEmbedded(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	nc, err := nats.Connect(emb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return emb, nc
+}
 
 // execute runs the stampede command line with args and returns its stdout,
 // stderr and error.

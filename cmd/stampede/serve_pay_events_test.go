@@ -140,16 +140,7 @@ func TestPayEventsSurviveRestarts(t *testing.T) {
 	}
 
 	// The stream, as the data dir holds it.
-	emb, err := jetstream.StartEmbedded(filepath.Join(dataDir, "nats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emb.Close()
-	nc, err := nats.Connect(emb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	_, nc := startNATS(t, filepath.Join(dataDir, "nats"))
 	js, _ := natsjs.New(nc)
 	ctx := context.Background()
 	stream, err := js.Stream(ctx, jetstream.DefaultConfig().Stream)

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/pay"
@@ -294,15 +292,7 @@ func TestServePayRejectsBadServerFlags(t *testing.T) {
 // TestNATSReadiness: the NATS check passes on a live connection and fails
 // once the connection is closed.
 func TestNATSReadiness(t *testing.T) {
-	emb, err := jetstream.StartEmbedded(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emb.Close()
-	nc, err := nats.Connect(emb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc := startNATS(t, t.TempDir())
 	ready := natsReady(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
 	"github.com/stampede-lab/stampede/institution"
@@ -105,23 +103,14 @@ func TestServeWorkerRefusesABusyPartition(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out two pull expiries")
 	}
-	emb, err := jetstream.StartEmbedded(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emb.Close()
-	nc, err := nats.Connect(emb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	emb, nc := startNATS(t, t.TempDir())
 	if _, err := jetstream.NewPublisher(context.Background(), nc, jetstream.DefaultConfig()); err != nil {
 		t.Fatal(err)
 	}
 	db := filepath.Join(t.TempDir(), "f.db")
 	serveWorker(t, "--nats", emb.URL(), "--serve", "0", "--sqlite", db)
 	t.Setenv(envPostgres, "")
-	_, _, err = execute(t, "serve", "worker", "--nats", emb.URL(), "--serve", "0", "--sqlite", db, "--http", freeAddr(t))
+	_, _, err := execute(t, "serve", "worker", "--nats", emb.URL(), "--serve", "0", "--sqlite", db, "--http", freeAddr(t))
 	if err == nil || !strings.Contains(err.Error(), "another client keeps pulling the partition") || !strings.Contains(err.Error(), "--serve 0,1,2,3") {
 		t.Fatalf("a second worker on partition 0 = %v, want the busy partition named and --serve advised", err)
 	}
