@@ -96,26 +96,6 @@ func TestServeWorkerWithoutStream(t *testing.T) {
 	}
 }
 
-// TestServeWorkerRefusesABusyPartition: without pinning (--serve), a
-// second worker on a partition another worker serves stops with an error
-// that says how to split the partitions, instead of breaking order.
-func TestServeWorkerRefusesABusyPartition(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits out two pull expiries")
-	}
-	emb, nc := startNATS(t, t.TempDir())
-	if _, err := jetstream.NewPublisher(context.Background(), nc, jetstream.DefaultConfig()); err != nil {
-		t.Fatal(err)
-	}
-	db := filepath.Join(t.TempDir(), "f.db")
-	serveWorker(t, "--nats", emb.URL(), "--serve", "0", "--sqlite", db)
-	t.Setenv(envPostgres, "")
-	_, _, err := execute(t, "serve", "worker", "--nats", emb.URL(), "--serve", "0", "--sqlite", db, "--http", freeAddr(t))
-	if err == nil || !strings.Contains(err.Error(), "another client keeps pulling the partition") || !strings.Contains(err.Error(), "--serve 0,1,2,3") {
-		t.Fatalf("a second worker on partition 0 = %v, want the busy partition named and --serve advised", err)
-	}
-}
-
 // TestPaymentsToTicketsEndToEnd: 1,000 payments through serve pay (its
 // merchant added with `pay merchant add`, an institution simulator that
 // approves some rounds and declines others), published on a shared
