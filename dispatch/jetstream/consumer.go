@@ -71,8 +71,10 @@ type Handler func(ctx context.Context, e Event) error
 var ErrFenced = errors.New("dispatch/jetstream: fenced: a later owner of the partition has written")
 
 // ErrPartitionBusy is what New returns, wrapped, when unpinned and another
-// client keeps pulling a partition this process was to serve: two
-// processes on one partition would break per-key order.
+// client keeps pull requests waiting on a partition this process was to
+// serve: two processes on one partition would break per-key order. The
+// check sees waiting requests only, so a live puller caught between two
+// of its requests can go unseen: it catches a mistake, it is no lock.
 var ErrPartitionBusy = errors.New("another client keeps pulling the partition")
 
 // Consumer feeds the messages of a partitioned JetStream stream to a keyed
