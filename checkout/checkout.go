@@ -42,7 +42,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -244,7 +244,7 @@ type AdmissionChecker interface {
 
 // Error is checkout's error type: every Stampede service's (a code mapped
 // to one HTTP status, a field, a safe message, a logged cause).
-type Error = httpapi.Error
+type Error = stampede.Error
 
 // ErrNotFound is the error of a read that finds nothing.
 var ErrNotFound = errors.New("checkout: not found")
@@ -278,7 +278,7 @@ func (e *StateError) Error() string {
 // Unavailable wraps a storage failure that a retry may cure: 503 with
 // Retry-After.
 func Unavailable(err error) *Error {
-	return &Error{Code: httpapi.CodeUnavailable, Message: "the checkout store is unavailable, try again shortly", Err: err}
+	return &Error{Code: stampede.Unavailable, Message: "the checkout store is unavailable, try again shortly", Err: err}
 }
 
 // MapError turns checkout's errors into *Error for the HTTP layer:
@@ -293,10 +293,10 @@ func MapError(err error) error {
 		return err
 	}
 	if errors.Is(err, ErrNotFound) {
-		return &Error{Code: httpapi.CodeNotFound, Message: "not found", Err: err}
+		return &Error{Code: stampede.NotFound, Message: "not found", Err: err}
 	}
 	if so, ok := errors.AsType[*SoldOutError](err); ok {
-		return &Error{Code: httpapi.CodeConflict, Field: "seats", Message: fmt.Sprintf("sold out: %d seats left", so.Left),
+		return &Error{Code: stampede.Conflict, Field: "seats", Message: fmt.Sprintf("sold out: %d seats left", so.Left),
 			Extra: map[string]any{"seats_left": so.Left}, Err: err}
 	}
 	if se, ok := errors.AsType[*StateError](err); ok {
@@ -304,7 +304,7 @@ func MapError(err error) error {
 		if se.Expired {
 			msg = "the hold expired with its admission"
 		}
-		return &Error{Code: httpapi.CodeConflict, Message: msg, Extra: map[string]any{"hold_state": string(se.State)}, Err: err}
+		return &Error{Code: stampede.Conflict, Message: msg, Extra: map[string]any{"hold_state": string(se.State)}, Err: err}
 	}
 	return err
 }

@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/checkout"
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 // saleResult is what the buyers of a sale got.
@@ -57,12 +59,12 @@ func sale(t *testing.T, r *rig, event string, buyers int) saleResult {
 			for deadline := time.Now().Add(2 * time.Minute); o.status == http.StatusAccepted && time.Now().Before(deadline); {
 				// pay did not answer in time: ask again, as a buyer would
 				time.Sleep(100 * time.Millisecond)
-				o = r.do(t, http.MethodGet, "/v1/orders/"+o.body["id"].(string), "", checkout.HeaderUser, user, checkout.HeaderAdmission, adm)
+				o = r.do(t, http.MethodGet, "/v1/orders/"+o.body["id"].(string), "", protocol.HeaderUser, user, protocol.HeaderAdmission, adm)
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if o.status != http.StatusOK || o.body["status"] != "paid" || o.header.Get(checkout.HeaderRelease) != "done" {
-				res.other = append(res.other, fmt.Sprintf("purchase %d %v release=%q", o.status, o.body, o.header.Get(checkout.HeaderRelease)))
+			if o.status != http.StatusOK || o.body["status"] != "paid" || o.header.Get(protocol.HeaderRelease) != "done" {
+				res.other = append(res.other, fmt.Sprintf("purchase %d %v release=%q", o.status, o.body, o.header.Get(protocol.HeaderRelease)))
 				return
 			}
 			res.paid++
@@ -187,7 +189,7 @@ func TestHoldExpiresWithAdmission(t *testing.T) {
 	}
 	clock.Add(31 * time.Second)
 	o := r.purchase(t, h.body["id"].(string), "ann", admissionToken("ann", exp))
-	if o.status != http.StatusConflict || o.header.Get(checkout.HeaderRelease) != "" {
+	if o.status != http.StatusConflict || o.header.Get(protocol.HeaderRelease) != "" {
 		t.Fatalf("purchase after the admission expired = %d %v; want 409", o.status, o.body)
 	}
 	if e := r.event(t, "gig"); e["held"] != 2.0 {
@@ -216,7 +218,7 @@ func TestHoldExpiresWithAdmission(t *testing.T) {
 	if h.status != http.StatusCreated || fmt.Sprint(seatsOf(h.body)) != "[1]" {
 		t.Fatalf("cat's hold after bob's expired = %d %v; want seat 1", h.status, h.body)
 	}
-	if got := r.do(t, http.MethodGet, "/v1/holds/"+h.body["id"].(string), "", checkout.HeaderUser, "cat"); got.body["state"] != "held" {
+	if got := r.do(t, http.MethodGet, "/v1/holds/"+h.body["id"].(string), "", protocol.HeaderUser, "cat"); got.body["state"] != "held" {
 		t.Fatalf("GET hold = %d %v", got.status, got.body)
 	}
 }
@@ -240,8 +242,8 @@ func TestDeclinedReleasesSeats(t *testing.T) {
 	}
 	o := r.purchase(t, h.body["id"].(string), "dan", adm)
 	if o.status != http.StatusOK || o.body["status"] != "failed" || o.body["payment_status"] != "DECLINED" ||
-		o.header.Get(checkout.HeaderRelease) != "done" {
-		t.Fatalf("purchase declined = %d %v release=%q", o.status, o.body, o.header.Get(checkout.HeaderRelease))
+		o.header.Get(protocol.HeaderRelease) != "done" {
+		t.Fatalf("purchase declined = %d %v release=%q", o.status, o.body, o.header.Get(protocol.HeaderRelease))
 	}
 	if e := r.event(t, "gig"); e["held"] != 0.0 || e["seats_left"] != 3.0 || e["sold"] != 0.0 {
 		t.Fatalf("after DECLINED: %v, want every seat back", e)
@@ -270,7 +272,7 @@ func TestUnknownKeepsHoldUntilSettled(t *testing.T) {
 	h := r.hold(t, "gig", "eve", adm, 1)
 	o := r.purchase(t, h.body["id"].(string), "eve", adm)
 	if o.status != http.StatusAccepted || o.body["status"] != "pending" || o.body["payment_status"] != "UNKNOWN" ||
-		o.header.Get(checkout.HeaderRelease) != "" {
+		o.header.Get(protocol.HeaderRelease) != "" {
 		t.Fatalf("purchase with a timed-out payment = %d %v; want 202 pending UNKNOWN, no release", o.status, o.body)
 	}
 	holdExp, err := time.Parse(time.RFC3339Nano, h.body["expires_at"].(string))
@@ -286,9 +288,9 @@ func TestUnknownKeepsHoldUntilSettled(t *testing.T) {
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		got := r.do(t, http.MethodGet, "/v1/orders/"+o.body["id"].(string), "", checkout.HeaderUser, "eve")
+		got := r.do(t, http.MethodGet, "/v1/orders/"+o.body["id"].(string), "", protocol.HeaderUser, "eve")
 		if got.status == http.StatusOK {
-			if got.body["status"] != "paid" || got.header.Get(checkout.HeaderRelease) != "done" {
+			if got.body["status"] != "paid" || got.header.Get(protocol.HeaderRelease) != "done" {
 				t.Fatalf("settled order = %v", got.body)
 			}
 			break
@@ -329,14 +331,14 @@ func TestBadInput(t *testing.T) {
 		{"event exists", "POST", "/v1/events/gig", `{"seats":1,"price":1,"currency":"KRW"}`, admin, 409, "conflict", ""},
 		{"unknown event", "GET", "/v1/events/nope", "", nil, 404, "not_found", ""},
 		{"hold without user", "POST", "/v1/events/gig/holds", `{"seats":1}`, nil, 401, "unauthorized", "Stampede-User"},
-		{"hold too many", "POST", "/v1/events/gig/holds", `{"seats":11}`, []string{checkout.HeaderUser, "gus"}, 400, "invalid", "seats"},
-		{"hold no seats", "POST", "/v1/events/gig/holds", `{}`, []string{checkout.HeaderUser, "gus"}, 400, "invalid", "seats"},
-		{"hold not JSON", "POST", "/v1/events/gig/holds", `seats=1`, []string{checkout.HeaderUser, "gus"}, 400, "invalid", ""},
-		{"hold unknown event", "POST", "/v1/events/nope/holds", `{"seats":1}`, []string{checkout.HeaderUser, "gus"}, 404, "not_found", ""},
-		{"hold sold out", "POST", "/v1/events/gig/holds", `{"seats":5}`, []string{checkout.HeaderUser, "gus"}, 409, "conflict", "seats"},
-		{"purchase another's hold", "POST", "/v1/holds/" + h.body["id"].(string) + "/purchase", "", []string{checkout.HeaderUser, "hal"}, 404, "not_found", ""},
-		{"purchase unknown hold", "POST", "/v1/holds/nope/purchase", "", []string{checkout.HeaderUser, "gus"}, 404, "not_found", ""},
-		{"purchase with a body field", "POST", "/v1/holds/" + h.body["id"].(string) + "/purchase", `{"x":1}`, []string{checkout.HeaderUser, "gus"}, 400, "invalid", "x"},
+		{"hold too many", "POST", "/v1/events/gig/holds", `{"seats":11}`, []string{protocol.HeaderUser, "gus"}, 400, "invalid", "seats"},
+		{"hold no seats", "POST", "/v1/events/gig/holds", `{}`, []string{protocol.HeaderUser, "gus"}, 400, "invalid", "seats"},
+		{"hold not JSON", "POST", "/v1/events/gig/holds", `seats=1`, []string{protocol.HeaderUser, "gus"}, 400, "invalid", ""},
+		{"hold unknown event", "POST", "/v1/events/nope/holds", `{"seats":1}`, []string{protocol.HeaderUser, "gus"}, 404, "not_found", ""},
+		{"hold sold out", "POST", "/v1/events/gig/holds", `{"seats":5}`, []string{protocol.HeaderUser, "gus"}, 409, "conflict", "seats"},
+		{"purchase another's hold", "POST", "/v1/holds/" + h.body["id"].(string) + "/purchase", "", []string{protocol.HeaderUser, "hal"}, 404, "not_found", ""},
+		{"purchase unknown hold", "POST", "/v1/holds/nope/purchase", "", []string{protocol.HeaderUser, "gus"}, 404, "not_found", ""},
+		{"purchase with a body field", "POST", "/v1/holds/" + h.body["id"].(string) + "/purchase", `{"x":1}`, []string{protocol.HeaderUser, "gus"}, 400, "invalid", "x"},
 		{"order without user", "GET", "/v1/orders/nope", "", nil, 401, "unauthorized", "Stampede-User"},
 		{"unknown order", "GET", "/v1/orders/nope", "", admin, 404, "not_found", ""},
 		{"method", "DELETE", "/v1/events/gig", "", nil, 405, "method_not_allowed", ""},
@@ -352,7 +354,7 @@ func TestBadInput(t *testing.T) {
 	// A wrong media type.
 	req, _ := http.NewRequest(http.MethodPost, r.base+"/v1/events/gig/holds", strings.NewReader(`{"seats":1}`))
 	req.Header.Set("Content-Type", "text/plain")
-	req.Header.Set(checkout.HeaderUser, "gus")
+	req.Header.Set(protocol.HeaderUser, "gus")
 	resp, err := r.hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -419,7 +421,7 @@ func TestConfigValidateNamesFields(t *testing.T) {
 	} {
 		c := checkout.DefaultConfig()
 		mutate(&c)
-		if e, ok := errors.AsType[*httpapi.Error](c.Validate()); !ok || e.Field != field {
+		if e, ok := errors.AsType[*stampede.Error](c.Validate()); !ok || e.Field != field {
 			t.Errorf("%s: Validate = %v, want an error naming it", field, c.Validate())
 		}
 	}

@@ -13,15 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
-)
-
-// The headers the gate sets on the requests it lets through, and the one
-// the checkout answers with when the buyer's slot may be released.
-const (
-	HeaderUser      = "Stampede-User"
-	HeaderAdmission = "Stampede-Admission"
-	HeaderRelease   = "Stampede-Release"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 //go:embed openapi.yaml
@@ -54,11 +48,11 @@ func DefaultHandlerConfig() HandlerConfig {
 func (c HandlerConfig) Validate() error {
 	switch {
 	case len(c.AdminToken) < 16:
-		return httpapi.Invalid("AdminToken", "must be at least 16 bytes, got %d", len(c.AdminToken))
+		return stampede.InvalidField("AdminToken", "must be at least 16 bytes, got %d", len(c.AdminToken))
 	case c.MaxBody < 256:
-		return httpapi.Invalid("MaxBody", "must be at least 256 bytes, got %d", c.MaxBody)
+		return stampede.InvalidField("MaxBody", "must be at least 256 bytes, got %d", c.MaxBody)
 	case c.Logger == nil:
-		return httpapi.Invalid("Logger", "must not be nil")
+		return stampede.InvalidField("Logger", "must not be nil")
 	}
 	return nil
 }
@@ -116,7 +110,7 @@ func (h *handler) admin(r *http.Request) (bool, error) {
 	scheme, token, ok := strings.Cut(auth, " ")
 	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
 	if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], h.adminHash[:]) != 1 {
-		return false, &Error{Code: httpapi.CodeUnauthorized, Message: "the admin token is not valid"}
+		return false, &Error{Code: stampede.Unauthorized, Message: "the admin token is not valid"}
 	}
 	return true, nil
 }
@@ -125,13 +119,13 @@ func (h *handler) admin(r *http.Request) (bool, error) {
 func (h *handler) requireAdmin(r *http.Request) error {
 	ok, err := h.admin(r)
 	if err == nil && !ok {
-		err = &Error{Code: httpapi.CodeUnauthorized, Message: "the admin token is required: Authorization: Bearer <token>"}
+		err = &Error{Code: stampede.Unauthorized, Message: "the admin token is required: Authorization: Bearer <token>"}
 	}
 	return err
 }
 
 func buyerOf(r *http.Request) Buyer {
-	return Buyer{User: r.Header.Get(HeaderUser), Admission: r.Header.Get(HeaderAdmission)}
+	return Buyer{User: r.Header.Get(protocol.HeaderUser), Admission: r.Header.Get(protocol.HeaderAdmission)}
 }
 
 // eventJSON is an event as the API shows it.
@@ -210,11 +204,11 @@ func (h *handler) createEvent(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch {
 	case b.Seats == nil:
-		return httpapi.Invalid("seats", "is required")
+		return stampede.InvalidField("seats", "is required")
 	case b.Price == nil:
-		return httpapi.Invalid("price", "is required")
+		return stampede.InvalidField("price", "is required")
 	case b.Currency == nil:
-		return httpapi.Invalid("currency", "is required")
+		return stampede.InvalidField("currency", "is required")
 	}
 	e, err := h.svc.CreateEvent(r.Context(), r.PathValue("event"), *b.Seats, *b.Price, *b.Currency)
 	if err != nil {
@@ -248,7 +242,7 @@ func (h *handler) hold(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if body.Seats == nil {
-		return httpapi.Invalid("seats", "is required")
+		return stampede.InvalidField("seats", "is required")
 	}
 	hold, err := h.svc.Hold(r.Context(), r.PathValue("event"), b, *body.Seats)
 	if err != nil {
@@ -277,7 +271,7 @@ func writeOrder(w http.ResponseWriter, o Order) {
 	status := http.StatusAccepted
 	if o.Status.Ended() {
 		status = http.StatusOK
-		w.Header().Set(HeaderRelease, "done")
+		w.Header().Set(protocol.HeaderRelease, "done")
 	}
 	httpapi.WriteJSON(w, status, orderView(o))
 }
@@ -310,7 +304,7 @@ func (h *handler) getOrder(w http.ResponseWriter, r *http.Request) error {
 	}
 	o, err := h.svc.Order(r.Context(), r.PathValue("id"), b, admin)
 	if errors.Is(err, ErrNotFound) {
-		return &Error{Code: httpapi.CodeNotFound, Message: "no such order", Err: err}
+		return &Error{Code: stampede.NotFound, Message: "no such order", Err: err}
 	}
 	if err != nil {
 		return err

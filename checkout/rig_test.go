@@ -26,6 +26,7 @@ import (
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/sqlite"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 const adminToken = "checkout-admin-token-for-tests"
@@ -226,12 +227,12 @@ func (r *rig) event(t *testing.T, id string) map[string]any {
 // hold holds n seats for user with an admission token.
 func (r *rig) hold(t testing.TB, event, user, admission string, n int) answer {
 	return r.do(t, http.MethodPost, "/v1/events/"+event+"/holds", fmt.Sprintf(`{"seats":%d}`, n),
-		checkout.HeaderUser, user, checkout.HeaderAdmission, admission)
+		protocol.HeaderUser, user, protocol.HeaderAdmission, admission)
 }
 
 // purchase pays for a hold.
 func (r *rig) purchase(t testing.TB, hold, user, admission string) answer {
-	return r.do(t, http.MethodPost, "/v1/holds/"+hold+"/purchase", "", checkout.HeaderUser, user, checkout.HeaderAdmission, admission)
+	return r.do(t, http.MethodPost, "/v1/holds/"+hold+"/purchase", "", protocol.HeaderUser, user, protocol.HeaderAdmission, admission)
 }
 
 // admissionToken is a token shaped like the waiting room's JWT whose

@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -80,23 +80,23 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	switch {
 	case c.MaxHold <= 0:
-		return httpapi.Invalid("MaxHold", "must be positive, got %s", c.MaxHold)
+		return stampede.InvalidField("MaxHold", "must be positive, got %s", c.MaxHold)
 	case c.MaxSeatsPerHold < 1 || c.MaxSeatsPerHold > MaxEventSeats:
-		return httpapi.Invalid("MaxSeatsPerHold", "must be between 1 and %d, got %d", MaxEventSeats, c.MaxSeatsPerHold)
+		return stampede.InvalidField("MaxSeatsPerHold", "must be between 1 and %d, got %d", MaxEventSeats, c.MaxSeatsPerHold)
 	case c.PayTimeout <= 0:
-		return httpapi.Invalid("PayTimeout", "must be positive, got %s", c.PayTimeout)
+		return stampede.InvalidField("PayTimeout", "must be positive, got %s", c.PayTimeout)
 	case c.SettleAfter < 0:
-		return httpapi.Invalid("SettleAfter", "must not be negative, got %s", c.SettleAfter)
+		return stampede.InvalidField("SettleAfter", "must not be negative, got %s", c.SettleAfter)
 	case c.SweepEvery <= 0:
-		return httpapi.Invalid("SweepEvery", "must be positive, got %s", c.SweepEvery)
+		return stampede.InvalidField("SweepEvery", "must be positive, got %s", c.SweepEvery)
 	case c.Now == nil:
-		return httpapi.Invalid("Now", "must not be nil")
+		return stampede.InvalidField("Now", "must not be nil")
 	case c.NewID == nil:
-		return httpapi.Invalid("NewID", "must not be nil")
+		return stampede.InvalidField("NewID", "must not be nil")
 	case c.Logger == nil:
-		return httpapi.Invalid("Logger", "must not be nil")
+		return stampede.InvalidField("Logger", "must not be nil")
 	case c.UnsafeBetween != nil && !c.UnsafeInventory:
-		return httpapi.Invalid("UnsafeBetween", "is only for UnsafeInventory")
+		return stampede.InvalidField("UnsafeBetween", "is only for UnsafeInventory")
 	}
 	return nil
 }
@@ -116,13 +116,13 @@ func NewService(store Store, payer Payer, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	if store == nil {
-		return nil, httpapi.Invalid("Store", "must not be nil")
+		return nil, stampede.InvalidField("Store", "must not be nil")
 	}
 	if payer == nil {
-		return nil, httpapi.Invalid("Payer", "must not be nil")
+		return nil, stampede.InvalidField("Payer", "must not be nil")
 	}
 	if _, ok := store.(UnsafeStore); cfg.UnsafeInventory && !ok {
-		return nil, httpapi.Invalid("UnsafeInventory", "the store %T has no unsafe path", store)
+		return nil, stampede.InvalidField("UnsafeInventory", "the store %T has no unsafe path", store)
 	}
 	return &Service{cfg: cfg, store: store, payer: payer, log: cfg.Logger}, nil
 }
@@ -136,7 +136,7 @@ var eventID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // or '-', starting with a letter or digit.
 func ValidateEventID(id string) error {
 	if !eventID.MatchString(id) {
-		return httpapi.Invalid("event", "must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+		return stampede.InvalidField("event", "must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit")
 	}
 	return nil
 }
@@ -148,11 +148,11 @@ func (s *Service) CreateEvent(ctx context.Context, id string, seats int, price i
 	}
 	switch {
 	case seats < 1 || seats > MaxEventSeats:
-		return Event{}, httpapi.Invalid("seats", "must be between 1 and %d, got %d", MaxEventSeats, seats)
+		return Event{}, stampede.InvalidField("seats", "must be between 1 and %d, got %d", MaxEventSeats, seats)
 	case price < 1 || price > pay.MaxAmount/int64(s.cfg.MaxSeatsPerHold):
-		return Event{}, httpapi.Invalid("price", "must be between 1 and %d, got %d", pay.MaxAmount/int64(s.cfg.MaxSeatsPerHold), price)
+		return Event{}, stampede.InvalidField("price", "must be between 1 and %d, got %d", pay.MaxAmount/int64(s.cfg.MaxSeatsPerHold), price)
 	case !slices.Contains(pay.Currencies(), currency):
-		return Event{}, httpapi.Invalid("currency", "must be one of %s", strings.Join(pay.Currencies(), ", "))
+		return Event{}, stampede.InvalidField("currency", "must be one of %s", strings.Join(pay.Currencies(), ", "))
 	}
 	return s.store.CreateEvent(ctx, Event{ID: id, Seats: seats, SeatsLeft: seats, Price: price, Currency: currency, CreatedAt: s.cfg.Now()})
 }
@@ -174,7 +174,7 @@ type Buyer struct {
 // validate checks the user header.
 func (b Buyer) validate() error {
 	if b.User == "" {
-		return &Error{Code: httpapi.CodeUnauthorized, Field: "Stampede-User",
+		return &Error{Code: stampede.Unauthorized, Field: "Stampede-User",
 			Message: "header is required: the checkout is reached through the gate, which names the admitted user"}
 	}
 	return pay.ValidateText("Stampede-User", b.User, MaxUserLen)
@@ -189,21 +189,21 @@ func (s *Service) admission(ctx context.Context, b Buyer) (time.Time, error) {
 		return exp, nil
 	}
 	if b.Admission == "" {
-		return time.Time{}, &Error{Code: httpapi.CodeUnauthorized, Field: "Stampede-Admission", Message: "header is required: the admission the gate sends"}
+		return time.Time{}, &Error{Code: stampede.Unauthorized, Field: "Stampede-Admission", Message: "header is required: the admission the gate sends"}
 	}
 	a, err := s.cfg.Checker.CheckAdmission(ctx, b.Admission)
 	if err != nil {
 		if _, ok := errors.AsType[*Error](err); ok {
 			return time.Time{}, err
 		}
-		return time.Time{}, httpapi.Unavailable("the waiting room", err)
+		return time.Time{}, stampede.UnavailableErr("the waiting room", err)
 	}
 	if !a.Held {
-		return time.Time{}, &Error{Code: httpapi.CodeForbidden, Field: "Stampede-Admission",
+		return time.Time{}, &Error{Code: stampede.Forbidden, Field: "Stampede-Admission",
 			Message: "the admission no longer holds its slot (" + a.Reason + "); join the waiting room again"}
 	}
 	if a.User != "" && a.User != b.User {
-		return time.Time{}, &Error{Code: httpapi.CodeForbidden, Field: "Stampede-Admission", Message: "the admission is another user's"}
+		return time.Time{}, &Error{Code: stampede.Forbidden, Field: "Stampede-Admission", Message: "the admission is another user's"}
 	}
 	return a.ExpiresAt, nil
 }
@@ -241,7 +241,7 @@ func (s *Service) Hold(ctx context.Context, event string, b Buyer, n int) (Hold,
 		return Hold{}, err
 	}
 	if n < 1 || n > s.cfg.MaxSeatsPerHold {
-		return Hold{}, httpapi.Invalid("seats", "must be between 1 and %d, got %d", s.cfg.MaxSeatsPerHold, n)
+		return Hold{}, stampede.InvalidField("seats", "must be between 1 and %d, got %d", s.cfg.MaxSeatsPerHold, n)
 	}
 	adm, err := s.admission(ctx, b)
 	if err != nil {
@@ -253,7 +253,7 @@ func (s *Service) Hold(ctx context.Context, event string, b Buyer, n int) (Hold,
 		exp = adm
 	}
 	if !exp.After(now) {
-		return Hold{}, &Error{Code: httpapi.CodeForbidden, Field: "Stampede-Admission", Message: "the admission has expired; join the waiting room again"}
+		return Hold{}, &Error{Code: stampede.Forbidden, Field: "Stampede-Admission", Message: "the admission has expired; join the waiting room again"}
 	}
 	e, err := s.store.Event(ctx, event)
 	if err != nil {

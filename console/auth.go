@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 )
 
 // Names of the session cookie and the CSRF header.
@@ -97,7 +97,7 @@ func (s *sessions) session(r *http.Request) string {
 }
 
 // errLogin is the answer to an API call without a valid session.
-var errLogin = &httpapi.Error{Code: httpapi.CodeUnauthorized, Message: "log in to the console first (POST /console/login)"}
+var errLogin = &stampede.Error{Code: stampede.Unauthorized, Message: "log in to the console first (POST /console/login)"}
 
 // authorize checks the session of an API read.
 func (s *sessions) authorize(r *http.Request) (string, error) {
@@ -116,7 +116,7 @@ func (s *sessions) authorizeControl(r *http.Request) error {
 	}
 	got := r.Header.Get(CSRFHeader)
 	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf(v))) != 1 {
-		return &httpapi.Error{Code: httpapi.CodeForbidden, Field: CSRFHeader,
+		return &stampede.Error{Code: stampede.Forbidden, Field: CSRFHeader,
 			Message: "a control needs the page's CSRF token in the " + CSRFHeader + " header"}
 	}
 	return nil

@@ -25,7 +25,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 )
 
 // Endpoint is a part the console reads: its base URL and the bearer token
@@ -96,25 +96,25 @@ const minToken = 16
 func (c Config) Validate() error {
 	switch {
 	case len(c.AdminToken) < minToken:
-		return httpapi.Invalid("AdminToken", "must be at least %d bytes, got %d", minToken, len(c.AdminToken))
+		return stampede.InvalidField("AdminToken", "must be at least %d bytes, got %d", minToken, len(c.AdminToken))
 	case !c.Waitroom.configured():
-		return httpapi.Invalid("Waitroom.URL", "is required: the waiting room whose rooms the console shows and controls")
+		return stampede.InvalidField("Waitroom.URL", "is required: the waiting room whose rooms the console shows and controls")
 	case len(c.Waitroom.Token) < minToken:
-		return httpapi.Invalid("Waitroom.Token", "must be the waiting room's admin token, at least %d bytes, got %d", minToken, len(c.Waitroom.Token))
+		return stampede.InvalidField("Waitroom.Token", "must be the waiting room's admin token, at least %d bytes, got %d", minToken, len(c.Waitroom.Token))
 	case c.Pay.configured() && len(c.Pay.Token) < minToken:
-		return httpapi.Invalid("Pay.Token", "must be pay's --admin-token, at least %d bytes, got %d", minToken, len(c.Pay.Token))
+		return stampede.InvalidField("Pay.Token", "must be pay's --admin-token, at least %d bytes, got %d", minToken, len(c.Pay.Token))
 	case len(c.Events) > 0 && !c.Checkout.configured():
-		return httpapi.Invalid("Events", "need the checkout's URL (Checkout.URL)")
+		return stampede.InvalidField("Events", "need the checkout's URL (Checkout.URL)")
 	case c.Interval < 100*time.Millisecond || c.Interval > time.Minute:
-		return httpapi.Invalid("Interval", "must be between 100ms and 1m, got %s", c.Interval)
+		return stampede.InvalidField("Interval", "must be between 100ms and 1m, got %s", c.Interval)
 	case c.Timeout < 10*time.Millisecond || c.Timeout > time.Minute:
-		return httpapi.Invalid("Timeout", "must be between 10ms and 1m, got %s", c.Timeout)
+		return stampede.InvalidField("Timeout", "must be between 10ms and 1m, got %s", c.Timeout)
 	case c.Session < time.Minute || c.Session > 30*24*time.Hour:
-		return httpapi.Invalid("Session", "must be between 1m and 720h, got %s", c.Session)
+		return stampede.InvalidField("Session", "must be between 1m and 720h, got %s", c.Session)
 	case c.FlaggedLimit < 1 || c.FlaggedLimit > 500:
-		return httpapi.Invalid("FlaggedLimit", "must be between 1 and 500, got %d", c.FlaggedLimit)
+		return stampede.InvalidField("FlaggedLimit", "must be between 1 and 500, got %d", c.FlaggedLimit)
 	case c.MaxBody < 64:
-		return httpapi.Invalid("MaxBody", "must be at least 64 bytes, got %d", c.MaxBody)
+		return stampede.InvalidField("MaxBody", "must be at least 64 bytes, got %d", c.MaxBody)
 	}
 	for name, u := range map[string]string{"Waitroom.URL": c.Waitroom.URL, "Pay.URL": c.Pay.URL, "Checkout.URL": c.Checkout.URL} {
 		if err := checkURL(name, u); err != nil {
@@ -128,7 +128,7 @@ func (c Config) Validate() error {
 	}
 	for _, e := range c.Events {
 		if e == "" || strings.ContainsAny(e, "/?#") {
-			return httpapi.Invalid("Events", "must be event names without '/', '?' or '#', got %q", e)
+			return stampede.InvalidField("Events", "must be event names without '/', '?' or '#', got %q", e)
 		}
 	}
 	return nil
@@ -141,7 +141,7 @@ func checkURL(field, raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return httpapi.Invalid(field, "must be an http or https base URL, got %q", raw)
+		return stampede.InvalidField(field, "must be an http or https base URL, got %q", raw)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/console"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
@@ -74,7 +75,7 @@ func closedURL(t *testing.T) string {
 func fakePart(t *testing.T, token string, answers map[string]string) *httptest.Server {
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
-			httpapi.WriteProblem(w, &httpapi.Error{Code: httpapi.CodeUnauthorized, Message: "no"}, "test")
+			httpapi.WriteProblem(w, &stampede.Error{Code: stampede.Unauthorized, Message: "no"}, "test")
 			return
 		}
 		body, ok := answers[r.URL.RequestURI()]
@@ -82,7 +83,7 @@ func fakePart(t *testing.T, token string, answers map[string]string) *httptest.S
 			body, ok = answers[r.URL.Path]
 		}
 		if !ok {
-			httpapi.WriteProblem(w, &httpapi.Error{Code: httpapi.CodeNotFound, Message: "no such path"}, "test")
+			httpapi.WriteProblem(w, &stampede.Error{Code: stampede.NotFound, Message: "no such path"}, "test")
 			return
 		}
 		if r.URL.Path == "/metrics" {
@@ -557,7 +558,7 @@ func TestConfigValidate(t *testing.T) {
 		c := ok
 		mutate(&c)
 		err := c.Validate()
-		if e, isErr := err.(*httpapi.Error); !isErr || e.Field != field {
+		if e, isErr := err.(*stampede.Error); !isErr || e.Field != field {
 			t.Errorf("%s: Validate = %v, want an error naming it", field, err)
 		}
 	}

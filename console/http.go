@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/waitroom"
 )
@@ -275,18 +276,18 @@ func (h *handler) patchRoom(w http.ResponseWriter, r *http.Request) error {
 	fields := map[string]any{}
 	if b.Capacity != nil {
 		if *b.Capacity < 1 || *b.Capacity > 1_000_000 {
-			return httpapi.Invalid("capacity", "must be between 1 and 1000000, got %d", *b.Capacity)
+			return stampede.InvalidField("capacity", "must be between 1 and 1000000, got %d", *b.Capacity)
 		}
 		fields["capacity"] = *b.Capacity
 	}
 	if b.MaxAdmissionsPerMinute != nil {
 		if *b.MaxAdmissionsPerMinute < 0 || *b.MaxAdmissionsPerMinute > 60_000_000 {
-			return httpapi.Invalid("max_admissions_per_minute", "must be between 0 (no limit) and 60000000, got %d", *b.MaxAdmissionsPerMinute)
+			return stampede.InvalidField("max_admissions_per_minute", "must be between 0 (no limit) and 60000000, got %d", *b.MaxAdmissionsPerMinute)
 		}
 		fields["max_admissions_per_minute"] = *b.MaxAdmissionsPerMinute
 	}
 	if len(fields) == 0 {
-		return httpapi.Invalid("capacity", "name capacity or max_admissions_per_minute (or both)")
+		return stampede.InvalidField("capacity", "name capacity or max_admissions_per_minute (or both)")
 	}
 	return h.apply(w, r, room, fields)
 }
@@ -314,11 +315,11 @@ func (h *handler) apply(w http.ResponseWriter, r *http.Request, room string, fie
 // else 503. The console's own credentials being refused is a 503 too:
 // the operator did nothing wrong.
 func (h *handler) upstream(err error) error {
-	e, ok := errors.AsType[*httpapi.Error](err)
+	e, ok := errors.AsType[*stampede.Error](err)
 	if ok && e.Status >= 400 && e.Status < 500 && e.Status != http.StatusUnauthorized && e.Status != http.StatusForbidden {
-		return &httpapi.Error{Code: e.Code, Field: e.Field, Message: e.Message, Extra: e.Extra}
+		return &stampede.Error{Code: e.Code, Field: e.Field, Message: e.Message, Extra: e.Extra}
 	}
-	return &httpapi.Error{Code: httpapi.CodeUnavailable, Message: "the waiting room is unavailable (" + partError(err) + "); nothing was changed", Err: err}
+	return &stampede.Error{Code: stampede.Unavailable, Message: "the waiting room is unavailable (" + partError(err) + "); nothing was changed", Err: err}
 }
 
 // paymentData is what payment.html shows.
@@ -365,7 +366,7 @@ func (h *handler) payment(w http.ResponseWriter, r *http.Request) {
 	var p paymentView
 	err := h.call.do(r.Context(), h.cfg.Pay, http.MethodGet, "/v1/admin/payments/"+url.PathEscape(id), nil, &p)
 	status := http.StatusOK
-	switch e, _ := errors.AsType[*httpapi.Error](err); {
+	switch e, _ := errors.AsType[*stampede.Error](err); {
 	case err == nil:
 		d.Payment = &p
 	case e != nil && (e.Status == http.StatusNotFound || e.Status == http.StatusBadRequest) && e.Code != "":

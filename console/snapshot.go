@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
@@ -125,7 +126,7 @@ type caller struct {
 
 // do sends method base+path with the bearer token and body (JSON, when
 // not nil) and decodes a 2xx JSON answer into out. A problem answer comes
-// back as its *httpapi.Error (with Status); a part that cannot be
+// back as its *stampede.Error (with Status); a part that cannot be
 // reached, or answers late or garbled, as a CodeUnavailable error.
 func (c *caller) do(ctx context.Context, ep Endpoint, method, path string, body, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -151,7 +152,7 @@ func (c *caller) do(ctx context.Context, ep Endpoint, method, path string, body,
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return &httpapi.Error{Code: httpapi.CodeUnavailable, Message: "not reachable", Err: err}
+		return &stampede.Error{Code: stampede.Unavailable, Message: "not reachable", Err: err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
@@ -161,14 +162,14 @@ func (c *caller) do(ctx context.Context, ep Endpoint, method, path string, body,
 		return nil
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(out); err != nil {
-		return &httpapi.Error{Code: httpapi.CodeUnavailable, Message: "gave an answer the console cannot read", Err: err}
+		return &stampede.Error{Code: stampede.Unavailable, Message: "gave an answer the console cannot read", Err: err}
 	}
 	return nil
 }
 
 // partError turns a failed read of a part into a safe message.
 func partError(err error) string {
-	var e *httpapi.Error
+	var e *stampede.Error
 	if !errors.As(err, &e) {
 		return "unavailable"
 	}
@@ -177,7 +178,7 @@ func partError(err error) string {
 		return "refused the console's token"
 	case e.Status == http.StatusNotFound:
 		return "not found (is its admin API on?)"
-	case e.Status >= 500 || e.Code == httpapi.CodeUnavailable:
+	case e.Status >= 500 || e.Code == stampede.Unavailable:
 		if e.Message == "not reachable" || strings.HasPrefix(e.Message, "gave an answer") {
 			return e.Message
 		}
@@ -248,7 +249,7 @@ func (g *gatherer) rooms(ctx context.Context) Rooms {
 	}
 	wg.Wait()
 	for i, err := range errs {
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && e.Status == http.StatusNotFound {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && e.Status == http.StatusNotFound {
 			continue // deleted meanwhile
 		}
 		if err != nil {

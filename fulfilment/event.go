@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -69,13 +69,13 @@ type wireEvent struct {
 // fault: such a body will never be processed and should be set aside.
 func DecodeEvent(body []byte) (Event, error) {
 	if len(body) > MaxEventBytes {
-		return Event{}, httpapi.Invalid("body", "must be at most %d bytes, got %d", MaxEventBytes, len(body))
+		return Event{}, stampede.InvalidField("body", "must be at most %d bytes, got %d", MaxEventBytes, len(body))
 	}
 	var w wireEvent
 	if err := json.Unmarshal(body, &w); err != nil {
-		e := httpapi.Invalid("body", "is not a payment event: %v", err)
+		e := stampede.InvalidField("body", "is not a payment event: %v", err)
 		if te, ok := err.(*json.UnmarshalTypeError); ok && te.Field != "" {
-			e = httpapi.Invalid(te.Field, "has the wrong type: want %s", te.Type)
+			e = stampede.InvalidField(te.Field, "has the wrong type: want %s", te.Type)
 		}
 		e.Err = err
 		return Event{}, e
@@ -102,10 +102,10 @@ func (e Event) Validate() error {
 		return err
 	}
 	if e.Seq < 1 {
-		return httpapi.Invalid("seq", "must be at least 1, got %d", e.Seq)
+		return stampede.InvalidField("seq", "must be at least 1, got %d", e.Seq)
 	}
 	if !e.Status.Valid() {
-		return httpapi.Invalid("status", "must be one of %v, got %q", pay.Statuses(), e.Status)
+		return stampede.InvalidField("status", "must be one of %v, got %q", pay.Statuses(), e.Status)
 	}
 	terminal := e.Status.Terminal()
 	if err := checkID("merchant_id", e.MerchantID, terminal); err != nil {
@@ -115,13 +115,13 @@ func (e Event) Validate() error {
 		return err
 	}
 	if e.Amount < 0 {
-		return httpapi.Invalid("amount", "must not be negative, got %d", e.Amount)
+		return stampede.InvalidField("amount", "must not be negative, got %d", e.Amount)
 	}
 	if len(e.Currency) > MaxCurrency || checkID("currency", e.Currency, false) != nil {
-		return httpapi.Invalid("currency", "must be a currency code, got %q", e.Currency)
+		return stampede.InvalidField("currency", "must be a currency code, got %q", e.Currency)
 	}
 	if y := e.At.UTC().Year(); !e.At.IsZero() && (y < 1 || y > 9999) {
-		return httpapi.Invalid("at", "must be a time between the years 1 and 9999")
+		return stampede.InvalidField("at", "must be a time between the years 1 and 9999")
 	}
 	if err := checkID("type", e.Type, false); err != nil {
 		return err
@@ -139,15 +139,15 @@ func checkID(field, v string, required bool) error {
 	}
 	switch {
 	case v == "" && required:
-		return httpapi.Invalid(field, "is required")
+		return stampede.InvalidField(field, "is required")
 	case len(v) > limit:
-		return httpapi.Invalid(field, "must be at most %d bytes", limit)
+		return stampede.InvalidField(field, "must be at most %d bytes", limit)
 	case !utf8.ValidString(v):
-		return httpapi.Invalid(field, "must be UTF-8")
+		return stampede.InvalidField(field, "must be UTF-8")
 	}
 	for _, r := range v {
 		if r < 0x20 || r == 0x7f {
-			return httpapi.Invalid(field, "must not contain control characters, got %s", fmt.Sprintf("%q", v))
+			return stampede.InvalidField(field, "must not contain control characters, got %s", fmt.Sprintf("%q", v))
 		}
 	}
 	return nil

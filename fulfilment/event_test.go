@@ -8,8 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/fulfilment"
-	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/jetstream"
 )
@@ -87,15 +87,15 @@ func TestDecodeRejectsNamingTheField(t *testing.T) {
 		`{"payment_id":"` + strings.Repeat("x", 256) + `","seq":1,"status":"PENDING"}`: "payment_id",
 	} {
 		_, err := fulfilment.DecodeEvent([]byte(body))
-		e := httpapi.As(err)
-		if e == nil || e.Code != httpapi.CodeInvalid || e.Field != field {
+		e := stampede.As(err)
+		if e == nil || e.Code != stampede.Invalid || e.Field != field {
 			t.Errorf("DecodeEvent(%.60s) = %v, want invalid %s", body, err, field)
 		}
 		if fulfilment.Retryable(err) {
 			t.Errorf("DecodeEvent(%.60s): the error is retryable", body)
 		}
 	}
-	if _, err := fulfilment.DecodeEvent(make([]byte, fulfilment.MaxEventBytes+1)); httpapi.CodeOf(err) != httpapi.CodeInvalid {
+	if _, err := fulfilment.DecodeEvent(make([]byte, fulfilment.MaxEventBytes+1)); stampede.CodeOf(err) != stampede.Invalid {
 		t.Errorf("an oversized body = %v, want invalid", err)
 	}
 }
@@ -108,7 +108,7 @@ func TestHandleRejectsAnInvalidEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	applied, err := h.Handle(context.Background(), fulfilment.Event{ID: "x-1", PaymentID: "x", Seq: 1, Status: pay.StatusApproved})
-	if applied || httpapi.CodeOf(err) != httpapi.CodeInvalid {
+	if applied || stampede.CodeOf(err) != stampede.Invalid {
 		t.Fatalf("Handle(APPROVED without order) = %v, %v; want invalid", applied, err)
 	}
 }
@@ -153,7 +153,7 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		ev, err := fulfilment.DecodeEvent(body)
 		if err != nil {
-			if e := httpapi.As(err); e.Code != httpapi.CodeInvalid || e.Field == "" {
+			if e := stampede.As(err); e.Code != stampede.Invalid || e.Field == "" {
 				t.Fatalf("DecodeEvent error %v: want CodeInvalid naming a field", err)
 			}
 			return

@@ -40,7 +40,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -199,16 +199,16 @@ var ErrNotFound = errors.New("fulfilment: not found")
 
 // Error is the error type of fulfilment: every Stampede service's (a code
 // that maps to one HTTP status, a safe message, the cause for the log).
-type Error = httpapi.Error
+type Error = stampede.Error
 
 // Unavailable wraps a storage failure that a retry may cure (connection
 // refused or lost, database busy or frozen, store closed): CodeUnavailable,
 // 503. A consumer should deliver the event again later.
 func Unavailable(err error) *Error {
-	return &Error{Code: httpapi.CodeUnavailable, Message: "the fulfilment store is unavailable, try again shortly", Err: err}
+	return &Error{Code: stampede.Unavailable, Message: "the fulfilment store is unavailable, try again shortly", Err: err}
 }
 
 // Retryable reports whether a later delivery of the same event may
 // succeed: the store was unavailable. An invalid event (CodeInvalid) will
 // never succeed and should be set aside; anything else is a bug.
-func Retryable(err error) bool { return httpapi.CodeOf(err) == httpapi.CodeUnavailable }
+func Retryable(err error) bool { return stampede.CodeOf(err) == stampede.Unavailable }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/stampede-lab/stampede/gate"
 	"github.com/stampede-lab/stampede/internal/testenv"
+	"github.com/stampede-lab/stampede/protocol"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -209,8 +210,8 @@ func (s *shop) bad() int {
 }
 
 func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	user := r.Header.Get(gate.HeaderUser)
-	c, err := waitroom.VerifyAdmissionJWT(r.Header.Get(gate.HeaderAdmission), s.keys.JWKS(), s.room, time.Now())
+	user := r.Header.Get(protocol.HeaderUser)
+	c, err := waitroom.VerifyAdmissionJWT(r.Header.Get(protocol.HeaderAdmission), s.keys.JWKS(), s.room, time.Now())
 	s.mu.Lock()
 	if s.users == nil {
 		s.users = map[string][]string{}
@@ -235,7 +236,7 @@ func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 <p class="user">Stampede-User: <code>` + html.EscapeString(user) + `</code></p></div>
 <a id="finish" class="button" href="/checkout/finish">` + say("결제 완료", "Finish") + `</a>`
 	case "/checkout/finish":
-		w.Header().Set(gate.HeaderRelease, "done")
+		w.Header().Set(protocol.HeaderRelease, "done")
 		body = `<h1 id="marker">` + say("결제가 끝났습니다", "Done, thank you") + `</h1>
 <p>` + say("자리를 반납했습니다.", "Your place has been released.") + `</p>
 <a id="again" class="button" href="/checkout/page">` + say("결제 페이지 다시 열기", "Open the checkout again") + `</a>`

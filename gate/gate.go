@@ -37,19 +37,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/protocol"
 	"github.com/stampede-lab/stampede/waitroom"
-)
-
-// The headers the gate sets on upstream requests and reads on answers.
-const (
-	// HeaderUser carries the admitted user id upstream.
-	HeaderUser = "Stampede-User"
-	// HeaderAdmission carries the admission token (a JWT) upstream.
-	HeaderAdmission = "Stampede-Admission"
-	// HeaderRelease on an upstream answer, with the value "done",
-	// releases the user's slot.
-	HeaderRelease = "Stampede-Release"
 )
 
 // AdmitPath is where the waiting page hands an admitted ticket token to
@@ -93,21 +84,21 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	switch {
 	case waitroom.ValidateRoom(c.Room) != nil:
-		return httpapi.Invalid("Room", "%v", waitroom.ValidateRoom(c.Room))
+		return stampede.InvalidField("Room", "%v", waitroom.ValidateRoom(c.Room))
 	case c.Upstream == nil || (c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https") || c.Upstream.Host == "":
-		return httpapi.Invalid("Upstream", "must be an http or https URL")
+		return stampede.InvalidField("Upstream", "must be an http or https URL")
 	case c.CookieName == "" || strings.ContainsAny(c.CookieName, "=;, \t\r\n"):
-		return httpapi.Invalid("CookieName", "must be a cookie name, got %q", c.CookieName)
+		return stampede.InvalidField("CookieName", "must be a cookie name, got %q", c.CookieName)
 	case c.CheckCache < 0 || c.CheckCache > time.Second:
-		return httpapi.Invalid("CheckCache", "must be between 0 and 1s, got %s", c.CheckCache)
+		return stampede.InvalidField("CheckCache", "must be between 0 and 1s, got %s", c.CheckCache)
 	case c.SafetyMargin < 0 || c.SafetyMargin > time.Minute:
-		return httpapi.Invalid("SafetyMargin", "must be between 0 and 1m, got %s", c.SafetyMargin)
+		return stampede.InvalidField("SafetyMargin", "must be between 0 and 1m, got %s", c.SafetyMargin)
 	case c.MaxSession < time.Second:
-		return httpapi.Invalid("MaxSession", "must be at least 1s, got %s", c.MaxSession)
+		return stampede.InvalidField("MaxSession", "must be at least 1s, got %s", c.MaxSession)
 	case c.Logger == nil:
-		return httpapi.Invalid("Logger", "must not be nil")
+		return stampede.InvalidField("Logger", "must not be nil")
 	case c.Now == nil:
-		return httpapi.Invalid("Now", "must not be nil")
+		return stampede.InvalidField("Now", "must not be nil")
 	}
 	return nil
 }
@@ -138,7 +129,7 @@ func New(cfg Config, srv *waitroom.Server) (*Gate, error) {
 		return nil, err
 	}
 	if srv == nil {
-		return nil, httpapi.Invalid("srv", "must not be nil")
+		return nil, stampede.InvalidField("srv", "must not be nil")
 	}
 	g := &Gate{cfg: cfg, srv: srv, cache: map[admissionKey]cached{}}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
@@ -153,7 +144,7 @@ func New(cfg Config, srv *waitroom.Server) (*Gate, error) {
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			cfg.Logger.Warn("gate: upstream failed", "err", err)
-			httpapi.WriteProblem(w, httpapi.Unavailable("the checkout", err), "stampede-gate")
+			httpapi.WriteProblem(w, stampede.UnavailableErr("the checkout", err), "stampede-gate")
 		},
 	}
 	return g, nil
@@ -176,7 +167,7 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // guard proxies an admitted request upstream or sends the visitor to wait.
 func (g *Gate) guard(w http.ResponseWriter, r *http.Request) {
-	for _, h := range []string{HeaderUser, HeaderAdmission} {
+	for _, h := range []string{protocol.HeaderUser, protocol.HeaderAdmission} {
 		r.Header.Del(h)
 	}
 	ck, err := r.Cookie(g.cfg.CookieName)
@@ -202,8 +193,8 @@ func (g *Gate) guard(w http.ResponseWriter, r *http.Request) {
 	if token != ck.Value {
 		http.SetCookie(w, g.cookie(r, g.cfg.CookieName, token, 0))
 	}
-	r.Header.Set(HeaderUser, c.User)
-	r.Header.Set(HeaderAdmission, token)
+	r.Header.Set(protocol.HeaderUser, c.User)
+	r.Header.Set(protocol.HeaderAdmission, token)
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admissionCtxKey{}, c)))
 }
 
@@ -270,8 +261,8 @@ func minTime(a, b time.Time) time.Time {
 // modifyResponse releases the slot when upstream says "Stampede-Release:
 // done", before the answer reaches the client.
 func (g *Gate) modifyResponse(resp *http.Response) error {
-	v := resp.Header.Get(HeaderRelease)
-	resp.Header.Del(HeaderRelease)
+	v := resp.Header.Get(protocol.HeaderRelease)
+	resp.Header.Del(protocol.HeaderRelease)
 	if !strings.EqualFold(strings.TrimSpace(v), "done") {
 		return nil
 	}
@@ -316,7 +307,7 @@ func (g *Gate) wait(w http.ResponseWriter, r *http.Request, clear bool) {
 		http.SetCookie(w, g.cookie(r, g.cfg.CookieName, "", -1))
 	}
 	if wantsJSON(r) {
-		e := &httpapi.Error{Code: httpapi.CodeUnavailable, RetryAfter: 5 * time.Second,
+		e := &stampede.Error{Code: stampede.Unavailable, RetryAfter: 5 * time.Second,
 			Message: fmt.Sprintf("the checkout is full: join the waiting room %q", g.cfg.Room),
 			Extra:   map[string]any{"room": g.cfg.Room, "join": "/v1/rooms/" + g.cfg.Room + "/tickets"}}
 		if st, err := g.srv.Service().Room(r.Context(), g.cfg.Room); err == nil {
@@ -358,13 +349,13 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request) {
 	fail := func(err error) { httpapi.WriteProblem(w, err, "stampede-gate") }
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		fail(httpapi.Errorf(httpapi.CodeMethod, "use POST"))
+		fail(stampede.Errorf(stampede.MethodNotAllowed, "use POST"))
 		return
 	}
 	auth := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(auth, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		fail(httpapi.Errorf(httpapi.CodeUnauthorized, "missing Authorization: Bearer <ticket_token>"))
+		fail(stampede.Errorf(stampede.Unauthorized, "missing Authorization: Bearer <ticket_token>"))
 		return
 	}
 	c, err := g.srv.Signer().Verify(strings.TrimSpace(tok), waitroom.TicketToken)
@@ -373,13 +364,13 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c.Room != g.cfg.Room {
-		fail(httpapi.Errorf(httpapi.CodeForbidden, "the ticket token is for another room"))
+		fail(stampede.Errorf(stampede.Forbidden, "the ticket token is for another room"))
 		return
 	}
 	svc := g.srv.Service()
 	t, err := svc.Ticket(r.Context(), g.cfg.Room, c.User)
 	if errors.Is(err, waitroom.ErrNoTicket) {
-		fail(httpapi.Errorf(httpapi.CodeNotFound, "no ticket; join first"))
+		fail(stampede.Errorf(stampede.NotFound, "no ticket; join first"))
 		return
 	}
 	if err != nil {
@@ -387,12 +378,12 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t.State != waitroom.StateAdmitted {
-		fail(httpapi.Errorf(httpapi.CodeConflict, "the ticket is %s, not admitted", t.State))
+		fail(stampede.Errorf(stampede.Conflict, "the ticket is %s, not admitted", t.State))
 		return
 	}
 	token, err := svc.SignAdmission(r.Context(), g.srv.Admissions(), t, g.cfg.Now())
 	if err != nil || token == "" {
-		fail(httpapi.Errorf(httpapi.CodeConflict, "the admission is ending; join again"))
+		fail(stampede.Errorf(stampede.Conflict, "the admission is ending; join again"))
 		return
 	}
 	http.SetCookie(w, g.cookie(r, g.cfg.CookieName, token, 0))

@@ -27,6 +27,7 @@ import (
 
 	"github.com/stampede-lab/stampede/gate"
 	"github.com/stampede-lab/stampede/internal/testenv"
+	"github.com/stampede-lab/stampede/protocol"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -85,7 +86,7 @@ type checkout struct {
 
 func (c *checkout) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	user, tok := r.Header.Get(gate.HeaderUser), r.Header.Get(gate.HeaderAdmission)
+	user, tok := r.Header.Get(protocol.HeaderUser), r.Header.Get(protocol.HeaderAdmission)
 	claims, err := waitroom.VerifyAdmissionJWT(tok, c.jwks.JWKS(), c.room, now)
 	c.mu.Lock()
 	c.requests++
@@ -99,7 +100,7 @@ func (c *checkout) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Unlock()
 	if r.URL.Path == "/shop/pay" {
-		w.Header().Set(gate.HeaderRelease, "done")
+		w.Header().Set(protocol.HeaderRelease, "done")
 	}
 	io.WriteString(w, "ok "+user)
 }

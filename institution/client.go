@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
@@ -288,7 +289,7 @@ const maxWindowMS = float64(math.MaxInt64 / int64(time.Millisecond))
 func notFound(e *Error) (res StatusResult, ok bool) {
 	definitive, okD := e.Extra[memberDefinitive].(bool)
 	window, okW := e.Extra[memberNotFoundWindow].(float64)
-	if e.Code != httpapi.CodeNotFound || !okD || !okW || window < 0 || window > maxWindowMS || window != math.Trunc(window) {
+	if e.Code != stampede.NotFound || !okD || !okW || window < 0 || window > maxWindowMS || window != math.Trunc(window) {
 		return StatusResult{}, false
 	}
 	res = StatusResult{Definitive: definitive, NotFoundWindow: time.Duration(window) * time.Millisecond}

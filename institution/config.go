@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
@@ -92,19 +93,19 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	switch {
 	case len(c.AdminToken) < MinAdminTokenLen:
-		return httpapi.Invalid("AdminToken", "must be at least %d bytes, got %d", MinAdminTokenLen, len(c.AdminToken))
+		return stampede.InvalidField("AdminToken", "must be at least %d bytes, got %d", MinAdminTokenLen, len(c.AdminToken))
 	case c.MaxHung < 1 || c.MaxHung > 1_000_000:
-		return httpapi.Invalid("MaxHung", "must be between 1 and 1000000, got %d", c.MaxHung)
+		return stampede.InvalidField("MaxHung", "must be between 1 and 1000000, got %d", c.MaxHung)
 	case c.NotFoundWindow < time.Millisecond || c.NotFoundWindow > 24*time.Hour:
-		return httpapi.Invalid("NotFoundWindow", "must be between 1ms and 24h, got %s", c.NotFoundWindow)
+		return stampede.InvalidField("NotFoundWindow", "must be between 1ms and 24h, got %s", c.NotFoundWindow)
 	case c.MaxBody < 64 || c.MaxBody > 1<<20:
-		return httpapi.Invalid("MaxBody", "must be between 64 and 1048576 bytes, got %d", c.MaxBody)
+		return stampede.InvalidField("MaxBody", "must be between 64 and 1048576 bytes, got %d", c.MaxBody)
 	case c.MaxArrivals < 1 || c.MaxArrivals > 100_000_000:
-		return httpapi.Invalid("MaxArrivals", "must be between 1 and 100000000, got %d", c.MaxArrivals)
+		return stampede.InvalidField("MaxArrivals", "must be between 1 and 100000000, got %d", c.MaxArrivals)
 	case c.Now == nil:
-		return httpapi.Invalid("Now", "must not be nil")
+		return stampede.InvalidField("Now", "must not be nil")
 	case c.Logger == nil:
-		return httpapi.Invalid("Logger", "must not be nil")
+		return stampede.InvalidField("Logger", "must not be nil")
 	}
 	return nil
 }
@@ -180,21 +181,21 @@ func (b Behavior) Validate() error {
 
 func validateMode(m Mode) error {
 	if !slices.Contains(Modes, m) {
-		return httpapi.Invalid("mode", "must be one of %s, got %q", joinQuoted(Modes), m)
+		return stampede.InvalidField("mode", "must be one of %s, got %q", joinQuoted(Modes), m)
 	}
 	return nil
 }
 
 func validateHangMS(ms int64) error {
 	if ms < 0 || ms > MaxHangMS {
-		return httpapi.Invalid("hang_ms", "must be between 0 and %d, got %d", MaxHangMS, ms)
+		return stampede.InvalidField("hang_ms", "must be between 0 and %d, got %d", MaxHangMS, ms)
 	}
 	return nil
 }
 
 func validateStatusAPI(s StatusAPI) error {
 	if s != StatusAPIUp && s != StatusAPIDown {
-		return httpapi.Invalid("status_api", "must be %q or %q, got %q", StatusAPIUp, StatusAPIDown, s)
+		return stampede.InvalidField("status_api", "must be %q or %q, got %q", StatusAPIUp, StatusAPIDown, s)
 	}
 	return nil
 }
@@ -211,11 +212,11 @@ var externalKeyPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
 func ValidateExternalKey(key string) error {
 	switch {
 	case key == "":
-		return httpapi.Invalid("external_key", "must not be empty")
+		return stampede.InvalidField("external_key", "must not be empty")
 	case len(key) > MaxExternalKeyLen:
-		return httpapi.Invalid("external_key", "must be at most %d bytes, got %d", MaxExternalKeyLen, len(key))
+		return stampede.InvalidField("external_key", "must be at most %d bytes, got %d", MaxExternalKeyLen, len(key))
 	case !externalKeyPattern.MatchString(key):
-		return httpapi.Invalid("external_key", "may hold only letters, digits, '.', '_', ':' and '-', got %q", key)
+		return stampede.InvalidField("external_key", "may hold only letters, digits, '.', '_', ':' and '-', got %q", key)
 	}
 	return nil
 }
@@ -236,10 +237,10 @@ func (r ApproveRequest) Validate() error {
 		return err
 	}
 	if r.Amount < 1 || r.Amount > MaxAmount {
-		return httpapi.Invalid("amount", "must be a whole number of minor units between 1 and %d, got %d", int64(MaxAmount), r.Amount)
+		return stampede.InvalidField("amount", "must be a whole number of minor units between 1 and %d, got %d", int64(MaxAmount), r.Amount)
 	}
 	if !slices.Contains(Currencies, r.Currency) {
-		return httpapi.Invalid("currency", "must be one of %s, got %q", joinQuoted(Currencies), r.Currency)
+		return stampede.InvalidField("currency", "must be one of %s, got %q", joinQuoted(Currencies), r.Currency)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
@@ -23,11 +24,11 @@ func (s *Server) authAdmin(r *http.Request) error {
 	scheme, token, ok := strings.Cut(h, " ")
 	token = strings.TrimSpace(token)
 	if h == "" || !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return &Error{Code: httpapi.CodeUnauthorized, Message: "missing Authorization: Bearer <admin token>"}
+		return &Error{Code: stampede.Unauthorized, Message: "missing Authorization: Bearer <admin token>"}
 	}
 	got := sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(got[:], s.adminHash[:]) != 1 {
-		return &Error{Code: httpapi.CodeUnauthorized, Message: "admin token invalid"}
+		return &Error{Code: stampede.Unauthorized, Message: "admin token invalid"}
 	}
 	return nil
 }

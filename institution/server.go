@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
@@ -208,11 +209,11 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	if closed {
-		return &Error{Code: httpapi.CodeShuttingDown, Message: "the institution is shutting down; nothing was recorded"}
+		return &Error{Code: CodeShuttingDown, Kind: stampede.Unavailable, Message: "the institution is shutting down; nothing was recorded"}
 	}
 	switch b.Mode {
 	case ModeError:
-		return &Error{Code: httpapi.CodeInstitution, Message: "the institution failed (mode ERROR); nothing was recorded"}
+		return &Error{Code: CodeInstitution, Kind: stampede.Internal, Message: "the institution failed (mode ERROR); nothing was recorded"}
 	case ModeHangBefore:
 		if !s.acquireHung() {
 			return s.busy()
@@ -221,7 +222,7 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) error {
 		if err := s.hold(r.Context(), b.Hang(), release); err != nil {
 			return err
 		}
-		return &Error{Code: httpapi.CodeTimeout, Message: fmt.Sprintf("held for %d ms before processing (mode HANG_BEFORE_PROCESSING); nothing was recorded", b.HangMS)}
+		return &Error{Code: stampede.Timeout, Message: fmt.Sprintf("held for %d ms before processing (mode HANG_BEFORE_PROCESSING); nothing was recorded", b.HangMS)}
 	case ModeHangAfter:
 		if !s.acquireHung() {
 			return s.busy()
@@ -251,17 +252,17 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) error {
 func validateApproveBody(key *string, amount *int64, currency *string) error {
 	switch {
 	case key == nil:
-		return httpapi.Invalid("external_key", "is required")
+		return stampede.InvalidField("external_key", "is required")
 	case amount == nil:
 		if err := ValidateExternalKey(*key); err != nil {
 			return err
 		}
-		return httpapi.Invalid("amount", "is required")
+		return stampede.InvalidField("amount", "is required")
 	case currency == nil:
 		if err := (ApproveRequest{ExternalKey: *key, Amount: *amount, Currency: Currencies[0]}).Validate(); err != nil {
 			return err
 		}
-		return httpapi.Invalid("currency", "is required")
+		return stampede.InvalidField("currency", "is required")
 	}
 	return ApproveRequest{ExternalKey: *key, Amount: *amount, Currency: *currency}.Validate()
 }
@@ -269,7 +270,7 @@ func validateApproveBody(key *string, amount *int64, currency *string) error {
 // busy is the answer when MaxHung requests are held.
 func (s *Server) busy() error {
 	s.metrics.busy.Inc()
-	return &Error{Code: httpapi.CodeBusy, Message: fmt.Sprintf("the institution is holding %d requests, its limit; nothing was recorded", s.cfg.MaxHung)}
+	return &Error{Code: CodeBusy, Kind: stampede.Unavailable, Message: fmt.Sprintf("the institution is holding %d requests, its limit; nothing was recorded", s.cfg.MaxHung)}
 }
 
 // acquireHung takes one of the MaxHung slots, or reports that none is
@@ -298,11 +299,11 @@ func (s *Server) hold(ctx context.Context, d time.Duration, release <-chan struc
 	case <-t.C:
 		return nil
 	case <-release:
-		return &Error{Code: httpapi.CodeReleased, Message: "the held request was released by a reset"}
+		return &Error{Code: CodeReleased, Kind: stampede.Timeout, Message: "the held request was released by a reset"}
 	case <-s.done:
-		return &Error{Code: httpapi.CodeReleased, Message: "the held request was released: the institution is shutting down"}
+		return &Error{Code: CodeReleased, Kind: stampede.Timeout, Message: "the held request was released: the institution is shutting down"}
 	case <-ctx.Done():
-		return &Error{Code: httpapi.CodeTimeout, Message: "the caller left while the request was held"}
+		return &Error{Code: stampede.Timeout, Message: "the caller left while the request was held"}
 	}
 }
 
@@ -316,7 +317,7 @@ func (s *Server) process(req ApproveRequest, b Behavior) (ApprovalResult, error)
 	switch {
 	case seen && b.Idempotent:
 		if rec.Amount != req.Amount || rec.Currency != req.Currency {
-			return ApprovalResult{}, &Error{Code: httpapi.CodeConflict, Field: "external_key",
+			return ApprovalResult{}, &Error{Code: stampede.Conflict, Field: "external_key",
 				Message: fmt.Sprintf("already used for %d %s; a repeat must carry the same amount and currency", rec.Amount, rec.Currency)}
 		}
 		rec.Requests++
@@ -379,7 +380,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	s.mu.Unlock()
 	switch {
 	case down:
-		return &Error{Code: httpapi.CodeStatusDown, Message: "the status API is down (status_api DOWN); try again later and do not read this as not found"}
+		return &Error{Code: CodeStatusDown, Kind: stampede.Unavailable, Message: "the status API is down (status_api DOWN); try again later and do not read this as not found"}
 	case found:
 		httpapi.WriteJSON(w, http.StatusOK, rec)
 		return nil
@@ -402,7 +403,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	if attempted {
 		extra[memberFirstAttempt], extra[memberLastAttempt] = a.first, a.last
 	}
-	return &Error{Code: httpapi.CodeNotFound, Message: msg, Extra: extra}
+	return &Error{Code: stampede.NotFound, Message: msg, Extra: extra}
 }
 
 // behaviorFields lists the fields of PUT /admin/behavior.

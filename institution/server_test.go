@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
@@ -79,7 +80,7 @@ func TestErrorModeRecordsNothing(t *testing.T) {
 	if !errors.Is(err, ErrInstitution) || errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("Approve in mode ERROR: %v, want ErrInstitution", err)
 	}
-	if e, ok := errors.AsType[*Error](err); !ok || e.Status != 500 || e.Code != httpapi.CodeInstitution {
+	if e, ok := errors.AsType[*Error](err); !ok || e.Status != 500 || e.Code != CodeInstitution {
 		t.Fatalf("error %#v, want a 500 institution_error", err)
 	}
 	if l := f.ledger(t); l.Keys != 0 || l.ChargesTotal != 0 {
@@ -123,7 +124,7 @@ func TestHangBeforeAnswers504WhenTheCallerWaits(t *testing.T) {
 	if !errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("Approve: %v, want ErrUnknownOutcome", err)
 	}
-	if e, ok := errors.AsType[*Error](err); !ok || e.Status != http.StatusGatewayTimeout || e.Code != httpapi.CodeTimeout {
+	if e, ok := errors.AsType[*Error](err); !ok || e.Status != http.StatusGatewayTimeout || e.Code != stampede.Timeout {
 		t.Fatalf("error %v, want a 504 timeout", err)
 	}
 	if took := time.Since(start); took < 50*time.Millisecond {
@@ -312,7 +313,7 @@ func expectReleased(t *testing.T, out <-chan error, n int, bound time.Duration) 
 		select {
 		case err := <-out:
 			e, ok := errors.AsType[*Error](err)
-			if !errors.Is(err, ErrUnknownOutcome) || !ok || e.Code != httpapi.CodeReleased || e.Status != http.StatusGatewayTimeout {
+			if !errors.Is(err, ErrUnknownOutcome) || !ok || e.Code != CodeReleased || e.Status != http.StatusGatewayTimeout {
 				t.Errorf("released request: %v, want ErrUnknownOutcome with a 504 released", err)
 			}
 		case <-deadline:
@@ -361,7 +362,7 @@ func TestCloseReleasesHeldRequestsAndFailsNewOnesFast(t *testing.T) {
 	start := time.Now()
 	_, err := f.admin.Approve(context.Background(), req("late"))
 	e, ok := errors.AsType[*Error](err)
-	if !errors.Is(err, ErrInstitution) || !ok || e.Code != httpapi.CodeShuttingDown || e.Status != http.StatusServiceUnavailable {
+	if !errors.Is(err, ErrInstitution) || !ok || e.Code != CodeShuttingDown || e.Status != http.StatusServiceUnavailable {
 		t.Fatalf("Approve after Close: %v, want ErrInstitution with a 503 shutting_down", err)
 	}
 	if took := time.Since(start); took > time.Second {
@@ -379,7 +380,7 @@ func TestMaxHungAnswersBusyAtOnce(t *testing.T) {
 	start := time.Now()
 	_, err := f.admin.Approve(context.Background(), req("one-too-many"))
 	e, ok := errors.AsType[*Error](err)
-	if !errors.Is(err, ErrInstitution) || !ok || e.Code != httpapi.CodeBusy || e.Status != http.StatusServiceUnavailable {
+	if !errors.Is(err, ErrInstitution) || !ok || e.Code != CodeBusy || e.Status != http.StatusServiceUnavailable {
 		t.Fatalf("Approve beyond MaxHung: %v, want ErrInstitution with a 503 busy", err)
 	}
 	if took := time.Since(start); took > time.Second {
@@ -408,7 +409,7 @@ func TestStatusAPIDownIsUnavailable(t *testing.T) {
 	for _, key := range []string{"pay-s", "never-seen"} {
 		_, err := f.admin.Status(ctx, key)
 		e, ok := errors.AsType[*Error](err)
-		if !errors.Is(err, ErrStatusUnavailable) || !ok || e.Status != http.StatusServiceUnavailable || e.Code != httpapi.CodeStatusDown {
+		if !errors.Is(err, ErrStatusUnavailable) || !ok || e.Status != http.StatusServiceUnavailable || e.Code != CodeStatusDown {
 			t.Errorf("Status(%s) with the status API down: %v, want ErrStatusUnavailable", key, err)
 		}
 	}
@@ -537,7 +538,7 @@ func TestAdminNeedsTheToken(t *testing.T) {
 	for _, c := range []*Client{NewClient(f.ts.URL, f.hc), f.admin.WithAdminToken("wrong-token-wrong-token")} {
 		_, err := c.Reset(ctx)
 		e, ok := errors.AsType[*Error](err)
-		if !errors.Is(err, ErrRejected) || !ok || e.Status != http.StatusUnauthorized || e.Code != httpapi.CodeUnauthorized {
+		if !errors.Is(err, ErrRejected) || !ok || e.Status != http.StatusUnauthorized || e.Code != stampede.Unauthorized {
 			t.Errorf("Reset without the right token: %v, want a 401", err)
 		}
 		if _, err := c.SetBehavior(ctx, DefaultBehavior()); !errors.Is(err, ErrRejected) {
@@ -600,15 +601,15 @@ func TestRoutesAnswerProblems(t *testing.T) {
 		code         Code
 		allow        string
 	}{
-		{http.MethodDelete, "/v1/approvals", 405, httpapi.CodeMethod, "POST"},
-		{http.MethodGet, "/v1/approvals", 405, httpapi.CodeMethod, "POST"},
-		{http.MethodPost, "/v1/approvals/k", 405, httpapi.CodeMethod, "GET, HEAD"},
-		{http.MethodDelete, "/admin/behavior", 405, httpapi.CodeMethod, "GET, HEAD, PUT"},
-		{http.MethodGet, "/admin/reset", 405, httpapi.CodeMethod, "POST"},
-		{http.MethodPost, "/healthz", 405, httpapi.CodeMethod, "GET, HEAD"},
-		{http.MethodGet, "/nope", 404, httpapi.CodeNotFound, ""},
-		{http.MethodGet, "/v1/approvals/a/b", 404, httpapi.CodeNotFound, ""},
-		{http.MethodPost, "/admin", 404, httpapi.CodeNotFound, ""},
+		{http.MethodDelete, "/v1/approvals", 405, stampede.MethodNotAllowed, "POST"},
+		{http.MethodGet, "/v1/approvals", 405, stampede.MethodNotAllowed, "POST"},
+		{http.MethodPost, "/v1/approvals/k", 405, stampede.MethodNotAllowed, "GET, HEAD"},
+		{http.MethodDelete, "/admin/behavior", 405, stampede.MethodNotAllowed, "GET, HEAD, PUT"},
+		{http.MethodGet, "/admin/reset", 405, stampede.MethodNotAllowed, "POST"},
+		{http.MethodPost, "/healthz", 405, stampede.MethodNotAllowed, "GET, HEAD"},
+		{http.MethodGet, "/nope", 404, stampede.NotFound, ""},
+		{http.MethodGet, "/v1/approvals/a/b", 404, stampede.NotFound, ""},
+		{http.MethodPost, "/admin", 404, stampede.NotFound, ""},
 	}
 	for _, tc := range cases {
 		r, err := http.NewRequest(tc.method, f.ts.URL+tc.path, nil)

@@ -6,13 +6,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/protocol"
 )
-
-// HeaderAdmission carries the buyer's admission token (the waiting
-// room's) on POST /v1/payments; with HandlerConfig.Admissions set, a new
-// payment needs one that still holds its slot.
-const HeaderAdmission = "Stampede-Admission"
 
 // Admission is what the waiting room says of an admission token.
 type Admission struct {
@@ -48,9 +44,9 @@ func (h *handler) requireAdmission(r *http.Request, merchantID, key string) erro
 	} else if !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	token := r.Header.Get(HeaderAdmission)
+	token := r.Header.Get(protocol.HeaderAdmission)
 	if token == "" {
-		return &Error{Code: CodeUnauthorized, Field: HeaderAdmission,
+		return &Error{Code: CodeUnauthorized, Field: protocol.HeaderAdmission,
 			Message: "header is required: the buyer's admission token from the waiting room"}
 	}
 	a, err := h.cfg.Admissions.CheckAdmission(r.Context(), token)
@@ -58,14 +54,14 @@ func (h *handler) requireAdmission(r *http.Request, merchantID, key string) erro
 		if e, ok := errors.AsType[*Error](err); ok {
 			return e
 		}
-		return httpapi.Unavailable("the waiting room", err)
+		return stampede.UnavailableErr("the waiting room", err)
 	}
 	if !a.Held {
 		reason := a.Reason
 		if reason == "" {
 			reason = "not held"
 		}
-		return &Error{Code: CodeForbidden, Field: HeaderAdmission,
+		return &Error{Code: CodeForbidden, Field: protocol.HeaderAdmission,
 			Message: "the admission does not hold its slot in the waiting room (" + reason + ")"}
 	}
 	return nil

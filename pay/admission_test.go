@@ -15,6 +15,7 @@ import (
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/sqlite"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 // admissions answers CheckAdmission from a table of tokens; an unknown
@@ -63,7 +64,7 @@ func TestRequireAdmission(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", idem)
 		if admission != "" {
-			req.Header.Set(pay.HeaderAdmission, admission)
+			req.Header.Set(protocol.HeaderAdmission, admission)
 		}
 		resp, err := api.Client().Do(req)
 		if err != nil {
@@ -79,8 +80,8 @@ func TestRequireAdmission(t *testing.T) {
 		want            int
 		field           string
 	}{
-		{"missing", "", http.StatusUnauthorized, pay.HeaderAdmission},
-		{"not held", "gone", http.StatusForbidden, pay.HeaderAdmission},
+		{"missing", "", http.StatusUnauthorized, protocol.HeaderAdmission},
+		{"not held", "gone", http.StatusForbidden, protocol.HeaderAdmission},
 		{"waiting room down", "unknown", http.StatusServiceUnavailable, ""},
 	} {
 		code, body := post("k-"+c.name, c.admission, "o-"+c.name)

@@ -4,31 +4,32 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 // Error is the payment service's error: the error type every Stampede API
 // shares (package httpapi), with a code, the field at fault and a message
 // safe to show a client. Its cause, Err, is logged only.
-type Error = httpapi.Error
+type Error = stampede.Error
 
 // Code classifies an Error for clients; httpapi maps each code to one
 // HTTP status.
-type Code = httpapi.Code
+type Code = stampede.Code
 
 // The error codes the payment service returns.
 const (
-	CodeInvalid          = httpapi.CodeInvalid      // 400: a field or header of the request is wrong
-	CodeNotFound         = httpapi.CodeNotFound     // 404: no such payment, idempotency key or path
-	CodeConflict         = httpapi.CodeConflict     // 409: the idempotency key is in flight, or the status moved on
-	CodeOrderExists      = httpapi.CodeOrderExists  // 409: the order already has a live or approved payment
-	CodeUnauthorized     = httpapi.CodeUnauthorized // 401: no valid merchant API key
-	CodeForbidden        = httpapi.CodeForbidden    // 403: the key's merchant is not the body's merchant_id
-	CodeMismatch         = httpapi.CodeMismatch     // 422: the idempotency key was used with a different request
-	CodeUnavailable      = httpapi.CodeUnavailable  // 503: the store cannot be reached or did not answer in time
-	CodeInternal         = httpapi.CodeInternal     // 500: a bug
-	CodeTooLarge         = httpapi.CodeTooLarge     // 413: request body over the limit
-	CodeUnsupportedMedia = httpapi.CodeUnsupported  // 415: wrong media type
+	CodeInvalid               = stampede.Invalid      // 400: a field or header of the request is wrong
+	CodeNotFound              = stampede.NotFound     // 404: no such payment, idempotency key or path
+	CodeConflict              = stampede.Conflict     // 409: the idempotency key is in flight, or the status moved on
+	CodeOrderExists      Code = "order_exists"        // 409: the order already has a live or approved payment
+	CodeUnauthorized          = stampede.Unauthorized // 401: no valid merchant API key
+	CodeForbidden             = stampede.Forbidden    // 403: the key's merchant is not the body's merchant_id
+	CodeMismatch              = stampede.Mismatch     // 422: the idempotency key was used with a different request
+	CodeUnavailable           = stampede.Unavailable  // 503: the store cannot be reached or did not answer in time
+	CodeInternal              = stampede.Internal     // 500: a bug
+	CodeTooLarge              = stampede.TooLarge     // 413: request body over the limit
+	CodeUnsupportedMedia      = stampede.Unsupported  // 415: wrong media type
 )
 
 // Sentinel errors of the Store. Test for them with errors.Is.
@@ -70,7 +71,7 @@ func (e *OrderExistsError) Error() string {
 
 // Invalid returns a CodeInvalid error naming field.
 func Invalid(field, format string, args ...any) *Error {
-	return httpapi.Invalid(field, format, args...)
+	return stampede.InvalidField(field, format, args...)
 }
 
 // Unavailable wraps a storage failure that a retry may cure (connection
@@ -80,7 +81,7 @@ func Unavailable(err error) *Error {
 }
 
 // Internal wraps an unexpected failure: 500, the cause logged only.
-func Internal(err error) *Error { return httpapi.Internal(err) }
+func Internal(err error) *Error { return stampede.InternalErr(err) }
 
 // MapError is the one place that turns the Store's sentinel errors into
 // an *Error: ErrNotFound is not_found, ErrStaleStatus and
@@ -96,7 +97,7 @@ func MapError(err error) error {
 		return err
 	}
 	if o, ok := errors.AsType[*OrderExistsError](err); ok {
-		return &Error{Code: CodeOrderExists, Field: "order_id", Message: "the order already has a payment that is in progress or approved; it may be paid again only after that payment is declined or failed",
+		return &Error{Code: CodeOrderExists, Kind: stampede.Conflict, Field: "order_id", Message: "the order already has a payment that is in progress or approved; it may be paid again only after that payment is declined or failed",
 			Extra: map[string]any{"payment_id": o.PaymentID}, Err: o}
 	}
 	if c, ok := errors.AsType[*IdempotencyConflict](err); ok {
@@ -108,11 +109,11 @@ func MapError(err error) error {
 	case errors.Is(err, ErrStaleStatus):
 		return &Error{Code: CodeConflict, Message: "the payment's status changed meanwhile; read it again", Err: err}
 	}
-	return httpapi.As(err)
+	return stampede.As(err)
 }
 
 // ErrorCode returns err's code (see MapError); the empty code for nil.
-func ErrorCode(err error) Code { return httpapi.CodeOf(MapError(err)) }
+func ErrorCode(err error) Code { return stampede.CodeOf(MapError(err)) }
 
 // HTTPStatus returns the HTTP status err answers with (see MapError);
 // 200 for nil.

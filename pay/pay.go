@@ -18,33 +18,24 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
-// Status is a payment's status.
-type Status string
+// Status is a payment's status: the protocol's, which every service
+// reads the same way.
+type Status = protocol.PaymentStatus
 
 // The payment statuses.
 const (
-	StatusPending  Status = "PENDING"  // persisted, call to the institution in flight
-	StatusApproved Status = "APPROVED" // the institution approved it
-	StatusDeclined Status = "DECLINED" // the institution declined it
-	StatusUnknown  Status = "UNKNOWN"  // timeout or lost response: the money may have moved
-	StatusFailed   Status = "FAILED"   // known not processed
+	StatusPending  = protocol.StatusPending  // persisted, call to the institution in flight
+	StatusApproved = protocol.StatusApproved // the institution approved it
+	StatusDeclined = protocol.StatusDeclined // the institution declined it
+	StatusUnknown  = protocol.StatusUnknown  // timeout or lost response: the money may have moved
+	StatusFailed   = protocol.StatusFailed   // known not processed
 )
 
 // Statuses returns every status, in lifecycle order.
-func Statuses() []Status {
-	return []Status{StatusPending, StatusApproved, StatusDeclined, StatusUnknown, StatusFailed}
-}
-
-// Valid reports whether s is one of the statuses.
-func (s Status) Valid() bool { return slices.Contains(Statuses(), s) }
-
-// Terminal reports whether s is final: APPROVED, DECLINED or FAILED.
-// PENDING and UNKNOWN still await an answer.
-func (s Status) Terminal() bool {
-	return s == StatusApproved || s == StatusDeclined || s == StatusFailed
-}
+func Statuses() []Status { return protocol.PaymentStatuses() }
 
 // CanTransition reports whether a payment may move from one status to
 // another: a non-terminal status may move to any other status except back
@@ -143,27 +134,14 @@ type OutboxEvent struct {
 
 // Outbox event types.
 const (
-	EventCreated       = "payment.created"        // the payment was created PENDING
-	EventStatusChanged = "payment.status_changed" // the payment changed status
-	EventReviewFlagged = "payment.review_flagged" // the payment was flagged for manual review
+	EventCreated       = protocol.EventCreated       // the payment was created PENDING
+	EventStatusChanged = protocol.EventStatusChanged // the payment changed status
+	EventReviewFlagged = protocol.EventReviewFlagged // the payment was flagged for manual review
 )
 
-// Event is the JSON payload of an outbox row: the payment as it stands
-// after the change, and the change.
-type Event struct {
-	Type         string    `json:"type"`
-	PaymentID    string    `json:"payment_id"`
-	Seq          int64     `json:"seq"`
-	MerchantID   string    `json:"merchant_id"`
-	OrderID      string    `json:"order_id"`
-	Amount       int64     `json:"amount"`
-	Currency     string    `json:"currency"`
-	From         Status    `json:"from,omitempty"`
-	Status       Status    `json:"status"`
-	Reason       string    `json:"reason,omitempty"`
-	ManualReview bool      `json:"manual_review"`
-	At           time.Time `json:"at"`
-}
+// Event is the JSON payload of an outbox row: the protocol's payment
+// event, the payment as it stands after the change, and the change.
+type Event = protocol.PaymentEvent
 
 // NewEvent builds the outbox row reporting a change of p (already applied
 // to p): typ is one of the Event* types, seq the payment's event sequence

@@ -47,7 +47,7 @@ func (c ClientConfig) Validate() error {
 
 // Client calls a waiting room's HTTP API: the online admission check and
 // release for checkouts, and join, ticket and leave for tests and the lab.
-// Error answers are *httpapi.Error values (httpapi.ReadProblem); a
+// Error answers are *stampede.Error values (httpapi.ReadProblem); a
 // transport failure or timeout is returned as it is. Safe for concurrent
 // use.
 type Client struct {

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // TestClient: join, ticket, check and done through waitroom.Client, and
-// error answers read as *httpapi.Error.
+// error answers read as *stampede.Error.
 func TestClient(t *testing.T) {
 	e := newEnvWith(t, miniBackend(t), true, func(o *waitroom.ServerOptions) {
 		o.AllowUnsignedUsers = false
@@ -29,8 +29,8 @@ func TestClient(t *testing.T) {
 		t.Fatalf("Join = %+v, %v", tk, err)
 	}
 	_, err = c.Join(ctx, room, waitroom.JoinRequest{UserID: "zoe", UserSig: waitroom.SignUser(siteSecret, room, "zoe", exp), UserExpires: exp})
-	if e, ok := errors.AsType[*httpapi.Error](err); !ok || e.Status != 409 || e.Code != httpapi.CodeConflict {
-		t.Fatalf("a second signed join = %v, want a 409 conflict *httpapi.Error", err)
+	if e, ok := errors.AsType[*stampede.Error](err); !ok || e.Status != 409 || e.Code != stampede.Conflict {
+		t.Fatalf("a second signed join = %v, want a 409 conflict *stampede.Error", err)
 	}
 	admitPass(t, e, room)
 	tk, err = c.Ticket(ctx, room, "zoe", tk.TicketToken)
@@ -45,8 +45,8 @@ func TestClient(t *testing.T) {
 	}
 	wrong, _ := waitroom.NewClient(waitroom.ClientConfig{BaseURL: e.url, CheckoutKey: "not-the-checkout-key", Timeout: time.Second})
 	_, err = wrong.Check(ctx, room, tk.AdmissionToken)
-	if e, ok := errors.AsType[*httpapi.Error](err); !ok || e.Status != 401 || e.Code != httpapi.CodeUnauthorized {
-		t.Fatalf("Check with a wrong key = %v, want a 401 *httpapi.Error", err)
+	if e, ok := errors.AsType[*stampede.Error](err); !ok || e.Status != 401 || e.Code != stampede.Unauthorized {
+		t.Fatalf("Check with a wrong key = %v, want a 401 *stampede.Error", err)
 	}
 	for _, cfg := range []waitroom.ClientConfig{
 		{BaseURL: "", Timeout: time.Second},

@@ -5,43 +5,43 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 )
 
 // Error is the waiting room's error: the one error type of every Stampede
 // API (package httpapi), with a code, the field it concerns (if any) and a
 // message safe to show clients.
-type Error = httpapi.Error
+type Error = stampede.Error
 
 // Code classifies an Error for clients; Code.Status maps each code to its
 // one HTTP status.
-type Code = httpapi.Code
+type Code = stampede.Code
 
 // The error codes the waiting room returns.
 const (
-	CodeInvalid      = httpapi.CodeInvalid      // 400: a field of the request is wrong
-	CodeUnauthorized = httpapi.CodeUnauthorized // 401: missing or bad token
-	CodeForbidden    = httpapi.CodeForbidden    // 403: a token for someone else
-	CodeNotFound     = httpapi.CodeNotFound     // 404: no such room, ticket or path
-	CodeConflict     = httpapi.CodeConflict     // 409: the user holds a ticket the request cannot prove
-	CodeMethod       = httpapi.CodeMethod       // 405: wrong HTTP method
-	CodeTooLarge     = httpapi.CodeTooLarge     // 413: request body over the limit
-	CodeRateLimited  = httpapi.CodeRateLimited  // 429: too many joins from one client address
-	CodeBusy         = httpapi.CodeBusy         // 503: too many challenges in flight
-	CodeUnsupported  = httpapi.CodeUnsupported  // 415: wrong media type
-	CodeInternal     = httpapi.CodeInternal     // 500: a bug
-	CodeUnavailable  = httpapi.CodeUnavailable  // 503: the store cannot be reached in time
+	CodeInvalid           = stampede.Invalid          // 400: a field of the request is wrong
+	CodeUnauthorized      = stampede.Unauthorized     // 401: missing or bad token
+	CodeForbidden         = stampede.Forbidden        // 403: a token for someone else
+	CodeNotFound          = stampede.NotFound         // 404: no such room, ticket or path
+	CodeConflict          = stampede.Conflict         // 409: the user holds a ticket the request cannot prove
+	CodeMethod            = stampede.MethodNotAllowed // 405: wrong HTTP method
+	CodeTooLarge          = stampede.TooLarge         // 413: request body over the limit
+	CodeRateLimited       = stampede.RateLimited      // 429: too many joins from one client address
+	CodeBusy         Code = "busy"                    // 503: too many challenges in flight
+	CodeUnsupported       = stampede.Unsupported      // 415: wrong media type
+	CodeInternal          = stampede.Internal         // 500: a bug
+	CodeUnavailable       = stampede.Unavailable      // 503: the store cannot be reached in time
 )
 
 // fieldError is an invalid-input error naming field.
 func fieldError(field, format string, args ...any) error {
-	return httpapi.Invalid(field, format, args...)
+	return stampede.InvalidField(field, format, args...)
 }
 
 // Unavailable wraps a store failure (unreachable, frozen, too slow): 503
 // with Retry-After; the cause is logged, never shown.
 func Unavailable(err error) error {
-	return httpapi.Unavailable("the waiting room's store", err)
+	return stampede.UnavailableErr("the waiting room's store", err)
 }
 
 // ErrorCode returns err's code: an *Error's own, not_found for ErrNoRoom
@@ -54,7 +54,7 @@ func ErrorCode(err error) Code {
 			return CodeNotFound
 		}
 	}
-	return httpapi.CodeOf(err)
+	return stampede.CodeOf(err)
 }
 
 // mapError is the API's httpapi.Config.MapError: the store's sentinel

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
@@ -143,9 +144,9 @@ func TestJoinBodyBadInputNamesField(t *testing.T) {
 		r.Header.Set("Content-Type", "application/json")
 		var b joinBody
 		err := httpapi.DecodeJSON(httptest.NewRecorder(), r, &b, 4096, joinFields)
-		e := httpapi.As(err)
-		if err == nil || e.HTTPStatus() != http.StatusBadRequest || e.Field != field {
-			t.Errorf("%s: got %v (status %d, field %q), want 400 naming %q", in, err, e.HTTPStatus(), e.Field, field)
+		e := stampede.As(err)
+		if err == nil || httpapi.ErrorStatus(e) != http.StatusBadRequest || e.Field != field {
+			t.Errorf("%s: got %v (status %d, field %q), want 400 naming %q", in, err, httpapi.ErrorStatus(e), e.Field, field)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 // Admission tokens are standard JWTs (RFC 7519) signed with EdDSA
@@ -39,10 +40,7 @@ import (
 // the new key, and the JWKS serves both until the old tokens have expired.
 
 // AdmissionIssuer is the iss claim of every admission token.
-const AdmissionIssuer = "stampede-waitroom"
-
-// admissionAudiencePrefix starts the aud claim; the room follows.
-const admissionAudiencePrefix = "stampede-room:"
+const AdmissionIssuer = protocol.AdmissionIssuer
 
 // keyDerivationLabel prefixes the HMAC input that derives a signing key.
 const keyDerivationLabel = "stampede-admission-ed25519-v1\x00"
@@ -97,33 +95,8 @@ func deriveKey(spec KeySpec) (admissionKey, error) {
 	return admissionKey{kid: spec.Epoch + "-" + hex.EncodeToString(sum[:6]), priv: priv, pub: pub}, nil
 }
 
-// AdmissionClaims are what an admission token says.
-type AdmissionClaims struct {
-	// Room is the room the user was admitted to.
-	Room string
-	// User is the admitted user.
-	User string
-	// Seq is the user's arrival sequence number: it identifies this
-	// admission.
-	Seq int64
-	// AdmittedAt is when the admission began (whole seconds); a gate
-	// caps the sliding lease from it.
-	AdmittedAt time.Time
-	// IssuedAt is when the token was signed.
-	IssuedAt time.Time
-	// Expires is when the token stops verifying offline: the lease's end
-	// when it was signed.
-	Expires time.Time
-	// KeyID is the kid of the key that signed the token (set by Verify).
-	KeyID string
-}
-
-// jwtClaims are the private claims of an admission token.
-type jwtClaims struct {
-	Room       string `json:"room"`
-	Seq        int64  `json:"seq"`
-	AdmittedAt int64  `json:"adm"`
-}
+// AdmissionClaims are what an admission token says (the protocol's).
+type AdmissionClaims = protocol.AdmissionClaims
 
 // AdmissionSigner signs admission tokens with its current key and verifies
 // them with the current and previous keys. It is safe for concurrent use.
@@ -193,15 +166,7 @@ func (s *AdmissionSigner) Sign(c AdmissionClaims) (string, error) {
 	case c.Expires.Unix() <= c.IssuedAt.Unix():
 		return "", fieldError("expires", "must be at least a second after issued_at")
 	}
-	std := jwt.Claims{
-		Issuer:   AdmissionIssuer,
-		Subject:  c.User,
-		Audience: jwt.Audience{admissionAudiencePrefix + c.Room},
-		IssuedAt: jwt.NewNumericDate(c.IssuedAt),
-		Expiry:   jwt.NewNumericDate(c.Expires),
-		ID:       fmt.Sprintf("%s:%d", c.Room, c.Seq),
-	}
-	tok, err := jwt.Signed(s.signer).Claims(std).Claims(jwtClaims{Room: c.Room, Seq: c.Seq, AdmittedAt: c.AdmittedAt.Unix()}).Serialize()
+	tok, err := jwt.Signed(s.signer).Claims(c.StandardClaims()).Claims(c.PrivateClaims()).Serialize()
 	if err != nil {
 		return "", &Error{Code: CodeInternal, Message: "cannot sign the admission token", Err: err}
 	}
@@ -214,55 +179,10 @@ func (s *AdmissionSigner) Verify(token, room string) (AdmissionClaims, error) {
 	return VerifyAdmissionJWT(token, s.jwks, room, s.now())
 }
 
-// VerifyAdmissionJWT verifies an admission token offline: its EdDSA
-// signature by a key of keys (matched by kid), its issuer, that it is for
-// room, and that now is before its expiry. It proves that the token was
-// issued, not that the slot is still held: use the online check
-// (POST /v1/rooms/{room}/admissions/check, Client.Check) for that.
-//
-// Its errors are *Error values: CodeUnauthorized with "malformed token",
-// "token signature invalid" or "token expired"; CodeForbidden for a
-// genuine admission to another room; CodeInvalid for an empty room or a
-// zero now.
+// VerifyAdmissionJWT verifies an admission token offline (see
+// protocol.VerifyAdmission).
 func VerifyAdmissionJWT(token string, keys jose.JSONWebKeySet, room string, now time.Time) (AdmissionClaims, error) {
-	if room == "" {
-		return AdmissionClaims{}, fieldError("room", "is required")
-	}
-	if now.IsZero() {
-		return AdmissionClaims{}, fieldError("now", "is required")
-	}
-	if len(token) > maxTokenLen || len(token) == 0 {
-		return AdmissionClaims{}, tokenError(msgMalformed, nil)
-	}
-	tok, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{jose.EdDSA})
-	if err != nil || len(tok.Headers) != 1 {
-		return AdmissionClaims{}, tokenError(msgMalformed, err)
-	}
-	kid := tok.Headers[0].KeyID
-	found := keys.Key(kid)
-	if kid == "" || len(found) == 0 {
-		return AdmissionClaims{}, tokenError(msgSignature, nil)
-	}
-	var std jwt.Claims
-	var priv jwtClaims
-	if err := tok.Claims(found[0].Key, &std, &priv); err != nil {
-		return AdmissionClaims{}, tokenError(msgSignature, err)
-	}
-	if std.Issuer != AdmissionIssuer || std.Subject == "" || priv.Room == "" || std.Expiry == nil || std.IssuedAt == nil ||
-		!std.Audience.Contains(admissionAudiencePrefix+priv.Room) {
-		return AdmissionClaims{}, tokenError(msgMalformed, nil)
-	}
-	if !now.Before(std.Expiry.Time()) {
-		return AdmissionClaims{}, tokenError(msgExpired, nil)
-	}
-	if priv.Room != room {
-		return AdmissionClaims{}, &Error{Code: CodeForbidden, Message: "admission token is for another room"}
-	}
-	return AdmissionClaims{
-		Room: priv.Room, User: std.Subject, Seq: priv.Seq,
-		AdmittedAt: time.Unix(priv.AdmittedAt, 0).UTC(),
-		IssuedAt:   std.IssuedAt.Time().UTC(), Expires: std.Expiry.Time().UTC(), KeyID: kid,
-	}, nil
+	return protocol.VerifyAdmission(token, keys, room, now)
 }
 
 // jwks answers GET /.well-known/jwks.json with the public keys.

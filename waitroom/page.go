@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 )
 
 // pageSource is the waiting page: an html/template with one inline style
@@ -222,7 +222,7 @@ func (h *handler) renderPage(w http.ResponseWriter, r *http.Request, room string
 	}
 	var buf bytes.Buffer
 	if err := pageTemplate.Execute(&buf, d); err != nil {
-		h.api.Fail(w, r, httpapi.Internal(err))
+		h.api.Fail(w, r, stampede.InternalErr(err))
 		return
 	}
 	hd := w.Header()

@@ -10,6 +10,8 @@ import (
 	"math/bits"
 	"sync"
 	"time"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // A proof of work makes every join of a room cost the client some CPU: the
@@ -215,7 +217,7 @@ func (p *powIssuer) spend(challenge string, exp, now time.Time) error {
 		return &Error{Code: CodeForbidden, Field: "challenge", Message: "this challenge was used already; get a new one"}
 	}
 	if len(p.spent) >= p.cfg.MaxSpent {
-		return &Error{Code: CodeBusy, RetryAfter: p.byExp[0].exp.Sub(now),
+		return &Error{Code: CodeBusy, Kind: stampede.Unavailable, RetryAfter: p.byExp[0].exp.Sub(now),
 			Message: "too many proofs of work in flight; try again shortly"}
 	}
 	p.spent[challenge] = exp

@@ -15,16 +15,14 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/checkout"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 var _ checkout.Payer = (*Client)(nil)
-
-// HeaderAdmission carries the buyer's admission token to pay, which
-// checks it online when run with --require-admission.
-const HeaderAdmission = "Stampede-Admission"
 
 // Client is a checkout.Payer talking to pay.
 type Client struct {
@@ -39,10 +37,10 @@ type Client struct {
 func New(baseURL, apiKey string, hc *http.Client) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, httpapi.Invalid("pay", "must be an http(s) base URL, got %q", baseURL)
+		return nil, stampede.InvalidField("pay", "must be an http(s) base URL, got %q", baseURL)
 	}
 	if apiKey == "" {
-		return nil, httpapi.Invalid("pay-key", "is required: a merchant API key of pay")
+		return nil, stampede.InvalidField("pay-key", "is required: a merchant API key of pay")
 	}
 	if hc == nil {
 		hc = http.DefaultClient
@@ -73,10 +71,10 @@ func (c *Client) Pay(ctx context.Context, req checkout.PaymentRequest) (checkout
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("Idempotency-Key", req.IdempotencyKey)
 	if req.Admission != "" {
-		hr.Header.Set(HeaderAdmission, req.Admission)
+		hr.Header.Set(protocol.HeaderAdmission, req.Admission)
 	}
 	p, err := c.do(hr, true)
-	if e, ok := errors.AsType[*httpapi.Error](err); ok && e.Code == httpapi.CodeOrderExists {
+	if e, ok := errors.AsType[*stampede.Error](err); ok && e.Code == pay.CodeOrderExists {
 		if id, _ := e.Extra["payment_id"].(string); id != "" {
 			return c.Payment(ctx, id)
 		}

@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/checkout"
 	"github.com/stampede-lab/stampede/checkout/payclient"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 // stub answers POST /v1/payments with post and GET /v1/payments/p2 with
@@ -28,7 +30,7 @@ func stub(t *testing.T, post func(w http.ResponseWriter)) *payclient.Client {
 			io.WriteString(w, `{"id":"p2","status":"APPROVED"}`)
 			return
 		}
-		if r.Header.Get("Idempotency-Key") != "k1" || r.Header.Get(payclient.HeaderAdmission) != "adm" {
+		if r.Header.Get("Idempotency-Key") != "k1" || r.Header.Get(protocol.HeaderAdmission) != "adm" {
 			w.WriteHeader(http.StatusTeapot)
 			return
 		}
@@ -42,7 +44,7 @@ func stub(t *testing.T, post func(w http.ResponseWriter)) *payclient.Client {
 	return c
 }
 
-func problem(w http.ResponseWriter, e *httpapi.Error) { httpapi.WriteProblem(w, e, "pay") }
+func problem(w http.ResponseWriter, e *stampede.Error) { httpapi.WriteProblem(w, e, "pay") }
 
 // TestClassification: what each answer of pay means for the order.
 func TestClassification(t *testing.T) {
@@ -61,12 +63,12 @@ func TestClassification(t *testing.T) {
 			w.WriteHeader(http.StatusAccepted)
 			io.WriteString(w, `{"id":"p1","status":"UNKNOWN"}`)
 		}, pay.StatusUnknown, false},
-		{"invalid is rejected", func(w http.ResponseWriter) { problem(w, httpapi.Invalid("amount", "bad")) }, "", true},
-		{"forbidden is rejected", func(w http.ResponseWriter) { problem(w, httpapi.Errorf(httpapi.CodeForbidden, "no admission")) }, "", true},
-		{"in flight is unknown", func(w http.ResponseWriter) { problem(w, httpapi.Errorf(httpapi.CodeConflict, "in flight")) }, "", false},
-		{"unavailable is unknown", func(w http.ResponseWriter) { problem(w, httpapi.Unavailable("store", nil)) }, "", false},
+		{"invalid is rejected", func(w http.ResponseWriter) { problem(w, stampede.InvalidField("amount", "bad")) }, "", true},
+		{"forbidden is rejected", func(w http.ResponseWriter) { problem(w, stampede.Errorf(stampede.Forbidden, "no admission")) }, "", true},
+		{"in flight is unknown", func(w http.ResponseWriter) { problem(w, stampede.Errorf(stampede.Conflict, "in flight")) }, "", false},
+		{"unavailable is unknown", func(w http.ResponseWriter) { problem(w, stampede.UnavailableErr("store", nil)) }, "", false},
 		{"order exists reads the payment", func(w http.ResponseWriter) {
-			problem(w, &httpapi.Error{Code: httpapi.CodeOrderExists, Message: "exists", Extra: map[string]any{"payment_id": "p2"}})
+			problem(w, &stampede.Error{Code: pay.CodeOrderExists, Message: "exists", Extra: map[string]any{"payment_id": "p2"}})
 		}, pay.StatusApproved, false},
 		{"a body without a payment is unknown", func(w http.ResponseWriter) { w.WriteHeader(http.StatusCreated) }, "", false},
 	} {
@@ -89,10 +91,10 @@ func TestClassification(t *testing.T) {
 }
 
 func TestNewNamesTheFlag(t *testing.T) {
-	if _, err := payclient.New("ftp://x", "k", nil); httpapi.As(err).Field != "pay" {
+	if _, err := payclient.New("ftp://x", "k", nil); stampede.As(err).Field != "pay" {
 		t.Errorf("bad URL: %v", err)
 	}
-	if _, err := payclient.New("http://x", "", nil); httpapi.As(err).Field != "pay-key" {
+	if _, err := payclient.New("http://x", "", nil); stampede.As(err).Field != "pay-key" {
 		t.Errorf("no key: %v", err)
 	}
 }

@@ -40,8 +40,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/checkout"
-	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
 	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
@@ -82,12 +82,12 @@ var spec = sqldb.Spec{
 		_, ok := errors.AsType[*checkout.StateError](err)
 		return ok
 	},
-	Conflict: func(table string, err error) *httpapi.Error {
+	Conflict: func(table string, err error) *stampede.Error {
 		msg := "conflicting write (" + table + ")"
 		if table == "checkout_events" {
 			msg = "the event already exists"
 		}
-		return &checkout.Error{Code: httpapi.CodeConflict, Message: msg, Err: err}
+		return &checkout.Error{Code: stampede.Conflict, Message: msg, Err: err}
 	},
 }
 

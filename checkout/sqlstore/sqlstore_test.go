@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/checkout"
 	"github.com/stampede-lab/stampede/checkout/sqlstore"
 	"github.com/stampede-lab/stampede/internal/httpapi"
@@ -208,7 +209,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("Hold of an unknown event = %v", err)
 	}
 	createEvent(t, s, "e", 1)
-	if _, err := s.CreateEvent(ctx, checkout.Event{ID: "e", Seats: 1, Price: 1, Currency: "KRW"}); httpapi.CodeOf(err) != httpapi.CodeConflict {
+	if _, err := s.CreateEvent(ctx, checkout.Event{ID: "e", Seats: 1, Price: 1, Currency: "KRW"}); stampede.CodeOf(err) != stampede.Conflict {
 		t.Errorf("duplicate event = %v", err)
 	}
 	if _, err := s.Hold(ctx, newHold("e", time.Now()), 2); err == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/checkout"
 	"github.com/stampede-lab/stampede/checkout/payclient"
 	"github.com/stampede-lab/stampede/checkout/sqlstore"
@@ -135,7 +136,7 @@ func (o *checkoutOptions) serverConfig() (httpapi.ServerConfig, error) {
 	if err := cfg.Validate(); err != nil {
 		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
 			"WriteTimeout": "--write-timeout", "IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
 			return cfg, fmt.Errorf("%s %s", flag[e.Field], strings.ReplaceAll(e.Message, "ReadHeaderTimeout", "--read-header-timeout"))
 		}
 		return cfg, err
@@ -164,7 +165,7 @@ func (o *checkoutOptions) serviceConfig() (checkout.Config, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		flag := map[string]string{"MaxHold": "--max-hold", "MaxSeatsPerHold": "--max-seats-per-hold", "PayTimeout": "--pay-timeout"}
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
 			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
 		}
 		return cfg, err
@@ -202,7 +203,7 @@ func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
 	tr.MaxIdleConnsPerHost = 256
 	payer, err := payclient.New(opts.pay, opts.payKey, &http.Client{Transport: tr})
 	if err != nil {
-		if e, ok := errors.AsType[*httpapi.Error](err); ok {
+		if e, ok := errors.AsType[*stampede.Error](err); ok {
 			return fmt.Errorf("--%s %s", e.Field, e.Message)
 		}
 		return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stampede-lab/stampede/checkout"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 // runCheckoutCmd runs `serve checkout` with args until ctx ends, through
@@ -106,13 +107,13 @@ func TestServeCheckoutSells(t *testing.T) {
 	if resp, m := send("POST", "/v1/events/show", `{"seats":2,"price":500,"currency":"USD"}`, "Authorization", "Bearer "+admin); resp.StatusCode != 201 {
 		t.Fatalf("create = %d %v", resp.StatusCode, m)
 	}
-	resp, h := send("POST", "/v1/events/show/holds", `{"seats":2}`, checkout.HeaderUser, "u1", checkout.HeaderAdmission, "adm")
+	resp, h := send("POST", "/v1/events/show/holds", `{"seats":2}`, protocol.HeaderUser, "u1", protocol.HeaderAdmission, "adm")
 	if resp.StatusCode != 201 {
 		t.Fatalf("hold = %d %v", resp.StatusCode, h)
 	}
-	resp, o := send("POST", "/v1/holds/"+h["id"].(string)+"/purchase", "", checkout.HeaderUser, "u1", checkout.HeaderAdmission, "adm")
-	if resp.StatusCode != 200 || o["status"] != "paid" || resp.Header.Get(checkout.HeaderRelease) != "done" || payments.Load() != 1 {
-		t.Fatalf("purchase = %d %v release=%q payments=%d", resp.StatusCode, o, resp.Header.Get(checkout.HeaderRelease), payments.Load())
+	resp, o := send("POST", "/v1/holds/"+h["id"].(string)+"/purchase", "", protocol.HeaderUser, "u1", protocol.HeaderAdmission, "adm")
+	if resp.StatusCode != 200 || o["status"] != "paid" || resp.Header.Get(protocol.HeaderRelease) != "done" || payments.Load() != 1 {
+		t.Fatalf("purchase = %d %v release=%q payments=%d", resp.StatusCode, o, resp.Header.Get(protocol.HeaderRelease), payments.Load())
 	}
 	if resp, e := send("GET", "/v1/events/show", ""); e["sold"] != 2.0 || e["seats_left"] != 0.0 {
 		t.Fatalf("event = %d %v", resp.StatusCode, e)

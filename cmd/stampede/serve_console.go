@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/console"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
@@ -90,7 +91,7 @@ func runConsole(cmd *cobra.Command, opts *consoleOptions) error {
 		return errors.New("--http must not be empty")
 	}
 	if err := opts.cfg.Validate(); err != nil {
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && consoleFlags[e.Field] != "" {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && consoleFlags[e.Field] != "" {
 			return fmt.Errorf("%s %s", consoleFlags[e.Field], e.Message)
 		}
 		return err
@@ -98,7 +99,7 @@ func runConsole(cmd *cobra.Command, opts *consoleOptions) error {
 	if err := opts.server.Validate(); err != nil {
 		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
 			"WriteTimeout": "--write-timeout", "IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
 			return fmt.Errorf("%s %s", flag[e.Field], e.Message)
 		}
 		return err

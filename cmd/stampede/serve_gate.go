@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/gate"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
@@ -83,7 +84,7 @@ func (o *gateOptions) config(cmd *cobra.Command) (gate.Config, error) {
 	if err := cfg.Validate(); err != nil {
 		flag := map[string]string{"Room": "--room", "Upstream": "--upstream", "CookieName": "--cookie",
 			"CheckCache": "--check-cache", "MaxSession": "--max-session"}
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
 			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
 		}
 		return cfg, err

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
@@ -87,7 +88,7 @@ func (o *institutionOptions) config(log *slog.Logger) (institution.Config, error
 	if err := o.server.Validate(); err != nil {
 		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
 			"IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
 			return cfg, fmt.Errorf("%s %s", flag[e.Field], strings.ReplaceAll(e.Message, "ReadHeaderTimeout", "--read-header-timeout"))
 		}
 		return cfg, err

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
@@ -235,7 +236,7 @@ func (o *payOptions) serverConfig() (httpapi.ServerConfig, error) {
 	if err := cfg.Validate(); err != nil {
 		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
 			"WriteTimeout": "--write-timeout", "IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
 			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
 		}
 		return cfg, err
@@ -332,7 +333,7 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	deliverer, err := webhook.New(ws, wcfg)
 	if err != nil {
 		flag := map[string]string{"MaxAge": "--webhook-max-age", "Timeout": "--webhook-timeout", "Concurrency": "--webhook-concurrency"}
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
 			return fmt.Errorf("%s %s", flag[e.Field], e.Message)
 		}
 		return err

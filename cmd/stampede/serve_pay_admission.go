@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/admissioncheck"
 )
@@ -43,7 +43,7 @@ func (o *payAdmissionOptions) checker() (pay.AdmissionChecker, error) {
 	cfg := admissioncheck.DefaultConfig()
 	cfg.WaitingRoom, cfg.Room, cfg.CheckoutKey, cfg.Timeout = o.waitroom, o.room, o.checkoutKey, o.timeout
 	c, err := admissioncheck.New(cfg)
-	if e, ok := errors.AsType[*httpapi.Error](err); ok {
+	if e, ok := errors.AsType[*stampede.Error](err); ok {
 		flag := map[string]string{"WaitingRoom": "--waitroom", "Room": "--admission-room", "CheckoutKey": "--checkout-key", "Timeout": "--admission-timeout"}[e.Field]
 		if flag != "" {
 			return nil, fmt.Errorf("%s %s", flag, e.Message)

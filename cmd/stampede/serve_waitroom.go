@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
@@ -202,7 +203,7 @@ func (o *waitroomOptions) validate() error {
 	if err := o.server.Validate(); err != nil {
 		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
 			"WriteTimeout": "--write-timeout", "IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
 			return fmt.Errorf("%s %s", flag[e.Field], e.Message)
 		}
 		return err
@@ -232,7 +233,7 @@ func (o *waitroomOptions) joinLimit() (waitroom.JoinLimitConfig, error) {
 	cfg := waitroom.JoinLimitConfig{Rate: o.joinRate, Burst: o.joinBurst, MaxClients: o.joinClients, TrustedProxies: proxies}
 	if err := cfg.Validate(); err != nil {
 		flag := map[string]string{"Rate": "--join-rate", "Burst": "--join-burst", "MaxClients": "--join-clients"}
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && flag[e.Field] != "" {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
 			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
 		}
 		return cfg, err

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
@@ -510,7 +511,7 @@ func testClosed(t *testing.T, s fulfilment.Store) {
 	_, errTickets := s.Tickets(ctx, "", 10)
 	_, errCounts := s.Counts(ctx)
 	for name, err := range map[string]error{"Ping": s.Ping(ctx), "Inbox": errInbox, "Order": errOrder, "Tickets": errTickets, "Counts": errCounts} {
-		if httpapi.CodeOf(err) != httpapi.CodeUnavailable {
+		if stampede.CodeOf(err) != stampede.Unavailable {
 			t.Errorf("%s on a closed store = %v, want unavailable", name, err)
 		}
 	}
@@ -675,7 +676,7 @@ func testTicketsPaginate(t *testing.T, s fulfilment.Store) {
 	if !slices.Equal(seen, ids) {
 		t.Fatalf("paged through tickets of %v, want %v", seen, ids)
 	}
-	if _, err := s.Tickets(ctx, "", 0); httpapi.CodeOf(err) != httpapi.CodeInvalid {
+	if _, err := s.Tickets(ctx, "", 0); stampede.CodeOf(err) != stampede.Invalid {
 		t.Errorf("Tickets with limit 0 = %v, want invalid", err)
 	}
 	got, err := s.Counts(ctx)

@@ -31,8 +31,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/fulfilment"
-	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
 )
@@ -155,7 +155,7 @@ func (s *Store) Ticket(ctx context.Context, merchantID, orderID string) (fulfilm
 // Tickets implements fulfilment.Store.
 func (s *Store) Tickets(ctx context.Context, afterPaymentID string, limit int) ([]fulfilment.Ticket, error) {
 	if limit < 1 {
-		return nil, httpapi.Invalid("limit", "must be at least 1, got %d", limit)
+		return nil, stampede.InvalidField("limit", "must be at least 1, got %d", limit)
 	}
 	var out []fulfilment.Ticket
 	err := s.readOp(ctx, func(ctx context.Context, db *sql.DB) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/fulfilment/fulfilmenttest"
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
@@ -198,7 +199,7 @@ func TestUnreachablePostgresIsUnavailable(t *testing.T) {
 	cfg := sqlstore.DefaultConfig()
 	cfg.PostgresURL = "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2"
 	_, err := sqlstore.Open(context.Background(), cfg)
-	if httpapi.CodeOf(err) != httpapi.CodeUnavailable {
+	if stampede.CodeOf(err) != stampede.Unavailable {
 		t.Fatalf("Open on a closed port = %v, want unavailable", err)
 	}
 }

@@ -22,9 +22,9 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stampede-lab/stampede"
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
 	"github.com/stampede-lab/stampede/fulfilment"
-	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 // Config configures a Worker.
@@ -103,7 +103,7 @@ func (w *Worker) handle(ctx context.Context, e dispatchjs.Event) error {
 	if errors.Is(err, fulfilment.ErrFenced) {
 		return fmt.Errorf("%w: %w", dispatchjs.ErrFenced, err)
 	}
-	if httpapi.CodeOf(err) == httpapi.CodeInvalid {
+	if stampede.CodeOf(err) == stampede.Invalid {
 		w.invalid.Add(1)
 		w.log.Error("invalid payment event set aside (acknowledged, not retried)", "event_id", e.ID, "subject", e.Subject,
 			"sequence", e.Sequence, "err", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/jsonbody"
 )
 
@@ -34,7 +35,7 @@ type Config struct {
 	// Nil means a new registry. One registry serves one API.
 	Registry *prometheus.Registry
 	// MapError, if set, turns errors a handler returned that are not
-	// *Error (a package's sentinel errors, say) into *Error before they
+	// *stampede.Error (a package's sentinel errors, say) into *stampede.Error before they
 	// are answered. It may return its argument unchanged.
 	MapError func(r *http.Request, err error) error
 	// Spec is the API's OpenAPI description as JSON, served on
@@ -47,10 +48,10 @@ type Config struct {
 // Validate reports the first unusable field.
 func (c Config) Validate() error {
 	if c.Name == "" {
-		return Invalid("Name", "must name the service")
+		return stampede.InvalidField("Name", "must name the service")
 	}
 	if c.ReadyTimeout < 0 {
-		return Invalid("ReadyTimeout", "must not be negative, got %s", c.ReadyTimeout)
+		return stampede.InvalidField("ReadyTimeout", "must not be negative, got %s", c.ReadyTimeout)
 	}
 	return nil
 }
@@ -108,7 +109,7 @@ func New(cfg Config) (*API, error) {
 		}})
 	}
 	a.mux.HandleFunc("/", a.adapt(func(w http.ResponseWriter, r *http.Request) error {
-		return &Error{Code: CodeNotFound, Message: fmt.Sprintf("no such path: %s", r.URL.Path)}
+		return &stampede.Error{Code: stampede.NotFound, Message: fmt.Sprintf("no such path: %s", r.URL.Path)}
 	}))
 	return a, nil
 }
@@ -142,7 +143,7 @@ func (a *API) HandleHTTP(path string, methods map[string]http.Handler) {
 	allow := strings.Join(allowed, ", ")
 	a.mux.HandleFunc(path, a.adapt(func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Allow", allow)
-		return &Error{Code: CodeMethod, Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)}
+		return &stampede.Error{Code: stampede.MethodNotAllowed, Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)}
 	}))
 }
 
@@ -158,12 +159,12 @@ func (a *API) AddCheck(c Check) {
 // as pages, call it.
 func (a *API) Fail(w http.ResponseWriter, r *http.Request, err error) {
 	if a.cfg.MapError != nil {
-		if _, ok := errors.AsType[*Error](err); !ok {
+		if _, ok := errors.AsType[*stampede.Error](err); !ok {
 			err = a.cfg.MapError(r, err)
 		}
 	}
-	e := As(err)
-	if status := e.HTTPStatus(); status >= 500 {
+	e := stampede.As(err)
+	if status := ErrorStatus(e); status >= 500 {
 		a.log.LogAttrs(r.Context(), slog.LevelError, a.cfg.Name+": request failed",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status),
 			slog.String("code", string(e.Code)), slog.Any("err", err))
@@ -194,7 +195,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			err := fmt.Errorf("panic: %v", p)
 			if rec.status == 0 {
-				a.Fail(rec, r, Internal(err))
+				a.Fail(rec, r, stampede.InternalErr(err))
 			} else {
 				a.log.Error(a.cfg.Name+": handler panicked after answering", "method", r.Method, "path", r.URL.Path, "err", err)
 			}
@@ -267,7 +268,7 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) error {
 	wg.Wait()
 	if len(failed) > 0 {
 		slices.Sort(failed)
-		return &Error{Code: CodeUnavailable, Message: "not ready: " + strings.Join(failed, ", "), Extra: map[string]any{"checks": results}}
+		return &stampede.Error{Code: stampede.Unavailable, Message: "not ready: " + strings.Join(failed, ", "), Extra: map[string]any{"checks": results}}
 	}
 	WriteJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": results})
 	return nil
@@ -287,9 +288,9 @@ func pingWithin(ctx context.Context, ping func(context.Context) error) error {
 }
 
 // safeReason says why a check failed without internals: a timeout, or
-// the code of an *Error, or "unreachable".
+// the code of an *stampede.Error, or "unreachable".
 func safeReason(err error) string {
-	switch e, ok := errors.AsType[*Error](err); {
+	switch e, ok := errors.AsType[*stampede.Error](err); {
 	case errors.Is(err, context.DeadlineExceeded):
 		return "no answer within the deadline"
 	case ok:

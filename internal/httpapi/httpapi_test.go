@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 )
@@ -67,7 +68,7 @@ func newTestAPI(t *testing.T, reg *prometheus.Registry) (*httpapi.API, *httpapi.
 		Name: "test", Logger: slog.New(slog.DiscardHandler), Registry: reg, Spec: spec.JSON,
 		MapError: func(_ *http.Request, err error) error {
 			if errors.Is(err, errGone) {
-				return &httpapi.Error{Code: httpapi.CodeNotFound, Message: "no such thing", Err: err}
+				return &stampede.Error{Code: stampede.NotFound, Message: "no such thing", Err: err}
 			}
 			return err
 		},
@@ -129,19 +130,19 @@ func TestErrorsAnswerAsProblems(t *testing.T) {
 	cases := []struct {
 		method, path, ctype, body string
 		status                    int
-		code                      httpapi.Code
+		code                      stampede.Code
 		field                     string
 	}{
 		{"GET", "/v1/things/a", "", "", 200, "", ""},
-		{"GET", "/v1/things/gone", "", "", 404, httpapi.CodeNotFound, ""},
-		{"GET", "/nowhere", "", "", 404, httpapi.CodeNotFound, ""},
-		{"DELETE", "/v1/things/a", "", "", 405, httpapi.CodeMethod, ""},
-		{"GET", "/v1/things/slow", "", "", 503, httpapi.CodeUnavailable, ""},
-		{"GET", "/v1/things/boom", "", "", 500, httpapi.CodeInternal, ""},
-		{"PUT", "/v1/things/a", "application/json", `{"name": 3}`, 400, httpapi.CodeInvalid, "name"},
-		{"PUT", "/v1/things/a", "application/json", `{"nme": "x"}`, 400, httpapi.CodeInvalid, "nme"},
-		{"PUT", "/v1/things/a", "text/plain", `{}`, 415, httpapi.CodeUnsupported, ""},
-		{"PUT", "/v1/things/a", "application/json", `{"name":"` + strings.Repeat("x", 100) + `"}`, 413, httpapi.CodeTooLarge, ""},
+		{"GET", "/v1/things/gone", "", "", 404, stampede.NotFound, ""},
+		{"GET", "/nowhere", "", "", 404, stampede.NotFound, ""},
+		{"DELETE", "/v1/things/a", "", "", 405, stampede.MethodNotAllowed, ""},
+		{"GET", "/v1/things/slow", "", "", 503, stampede.Unavailable, ""},
+		{"GET", "/v1/things/boom", "", "", 500, stampede.Internal, ""},
+		{"PUT", "/v1/things/a", "application/json", `{"name": 3}`, 400, stampede.Invalid, "name"},
+		{"PUT", "/v1/things/a", "application/json", `{"nme": "x"}`, 400, stampede.Invalid, "nme"},
+		{"PUT", "/v1/things/a", "text/plain", `{}`, 415, stampede.Unsupported, ""},
+		{"PUT", "/v1/things/a", "application/json", `{"name":"` + strings.Repeat("x", 100) + `"}`, 413, stampede.TooLarge, ""},
 	}
 	for _, c := range cases {
 		req, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(c.body))
@@ -249,27 +250,36 @@ func TestReadyzReportsEachDependency(t *testing.T) {
 
 func TestReadProblemRoundTrips(t *testing.T) {
 	rec := httptest.NewRecorder()
-	httpapi.WriteProblem(rec, &httpapi.Error{Code: httpapi.CodeOrderExists, Message: "order o1 already has a payment", Extra: map[string]any{"payment_id": "p1"}}, "")
+	httpapi.WriteProblem(rec, &stampede.Error{Code: "order_exists", Kind: stampede.Conflict, Message: "order o1 already has a payment", Extra: map[string]any{"payment_id": "p1"}}, "")
 	e := httpapi.ReadProblem(rec.Result())
-	if e.Status != 409 || e.Code != httpapi.CodeOrderExists || e.Extra["payment_id"] != "p1" || e.Message != "order o1 already has a payment" {
+	if e.Status != 409 || e.Code != "order_exists" || e.Class() != stampede.Conflict || e.Extra["payment_id"] != "p1" || e.Message != "order o1 already has a payment" {
 		t.Fatalf("round trip: %+v", e)
 	}
 	rec = httptest.NewRecorder()
 	rec.WriteHeader(502)
 	rec.WriteString("<html>bad gateway</html>")
-	if e := httpapi.ReadProblem(rec.Result()); e.Code != httpapi.CodeInternal || e.Status != 502 {
+	if e := httpapi.ReadProblem(rec.Result()); e.Code != stampede.Internal || e.Status != 502 {
 		t.Fatalf("non-problem answer: %+v", e)
 	}
 }
 
 func TestEveryCodeHasAStatus(t *testing.T) {
-	for _, c := range httpapi.Codes() {
-		if s := c.Status(); s < 400 || s > 599 {
+	seen := map[int]stampede.Code{}
+	for _, c := range stampede.Classes() {
+		s := httpapi.StatusOfCode(c)
+		if s < 400 || s > 599 {
 			t.Errorf("code %s → %d", c, s)
 		}
+		if o, dup := seen[s]; dup {
+			t.Errorf("codes %s and %s share status %d: a client could not tell them apart", o, c, s)
+		}
+		seen[s] = c
 	}
-	if httpapi.Code("nonsense").Status() != 500 {
+	if httpapi.StatusOfCode("nonsense") != 500 {
 		t.Error("unknown code is not 500")
+	}
+	if s := httpapi.StatusOf(&stampede.Error{Code: "order_exists", Kind: stampede.Conflict}); s != 409 {
+		t.Errorf("a domain code of class conflict answers %d, want 409", s)
 	}
 }
 
@@ -338,7 +348,7 @@ func TestRequestMetricsCountEveryLabelSet(t *testing.T) {
 			case "created":
 				w.WriteHeader(http.StatusCreated)
 			case "conflict":
-				return &httpapi.Error{Code: httpapi.CodeConflict, Message: "taken"}
+				return &stampede.Error{Code: stampede.Conflict, Message: "taken"}
 			}
 			return nil
 		},

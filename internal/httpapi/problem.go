@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/jsonbody"
 )
 
@@ -25,12 +26,12 @@ const ProblemContentType = "application/problem+json"
 // Problem is the RFC 9457 body of every error answer. Code and Field are
 // extension members; Extra members are merged in beside them.
 type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Code   Code   `json:"code"`
-	Field  string `json:"field,omitempty"`
+	Type   string        `json:"type"`
+	Title  string        `json:"title"`
+	Status int           `json:"status"`
+	Detail string        `json:"detail"`
+	Code   stampede.Code `json:"code"`
+	Field  string        `json:"field,omitempty"`
 	// Extra holds further extension members.
 	Extra map[string]any `json:"-"`
 }
@@ -90,15 +91,15 @@ func (p *Problem) UnmarshalJSON(data []byte) error {
 // ProblemOf returns the problem body err answers with. Internal errors
 // show a fixed text: their cause is for the log.
 func ProblemOf(err error) Problem {
-	e := As(err)
-	status := e.HTTPStatus()
+	e := stampede.As(err)
+	status := ErrorStatus(e)
 	p := Problem{
 		Type: ProblemType + string(e.Code), Title: http.StatusText(status), Status: status,
 		Detail: e.Message, Code: e.Code, Field: e.Field, Extra: e.Extra,
 	}
-	if p.Detail == "" || e.Code == CodeInternal {
+	if p.Detail == "" || e.Code == stampede.Internal {
 		p.Detail = "internal error; the server logged the details"
-		if e.Code != CodeInternal {
+		if e.Code != stampede.Internal {
 			p.Detail = http.StatusText(status)
 		}
 	}
@@ -112,7 +113,7 @@ func ProblemOf(err error) Problem {
 // 503 and 429 answers carry Retry-After, 401 answers WWW-Authenticate
 // (realm), and no error answer is cached.
 func WriteProblem(w http.ResponseWriter, err error, realm string) {
-	e := As(err)
+	e := stampede.As(err)
 	p := ProblemOf(e)
 	h := w.Header()
 	if p.Status == http.StatusServiceUnavailable || p.Status == http.StatusTooManyRequests || e.RetryAfter > 0 {
@@ -141,25 +142,25 @@ func WriteProblem(w http.ResponseWriter, err error, realm string) {
 func WriteJSON(w http.ResponseWriter, status int, v any) { jsonbody.Write(w, status, v) }
 
 // DecodeJSON reads r's body, a single JSON object of at most limit bytes,
-// into dst strictly (package jsonbody); its errors are *Error with the
+// into dst strictly (package jsonbody); its errors are *stampede.Error with the
 // decoding error's code and field. allowed lists the accepted fields for
 // the unknown-field message, such as `"user_id"`.
 func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any, limit int64, allowed string) error {
 	err := jsonbody.Decode(w, r, dst, limit, allowed)
 	if e, ok := errors.AsType[*jsonbody.Error](err); ok {
-		return &Error{Code: Code(e.Kind.Code()), Field: e.Field, Message: e.Message, Err: e.Err}
+		return &stampede.Error{Code: stampede.Code(e.Kind.Code()), Field: e.Field, Message: e.Message, Err: e.Err}
 	}
 	return err
 }
 
-// ReadProblem turns an error answer a client received into an *Error
+// ReadProblem turns an error answer a client received into an *stampede.Error
 // with Status set: the problem body's code, field, detail and extension
-// members when the body is problem+json, or a CodeInternal error quoting
+// members when the body is problem+json, or a stampede.Internal error quoting
 // the start of any other body. It reads at most 64 KiB of resp.Body and
 // does not close it.
-func ReadProblem(resp *http.Response) *Error {
+func ReadProblem(resp *http.Response) *stampede.Error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	e := &Error{Status: resp.StatusCode}
+	e := &stampede.Error{Status: resp.StatusCode}
 	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && ra > 0 {
 		e.RetryAfter = time.Duration(ra) * time.Second
 	}
@@ -167,11 +168,14 @@ func ReadProblem(resp *http.Response) *Error {
 	var p Problem
 	if (mt == ProblemContentType || mt == "application/json") && json.Unmarshal(body, &p) == nil && p.Code != "" {
 		e.Code, e.Field, e.Message, e.Extra = p.Code, p.Field, strings.TrimPrefix(p.Detail, p.Field+": "), p.Extra
+		if !e.Code.IsClass() {
+			e.Kind = classOfStatus(resp.StatusCode)
+		}
 		return e
 	}
-	e.Code = CodeInternal
+	e.Code = stampede.Internal
 	if resp.StatusCode == http.StatusServiceUnavailable {
-		e.Code = CodeUnavailable
+		e.Code = stampede.Unavailable
 	}
 	snippet := strings.TrimSpace(string(body))
 	if len(snippet) > 200 {

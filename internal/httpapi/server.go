@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // ServerConfig holds an http.Server's limits. Every Stampede server sets
@@ -46,17 +48,17 @@ func DefaultServerConfig() ServerConfig {
 func (c ServerConfig) Validate() error {
 	switch {
 	case c.ReadHeaderTimeout <= 0:
-		return Invalid("ReadHeaderTimeout", "must be positive, got %s", c.ReadHeaderTimeout)
+		return stampede.InvalidField("ReadHeaderTimeout", "must be positive, got %s", c.ReadHeaderTimeout)
 	case c.ReadTimeout < c.ReadHeaderTimeout:
-		return Invalid("ReadTimeout", "must be at least ReadHeaderTimeout (%s), got %s", c.ReadHeaderTimeout, c.ReadTimeout)
+		return stampede.InvalidField("ReadTimeout", "must be at least ReadHeaderTimeout (%s), got %s", c.ReadHeaderTimeout, c.ReadTimeout)
 	case c.WriteTimeout <= 0:
-		return Invalid("WriteTimeout", "must be positive, got %s", c.WriteTimeout)
+		return stampede.InvalidField("WriteTimeout", "must be positive, got %s", c.WriteTimeout)
 	case c.IdleTimeout <= 0:
-		return Invalid("IdleTimeout", "must be positive, got %s", c.IdleTimeout)
+		return stampede.InvalidField("IdleTimeout", "must be positive, got %s", c.IdleTimeout)
 	case c.MaxHeaderBytes < 1024:
-		return Invalid("MaxHeaderBytes", "must be at least 1024, got %d", c.MaxHeaderBytes)
+		return stampede.InvalidField("MaxHeaderBytes", "must be at least 1024, got %d", c.MaxHeaderBytes)
 	case c.ShutdownTimeout < 0:
-		return Invalid("ShutdownTimeout", "must not be negative, got %s", c.ShutdownTimeout)
+		return stampede.InvalidField("ShutdownTimeout", "must not be negative, got %s", c.ShutdownTimeout)
 	}
 	return nil
 }

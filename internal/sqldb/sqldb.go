@@ -24,7 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay/postgres"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
@@ -113,10 +113,10 @@ type Spec struct {
 	// which pass through classification unchanged. Nil: none are.
 	Own func(err error) bool
 	// Unavailable wraps a failure a retry may cure (CodeUnavailable).
-	Unavailable func(err error) *httpapi.Error
+	Unavailable func(err error) *stampede.Error
 	// Conflict wraps a unique violation on table (CodeConflict). Nil: a
 	// generic "conflicting write (table)".
-	Conflict func(table string, err error) *httpapi.Error
+	Conflict func(table string, err error) *stampede.Error
 }
 
 // VersionTable is the goose version table of the store's migrations.
@@ -146,13 +146,13 @@ func (s Spec) MapError(d Dialect, err error) error {
 	return Classify(d, err, s.Unavailable, s.Conflict)
 }
 
-// Classify turns a database/sql or driver error into an *httpapi.Error
+// Classify turns a database/sql or driver error into an *stampede.Error
 // with d's help: a missed deadline, a cancelled context, a lost
 // connection, a closed pool and whatever d calls unavailable go to
 // unavailable (CodeUnavailable); a unique violation to conflict, or
 // CodeConflict "conflicting write (table)" when conflict is nil; anything
 // else is CodeInternal, its detail kept for the log and never shown.
-func Classify(d Dialect, err error, unavailable func(error) *httpapi.Error, conflict func(table string, err error) *httpapi.Error) *httpapi.Error {
+func Classify(d Dialect, err error, unavailable func(error) *stampede.Error, conflict func(table string, err error) *stampede.Error) *stampede.Error {
 	if err == nil {
 		return nil
 	}
@@ -163,9 +163,9 @@ func Classify(d Dialect, err error, unavailable func(error) *httpapi.Error, conf
 		if conflict != nil {
 			return conflict(table, err)
 		}
-		return &httpapi.Error{Code: httpapi.CodeConflict, Message: "conflicting write (" + table + ")", Err: err}
+		return &stampede.Error{Code: stampede.Conflict, Message: "conflicting write (" + table + ")", Err: err}
 	}
-	return httpapi.Internal(fmt.Errorf("%s: %w", d.Name(), err))
+	return stampede.InternalErr(fmt.Errorf("%s: %w", d.Name(), err))
 }
 
 // Migrate applies to db the migrations of spec for d not yet applied,

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/internal/testenv"
 )
@@ -34,8 +34,8 @@ DROP TABLE sqldb_things;
 			"postgres/00001_init.sql": {Data: []byte(table)},
 		},
 		Own: func(err error) bool { return errors.Is(err, errOwn) },
-		Unavailable: func(err error) *httpapi.Error {
-			return &httpapi.Error{Code: httpapi.CodeUnavailable, Message: "the test store is unavailable", Err: err}
+		Unavailable: func(err error) *stampede.Error {
+			return &stampede.Error{Code: stampede.Unavailable, Message: "the test store is unavailable", Err: err}
 		},
 	}
 }
@@ -109,7 +109,7 @@ func exercise(t *testing.T, cfg sqldb.Config) {
 		_, err := tx.ExecContext(ctx, insert, "a", 3)
 		return err
 	})
-	if httpapi.CodeOf(err) != httpapi.CodeConflict {
+	if stampede.CodeOf(err) != stampede.Conflict {
 		t.Errorf("duplicate key = %v, want conflict", err)
 	}
 	if err := db.Ping(ctx); err != nil {
@@ -121,7 +121,7 @@ func exercise(t *testing.T, cfg sqldb.Config) {
 	if err := db.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := db.Ping(ctx); httpapi.CodeOf(err) != httpapi.CodeUnavailable {
+	if err := db.Ping(ctx); stampede.CodeOf(err) != stampede.Unavailable {
 		t.Errorf("Ping after Close = %v, want unavailable", err)
 	}
 }
@@ -161,7 +161,7 @@ func TestOpenUnreachableIsUnavailable(t *testing.T) {
 	t.Parallel()
 	cfg := sqldb.DefaultConfig()
 	cfg.PostgresURL = "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2"
-	if _, err := sqldb.Open(context.Background(), cfg, testSpec()); httpapi.CodeOf(err) != httpapi.CodeUnavailable {
+	if _, err := sqldb.Open(context.Background(), cfg, testSpec()); stampede.CodeOf(err) != stampede.Unavailable {
 		t.Fatalf("Open on a closed port = %v, want unavailable", err)
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/protocol"
 	"github.com/stampede-lab/stampede/waitroom"
 )
 
@@ -38,22 +40,22 @@ func DefaultConfig() Config { return Config{Timeout: time.Second} }
 func (c Config) Validate() error {
 	switch {
 	case c.Room == "":
-		return httpapi.Invalid("Room", "is required: the room whose admissions pay accepts")
+		return stampede.InvalidField("Room", "is required: the room whose admissions pay accepts")
 	case waitroom.ValidateRoom(c.Room) != nil:
-		return httpapi.Invalid("Room", "%v", waitroom.ValidateRoom(c.Room))
+		return stampede.InvalidField("Room", "%v", waitroom.ValidateRoom(c.Room))
 	case c.CheckoutKey == "":
-		return httpapi.Invalid("CheckoutKey", "is required: the waiting room's checkout key")
+		return stampede.InvalidField("CheckoutKey", "is required: the waiting room's checkout key")
 	}
 	for _, u := range strings.Split(c.WaitingRoom, ",") {
 		wc := waitroom.DefaultClientConfig()
 		wc.BaseURL, wc.CheckoutKey, wc.Timeout = strings.TrimSpace(u), c.CheckoutKey, c.Timeout
 		if err := wc.Validate(); err != nil {
-			if e, ok := errors.AsType[*httpapi.Error](err); ok {
+			if e, ok := errors.AsType[*stampede.Error](err); ok {
 				field := map[string]string{"BaseURL": "WaitingRoom"}[e.Field]
 				if field == "" {
 					field = e.Field
 				}
-				return httpapi.Invalid(field, "%s", e.Message)
+				return stampede.InvalidField(field, "%s", e.Message)
 			}
 			return err
 		}
@@ -99,13 +101,13 @@ func (c *Checker) CheckAdmission(ctx context.Context, token string) (pay.Admissi
 	first := int(c.next.Add(1))
 	for i := range c.cs {
 		a, err = c.cs[(first+i)%len(c.cs)].Check(ctx, c.room, token)
-		if e, answered := errors.AsType[*httpapi.Error](err); err == nil || (answered && e.HTTPStatus() < 500) || ctx.Err() != nil {
+		if e, answered := errors.AsType[*stampede.Error](err); err == nil || (answered && httpapi.ErrorStatus(e) < 500) || ctx.Err() != nil {
 			break // an answer, good or bad: the next instance would say the same
 		}
 	}
 	if err != nil {
-		if e, ok := errors.AsType[*httpapi.Error](err); ok && e.Field == "admission_token" && e.HTTPStatus() < 500 {
-			return pay.Admission{}, &pay.Error{Code: pay.CodeForbidden, Field: pay.HeaderAdmission,
+		if e, ok := errors.AsType[*stampede.Error](err); ok && e.Field == "admission_token" && httpapi.ErrorStatus(e) < 500 {
+			return pay.Admission{}, &pay.Error{Code: pay.CodeForbidden, Field: protocol.HeaderAdmission,
 				Message: "the waiting room does not accept the admission token"}
 		}
 		return pay.Admission{}, err

@@ -1,0 +1,161 @@
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stampede-lab/stampede"
+)
+
+// PaymentStatus is a payment's status.
+type PaymentStatus string
+
+// The payment statuses.
+const (
+	StatusPending  PaymentStatus = "PENDING"  // persisted, call to the institution in flight
+	StatusApproved PaymentStatus = "APPROVED" // the institution approved it
+	StatusDeclined PaymentStatus = "DECLINED" // the institution declined it
+	StatusUnknown  PaymentStatus = "UNKNOWN"  // timeout or lost response: the money may have moved
+	StatusFailed   PaymentStatus = "FAILED"   // known not processed
+)
+
+// PaymentStatuses returns every status, in lifecycle order.
+func PaymentStatuses() []PaymentStatus {
+	return []PaymentStatus{StatusPending, StatusApproved, StatusDeclined, StatusUnknown, StatusFailed}
+}
+
+// Valid reports whether s is one of the statuses.
+func (s PaymentStatus) Valid() bool { return slices.Contains(PaymentStatuses(), s) }
+
+// Terminal reports whether s is final: APPROVED, DECLINED or FAILED.
+// PENDING and UNKNOWN still await an answer.
+func (s PaymentStatus) Terminal() bool {
+	return s == StatusApproved || s == StatusDeclined || s == StatusFailed
+}
+
+// The types of payment events.
+const (
+	EventCreated       = "payment.created"        // the payment was created PENDING
+	EventStatusChanged = "payment.status_changed" // the payment changed status
+	EventReviewFlagged = "payment.review_flagged" // the payment was flagged for manual review
+)
+
+// PaymentEvent is the body of a payment event, as pay's outbox publishes
+// it and every consumer reads it: the payment as it stands after a change,
+// and the change. Its message id is EventID(PaymentID, Seq).
+type PaymentEvent struct {
+	Type         string        `json:"type"`
+	PaymentID    string        `json:"payment_id"`
+	Seq          int64         `json:"seq"` // per payment, from 1
+	MerchantID   string        `json:"merchant_id"`
+	OrderID      string        `json:"order_id"`
+	Amount       int64         `json:"amount"` // in minor units of Currency
+	Currency     string        `json:"currency"`
+	From         PaymentStatus `json:"from,omitempty"`
+	Status       PaymentStatus `json:"status"`
+	Reason       string        `json:"reason,omitempty"`
+	ManualReview bool          `json:"manual_review"`
+	At           time.Time     `json:"at"`
+}
+
+// EventID returns the id of a payment's seq-th event, "<payment id>-<seq>":
+// the message id it is published under, and the inbox id a consumer
+// records it by.
+func EventID(paymentID string, seq int64) string {
+	return paymentID + "-" + strconv.FormatInt(seq, 10)
+}
+
+// ID returns the event's id (see EventID).
+func (e PaymentEvent) ID() string { return EventID(e.PaymentID, e.Seq) }
+
+// Limits of an event a consumer reads.
+const (
+	MaxEventBytes = 64 << 10 // the largest body DecodePaymentEvent reads
+	MaxIDLen      = 255      // payment, merchant and order ids, in bytes
+	MaxCurrency   = 8
+)
+
+// DecodePaymentEvent reads the body of a payment event and validates it
+// (see PaymentEvent.Validate). Unknown members are ignored, so a publisher
+// may add members. Its errors are Invalid and name the member at fault:
+// such a body will never be processed and should be set aside.
+func DecodePaymentEvent(body []byte) (PaymentEvent, error) {
+	if len(body) > MaxEventBytes {
+		return PaymentEvent{}, stampede.InvalidField("body", "must be at most %d bytes, got %d", MaxEventBytes, len(body))
+	}
+	var ev PaymentEvent
+	if err := json.Unmarshal(body, &ev); err != nil {
+		e := stampede.InvalidField("body", "is not a payment event: %v", err)
+		if te, ok := err.(*json.UnmarshalTypeError); ok && te.Field != "" {
+			e = stampede.InvalidField(te.Field, "has the wrong type: want %s", te.Type)
+		}
+		e.Err = err
+		return PaymentEvent{}, e
+	}
+	ev.At = ev.At.UTC()
+	if err := ev.Validate(); err != nil {
+		return PaymentEvent{}, err
+	}
+	return ev, nil
+}
+
+// Validate checks what processing an event needs: a payment id and a
+// positive seq, a known status, and, for a terminal status, the merchant
+// and order ids. The error is Invalid and names the member.
+func (e PaymentEvent) Validate() error {
+	if err := checkID("payment_id", e.PaymentID, true); err != nil {
+		return err
+	}
+	if e.Seq < 1 {
+		return stampede.InvalidField("seq", "must be at least 1, got %d", e.Seq)
+	}
+	if !e.Status.Valid() {
+		return stampede.InvalidField("status", "must be one of %v, got %q", PaymentStatuses(), e.Status)
+	}
+	if e.From != "" && !e.From.Valid() {
+		return stampede.InvalidField("from", "must be one of %v, got %q", PaymentStatuses(), e.From)
+	}
+	terminal := e.Status.Terminal()
+	if err := checkID("merchant_id", e.MerchantID, terminal); err != nil {
+		return err
+	}
+	if err := checkID("order_id", e.OrderID, terminal); err != nil {
+		return err
+	}
+	if e.Amount < 0 {
+		return stampede.InvalidField("amount", "must not be negative, got %d", e.Amount)
+	}
+	if len(e.Currency) > MaxCurrency || checkID("currency", e.Currency, false) != nil {
+		return stampede.InvalidField("currency", "must be a currency code, got %q", e.Currency)
+	}
+	if y := e.At.UTC().Year(); !e.At.IsZero() && (y < 1 || y > 9999) {
+		return stampede.InvalidField("at", "must be a time between the years 1 and 9999")
+	}
+	if err := checkID("type", e.Type, false); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkID checks an identifier: valid UTF-8 without control characters,
+// at most MaxIDLen bytes, and present when required.
+func checkID(field, v string, required bool) error {
+	switch {
+	case v == "" && required:
+		return stampede.InvalidField(field, "is required")
+	case len(v) > MaxIDLen:
+		return stampede.InvalidField(field, "must be at most %d bytes", MaxIDLen)
+	case !utf8.ValidString(v):
+		return stampede.InvalidField(field, "must be UTF-8")
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f {
+			return stampede.InvalidField(field, "must not contain control characters, got %s", fmt.Sprintf("%q", v))
+		}
+	}
+	return nil
+}
