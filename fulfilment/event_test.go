@@ -11,7 +11,7 @@ import (
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/pay"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 )
 
 func payment(st pay.Status) pay.Payment {
@@ -38,7 +38,7 @@ func TestDecodeWhatTheRelayPublishes(t *testing.T) {
 		}
 		p := payment(st)
 		want := fulfilment.Event{
-			ID: jetstream.MsgID(oe), PaymentID: p.ID, Seq: oe.Seq, Type: typ, Status: st,
+			ID: natspub.MsgID(oe), PaymentID: p.ID, Seq: oe.Seq, Type: typ, Status: st,
 			MerchantID: p.MerchantID, OrderID: p.OrderID, Amount: p.Amount, Currency: p.Currency, At: at,
 		}
 		if ev != want {

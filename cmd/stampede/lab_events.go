@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/lab/events"
 )

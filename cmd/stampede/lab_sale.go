@@ -13,7 +13,7 @@ import (
 
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/lab/sale"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -178,9 +178,9 @@ func newLabSaleNATSCmd() *cobra.Command {
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return err
 			}
-			cfg := jetstream.DefaultEmbeddedConfig(dir)
+			cfg := natspub.DefaultEmbeddedConfig(dir)
 			cfg.Port, cfg.Logger = port, loggerOf(cmd)
-			e, err := jetstream.StartEmbeddedConfig(cfg)
+			e, err := natspub.StartEmbeddedConfig(cfg)
 			if err != nil {
 				return err
 			}

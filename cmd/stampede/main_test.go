@@ -11,14 +11,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 )
 
 // startNATS starts an embedded nats-server storing JetStream in dir and
 // connects to it; the test's cleanup closes both.
-func startNATS(t *testing.T, dir string) (*jetstream.Embedded, *nats.Conn) {
+func startNATS(t *testing.T, dir string) (*natspub.Embedded, *nats.Conn) {
 	t.Helper()
-	emb, err := jetstream.StartEmbedded(dir)
+	emb, err := natspub.StartEmbedded(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 	"github.com/stampede-lab/stampede/pay/postgres"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/pay/sqlstore"
@@ -126,7 +126,7 @@ type payOptions struct {
 	natsDir     string
 	natsSync    bool
 	giveUpAfter time.Duration
-	stream      jetstream.Config
+	stream      natspub.Config
 	timeout     time.Duration
 	inquiries   int
 	server      httpapi.ServerConfig
@@ -140,7 +140,7 @@ type payOptions struct {
 const writeTimeoutMargin = 10 * time.Second
 
 func newServePayCmd() *cobra.Command {
-	opts := &payOptions{server: httpapi.DefaultServerConfig(), stream: jetstream.DefaultConfig(), webhooks: webhook.DefaultConfig()}
+	opts := &payOptions{server: httpapi.DefaultServerConfig(), stream: natspub.DefaultConfig(), webhooks: webhook.DefaultConfig()}
 	opts.server.WriteTimeout = 0 // the approval timeout plus writeTimeoutMargin
 	cmd := &cobra.Command{
 		Use:   "pay",
@@ -288,9 +288,9 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("--nats-dir: %w", err)
 		}
-		ecfg := jetstream.DefaultEmbeddedConfig(filepath.Clean(dir))
+		ecfg := natspub.DefaultEmbeddedConfig(filepath.Clean(dir))
 		ecfg.SyncAlways, ecfg.Logger = opts.natsSync, log
-		emb, err := jetstream.StartEmbeddedConfig(ecfg)
+		emb, err := natspub.StartEmbeddedConfig(ecfg)
 		if err != nil {
 			return err
 		}
@@ -303,7 +303,7 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 		return fmt.Errorf("--nats: %w", err)
 	}
 	defer nc.Close()
-	events, err := jetstream.NewPublisher(ctx, nc, opts.stream)
+	events, err := natspub.NewPublisher(ctx, nc, opts.stream)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/stampede-lab/stampede/institution"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 	_ "github.com/stampede-lab/stampede/pay/sqlite" // registers the "sqlite" driver
 )
 
@@ -143,7 +143,7 @@ func TestPayEventsSurviveRestarts(t *testing.T) {
 	_, nc := startNATS(t, filepath.Join(dataDir, "nats"))
 	js, _ := natsjs.New(nc)
 	ctx := context.Background()
-	stream, err := js.Stream(ctx, jetstream.DefaultConfig().Stream)
+	stream, err := js.Stream(ctx, natspub.DefaultConfig().Stream)
 	if err != nil {
 		t.Fatalf("the stream is gone after the restarts: %v", err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/pay"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 )
 
 // servePay runs `stampede serve pay` in-process on SQLite and the
@@ -315,7 +315,7 @@ func TestServePayStopsWhenNATSIsGoneForGood(t *testing.T) {
 	}
 	t.Setenv(envPostgres, "")
 	t.Setenv(envNATS, "")
-	emb, err := jetstream.StartEmbedded(t.TempDir())
+	emb, err := natspub.StartEmbedded(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
-	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
 	"github.com/stampede-lab/stampede/fulfilment/worker"
 	"github.com/stampede-lab/stampede/internal/httpapi"

@@ -16,7 +16,7 @@ import (
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/pay"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
@@ -84,7 +84,7 @@ func TestServeWorkerNeedsNATS(t *testing.T) {
 // TestServeWorkerWithoutStream: a worker started before serve pay has
 // created the stream says which stream is missing and what creates it.
 func TestServeWorkerWithoutStream(t *testing.T) {
-	emb, err := jetstream.StartEmbedded(t.TempDir())
+	emb, err := natspub.StartEmbedded(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestPaymentsToTicketsEndToEnd(t *testing.T) {
 	}
 	const rounds, perRound = 10, 100
 	ctx := context.Background()
-	emb, err := jetstream.StartEmbedded(t.TempDir())
+	emb, err := natspub.StartEmbedded(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,12 @@ import (
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
 	"github.com/stampede-lab/stampede/pay"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
 // TestFromPayOutbox: the rows pay's store writes to its outbox, as the
-// relay publishes them (body as is, message id jetstream.MsgID), settle
+// relay publishes them (body as is, message id natspub.MsgID), settle
 // orders in fulfilment, twice delivered, with exact parity.
 func TestFromPayOutbox(t *testing.T) {
 	t.Parallel()
@@ -51,8 +51,8 @@ func TestFromPayOutbox(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeEvent(%s): %v", oe.Payload, err)
 			}
-			if ev.ID != jetstream.MsgID(oe) {
-				t.Fatalf("event id %s, relay message id %s", ev.ID, jetstream.MsgID(oe))
+			if ev.ID != natspub.MsgID(oe) {
+				t.Fatalf("event id %s, relay message id %s", ev.ID, natspub.MsgID(oe))
 			}
 			ok, err := h.Handle(ctx, ev)
 			if err != nil {

@@ -12,13 +12,13 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
 	"github.com/stampede-lab/stampede/fulfilment/worker"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
@@ -47,7 +47,7 @@ func twoWorkers(t *testing.T, real bool) {
 	if real {
 		url = testenv.URL(t, testenv.NATSURL)
 	} else {
-		emb, err := jetstream.StartEmbedded(t.TempDir())
+		emb, err := natspub.StartEmbedded(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,9 +86,9 @@ func twoWorkers(t *testing.T, real bool) {
 			t.Fatal(err)
 		}
 	}
-	pcfg := jetstream.DefaultConfig()
+	pcfg := natspub.DefaultConfig()
 	pcfg.Stream, pcfg.Subject = stream, subject
-	pub, err := jetstream.NewPublisher(ctx, nc, pcfg)
+	pub, err := natspub.NewPublisher(ctx, nc, pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,9 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/lab"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 )
 
 // The ledger layouts of a capacity run.
@@ -236,7 +236,7 @@ func (e *Capacity) Run(ctx context.Context, cond lab.Condition, repeat int) (lab
 	defer removeAll(dir)
 	url := c.NATS
 	if url == "" {
-		emb, err := jetstream.StartEmbedded(filepath.Join(dir, "nats"))
+		emb, err := natspub.StartEmbedded(filepath.Join(dir, "nats"))
 		if err != nil {
 			return lab.RunResult{}, err
 		}

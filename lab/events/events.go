@@ -38,9 +38,9 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/stampede-lab/stampede/dispatch"
-	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/lab"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 	_ "github.com/stampede-lab/stampede/pay/sqlite" // registers the "sqlite" driver
 )
 
@@ -401,14 +401,14 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 	}
 	defer removeAll(dir)
 	url := c.NATS
-	var emb *jetstream.Embedded
-	var ecfg jetstream.EmbeddedConfig
+	var emb *natspub.Embedded
+	var ecfg natspub.EmbeddedConfig
 	if url == "" {
-		ecfg = jetstream.DefaultEmbeddedConfig(filepath.Join(dir, "nats"))
+		ecfg = natspub.DefaultEmbeddedConfig(filepath.Join(dir, "nats"))
 		if ecfg.Port, err = freePort(); err != nil {
 			return lab.RunResult{}, err
 		}
-		if emb, err = jetstream.StartEmbeddedConfig(ecfg); err != nil {
+		if emb, err = natspub.StartEmbeddedConfig(ecfg); err != nil {
 			return lab.RunResult{}, err
 		}
 		defer func() { emb.Close() }()
@@ -588,7 +588,7 @@ type injection struct {
 // inject applies fault: kill hits worker 0, pause worker 1 (worker 0
 // with one worker), so that a kill followed by a pause hits two owners;
 // nats-restart and node-kill hit the server.
-func (e *Experiment) inject(fault string, procs []*exec.Cmd, startWorker func(int) error, emb **jetstream.Embedded, ecfg jetstream.EmbeddedConfig) error {
+func (e *Experiment) inject(fault string, procs []*exec.Cmd, startWorker func(int) error, emb **natspub.Embedded, ecfg natspub.EmbeddedConfig) error {
 	switch fault {
 	case FaultKill:
 		_ = procs[0].Process.Kill()
@@ -608,7 +608,7 @@ func (e *Experiment) inject(fault string, procs []*exec.Cmd, startWorker func(in
 			return errors.New("events: nats-restart needs the embedded server")
 		}
 		(*emb).Close()
-		s, err := jetstream.StartEmbeddedConfig(ecfg)
+		s, err := natspub.StartEmbeddedConfig(ecfg)
 		if err != nil {
 			return fmt.Errorf("events: restart the embedded nats-server: %w", err)
 		}

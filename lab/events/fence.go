@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 )
 
 // labEvent is the body of one lab event.

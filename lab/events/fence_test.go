@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 )
 
 // openLedger creates a ledger and opens it as the workers do.

@@ -1,4 +1,4 @@
-package jetstream_test
+package natspub_test
 
 import (
 	"context"
@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
@@ -28,7 +28,7 @@ func natsConn(t *testing.T, real bool) *nats.Conn {
 	if real {
 		url = testenv.URL(t, testenv.NATSURL)
 	} else {
-		e, err := jetstream.StartEmbedded(t.TempDir())
+		e, err := natspub.StartEmbedded(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,10 +91,10 @@ func TestRelayKeepsOrderAndSurvivesARestart(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			cfg := jetstream.DefaultConfig()
+			cfg := natspub.DefaultConfig()
 			cfg.Stream = fmt.Sprintf("TEST_%d", time.Now().UnixNano())
 			cfg.Subject = "test-" + cfg.Stream
-			pub, err := jetstream.NewPublisher(ctx, nc, cfg)
+			pub, err := natspub.NewPublisher(ctx, nc, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,9 +185,9 @@ func TestRelayKeepsOrderAndSurvivesARestart(t *testing.T) {
 func TestStreamLimitsAreSetAndUpdated(t *testing.T) {
 	nc := natsConn(t, false)
 	ctx := context.Background()
-	cfg := jetstream.DefaultConfig()
+	cfg := natspub.DefaultConfig()
 	cfg.MaxAge, cfg.MaxBytes = 72*time.Hour, 1<<30
-	if _, err := jetstream.NewPublisher(ctx, nc, cfg); err != nil {
+	if _, err := natspub.NewPublisher(ctx, nc, cfg); err != nil {
 		t.Fatal(err)
 	}
 	js, _ := natsjs.New(nc)
@@ -207,7 +207,7 @@ func TestStreamLimitsAreSetAndUpdated(t *testing.T) {
 		t.Fatalf("stream config = storage %v, max age %s, max bytes %d; want file, 72h, 1 GiB", got.Storage, got.MaxAge, got.MaxBytes)
 	}
 	cfg.MaxAge, cfg.MaxBytes = time.Hour, 64<<20
-	if _, err := jetstream.NewPublisher(ctx, nc, cfg); err != nil {
+	if _, err := natspub.NewPublisher(ctx, nc, cfg); err != nil {
 		t.Fatal(err)
 	}
 	if got := info(); got.MaxAge != time.Hour || got.MaxBytes != 64<<20 {
@@ -216,13 +216,13 @@ func TestStreamLimitsAreSetAndUpdated(t *testing.T) {
 }
 
 func TestConfigValidateNamesTheField(t *testing.T) {
-	for field, mutate := range map[string]func(*jetstream.Config){
-		"Stream":     func(c *jetstream.Config) { c.Stream = "" },
-		"MaxAge":     func(c *jetstream.Config) { c.MaxAge = time.Second },
-		"MaxBytes":   func(c *jetstream.Config) { c.MaxBytes = 0 },
-		"Partitions": func(c *jetstream.Config) { c.Partitions = 0 },
+	for field, mutate := range map[string]func(*natspub.Config){
+		"Stream":     func(c *natspub.Config) { c.Stream = "" },
+		"MaxAge":     func(c *natspub.Config) { c.MaxAge = time.Second },
+		"MaxBytes":   func(c *natspub.Config) { c.MaxBytes = 0 },
+		"Partitions": func(c *natspub.Config) { c.Partitions = 0 },
 	} {
-		cfg := jetstream.DefaultConfig()
+		cfg := natspub.DefaultConfig()
 		mutate(&cfg)
 		if err := cfg.Validate(); !containsField(err, field) {
 			t.Errorf("%s: Validate() = %v, want an error naming it", field, err)
@@ -244,16 +244,16 @@ func TestStreamWhoseSubjectsAnotherHolds(t *testing.T) {
 			nc := natsConn(t, real)
 			ctx := context.Background()
 			id := fmt.Sprintf("%d", time.Now().UnixNano())
-			first := jetstream.DefaultConfig()
+			first := natspub.DefaultConfig()
 			first.Stream, first.Subject, first.MaxBytes = "FIRST"+id, "overlap"+id, 1<<20
-			if _, err := jetstream.NewPublisher(ctx, nc, first); err != nil {
+			if _, err := natspub.NewPublisher(ctx, nc, first); err != nil {
 				t.Fatal(err)
 			}
 			js, _ := natsjs.New(nc)
 			t.Cleanup(func() { _ = js.DeleteStream(context.Background(), first.Stream) })
 			second := first
 			second.Stream = "SECOND" + id
-			_, err := jetstream.NewPublisher(ctx, nc, second)
+			_, err := natspub.NewPublisher(ctx, nc, second)
 			if err == nil {
 				_ = js.DeleteStream(ctx, second.Stream)
 				t.Fatal("a second stream on the same subjects was created")

@@ -1,4 +1,4 @@
-// Package jetstream feeds the keyed dispatcher (package dispatch, Keyed
+// Package natskeyed feeds the keyed dispatcher (package dispatch, Keyed
 // strategy) from a partitioned NATS JetStream stream: events of one key run
 // one at a time and in stream order, while any idle worker takes any key
 // that is ready, so one hot key occupies one worker and no more.
@@ -138,4 +138,4 @@
 // already recorded (an inbox table); fence with Event.Epoch and the key's
 // sequence as above to reject the late effects of a process that lost its
 // partition.
-package jetstream
+package natskeyed

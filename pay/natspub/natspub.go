@@ -1,4 +1,4 @@
-// Package jetstream is the NATS JetStream adapter of the payment outbox:
+// Package natspub is the NATS JetStream adapter of the payment outbox:
 // a pay.Publisher that sends every outbox row as one message on
 // payments.<payment id>, stored partitioned for the workers as
 // payments.<partition>.<payment id> (see Config.Partitions), with the message id <payment id>-<seq> so that
@@ -10,7 +10,7 @@
 // returns only once JetStream acknowledged the message, and so does the
 // Wait of PublishAsync's acknowledgement, so the relay (pay.Relay) never
 // marks a row published that the stream does not hold.
-package jetstream
+package natspub
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	dispatchjs "github.com/stampede-lab/stampede/dispatch/jetstream"
+	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/internal/logging"
 	"github.com/stampede-lab/stampede/pay"
 )

@@ -1,4 +1,4 @@
-package jetstream_test
+package natspub_test
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/stampede-lab/stampede/internal/logging"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the server's goroutines.
@@ -36,8 +36,8 @@ func (b *lockedBuffer) String() string {
 // component=nats-server.
 func TestEmbeddedLogsThroughSlog(t *testing.T) {
 	var out lockedBuffer
-	e, err := jetstream.StartEmbeddedConfig(func() jetstream.EmbeddedConfig {
-		c := jetstream.DefaultEmbeddedConfig(t.TempDir())
+	e, err := natspub.StartEmbeddedConfig(func() natspub.EmbeddedConfig {
+		c := natspub.DefaultEmbeddedConfig(t.TempDir())
 		c.Logger = logging.New(&out, logging.FormatJSON, slog.LevelDebug)
 		return c
 	}())

@@ -1,4 +1,4 @@
-package jetstream_test
+package natskeyed_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/stampede-lab/stampede/dispatch/jetstream"
+	"github.com/stampede-lab/stampede/dispatch/natskeyed"
 )
 
 // A worker process: the stream partitions payments.<id> into 8
@@ -29,11 +29,11 @@ func Example() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	cfg := jetstream.DefaultConfig() // PAYMENTS, payments.<p>.<id>, 8 partitions, pinned
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig(cfg.Stream, cfg.Subject, cfg.Partitions)); err != nil {
+	cfg := natskeyed.DefaultConfig() // PAYMENTS, payments.<p>.<id>, 8 partitions, pinned
+	if _, err := js.CreateOrUpdateStream(ctx, natskeyed.StreamConfig(cfg.Stream, cfg.Subject, cfg.Partitions)); err != nil {
 		log.Fatal(err)
 	}
-	c, err := jetstream.New(ctx, js, cfg, func(ctx context.Context, e jetstream.Event) error {
+	c, err := natskeyed.New(ctx, js, cfg, func(ctx context.Context, e natskeyed.Event) error {
 		// In one transaction: skip if e.ID is in the inbox; apply the
 		// effect of e.Data for e.Key; insert e.ID into the inbox.
 		return nil

@@ -1,4 +1,4 @@
-package jetstream_test
+package natspub_test
 
 import (
 	"context"
@@ -11,13 +11,13 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/stampede-lab/stampede/pay"
-	"github.com/stampede-lab/stampede/pay/jetstream"
+	"github.com/stampede-lab/stampede/pay/natspub"
 )
 
 // The relay benchmark pushes the same number of outbox rows three ways,
 // one after the other in each chunk, on one embedded nats-server and one
 // connection: through pay.Relay with the default configuration and
-// jetstream.Publisher (and, for comparison, with InFlight 1: one row at a
+// natspub.Publisher (and, for comparison, with InFlight 1: one row at a
 // time, the relay before asynchronous publishing), through a raw loop of synchronous PublishMsg calls,
 // and through a raw window of PublishMsgAsync calls as wide as the relay's
 // InFlight. The raw publishes carry the same subject, payload and headers
@@ -81,13 +81,13 @@ func makeRows(n int, spread bool) []pay.OutboxEvent {
 	return rows
 }
 
-func rawMsg(cfg jetstream.Config, e pay.OutboxEvent) (*nats.Msg, []natsjs.PublishOpt) {
+func rawMsg(cfg natspub.Config, e pay.OutboxEvent) (*nats.Msg, []natsjs.PublishOpt) {
 	return &nats.Msg{Subject: cfg.Subject + "." + e.PaymentID, Data: e.Payload},
-		[]natsjs.PublishOpt{natsjs.WithMsgID(jetstream.MsgID(e)), natsjs.WithExpectStream(cfg.Stream)}
+		[]natsjs.PublishOpt{natsjs.WithMsgID(natspub.MsgID(e)), natsjs.WithExpectStream(cfg.Stream)}
 }
 
 func BenchmarkRelay(b *testing.B) {
-	e, err := jetstream.StartEmbedded(b.TempDir())
+	e, err := natspub.StartEmbedded(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -98,9 +98,9 @@ func BenchmarkRelay(b *testing.B) {
 	}
 	defer nc.Close()
 	ctx := context.Background()
-	cfg := jetstream.DefaultConfig()
+	cfg := natspub.DefaultConfig()
 	cfg.Stream, cfg.Subject = "BENCH", "bench"
-	pub, err := jetstream.NewPublisher(ctx, nc, cfg)
+	pub, err := natspub.NewPublisher(ctx, nc, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
