@@ -29,14 +29,14 @@ type Event struct {
 	At         time.Time
 	// Partition and Epoch fence the event when Epoch is positive: the
 	// stream partition it came from and its consumer's ownership epoch
-	// (dispatch/jetstream Event.Partition and Event.Epoch). They are not
+	// (dispatch/natskeyed Event.Partition and Event.Epoch). They are not
 	// in the message body; the worker sets them.
 	Partition int
 	Epoch     uint64
 }
 
 // EventID returns the inbox id of a payment's seq-th event:
-// "<payment id>-<seq>", as pay/jetstream names the message.
+// "<payment id>-<seq>", as pay/natspub names the message.
 func EventID(paymentID string, seq int64) string {
 	return paymentID + "-" + strconv.FormatInt(seq, 10)
 }
@@ -48,7 +48,7 @@ const (
 	MaxCurrency   = 8
 )
 
-// wireEvent is the JSON body pay/jetstream publishes (pay.Event). Every
+// wireEvent is the JSON body pay/natspub publishes (pay.Event). Every
 // field is optional here; Validate says what an event needs. Unknown fields
 // are ignored, so the relay may add fields.
 type wireEvent struct {
@@ -63,7 +63,7 @@ type wireEvent struct {
 	At         time.Time `json:"at"`
 }
 
-// DecodeEvent reads the body of a payment event as pay/jetstream publishes
+// DecodeEvent reads the body of a payment event as pay/natspub publishes
 // it (a JSON pay.Event) and validates it (see Event.Validate). Its ID is
 // EventID(payment_id, seq). Errors have CodeInvalid and name the field at
 // fault: such a body will never be processed and should be set aside.

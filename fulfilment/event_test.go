@@ -22,7 +22,7 @@ func payment(st pay.Status) pay.Payment {
 }
 
 // TestDecodeWhatTheRelayPublishes: the body pay writes to its outbox (and
-// pay/jetstream publishes as is) decodes into the event, whose ID is the
+// pay/natspub publishes as is) decodes into the event, whose ID is the
 // message id the relay publishes it under.
 func TestDecodeWhatTheRelayPublishes(t *testing.T) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)

@@ -2,7 +2,7 @@
 // once: on APPROVED it issues one ticket for the payment's order, on
 // DECLINED or FAILED it records the release of the order.
 //
-// Events come from the payment outbox as pay/jetstream publishes it
+// Events come from the payment outbox as pay/natspub publishes it
 // (DecodeEvent reads the body). They are delivered at least once, so the
 // Handler makes their effects exactly-once with an inbox: in one database
 // transaction it inserts the event id into the inbox and applies the

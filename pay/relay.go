@@ -8,7 +8,7 @@ import (
 )
 
 // Publisher sends outbox rows to the event broker. An adapter over NATS
-// JetStream lives in pay/jetstream.
+// JetStream lives in pay/natspub.
 type Publisher interface {
 	// Publish sends one outbox row and returns nil only once the broker
 	// has stored it durably (for JetStream: the publish was

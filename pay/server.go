@@ -22,7 +22,7 @@ type ServerConfig struct {
 	Store Store
 	// Institution is the payment institution (pay/institutionclient).
 	Institution Institution
-	// Events receives the outbox rows (pay/jetstream).
+	// Events receives the outbox rows (pay/natspub).
 	Events Publisher
 	// Service configures the payment logic and the reconciler. NewServer
 	// sets its Logger to Logger when it is nil or slog.Default(), and its

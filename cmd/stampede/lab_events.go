@@ -27,7 +27,7 @@ func newLabEventsCmd(opts *labOptions) *cobra.Command {
 		Long: `A Poisson stream of keyed events with one hot key (as the ordering lab) is
 published to one partitioned JetStream stream (an embedded nats-server that
 persists to a directory, or --nats) and consumed by --workers real worker
-processes of this binary (the keyed consumer of dispatch/jetstream). Each
+processes of this binary (the keyed consumer of dispatch/natskeyed). Each
 handler records its effect in a shared SQLite ledger in one transaction with
 an inbox row. A kill hits worker 0 (SIGKILL, then a restart), a pause
 worker 1 (SIGSTOP for 1.5 × --ack-wait, then SIGCONT), nats-restart the

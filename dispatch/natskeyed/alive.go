@@ -194,10 +194,10 @@ func (l *liveness) check(now time.Time) {
 	slices.Sort(silent)
 	for _, name := range silent {
 		if err := stream.UnpinConsumer(ctx, name, l.c.cfg.Group); err != nil {
-			l.c.cfg.Logger.Debug("dispatch/jetstream: unpin a silent owner", "consumer", name, "err", err)
+			l.c.cfg.Logger.Debug("dispatch/natskeyed: unpin a silent owner", "consumer", name, "err", err)
 			continue
 		}
 		l.unpins.Add(1)
-		l.c.cfg.Logger.Warn("dispatch/jetstream: unpinned a partition whose owner is silent", "consumer", name, "timeout", l.timeout)
+		l.c.cfg.Logger.Warn("dispatch/natskeyed: unpinned a partition whose owner is silent", "consumer", name, "timeout", l.timeout)
 	}
 }

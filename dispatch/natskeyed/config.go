@@ -140,7 +140,7 @@ func DefaultConfig() Config {
 // Validate reports the first unusable field, by name.
 func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("dispatch/jetstream: %s: %s", field, fmt.Sprintf(format, args...))
+		return fmt.Errorf("dispatch/natskeyed: %s: %s", field, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case c.Stream == "":

@@ -68,7 +68,7 @@ type Handler func(ctx context.Context, e Event) error
 // when it refuses a write because a later owner of the partition has
 // written (a smaller Event.Epoch than the largest it has seen for the
 // partition) or because the key's applied sequence would go backwards.
-var ErrFenced = errors.New("dispatch/jetstream: fenced: a later owner of the partition has written")
+var ErrFenced = errors.New("dispatch/natskeyed: fenced: a later owner of the partition has written")
 
 // ErrPartitionBusy is what New returns, wrapped, when unpinned and another
 // client keeps pull requests waiting on a partition this process was to
@@ -108,15 +108,15 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 		return nil, err
 	}
 	if h == nil {
-		return nil, errors.New("dispatch/jetstream: handler: must not be nil")
+		return nil, errors.New("dispatch/natskeyed: handler: must not be nil")
 	}
 	nc := js.Conn()
 	if cfg.Pinned && !PinningSupported(nc.ConnectedServerVersion()) {
-		return nil, fmt.Errorf("dispatch/jetstream: Pinned: nats-server %s has no pinned-client priority groups (2.11+ needed); serve partitions statically instead", nc.ConnectedServerVersion())
+		return nil, fmt.Errorf("dispatch/natskeyed: Pinned: nats-server %s has no pinned-client priority groups (2.11+ needed); serve partitions statically instead", nc.ConnectedServerVersion())
 	}
 	stream, err := js.Stream(ctx, cfg.Stream)
 	if err != nil {
-		return nil, fmt.Errorf("dispatch/jetstream: stream %s: %w", cfg.Stream, err)
+		return nil, fmt.Errorf("dispatch/natskeyed: stream %s: %w", cfg.Stream, err)
 	}
 	c := &Consumer{cfg: cfg, js: js, nc: nc, version: nc.ConnectedServerVersion(), handler: h, stop: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -153,24 +153,24 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 		cons, err := stream.CreateOrUpdateConsumer(ctx, ccfg)
 		if err != nil {
 			c.abort()
-			return nil, fmt.Errorf("dispatch/jetstream: consumer %s: %w", ccfg.Durable, err)
+			return nil, fmt.Errorf("dispatch/natskeyed: consumer %s: %w", ccfg.Durable, err)
 		}
 		if got := cons.CachedInfo().Config.MaxAckPending; got != cfg.MaxPending {
 			c.abort()
-			return nil, fmt.Errorf("dispatch/jetstream: MaxPending: consumer %s has MaxAckPending %d, want %d", ccfg.Durable, got, cfg.MaxPending)
+			return nil, fmt.Errorf("dispatch/natskeyed: MaxPending: consumer %s has MaxAckPending %d, want %d", ccfg.Durable, got, cfg.MaxPending)
 		}
 		c.parts = append(c.parts, newPartition(c, n, stream, cons))
 	}
 	if cfg.Pinned && cfg.OwnerTimeout > 0 {
 		if err := c.startLiveness(); err != nil {
 			c.abort()
-			return nil, fmt.Errorf("dispatch/jetstream: OwnerTimeout: subscribe to %s: %w", aliveSubject(cfg), err)
+			return nil, fmt.Errorf("dispatch/natskeyed: OwnerTimeout: subscribe to %s: %w", aliveSubject(cfg), err)
 		}
 	}
 	for _, p := range c.parts {
 		if err := p.start(ctx); err != nil {
 			c.abort()
-			return nil, fmt.Errorf("dispatch/jetstream: consume %s: %w", p.name, err)
+			return nil, fmt.Errorf("dispatch/natskeyed: consume %s: %w", p.name, err)
 		}
 	}
 	c.bg.Go(c.heartbeat)
@@ -261,7 +261,7 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 			naks = p.endSessionLocked()
 		}
 		p.mu.Unlock()
-		c.cfg.Logger.Warn("dispatch/jetstream: fenced: a later owner of the partition has written; session ended",
+		c.cfg.Logger.Warn("dispatch/natskeyed: fenced: a later owner of the partition has written; session ended",
 			"consumer", p.name, "key", kq.key, "seq", e.seq, "epoch", ev.Epoch, "handed_back", len(naks)+1)
 		_ = msg.Nak()
 		for _, m := range naks {
@@ -422,7 +422,7 @@ func (c *Consumer) Close() {
 			for _, p := range c.parts {
 				wg.Go(func() {
 					if err := p.awaitNoPullers(wait); err != nil && drain.Err() == nil {
-						c.cfg.Logger.Warn("dispatch/jetstream: close: could not see this process's pull requests leave the server; handing queued messages back anyway", "consumer", p.name, "err", err)
+						c.cfg.Logger.Warn("dispatch/natskeyed: close: could not see this process's pull requests leave the server; handing queued messages back anyway", "consumer", p.name, "err", err)
 					}
 				})
 			}

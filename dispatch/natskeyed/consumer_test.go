@@ -665,7 +665,7 @@ func ourGoroutines() []string {
 		if strings.Contains(g, "TestCloseLeavesNoGoroutines") || strings.Contains(g, "ourGoroutines") {
 			continue
 		}
-		if strings.Contains(g, "stampede/dispatch/jetstream.(*") || strings.Contains(g, "stampede/dispatch.(*keyedEngine") ||
+		if strings.Contains(g, "stampede/dispatch/natskeyed.(*") || strings.Contains(g, "stampede/dispatch.(*keyedEngine") ||
 			strings.Contains(g, "jetstream.(*pullSubscription)") {
 			ours = append(ours, g)
 		}

@@ -97,7 +97,7 @@ func (p *partition) start(ctx context.Context) error {
 			return
 		}
 		if err := p.consume(opts); err != nil {
-			p.c.cfg.Logger.Warn("dispatch/jetstream: consume a partition not preferred", "consumer", p.name, "err", err)
+			p.c.cfg.Logger.Warn("dispatch/natskeyed: consume a partition not preferred", "consumer", p.name, "err", err)
 		}
 	})
 	return nil
@@ -157,7 +157,7 @@ func (p *partition) awaitNoPullers(ctx context.Context) error {
 func (p *partition) onErr(_ jetstream.ConsumeContext, err error) {
 	if !errors.Is(err, jetstream.ErrPinIDMismatch) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, jetstream.ErrConnectionClosed) {
-			p.c.cfg.Logger.Debug("dispatch/jetstream: pull", "consumer", p.name, "err", err)
+			p.c.cfg.Logger.Debug("dispatch/natskeyed: pull", "consumer", p.name, "err", err)
 		}
 		return
 	}
@@ -174,7 +174,7 @@ func (p *partition) onErr(_ jetstream.ConsumeContext, err error) {
 func (p *partition) onMsg(msg jetstream.Msg) {
 	md, err := msg.Metadata()
 	if err != nil {
-		p.c.cfg.Logger.Warn("dispatch/jetstream: message without metadata", "consumer", p.name, "err", err)
+		p.c.cfg.Logger.Warn("dispatch/natskeyed: message without metadata", "consumer", p.name, "err", err)
 		return
 	}
 	pin := ""
@@ -251,7 +251,7 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 			// started: order is already lost (see the package
 			// documentation for when this can happen).
 			p.late++
-			p.c.cfg.Logger.Warn("dispatch/jetstream: message arrived after a later one of its key had started",
+			p.c.cfg.Logger.Warn("dispatch/natskeyed: message arrived after a later one of its key had started",
 				"consumer", p.name, "key", key, "seq", seq, "done", kq.lastDone)
 		}
 		kq.insert(&entry{msg: msg, seq: seq, dseq: md.Sequence.Consumer, delivered: md.NumDelivered,
@@ -507,7 +507,7 @@ func (p *partition) unpin(ctx context.Context, pin string) {
 		return
 	}
 	if err := p.stream.UnpinConsumer(ctx, p.name, p.c.cfg.Group); err != nil {
-		p.c.cfg.Logger.Debug("dispatch/jetstream: unpin", "consumer", p.name, "err", err)
+		p.c.cfg.Logger.Debug("dispatch/natskeyed: unpin", "consumer", p.name, "err", err)
 	}
 }
 

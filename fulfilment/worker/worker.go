@@ -1,5 +1,5 @@
 // Package worker consumes the payment events of the pay stream into a
-// fulfilment store: a keyed JetStream consumer (dispatch/jetstream), one
+// fulfilment store: a keyed JetStream consumer (dispatch/natskeyed), one
 // payment's events one at a time and in order, each decoded
 // (fulfilment.DecodeEvent) and applied exactly once by a fulfilment.Handler
 // (its inbox and the ticket in one transaction).
@@ -37,7 +37,7 @@ type Config struct {
 	Fulfilment fulfilment.Config
 }
 
-// DefaultConfig returns dispatch/jetstream's and fulfilment's defaults:
+// DefaultConfig returns dispatch/natskeyed's and fulfilment's defaults:
 // stream PAYMENTS, payments.<p>.<id> in 8 pinned partitions, 8 handlers at
 // once.
 func DefaultConfig() Config {

@@ -1,7 +1,7 @@
 // Package events is the JetStream events lab: a Poisson stream of keyed
 // events with one hot key, as in the ordering lab, published to one
 // partitioned JetStream stream and consumed by N worker processes (real
-// child processes running the keyed consumer of dispatch/jetstream, see
+// child processes running the keyed consumer of dispatch/natskeyed, see
 // RunWorker), under faults: a worker killed with SIGKILL, a worker stopped
 // with SIGSTOP past the ack deadline, a restart of the embedded
 // nats-server.
@@ -87,7 +87,7 @@ type Config struct {
 	// mean, in [0, 1).
 	Jitter float64
 	// OwnerTimeout is the consumers' liveness timeout (see
-	// dispatch/jetstream Config.OwnerTimeout): a partition whose owner
+	// dispatch/natskeyed Config.OwnerTimeout): a partition whose owner
 	// was not heard of for this long is unpinned and taken over.
 	OwnerTimeout time.Duration
 	// AckWait is the consumers' ack deadline; the pause fault stops a

@@ -46,8 +46,8 @@ type Config struct {
 	PublishTimeout time.Duration
 	// Partitions is how many partitions the stream stores events in:
 	// <Subject>.<id> is stored as <Subject>.<p>.<id>, p the partition of
-	// the payment id (dispatch/jetstream.PartitionOf), so that keyed
-	// workers (dispatch/jetstream, one consumer per partition) see every
+	// the payment id (dispatch/natskeyed.PartitionOf), so that keyed
+	// workers (dispatch/natskeyed, one consumer per partition) see every
 	// event of a payment in one partition and in order. On NATS 2.10+ the
 	// server computes p with a subject transform; on an older server,
 	// which has none, the publisher computes it and publishes to
@@ -91,7 +91,7 @@ func (c Config) Validate() error {
 // StreamConfig is the JetStream configuration of cfg's stream: file
 // storage, so that acknowledged messages survive a server restart, and,
 // when transform is true (NATS 2.10+), the partitioning subject transform
-// of dispatch/jetstream.StreamConfig. Without it the stream stores
+// of dispatch/natskeyed.StreamConfig. Without it the stream stores
 // subjects as published.
 func StreamConfig(cfg Config, transform bool) jetstream.StreamConfig {
 	sc := jetstream.StreamConfig{
