@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -134,12 +133,7 @@ func (o *checkoutOptions) serverConfig() (httpapi.ServerConfig, error) {
 		return cfg, fmt.Errorf("--write-timeout must exceed --pay-timeout (%s), got %s", o.payTimeout, cfg.WriteTimeout)
 	}
 	if err := cfg.Validate(); err != nil {
-		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
-			"WriteTimeout": "--write-timeout", "IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
-		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
-			return cfg, fmt.Errorf("%s %s", flag[e.Field], strings.ReplaceAll(e.Message, "ReadHeaderTimeout", "--read-header-timeout"))
-		}
-		return cfg, err
+		return cfg, flagErrors("", err)
 	}
 	return cfg, nil
 }

@@ -97,12 +97,7 @@ func runConsole(cmd *cobra.Command, opts *consoleOptions) error {
 		return err
 	}
 	if err := opts.server.Validate(); err != nil {
-		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
-			"WriteTimeout": "--write-timeout", "IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
-		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
-			return fmt.Errorf("%s %s", flag[e.Field], e.Message)
-		}
-		return err
+		return flagErrors("", err)
 	}
 	log := loggerOf(cmd)
 	cfg := opts.cfg

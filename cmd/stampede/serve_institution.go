@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
-	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
@@ -86,12 +84,7 @@ func (o *institutionOptions) config(log *slog.Logger) (institution.Config, error
 	}
 	cfg.AdminToken, cfg.NotFoundWindow, cfg.MaxHung, cfg.Logger = o.adminToken, o.notFoundWindow, o.maxHung, log
 	if err := o.server.Validate(); err != nil {
-		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
-			"IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
-		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
-			return cfg, fmt.Errorf("%s %s", flag[e.Field], strings.ReplaceAll(e.Message, "ReadHeaderTimeout", "--read-header-timeout"))
-		}
-		return cfg, err
+		return cfg, flagErrors("", err)
 	}
 	if err := cfg.Validate(); err != nil {
 		flag := map[string]string{"AdminToken": "--admin-token", "NotFoundWindow": "--not-found-window", "MaxHung": "--max-hung"}

@@ -79,7 +79,7 @@ func TestServeInstitutionRejectsBadFlags(t *testing.T) {
 		{[]string{long, "--http", ""}, "--http"},
 		{[]string{long, "--http", "256.0.0.1:99999"}, "--http"},
 		{[]string{long, "--read-header-timeout", "0s"}, "--read-header-timeout"},
-		{[]string{long, "--read-timeout", "1s", "--read-header-timeout", "2s"}, "--read-timeout must be at least --read-header-timeout"},
+		{[]string{long, "--read-timeout", "1s", "--read-header-timeout", "2s"}, "--read-timeout: must be at least the read header timeout"},
 		{[]string{long, "--idle-timeout", "-1s"}, "--idle-timeout"},
 		{[]string{long, "--shutdown-timeout", "-1s"}, "--shutdown-timeout"},
 	}

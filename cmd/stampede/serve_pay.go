@@ -234,12 +234,7 @@ func (o *payOptions) serverConfig() (httpapi.ServerConfig, error) {
 		return cfg, fmt.Errorf("--write-timeout must exceed --timeout (%s), the longest approval call, got %s", o.timeout, cfg.WriteTimeout)
 	}
 	if err := cfg.Validate(); err != nil {
-		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
-			"WriteTimeout": "--write-timeout", "IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
-		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
-			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
-		}
-		return cfg, err
+		return cfg, flagErrors("", err)
 	}
 	return cfg, nil
 }

@@ -201,12 +201,7 @@ func (o *waitroomOptions) validate() error {
 		return fmt.Errorf("--redis-timeout must be between 1ms and 1m, got %s", o.redisTimeout)
 	}
 	if err := o.server.Validate(); err != nil {
-		flag := map[string]string{"ReadHeaderTimeout": "--read-header-timeout", "ReadTimeout": "--read-timeout",
-			"WriteTimeout": "--write-timeout", "IdleTimeout": "--idle-timeout", "ShutdownTimeout": "--shutdown-timeout"}
-		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
-			return fmt.Errorf("%s %s", flag[e.Field], e.Message)
-		}
-		return err
+		return flagErrors("", err)
 	}
 	// The slowest answer reads Redis twice (GET /v1/rooms/{room}); /readyz
 	// waits up to 1 s.

@@ -45,15 +45,16 @@ type Config struct {
 	ReadyTimeout time.Duration
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once.
 func (c Config) Validate() error {
+	var f stampede.Fields
 	if c.Name == "" {
-		return stampede.InvalidField("Name", "must name the service")
+		f.Add("name", "must name the service")
 	}
 	if c.ReadyTimeout < 0 {
-		return stampede.InvalidField("ReadyTimeout", "must not be negative, got %s", c.ReadyTimeout)
+		f.Add("ready_timeout", "must not be negative, got %s", c.ReadyTimeout)
 	}
-	return nil
+	return f.Err()
 }
 
 // Check is one dependency that /readyz asks: Ping must answer within the

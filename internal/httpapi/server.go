@@ -44,23 +44,29 @@ func DefaultServerConfig() ServerConfig {
 	}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each by its snake_case
+// name (the serve commands' flags are the same words in kebab-case).
 func (c ServerConfig) Validate() error {
-	switch {
-	case c.ReadHeaderTimeout <= 0:
-		return stampede.InvalidField("ReadHeaderTimeout", "must be positive, got %s", c.ReadHeaderTimeout)
-	case c.ReadTimeout < c.ReadHeaderTimeout:
-		return stampede.InvalidField("ReadTimeout", "must be at least ReadHeaderTimeout (%s), got %s", c.ReadHeaderTimeout, c.ReadTimeout)
-	case c.WriteTimeout <= 0:
-		return stampede.InvalidField("WriteTimeout", "must be positive, got %s", c.WriteTimeout)
-	case c.IdleTimeout <= 0:
-		return stampede.InvalidField("IdleTimeout", "must be positive, got %s", c.IdleTimeout)
-	case c.MaxHeaderBytes < 1024:
-		return stampede.InvalidField("MaxHeaderBytes", "must be at least 1024, got %d", c.MaxHeaderBytes)
-	case c.ShutdownTimeout < 0:
-		return stampede.InvalidField("ShutdownTimeout", "must not be negative, got %s", c.ShutdownTimeout)
+	var f stampede.Fields
+	if c.ReadHeaderTimeout <= 0 {
+		f.Add("read_header_timeout", "must be positive, got %s", c.ReadHeaderTimeout)
 	}
-	return nil
+	if c.ReadTimeout < c.ReadHeaderTimeout {
+		f.Add("read_timeout", "must be at least the read header timeout (%s), got %s", c.ReadHeaderTimeout, c.ReadTimeout)
+	}
+	if c.WriteTimeout <= 0 {
+		f.Add("write_timeout", "must be positive, got %s", c.WriteTimeout)
+	}
+	if c.IdleTimeout <= 0 {
+		f.Add("idle_timeout", "must be positive, got %s", c.IdleTimeout)
+	}
+	if c.MaxHeaderBytes < 1024 {
+		f.Add("max_header_bytes", "must be at least 1024, got %d", c.MaxHeaderBytes)
+	}
+	if c.ShutdownTimeout < 0 {
+		f.Add("shutdown_timeout", "must not be negative, got %s", c.ShutdownTimeout)
+	}
+	return f.Err()
 }
 
 // NewServer returns an http.Server for h with every limit of cfg and its
