@@ -104,7 +104,9 @@ func violations(imports map[string][]string) []string {
 			switch {
 			case slices.Contains(groundFloor, pkg) && local && !slices.Contains(groundFloor, r):
 				bad = append(bad, fmt.Sprintf("ground floor %q imports %q: the ground floor imports no part", pkg, r))
-			case domain && slices.ContainsFunc(transports, func(t string) bool { return imp == t || strings.HasPrefix(imp, t) && strings.HasSuffix(t, "/") || strings.HasPrefix(imp, t+"/") }):
+			case domain && slices.ContainsFunc(transports, func(t string) bool {
+				return imp == t || strings.HasPrefix(imp, t) && strings.HasSuffix(t, "/") || strings.HasPrefix(imp, t+"/")
+			}):
 				bad = append(bad, fmt.Sprintf("domain %q imports %q: a domain has no transport, driver or client", pkg, imp))
 			case strings.HasPrefix(pkg, "internal/") && local && !strings.HasPrefix(r, "internal/") && !slices.Contains(groundFloor, r):
 				bad = append(bad, fmt.Sprintf("%q imports %q: internal packages serve every part and import none", pkg, r))
