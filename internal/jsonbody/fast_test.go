@@ -161,7 +161,7 @@ func FuzzAppendString(f *testing.F) {
 // FuzzAppendFloat: AppendFloat writes what encoding/json writes, and
 // refuses what it cannot write.
 func FuzzAppendFloat(f *testing.F) {
-	for _, v := range []float64{0, -0.0, 1, 0.1, 12.5, 1e-7, 1e21, 1e20, -3.4e-9, math.MaxFloat64, math.SmallestNonzeroFloat64, math.NaN(), math.Inf(1)} {
+	for _, v := range []float64{0, math.Copysign(0, -1), 1, 0.1, 12.5, 1e-7, 1e21, 1e20, -3.4e-9, math.MaxFloat64, math.SmallestNonzeroFloat64, math.NaN(), math.Inf(1)} {
 		f.Add(v)
 	}
 	f.Fuzz(func(t *testing.T, v float64) {
