@@ -256,7 +256,7 @@ func (c LineChart) plot() (*plot.Plot, error) {
 		}
 		line, marks, err := plotter.NewLinePoints(points)
 		if err != nil {
-			return nil, fmt.Errorf("Series[%d] (%q): %w", i, s.Name, err)
+			return nil, fmt.Errorf("series %d (%q): %w", i, s.Name, err)
 		}
 		line.Color = plotutil.Color(i)
 		marks.Color = plotutil.Color(i)
@@ -269,7 +269,7 @@ func (c LineChart) plot() (*plot.Plot, error) {
 		points := plotter.XYs{{X: xMin, Y: y(l.Y)}, {X: xMax, Y: y(l.Y)}}
 		line, err := plotter.NewLine(points)
 		if err != nil {
-			return nil, fmt.Errorf("Lines[%d] (%q): %w", i, l.Name, err)
+			return nil, fmt.Errorf("line %d (%q): %w", i, l.Name, err)
 		}
 		line.Color = plotutil.Color(len(c.Series) + i)
 		line.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
@@ -335,7 +335,7 @@ func (c LineChart) addMarks(p *plot.Plot) error {
 	for i, m := range c.Marks {
 		line, err := plotter.NewLine(plotter.XYs{{X: m.X, Y: lo}, {X: m.X, Y: hi}})
 		if err != nil {
-			return fmt.Errorf("Marks[%d] (%q): %w", i, m.Name, err)
+			return fmt.Errorf("mark %d (%q): %w", i, m.Name, err)
 		}
 		line.Color = color.Gray{Y: 110}
 		line.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}

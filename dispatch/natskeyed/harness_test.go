@@ -73,15 +73,14 @@ var streamCounter atomic.Int64
 
 // fixture is one test stream and the means to fill it.
 type fixture struct {
-	t          testing.TB
-	url        string
-	js         jetstream.JetStream
-	version    string
-	transform  bool // the server partitions by subject transform
-	cfg        Config
-	ledger     *dispatch.Ledger
-	published  int
-	keyOfIndex map[int]string
+	t         testing.TB
+	url       string
+	js        jetstream.JetStream
+	version   string
+	transform bool // the server partitions by subject transform
+	cfg       Config
+	ledger    *dispatch.Ledger
+	published int
 }
 
 // newFixture creates a memory stream with partitions and a config for it.

@@ -141,7 +141,7 @@ func (p *partition) awaitNoPullers(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(limit) {
-			return fmt.Errorf("Serve: partition %d: %w (%d pull requests waiting on %s); without Pinned, one process per partition", p.index, ErrPartitionBusy, info.NumWaiting, p.name)
+			return fmt.Errorf("serve: partition %d: %w (%d pull requests waiting on %s); without Pinned, one process per partition", p.index, ErrPartitionBusy, info.NumWaiting, p.name)
 		}
 		select {
 		case <-time.After(wait):
