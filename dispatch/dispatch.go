@@ -86,8 +86,9 @@ type Config struct {
 	StealAfter time.Duration
 }
 
-// DefaultConfig returns the configuration of the seed experiment: 8 workers,
-// keyed strategy, 1,024 queued items per queue, steal after 500 ms.
+// DefaultConfig returns the configuration the ordering lab starts from,
+// that of the published dispatcher write-up: 8 workers, keyed strategy,
+// 1,024 queued items per queue, steal after 500 ms.
 func DefaultConfig() Config {
 	return Config{Strategy: Keyed, Workers: 8, QueueSize: 1024, StealAfter: 500 * time.Millisecond}
 }

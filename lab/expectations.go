@@ -35,7 +35,7 @@ func matches(cond, match map[string]any) bool {
 	return true
 }
 
-// Expectation is one claim (from an issue, a seed write-up or the design)
+// Expectation is one claim (from a published write-up or the design)
 // checked against what an experiment measured. It is written into the
 // experiment's JSON under "expectations".
 type Expectation struct {

@@ -14,8 +14,8 @@
 // experiment fail. Either way the command exits non-zero: a table of zeros is
 // never a result.
 //
-// After the last run, each experiment checks its claims (from the issue, the
-// seed write-up or the design) against the medians: every Expectation is
+// After the last run, each experiment checks its claims (from a published
+// write-up or the design) against the medians: every Expectation is
 // kept in the JSON with its figure and whether it holds, and a claim whose
 // figure is missing does not hold. An experiment whose expectations fail is
 // still VALID, and says so ("VALID, 2 expectations do not hold"); with

@@ -121,7 +121,7 @@ type Config struct {
 	Multiplier float64
 }
 
-// DefaultConfig returns the seed's schedule (3 attempts, 500 ms base, ×2,
+// DefaultConfig returns the write-up's schedule (3 attempts, 500 ms base, ×2,
 // 10 s cap) under the name none: approvals are not retried by default,
 // because every retry adds load to an institution that is already failing.
 // Set Name to turn a retry policy on.

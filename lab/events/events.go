@@ -109,7 +109,7 @@ type Config struct {
 	WorkerCmd func(args []string) *exec.Cmd
 }
 
-// DefaultConfig returns the seed's stream: 400 events/s over 200 keys,
+// DefaultConfig returns the write-up's stream: 400 events/s over 200 keys,
 // the hot key at load 2.0 with 100 ms handlers (20 events/s, twice what
 // one handler does), 5 ms for the other keys, no jitter; 10 s, 1 repeat,
 // 1, 2 and 4 workers, every fault, 4 handlers per worker, 8 partitions, a

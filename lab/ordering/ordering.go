@@ -4,7 +4,7 @@
 // counts per-key order violations and the latency of every other key (the
 // victims).
 //
-// It reproduces the write-up in shared/seeds/003_d09c0986b33ccde8.txt —
+// It reproduces the write-up in the published dispatcher write-up —
 // shared, partition and steal — and adds keyed, which should keep partition's
 // zero violations and shared's victim latency at once.
 //
@@ -76,7 +76,7 @@ const (
 	HotEven = "even"
 )
 
-// DefaultConfig is the quick profile: the seed's parameters with 4-second
+// DefaultConfig is the quick profile: the write-up's parameters with 4-second
 // runs and one repeat, about a minute in all.
 func DefaultConfig() Config {
 	return Config{
@@ -96,7 +96,7 @@ func DefaultConfig() Config {
 	}
 }
 
-// FullConfig is the seed write-up's profile: 20-second runs, 3 repeats.
+// FullConfig is the published dispatcher write-up's profile: 20-second runs, 3 repeats.
 func FullConfig() Config {
 	c := DefaultConfig()
 	c.Duration, c.Repeat = 20*time.Second, 3

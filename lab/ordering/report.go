@@ -11,8 +11,8 @@ import (
 	"github.com/stampede-lab/stampede/lab"
 )
 
-// seedFigure is one row of the seed write-up's table (3-run medians).
-type seedFigure struct {
+// publishedFigure is one row of the published dispatcher write-up's table (3-run medians).
+type publishedFigure struct {
 	strategy   dispatch.Strategy
 	load       float64
 	violations float64
@@ -20,8 +20,8 @@ type seedFigure struct {
 	victimP99  float64
 }
 
-// seedTable is the table of shared/seeds/003_d09c0986b33ccde8.txt.
-var seedTable = []seedFigure{
+// publishedTable is the table of the published dispatcher write-up.
+var publishedTable = []publishedFigure{
 	{dispatch.Shared, 0.4, 0, 0, 9.6},
 	{dispatch.Partition, 0.4, 0, 0, 116.6},
 	{dispatch.Steal, 0.4, 0, 0, 109.4},
@@ -39,7 +39,7 @@ func median(r *lab.Result, s dispatch.Strategy, load float64, metric string) (fl
 }
 
 // Render implements lab.Experiment: the victim p99 chart, one latency
-// distribution chart per hot load, and the seed's figures beside ours. The
+// distribution chart per hot load, and the write-up's figures beside ours. The
 // Runner adds the expectations table (see Expectations).
 func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	var b strings.Builder
@@ -95,7 +95,7 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 		fmt.Fprintf(&b, "![latency by key class at hot load %g](%s)\n\n", load, name)
 	}
 
-	b.WriteString(e.seedComparison(r))
+	b.WriteString(e.publishedComparison(r))
 	return b.String(), nil
 }
 
@@ -243,13 +243,13 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 	return &x
 }
 
-// seedComparison puts the seed's figures beside ours.
-func (e *Experiment) seedComparison(r *lab.Result) string {
+// publishedComparison puts the write-up's figures beside ours.
+func (e *Experiment) publishedComparison(r *lab.Result) string {
 	var b strings.Builder
-	b.WriteString("### Beside the seed write-up (its 3-run medians, 20 s runs)\n\n")
-	b.WriteString("| strategy | hot load | violations (seed → ours) | stolen (seed → ours) | victim p99 ms (seed → ours) |\n|---|---|---|---|---|\n")
+	b.WriteString("### Beside the published dispatcher write-up (its 3-run medians, 20 s runs)\n\n")
+	b.WriteString("| strategy | hot load | violations (write-up → ours) | stolen (write-up → ours) | victim p99 ms (write-up → ours) |\n|---|---|---|---|---|\n")
 	n := 0
-	for _, f := range seedTable {
+	for _, f := range publishedTable {
 		v, ok := median(r, f.strategy, f.load, "violations")
 		if !ok {
 			continue
@@ -263,7 +263,7 @@ func (e *Experiment) seedComparison(r *lab.Result) string {
 		return ""
 	}
 	fmt.Fprintf(&b, "\nThis run: %s of arrivals per condition, %d repeat(s). Partition's and keyed's hot backlog grows for as long as arrivals last, "+
-		"so their divergent figures scale with the run length; compare them with the seed at 20 s (`--full`).\n\n",
+		"so their divergent figures scale with the run length; compare them with the write-up at 20 s (`--full`).\n\n",
 		e.cfg.Duration, e.cfg.Repeat)
 	return b.String()
 }

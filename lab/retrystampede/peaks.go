@@ -13,7 +13,7 @@ import (
 // [w, 2w), … Only arrivals later than after count (offsets are from the
 // start signal), so the first wave, which the clients make and which is
 // the same under every policy, does not hide what the retries do. This is
-// the seed write-up's reading: a histogram of arrivals, first second
+// the published ParityPay write-up's reading: a histogram of arrivals, first second
 // excluded.
 func FixedPeak(offsets []time.Duration, w, after time.Duration) int {
 	if w <= 0 {

@@ -13,25 +13,25 @@ import (
 	"github.com/stampede-lab/stampede/retry"
 )
 
-// seedFigure is one row of the seed write-up's table (3-run medians, 150
+// publishedFigure is one row of the published ParityPay write-up's table (3-run medians, 150
 // payments, HANG_BEFORE_PROCESSING 8 s, timeout 3 s, 3 attempts, base
 // 500 ms, peaks after the first second).
-type seedFigure struct {
+type publishedFigure struct {
 	policy                   string
 	requests, amplification  float64
 	retries, peak100, peak1s float64
 	p50MS                    float64
 }
 
-// seedTable is the table of shared/seeds/000_830c60df0369b6e2.txt.
-var seedTable = []seedFigure{
+// publishedTable is the table of the published ParityPay write-up.
+var publishedTable = []publishedFigure{
 	{retry.None, 150, 1.00, 0, 0, 0, 3194},
 	{retry.Exponential, 450, 3.00, 300, 141, 150, 10752},
 	{retry.FullJitter, 450, 3.00, 300, 38, 150, 9932},
 }
 
-// seedTimeout is the seed's client timeout.
-const seedTimeout = 3 * time.Second
+// publishedTimeout is the write-up's client timeout.
+const publishedTimeout = 3 * time.Second
 
 // median returns a summary's median metric for one scenario and policy.
 func median(r *lab.Result, s Scenario, policy, metric string) (float64, bool) {
@@ -49,7 +49,7 @@ func (e *Experiment) chartScenario() Scenario {
 
 // Render implements lab.Experiment: institution arrivals over time per
 // fine and coarse window for each policy (one scenario, first repeat), the
-// settlement table, and the seed's figures beside ours. The Runner adds
+// settlement table, and the write-up's figures beside ours. The Runner adds
 // the expectations table (see Expectations).
 func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	c := e.cfg
@@ -58,11 +58,11 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 		"approval timeout %s, %d attempts, base %s (×2, cap %s). ", c.Payments, c.Hang, c.Timeout, c.Attempts, c.Base, c.retryConfig(retry.Exponential).Cap)
 	fmt.Fprintf(&b, "`peak_100ms` and `peak_1s` are the most institution arrivals in any window of 100 ms and of 1 s (sliding: a window may start anywhere), "+
 		"counting only arrivals more than %s after the start signal: the first wave, which the clients make alike under every policy, is left out. "+
-		"`peak_100ms_fixed` and `peak_1s_fixed` in the JSON count fixed windows aligned to the start signal, like the seed's histogram; "+
+		"`peak_100ms_fixed` and `peak_1s_fixed` in the JSON count fixed windows aligned to the start signal, like the write-up's histogram; "+
 		"a window boundary can cut a burst in two there. ", c.ExcludeFirst)
-	if c.Hang != 8*time.Second || c.Timeout != seedTimeout {
-		fmt.Fprintf(&b, "The seed ran an 8 s hang and a 3 s timeout; this run uses %s and %s. The peak windows stay 100 ms and 1 s whatever the timeout: "+
-			"they read the retry schedule (base %s) on the seed's scale. `first_wave_ms` in the JSON is how long the first wave took to reach the institution. ",
+	if c.Hang != 8*time.Second || c.Timeout != publishedTimeout {
+		fmt.Fprintf(&b, "The write-up ran an 8 s hang and a 3 s timeout; this run uses %s and %s. The peak windows stay 100 ms and 1 s whatever the timeout: "+
+			"they read the retry schedule (base %s) on the write-up's scale. `first_wave_ms` in the JSON is how long the first wave took to reach the institution. ",
 			c.Hang, c.Timeout, c.Base)
 	}
 	b.WriteString("`approvals` counts the institution's charges, `double_charges` the charges beyond one per external key; " +
@@ -108,7 +108,7 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	}
 
 	b.WriteString(e.settlement(r))
-	b.WriteString(e.seedComparison(r))
+	b.WriteString(e.publishedComparison(r))
 	return b.String(), nil
 }
 
@@ -154,7 +154,7 @@ func (e *Experiment) settlement(r *lab.Result) string {
 	return b.String()
 }
 
-// Expectations implements lab.Experiment: the shape the seed and the
+// Expectations implements lab.Experiment: the shape the write-up and the
 // design expect, checked against our medians. Each claim says what was
 // expected, what we measured and whether it held; none of them tunes
 // anything. A claim about a configured scenario and policy whose median is
@@ -221,7 +221,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 				return fmt.Sprintf("%.0f in [%d, %d]", fj100, model.P05, model.P95), float64(model.P05) <= fj100 && fj100 <= float64(model.P95)
 			})
 	}
-	// The quarter, read two ways: our sliding windows, and the seed's
+	// The quarter, read two ways: our sliding windows, and the write-up's
 	// histogram (fixed windows from the start signal), which can cut the
 	// busiest stretch in two and so reads lower.
 	if has(hb, retry.Exponential, retry.FullJitter) {
@@ -230,7 +230,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 			peak                       PeakFunc
 		}{
 			{"peak_100ms", "full-jitter: peak_100ms a quarter of exponential's or less (seed: 38 vs 141, 0.27×)", "the schedule alone", SlidingPeak},
-			{"peak_100ms_fixed", "full-jitter, read as the seed read it (fixed 100 ms windows from the start signal): peak_100ms_fixed a quarter of exponential's or less", "the schedule alone, its waves lined up with the windows,", FixedPeak},
+			{"peak_100ms_fixed", "full-jitter, read as the write-up read it (fixed 100 ms windows from the start signal): peak_100ms_fixed a quarter of exponential's or less", "the schedule alone, its waves lined up with the windows,", FixedPeak},
 		} {
 			var miss []string
 			exp := need(&miss, hb, retry.Exponential, q.metric)
@@ -348,14 +348,14 @@ func schedule(policy string, attempts int, timeout, base time.Duration) time.Dur
 	return 0
 }
 
-// seedComparison puts the seed's figures beside ours (hang-before).
-func (e *Experiment) seedComparison(r *lab.Result) string {
+// publishedComparison puts the write-up's figures beside ours (hang-before).
+func (e *Experiment) publishedComparison(r *lab.Result) string {
 	c := e.cfg
 	var b strings.Builder
-	b.WriteString("### Beside the seed write-up (its 3-run medians; HANG_BEFORE_PROCESSING 8 s, timeout 3 s, 3 attempts, base 500 ms)\n\n")
-	b.WriteString("| policy | institution requests (seed → ours) | amplification | retry requests | peak_100ms (ours: sliding / fixed) | peak_1s (ours: sliding / fixed) | client p50 ms | schedule ms (timeouts + waits) |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("### Beside the published ParityPay write-up (its 3-run medians; HANG_BEFORE_PROCESSING 8 s, timeout 3 s, 3 attempts, base 500 ms)\n\n")
+	b.WriteString("| policy | institution requests (write-up → ours) | amplification | retry requests | peak_100ms (ours: sliding / fixed) | peak_1s (ours: sliding / fixed) | client p50 ms | schedule ms (timeouts + waits) |\n|---|---|---|---|---|---|---|---|\n")
 	rows := 0
-	for _, f := range seedTable {
+	for _, f := range publishedTable {
 		get := func(m string) float64 { v, _ := median(r, HangBefore, f.policy, m); return v }
 		if _, ok := median(r, HangBefore, f.policy, "institution_requests"); !ok {
 			continue
@@ -364,15 +364,15 @@ func (e *Experiment) seedComparison(r *lab.Result) string {
 			f.requests, get("institution_requests"), f.amplification, get("amplification"), f.retries, get("retry_requests"),
 			f.peak100, get("peak_100ms"), get("peak_100ms_fixed"), f.peak1s, get("peak_1s"), get("peak_1s_fixed"),
 			f.p50MS, get("client_p50_ms"),
-			ms(schedule(f.policy, 3, seedTimeout, 500*time.Millisecond)), ms(schedule(f.policy, c.Attempts, c.Timeout, c.Base)))
+			ms(schedule(f.policy, 3, publishedTimeout, 500*time.Millisecond)), ms(schedule(f.policy, c.Attempts, c.Timeout, c.Base)))
 		rows++
 	}
 	if rows == 0 {
 		return ""
 	}
 	fmt.Fprintf(&b, "\nThis run: %d payments, hang %s, timeout %s, %d attempts, base %s, %d repeat(s). ", c.Payments, c.Hang, c.Timeout, c.Attempts, c.Base, c.Repeat)
-	b.WriteString("The client p50 is the schedule plus the service's own time; compare that excess, not the p50, when the timeout differs from the seed's. " +
-		"The seed counted its peaks in fixed 100 ms windows after the first second; its per-run exponential peaks were 141 / 150 / 121, " +
+	b.WriteString("The client p50 is the schedule plus the service's own time; compare that excess, not the p50, when the timeout differs from the write-up's. " +
+		"The write-up counted its peaks in fixed 100 ms windows after the first second; its per-run exponential peaks were 141 / 150 / 121, " +
 		"which a window boundary cutting the burst explains, hence the sliding windows here.\n\n")
 	return b.String()
 }

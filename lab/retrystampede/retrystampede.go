@@ -1,5 +1,5 @@
 // Package retrystampede is the lab experiment of the payment service's
-// retry policies (seed shared/seeds/000_830c60df0369b6e2.txt): a stampede
+// retry policies (as in the published ParityPay write-up): a stampede
 // of payments released at one instant against a payment institution that
 // hangs, so that every approval times out at the same moment and every
 // retry leaves at the same moment too.
@@ -39,7 +39,7 @@ type Scenario string
 // The scenarios.
 const (
 	// HangBefore: HANG_BEFORE_PROCESSING, idempotent. Nothing is ever
-	// charged; every payment times out (the seed's experiment).
+	// charged; every payment times out (the write-up's experiment).
 	HangBefore Scenario = "hang-before"
 	// HangAfterIdempotent: HANG_AFTER_PROCESSING, idempotent. The first
 	// request charges, the answer is held; a retry is answered with the
@@ -165,7 +165,7 @@ type Config struct {
 	Scenarios []Scenario
 	Policies  []string
 	// ExcludeFirst: peaks count only arrivals more than ExcludeFirst after
-	// the start signal (the seed: 1 s), leaving out the first wave, which
+	// the start signal (the write-up: 1 s), leaving out the first wave, which
 	// the clients make alike under every policy. It must be shorter than
 	// Timeout, before which no retry can leave.
 	ExcludeFirst time.Duration
@@ -188,14 +188,14 @@ const (
 	CoarseWindow = time.Second
 )
 
-// DefaultConfig is the quick profile: the seed's stampede with the hang and
+// DefaultConfig is the quick profile: the write-up's stampede with the hang and
 // the timeout halved — 150 payments, a 4 s hang, a 1.5 s timeout, 3
 // attempts, a 500 ms base, peaks after the first second — for none,
 // exponential, full-jitter and budget, against the hang-before and the
 // non-idempotent hang-after institution, once: eight runs, about a minute.
 //
 // The retry schedule, the peak windows and the first-wave exclusion stay
-// the seed's because they are what the seed measured: a 500 ms jitter
+// the write-up's because they are what the write-up measured: a 500 ms jitter
 // window read per 100 ms (visible) and per 1 s (invisible). Scaling them
 // down with the timeout would not keep that shape: the payment service
 // takes the first wave in over about a tenth of a second (its SQLite
@@ -218,7 +218,7 @@ func DefaultConfig() Config {
 	}
 }
 
-// FullConfig is the seed's profile: an 8 s hang, a 3 s timeout, every
+// FullConfig is the write-up's profile: an 8 s hang, a 3 s timeout, every
 // scenario × none, exponential, full-jitter, decorrelated-jitter and
 // budget, 3 repeats.
 func FullConfig() Config {
@@ -328,7 +328,7 @@ func (e *Experiment) Params() any {
 		"policies":       c.Policies,
 		"peaks_after_ms": ms(c.ExcludeFirst),
 		"peak_windows": "peak_100ms, peak_1s: the most arrivals in any window of 100 ms or 1 s (sliding, a window may start anywhere); " +
-			"peak_100ms_fixed, peak_1s_fixed: fixed windows aligned to the start signal, like the seed's histogram",
+			"peak_100ms_fixed, peak_1s_fixed: fixed windows aligned to the start signal, like the write-up's histogram",
 		"not_found_window_ms":  c.NotFoundWindow.Milliseconds(),
 		"reconcile_timeout_ms": c.ReconcileTimeout.Milliseconds(),
 		"repeat":               c.Repeat,

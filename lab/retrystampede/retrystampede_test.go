@@ -76,10 +76,10 @@ func TestProfiles(t *testing.T) {
 	if f.Payments != 150 || f.Hang != 8*time.Second || f.Timeout != 3*time.Second || f.Attempts != 3 ||
 		f.Base != 500*time.Millisecond || f.ExcludeFirst != time.Second || f.Repeat != 3 ||
 		len(f.Scenarios) != 3 || len(f.Policies) != 5 {
-		t.Errorf("FullConfig is not the seed's: %+v", f)
+		t.Errorf("FullConfig is not the write-up's: %+v", f)
 	}
 	// The quick profile halves the hang and the timeout and keeps the rest
-	// of the seed's shape.
+	// of the write-up's shape.
 	if q.Hang*2 != f.Hang || q.Timeout*2 != f.Timeout || q.Base != f.Base || q.Attempts != f.Attempts ||
 		q.ExcludeFirst != f.ExcludeFirst || q.Payments != f.Payments || q.Repeat != 1 {
 		t.Errorf("DefaultConfig is not the halved seed: %+v", q)
@@ -180,7 +180,7 @@ func TestPeaks(t *testing.T) {
 	}
 }
 
-// TestModelPeaks checks the schedule model on the seed parameters (150
+// TestModelPeaks checks the schedule model on the write-up's parameters (150
 // payments, timeout 3 s, 3 attempts, base 500 ms, peaks after 1 s).
 func TestModelPeaks(t *testing.T) {
 	const payments, trials = 150, 500
@@ -343,7 +343,7 @@ func TestShortStampede(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"## retry-stampede", "Expectations checked against the medians", "none: 1.00×",
-		"Beside the seed write-up", "After reconciliation"} {
+		"Beside the published ParityPay write-up", "After reconciliation"} {
 		if !strings.Contains(string(report), want) {
 			t.Errorf("REPORT.md lacks %q", want)
 		}
@@ -400,12 +400,12 @@ func TestShortDoubleCharge(t *testing.T) {
 
 // TestQuickProfile runs the default quick profile once and prints the
 // report: set STAMPEDE_LAB_QUICK=1 (about a minute), or =full for the
-// seed's profile (about ten minutes, needs -timeout 20m).
+// write-up's profile (about ten minutes, needs -timeout 20m).
 // STAMPEDE_LAB_QUICK_OUT=DIR keeps the report files.
 func TestQuickProfile(t *testing.T) {
 	profile := os.Getenv("STAMPEDE_LAB_QUICK")
 	if profile == "" {
-		t.Skip("set STAMPEDE_LAB_QUICK=1 to run the quick profile (=full: the seed's)")
+		t.Skip("set STAMPEDE_LAB_QUICK=1 to run the quick profile (=full: the write-up's)")
 	}
 	cfg := DefaultConfig()
 	if profile == "full" {
