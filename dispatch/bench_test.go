@@ -107,7 +107,7 @@ func BenchmarkDispatch(b *testing.B) {
 			b.ReportMetric(perItem(plain), "plain-ns/item")
 			b.ReportMetric(median(ratios), "x-plain")
 			// CPU time of the whole process (every thread) per item, and
-			// its ratio, for the model in the README.
+			// its ratio, for the model in docs/performance.md.
 			b.ReportMetric(perItem(ownCPU), "cpu-ns/item")
 			b.ReportMetric(perItem(plainCPU), "plain-cpu-ns/item")
 			b.ReportMetric(median(cpuRatios), "cpu-x-plain")

@@ -35,7 +35,7 @@ import (
 // not clash with gate_test.go's.
 
 // browserShotsEnv names a folder for the screenshots, for a person to look
-// at (README: the lab report's lab-report/screenshots); without it they go
+// at (docs/gate.md: the lab report's lab-report/screenshots); without it they go
 // to t.TempDir().
 const browserShotsEnv = "STAMPEDE_SCREENSHOTS"
 

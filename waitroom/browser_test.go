@@ -555,7 +555,7 @@ func TestBrowserProofOfWork(t *testing.T) {
 
 // TestBrowserPoWCost measures the page's proof-of-work solver in Chromium
 // at 16, 18 and 20 bits, or at the bits listed in STAMPEDE_POW_BITS (the
-// README's table), STAMPEDE_POW_RUNS times each (default 15). It runs only
+// table in docs/waitroom.md), STAMPEDE_POW_RUNS times each (default 15). It runs only
 // with STAMPEDE_POW_COST=1 (and -run TestBrowserPoWCost -v).
 func TestBrowserPoWCost(t *testing.T) {
 	if os.Getenv("STAMPEDE_POW_COST") == "" {

@@ -22,7 +22,7 @@ import (
 // until they expire, in memory, per instance.
 
 // MaxPoWDifficulty is the highest difficulty a room may ask for, in bits.
-// At 24 bits a page needs tens of seconds (see the README).
+// At 24 bits a page needs tens of seconds (see docs/waitroom.md).
 const MaxPoWDifficulty = 28
 
 // challengeVersion is the first byte of every challenge.

@@ -17,7 +17,7 @@ import (
 // handler time of the hot key (HotCost: a key never waits for the hot
 // key's queue, only, at worst, for the one handler it occupies). Under faults the overall victim p99 is reported,
 // not claimed: a fault stalls a share of the partitions for longer than
-// the 1 % tail can absorb (see the README's model).
+// the 1 % tail can absorb (see the model in docs/lab/events.md).
 func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 	var x lab.Expectations
 	judgeMetric := func(claim string, match map[string]any, m string, want func(float64) bool, figure func(float64) string) {

@@ -181,7 +181,7 @@ type Config struct {
 	Seed uint64
 }
 
-// The peak windows: DESIGN.md reads arrival peaks per 100 ms and per 1 s
+// The peak windows: the lab reads arrival peaks per 100 ms and per 1 s
 // (a jitter window of 0.5 s is invisible at 1 s).
 const (
 	FineWindow   = 100 * time.Millisecond

@@ -337,7 +337,7 @@ func TestClusterShardedRoomJoins(t *testing.T) {
 		// on a machine that is not running other work at the same time
 		// (commandstats counts wall time in the script, which a busy
 		// machine stretches for one node more than another), so it is
-		// asserted only with STAMPEDE_MEASURE=1, as the README's figure was
+		// asserted only with STAMPEDE_MEASURE=1, as the figure in docs/waitroom.md was
 		// measured.
 		if d := float64(c.calls)*shards/float64(n) - 1; d > 0.2 || d < -0.2 {
 			t.Errorf("shard %d on %s ran %d script calls, %.0f%% off an even share of %d: want within 20%%", k, addr, c.calls, 100*d, n/shards)
