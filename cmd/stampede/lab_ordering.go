@@ -12,7 +12,7 @@ func newLabOrderingCmd(opts *labOptions) *cobra.Command {
 	d := ordering.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "ordering",
-		Short: "Keyed dispatcher: per-key order against hot-key isolation (seed 003)",
+		Short: "Keyed dispatcher: per-key order against hot-key isolation",
 		Long: `One open-loop Poisson arrival stream goes to a pool of workers under each
 dispatch strategy while a single hot key's load sweeps past one worker's
 worth. Every run counts per-key order violations (hot key and other keys

@@ -16,7 +16,7 @@ func newLabRetryStampedeCmd(opts *labOptions) *cobra.Command {
 	f := retrystampede.FullConfig()
 	cmd := &cobra.Command{
 		Use:   "retry-stampede",
-		Short: "Payments: retry policies against a hanging institution, double charges, reconciliation (seed 000)",
+		Short: "Payments: retry policies against a hanging institution, double charges, reconciliation",
 		Long: fmt.Sprintf(`A stampede of payments, released together by one start signal, goes through
 the payment API (real HTTP, SQLite) to an institution simulator (real HTTP)
 that hangs, so every approval times out at the same moment and every retry
