@@ -3,7 +3,6 @@ package checkout_test
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/checkout"
+	"github.com/stampede-lab/stampede/checkout/api"
 	"github.com/stampede-lab/stampede/checkout/payclient"
 	"github.com/stampede-lab/stampede/checkout/sqlstore"
 	"github.com/stampede-lab/stampede/institution"
@@ -27,6 +27,7 @@ import (
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/protocol"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 const adminToken = "checkout-admin-token-for-tests"
@@ -143,23 +144,24 @@ func newRig(t *testing.T, store checkout.Store, p *payRig, mutate func(*checkout
 		t.Fatal(err)
 	}
 	cfg := checkout.DefaultConfig()
-	cfg.Logger = quiet()
+	cfg.Store, cfg.Payer, cfg.Logger = store, pc, quiet()
+	cfg.Admissions = verifier(nil)
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	svc, err := checkout.NewService(store, pc, cfg)
+	svc, err := checkout.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hcfg := checkout.DefaultHandlerConfig()
+	hcfg := api.DefaultConfig()
 	hcfg.AdminToken, hcfg.Logger = adminToken, quiet()
-	api, err := checkout.NewHandler(svc, hcfg, nil)
+	h, err := api.New(svc, hcfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(api)
+	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
-	v := apitest.New(t, checkout.OpenAPI())
+	v := apitest.New(t, api.OpenAPI())
 	hc := &http.Client{Transport: v.Transport(t, &http.Transport{MaxIdleConnsPerHost: 256})}
 	return &rig{pay: p, svc: svc, base: ts.URL, hc: hc}
 }
@@ -235,13 +237,37 @@ func (r *rig) purchase(t testing.TB, hold, user, admission string) answer {
 	return r.do(t, http.MethodPost, "/v1/holds/"+hold+"/purchase", "", protocol.HeaderUser, user, protocol.HeaderAdmission, admission)
 }
 
-// admissionToken is a token shaped like the waiting room's JWT whose
-// payload says exp; its signature is not checked by a checkout that
-// trusts the gate.
+// room is the waiting room's room the tests' admissions are for.
+const room = "checkout-tests"
+
+// signer signs the tests' admission tokens as the waiting room does.
+var signer = func() *waitroom.AdmissionSigner {
+	s, err := waitroom.NewAdmissionSigner(waitroom.KeySpec{Secret: []byte("checkout tests: the waiting room's secret"), Epoch: "t1"}, nil, nil)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// verifier verifies admissions of room against signer's keys, online with
+// online when it is not nil.
+func verifier(online protocol.AdmissionChecker) protocol.AdmissionVerifier {
+	return protocol.AdmissionVerifier{Room: room, Keys: protocol.StaticKeys(signer.JWKS()), Online: online}
+}
+
+// admissionToken is the waiting room's admission token for user to room,
+// expiring at exp.
 func admissionToken(user string, exp time.Time) string {
-	enc := base64.RawURLEncoding.EncodeToString
-	payload, _ := json.Marshal(map[string]any{"sub": user, "exp": exp.Unix()})
-	return enc([]byte(`{"alg":"EdDSA","typ":"JWT"}`)) + "." + enc(payload) + "." + enc([]byte("signature"))
+	return signedToken(signer, room, user, exp)
+}
+
+// signedToken is an admission token for user to room signed by s.
+func signedToken(s *waitroom.AdmissionSigner, room, user string, exp time.Time) string {
+	tok, err := s.Sign(protocol.AdmissionClaims{Room: room, User: user, Seq: 1, Expires: exp})
+	if err != nil {
+		panic(err)
+	}
+	return tok
 }
 
 // seatsOf reads the seat numbers of a hold or order body.
