@@ -20,7 +20,8 @@ import (
 	"github.com/stampede-lab/stampede/checkout/api"
 	"github.com/stampede-lab/stampede/checkout/payclient"
 	"github.com/stampede-lab/stampede/checkout/sqlstore"
-	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
@@ -42,16 +43,16 @@ func (discard) Publish(context.Context, pay.OutboxEvent) error { return nil }
 type payRig struct {
 	base string
 	key  string // a merchant's API key
-	inst *institution.Server
+	inst *instapi.Server
 }
 
 // startPay runs pay (SQLite file) and an institution simulator for t;
 // approval times out after approvalTimeout.
 func startPay(t *testing.T, approvalTimeout time.Duration) *payRig {
 	t.Helper()
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken, icfg.NotFoundWindow, icfg.Logger = "institution-admin-token", 200*time.Millisecond, quiet()
-	inst, err := institution.NewServer(icfg)
+	inst, err := instapi.New(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func startPay(t *testing.T, approvalTimeout time.Duration) *payRig {
 	}
 	cfg := pay.DefaultServerConfig()
 	cfg.Store, cfg.Events = store, discard{}
-	cfg.Institution = institutionclient.New(institution.NewClient(its.URL, nil))
+	cfg.Institution = institutionclient.New(instclient.NewClient(its.URL, nil))
 	cfg.Service.ApprovalTimeout = approvalTimeout
 	cfg.Service.ReconcileEvery = 50 * time.Millisecond
 	cfg.HTTP.WriteTimeout = approvalTimeout + 10*time.Second
