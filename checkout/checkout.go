@@ -36,7 +36,11 @@
 // its subject the Stampede-User, and, with the online check, still
 // holding its slot. The hold expires with the verified token. A request
 // that reaches the checkout without the gate, with forged headers, is
-// refused (401 or 403 naming the header).
+// refused (401 or 403 naming the header). Reading a hold or an order
+// (GET) takes the Stampede-User header alone, so that a buyer whose slot
+// was released at the end of the payment can still read the outcome:
+// their ids are random UUIDs, known only to their buyer, and a user's
+// name does not reveal another's.
 //
 // The HTTP API is checkout/api; pay's client is checkout/payclient.
 package checkout

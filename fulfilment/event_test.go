@@ -3,6 +3,7 @@ package fulfilment_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -125,11 +126,12 @@ func TestConfigValidateNamesFields(t *testing.T) {
 	if err := fulfilment.DefaultConfig().Validate(); err != nil {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
-	err := fulfilment.Config{}.Validate()
-	for _, field := range []string{"Now", "NewTicketID"} {
-		if err == nil || !strings.Contains(err.Error(), field+":") {
-			t.Errorf("Validate() = %v, want it to name %s", err, field)
-		}
+	var fields []string
+	for _, e := range stampede.FieldErrors(fulfilment.Config{}.Validate()) {
+		fields = append(fields, e.Field)
+	}
+	if fmt.Sprint(fields) != "[now new_ticket_id]" {
+		t.Errorf("Validate() named %v, want every field at once: now, new_ticket_id", fields)
 	}
 	if _, err := fulfilment.NewHandler(nil, fulfilment.DefaultConfig()); err == nil {
 		t.Error("NewHandler(nil store) succeeded")

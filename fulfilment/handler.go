@@ -2,12 +2,12 @@ package fulfilment
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -27,14 +27,14 @@ func DefaultConfig() Config {
 
 // Validate reports every invalid field; each error names its field.
 func (c Config) Validate() error {
-	var errs []error
+	var f stampede.Fields
 	if c.Now == nil {
-		errs = append(errs, errors.New("fulfilment: Now: must not be nil (use time.Now)"))
+		f.Add("now", "must not be nil (use time.Now)")
 	}
 	if c.NewTicketID == nil {
-		errs = append(errs, errors.New("fulfilment: NewTicketID: must not be nil (use uuid.NewString)"))
+		f.Add("new_ticket_id", "must not be nil (use uuid.NewString)")
 	}
-	return errors.Join(errs...)
+	return f.Err()
 }
 
 // Handler applies payment events to a Store, exactly once each.
@@ -49,7 +49,7 @@ func NewHandler(store Store, cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	if store == nil {
-		return nil, errors.New("fulfilment: NewHandler: store must not be nil")
+		return nil, stampede.InvalidField("store", "must not be nil")
 	}
 	return &Handler{store: store, cfg: cfg}, nil
 }
