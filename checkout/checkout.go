@@ -21,11 +21,11 @@
 //	                                 the hold's expiry, until the payment settles
 //
 // An UNKNOWN payment may still become APPROVED, so its seats are never
-// given back on a timer: the Sweeper asks pay (GET /v1/payments/{id}, or
+// given back on a timer: the sweeper (Service.Run) asks pay (GET /v1/payments/{id}, or
 // the same POST again under the same idempotency key when no payment id
 // came back) every Config.SettleEvery until the payment is final, and a
 // buyer's GET /v1/orders/{id} asks too. Holds that were never paid for are
-// released by the Sweeper once their admission has expired.
+// released by the sweeper once their admission has expired.
 //
 // Identity: the buyer is the Stampede-User header and the admission the
 // Stampede-Admission header, both set by the gate, which removes them from
@@ -39,8 +39,7 @@
 // refused (401 or 403 naming the header). Reading a hold or an order
 // (GET) takes the Stampede-User header alone, so that a buyer whose slot
 // was released at the end of the payment can still read the outcome:
-// their ids are random UUIDs, known only to their buyer, and a user's
-// name does not reveal another's.
+// their ids are random UUIDs, known only to their buyer.
 //
 // The HTTP API is checkout/api; pay's client is checkout/payclient.
 package checkout
