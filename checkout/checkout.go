@@ -21,19 +21,27 @@
 //	                                 the hold's expiry, until the payment settles
 //
 // An UNKNOWN payment may still become APPROVED, so its seats are never
-// given back on a timer: the Sweeper asks pay (GET /v1/payments/{id}, or
+// given back on a timer: the sweeper (Service.Run) asks pay (GET /v1/payments/{id}, or
 // the same POST again under the same idempotency key when no payment id
 // came back) every Config.SettleEvery until the payment is final, and a
 // buyer's GET /v1/orders/{id} asks too. Holds that were never paid for are
-// released by the Sweeper once their admission has expired.
+// released by the sweeper once their admission has expired.
 //
 // Identity: the buyer is the Stampede-User header and the admission the
 // Stampede-Admission header, both set by the gate, which removes them from
-// what the buyer sends. The checkout trusts them only because it is
-// deployed behind the gate, unreachable otherwise. With an
-// AdmissionChecker (the waiting room's online check), the checkout also
-// asks whether the admission still holds its slot before it holds seats
-// or pays; a nil checker trusts the gate.
+// what the buyer sends. The checkout does not take the gate's word for
+// them: before it holds seats or pays for a hold it verifies the
+// admission (Config.Admissions, a protocol.AdmissionVerifier): the token
+// signed by a key of the waiting room's JWKS, for the checkout's room,
+// its subject the Stampede-User, and, with the online check, still
+// holding its slot. The hold expires with the verified token. A request
+// that reaches the checkout without the gate, with forged headers, is
+// refused (401 or 403 naming the header). Reading a hold or an order
+// (GET) takes the Stampede-User header alone, so that a buyer whose slot
+// was released at the end of the payment can still read the outcome:
+// their ids are random UUIDs, known only to their buyer.
+//
+// The HTTP API is checkout/api; pay's client is checkout/payclient.
 package checkout
 
 import (
@@ -224,22 +232,6 @@ type RejectedError struct {
 // Error implements error.
 func (e *RejectedError) Error() string {
 	return fmt.Sprintf("pay refused the payment: HTTP %d %s: %s", e.Status, e.Code, e.Message)
-}
-
-// Admission is what the waiting room says about an admission token.
-type Admission struct {
-	Held      bool      // the admission still holds its slot
-	User      string    // the admitted user
-	ExpiresAt time.Time // when the slot's lease ends (zero when not held)
-	Reason    string    // why it is not held: expired, released, invalid_token, ...
-}
-
-// AdmissionChecker asks the waiting room online whether an admission
-// token still holds its slot (POST /v1/rooms/{room}/admissions/check with
-// the checkout key); the waiting room's client implements it, bound to
-// one room. A nil AdmissionChecker means: trust the gate.
-type AdmissionChecker interface {
-	CheckAdmission(ctx context.Context, token string) (Admission, error)
 }
 
 // Error is checkout's error type: every Stampede service's (a code mapped

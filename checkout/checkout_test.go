@@ -2,9 +2,12 @@ package checkout_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,9 +16,11 @@ import (
 
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/checkout"
+	"github.com/stampede-lab/stampede/checkout/api"
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/protocol"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // saleResult is what the buyers of a sale got.
@@ -315,6 +320,7 @@ func TestBadInput(t *testing.T) {
 	adm := admissionToken("gus", time.Now().Add(time.Minute))
 	h := r.hold(t, "gig", "gus", adm, 1)
 	admin := []string{"Authorization", "Bearer " + adminToken}
+	gus := []string{protocol.HeaderUser, "gus", protocol.HeaderAdmission, adm}
 	cases := []struct {
 		name, method, path, body string
 		headers                  []string
@@ -331,11 +337,11 @@ func TestBadInput(t *testing.T) {
 		{"event exists", "POST", "/v1/events/gig", `{"seats":1,"price":1,"currency":"KRW"}`, admin, 409, "conflict", ""},
 		{"unknown event", "GET", "/v1/events/nope", "", nil, 404, "not_found", ""},
 		{"hold without user", "POST", "/v1/events/gig/holds", `{"seats":1}`, nil, 401, "unauthorized", "Stampede-User"},
-		{"hold too many", "POST", "/v1/events/gig/holds", `{"seats":11}`, []string{protocol.HeaderUser, "gus"}, 400, "invalid", "seats"},
-		{"hold no seats", "POST", "/v1/events/gig/holds", `{}`, []string{protocol.HeaderUser, "gus"}, 400, "invalid", "seats"},
-		{"hold not JSON", "POST", "/v1/events/gig/holds", `seats=1`, []string{protocol.HeaderUser, "gus"}, 400, "invalid", ""},
-		{"hold unknown event", "POST", "/v1/events/nope/holds", `{"seats":1}`, []string{protocol.HeaderUser, "gus"}, 404, "not_found", ""},
-		{"hold sold out", "POST", "/v1/events/gig/holds", `{"seats":5}`, []string{protocol.HeaderUser, "gus"}, 409, "conflict", "seats"},
+		{"hold too many", "POST", "/v1/events/gig/holds", `{"seats":11}`, gus, 400, "invalid", "seats"},
+		{"hold no seats", "POST", "/v1/events/gig/holds", `{}`, gus, 400, "invalid", "seats"},
+		{"hold not JSON", "POST", "/v1/events/gig/holds", `seats=1`, gus, 400, "invalid", ""},
+		{"hold unknown event", "POST", "/v1/events/nope/holds", `{"seats":1}`, gus, 404, "not_found", ""},
+		{"hold sold out", "POST", "/v1/events/gig/holds", `{"seats":5}`, gus, 409, "conflict", "seats"},
 		{"purchase another's hold", "POST", "/v1/holds/" + h.body["id"].(string) + "/purchase", "", []string{protocol.HeaderUser, "hal"}, 404, "not_found", ""},
 		{"purchase unknown hold", "POST", "/v1/holds/nope/purchase", "", []string{protocol.HeaderUser, "gus"}, 404, "not_found", ""},
 		{"purchase with a body field", "POST", "/v1/holds/" + h.body["id"].(string) + "/purchase", `{"x":1}`, []string{protocol.HeaderUser, "gus"}, 400, "invalid", "x"},
@@ -365,36 +371,36 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// checker is an AdmissionChecker with a fixed answer.
+// checker is an online AdmissionChecker with a fixed answer.
 type checker struct {
-	a   checkout.Admission
+	a   protocol.AdmissionStatus
 	err error
 }
 
-func (c checker) CheckAdmission(context.Context, string) (checkout.Admission, error) {
+func (c checker) CheckAdmission(context.Context, string, string) (protocol.AdmissionStatus, error) {
 	return c.a, c.err
 }
 
-// TestAdmissionChecker: with an online checker, a hold needs an admission
-// that still holds its slot, for the same user, and expires with the
-// lease the checker reports.
+// TestAdmissionChecker: with the online check, a hold needs an admission
+// that still holds its slot, and expires with the lease the waiting room
+// reports.
 func TestAdmissionChecker(t *testing.T) {
 	t.Parallel()
 	p := startPay(t, 3*time.Second)
 	lease := time.Now().Add(20 * time.Second).UTC().Truncate(time.Second)
+	token := admissionToken("ivy", time.Now().Add(10*time.Second))
 	for _, c := range []struct {
 		name   string
 		chk    checker
 		adm    string
 		status int
 	}{
-		{"held", checker{a: checkout.Admission{Held: true, User: "ivy", ExpiresAt: lease}}, "token", 201},
-		{"no token", checker{a: checkout.Admission{Held: true, User: "ivy", ExpiresAt: lease}}, "", 401},
-		{"released", checker{a: checkout.Admission{Reason: "released"}}, "token", 403},
-		{"another user", checker{a: checkout.Admission{Held: true, User: "joe", ExpiresAt: lease}}, "token", 403},
-		{"waiting room down", checker{err: errors.New("connection refused")}, "token", 503},
+		{"held", checker{a: protocol.AdmissionStatus{Held: true, User: "ivy", ExpiresAt: lease}}, token, 201},
+		{"no token", checker{a: protocol.AdmissionStatus{Held: true, User: "ivy", ExpiresAt: lease}}, "", 401},
+		{"released", checker{a: protocol.AdmissionStatus{Reason: "released"}}, token, 403},
+		{"waiting room down", checker{err: errors.New("connection refused")}, token, 503},
 	} {
-		r := newRig(t, sqliteFile(t), p, func(cfg *checkout.Config) { cfg.Checker = c.chk })
+		r := newRig(t, sqliteFile(t), p, func(cfg *checkout.Config) { cfg.Admissions = verifier(c.chk) })
 		r.createEvent(t, "gig", 1)
 		a := r.hold(t, "gig", "ivy", c.adm, 1)
 		if a.status != c.status {
@@ -403,42 +409,106 @@ func TestAdmissionChecker(t *testing.T) {
 		if c.status == 201 && a.body["expires_at"] != lease.Format(time.RFC3339) {
 			t.Errorf("%s: hold expires %v, want the lease's end %s", c.name, a.body["expires_at"], lease.Format(time.RFC3339))
 		}
+		if c.status != 201 && c.status != 503 && a.body["field"] != protocol.HeaderAdmission {
+			t.Errorf("%s: hold = %d %v, want the field %s", c.name, a.status, a.body, protocol.HeaderAdmission)
+		}
 	}
 }
 
-// TestConfigValidateNamesFields: every invalid field is named.
-func TestConfigValidateNamesFields(t *testing.T) {
-	if err := checkout.DefaultConfig().Validate(); err != nil {
+// TestForgedAdmissionRefused: a checkout reached without the gate takes
+// no header on trust. A forged, unsigned, expired, other-room or
+// other-user token is refused (401 or 403 naming the header at fault),
+// both for a hold and for a purchase; the waiting room's real token
+// passes.
+func TestForgedAdmissionRefused(t *testing.T) {
+	t.Parallel()
+	p := startPay(t, 3*time.Second)
+	r := newRig(t, sqliteFile(t), p, nil)
+	r.createEvent(t, "gig", 5)
+	exp := time.Now().Add(time.Minute)
+	enc := base64.RawURLEncoding.EncodeToString
+	payload, _ := json.Marshal(map[string]any{"iss": protocol.AdmissionIssuer, "sub": "kim", "aud": []string{protocol.AdmissionAudiencePrefix + room},
+		"room": room, "seq": 1, "adm": time.Now().Unix(), "iat": time.Now().Unix(), "exp": exp.Unix()})
+	real := admissionToken("kim", exp)
+	parts := strings.Split(real, ".")
+	impostor, err := waitroom.NewAdmissionSigner(waitroom.KeySpec{Secret: []byte("not the waiting room's secret, at all"), Epoch: "t1"}, nil, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for field, mutate := range map[string]func(*checkout.Config){
-		"MaxHold":         func(c *checkout.Config) { c.MaxHold = 0 },
-		"MaxSeatsPerHold": func(c *checkout.Config) { c.MaxSeatsPerHold = 0 },
-		"PayTimeout":      func(c *checkout.Config) { c.PayTimeout = -1 },
-		"SweepEvery":      func(c *checkout.Config) { c.SweepEvery = 0 },
-		"Now":             func(c *checkout.Config) { c.Now = nil },
-		"UnsafeBetween":   func(c *checkout.Config) { c.UnsafeBetween = func(context.Context) {} },
+	for _, c := range []struct {
+		name, user, token string
+		status            int
+		field             string
+	}{
+		{"no token", "kim", "", 401, protocol.HeaderAdmission},
+		{"garbage", "kim", "not-a-token", 401, protocol.HeaderAdmission},
+		{"unsigned", "kim", enc([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + enc(payload) + ".", 401, protocol.HeaderAdmission},
+		{"forged signature", "kim", parts[0] + "." + enc(payload) + "." + enc([]byte("signature")), 401, protocol.HeaderAdmission},
+		{"other key", "kim", signedToken(impostor, room, "kim", exp), 401, protocol.HeaderAdmission},
+		{"expired", "kim", "", 401, protocol.HeaderAdmission}, // signed below
+		{"other room", "kim", signedToken(signer, "another-room", "kim", exp), 403, protocol.HeaderAdmission},
+		{"other user", "lou", real, 403, protocol.HeaderUser},
 	} {
-		c := checkout.DefaultConfig()
-		mutate(&c)
-		if e, ok := errors.AsType[*stampede.Error](c.Validate()); !ok || e.Field != field {
-			t.Errorf("%s: Validate = %v, want an error naming it", field, c.Validate())
+		if c.name == "expired" {
+			// A token cannot be signed already expired: sign one that
+			// expires in a second and wait it out.
+			c.token = signedToken(signer, room, "kim", time.Now().Add(time.Second))
+			time.Sleep(2 * time.Second)
+		}
+		a := r.hold(t, "gig", c.user, c.token, 1)
+		if a.status != c.status || a.body["field"] != c.field {
+			t.Errorf("%s: hold = %d %v; want %d naming %s", c.name, a.status, a.body, c.status, c.field)
 		}
 	}
-	if err := (checkout.HandlerConfig{}).Validate(); err == nil || !strings.Contains(err.Error(), "AdminToken") {
-		t.Errorf("HandlerConfig{}.Validate() = %v, want AdminToken named", err)
+	h := r.hold(t, "gig", "kim", real, 1)
+	if h.status != http.StatusCreated {
+		t.Fatalf("the real token: hold = %d %v; want 201", h.status, h.body)
+	}
+	if got, want := h.body["expires_at"], exp.UTC().Truncate(time.Second).Format(time.RFC3339); got != want {
+		t.Errorf("the hold expires at %v, want the token's exp %s", got, want)
+	}
+	if o := r.purchase(t, h.body["id"].(string), "kim", signedToken(impostor, room, "kim", exp)); o.status != http.StatusUnauthorized ||
+		o.body["field"] != protocol.HeaderAdmission {
+		t.Errorf("purchase with a forged token = %d %v; want 401 naming %s", o.status, o.body, protocol.HeaderAdmission)
+	}
+	if o := r.purchase(t, h.body["id"].(string), "kim", real); o.status != http.StatusOK || o.body["status"] != "paid" {
+		t.Errorf("purchase with the real token = %d %v; want 200 paid", o.status, o.body)
 	}
 }
 
-// TestAdmissionExpiry reads exp from both token shapes, unverified.
-func TestAdmissionExpiry(t *testing.T) {
-	exp := time.Unix(1_900_000_000, 0).UTC()
-	if got, ok := checkout.AdmissionExpiry(admissionToken("u", exp)); !ok || !got.Equal(exp) {
-		t.Errorf("JWT: %v %v", got, ok)
+// TestConfigValidateNamesFields: every invalid field is named, all at
+// once, in snake_case (the words of serve checkout's flags).
+func TestConfigValidateNamesFields(t *testing.T) {
+	good := checkout.DefaultConfig()
+	good.Store, good.Payer, good.Admissions = sqliteFile(t), noPayer{}, verifier(nil)
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
 	}
-	for _, bad := range []string{"", "x", "a.b.c", strings.Repeat("a", 9000)} {
-		if _, ok := checkout.AdmissionExpiry(bad); ok {
-			t.Errorf("%q: want no expiry", bad)
-		}
+	bad := checkout.Config{PayTimeout: -1, UnsafeBetween: func(context.Context) {}}
+	var got []string
+	for _, e := range stampede.FieldErrors(bad.Validate()) {
+		got = append(got, e.Field)
 	}
+	want := []string{"store", "pay", "waitroom", "max_hold", "max_seats_per_hold", "pay_timeout", "sweep_every", "now", "new_id", "logger", "unsafe_between"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Validate named %v, want %v", got, want)
+	}
+	var fields []string
+	for _, e := range stampede.FieldErrors((api.Config{}).Validate()) {
+		fields = append(fields, e.Field)
+	}
+	if !slices.Equal(fields, []string{"admin_token", "max_body", "logger"}) {
+		t.Errorf("api.Config{}.Validate() named %v, want admin_token, max_body, logger", fields)
+	}
+}
+
+// noPayer is a Payer that is never called.
+type noPayer struct{}
+
+func (noPayer) Pay(context.Context, checkout.PaymentRequest) (checkout.Payment, error) {
+	return checkout.Payment{}, errors.New("not called")
+}
+
+func (noPayer) Payment(context.Context, string) (checkout.Payment, error) {
+	return checkout.Payment{}, errors.New("not called")
 }

@@ -3,7 +3,6 @@ package checkout_test
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,15 +17,18 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/checkout"
+	"github.com/stampede-lab/stampede/checkout/api"
 	"github.com/stampede-lab/stampede/checkout/payclient"
 	"github.com/stampede-lab/stampede/checkout/sqlstore"
-	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/protocol"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 const adminToken = "checkout-admin-token-for-tests"
@@ -41,16 +43,16 @@ func (discard) Publish(context.Context, pay.OutboxEvent) error { return nil }
 type payRig struct {
 	base string
 	key  string // a merchant's API key
-	inst *institution.Server
+	inst *instapi.Server
 }
 
 // startPay runs pay (SQLite file) and an institution simulator for t;
 // approval times out after approvalTimeout.
 func startPay(t *testing.T, approvalTimeout time.Duration) *payRig {
 	t.Helper()
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken, icfg.NotFoundWindow, icfg.Logger = "institution-admin-token", 200*time.Millisecond, quiet()
-	inst, err := institution.NewServer(icfg)
+	inst, err := instapi.New(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,7 @@ func startPay(t *testing.T, approvalTimeout time.Duration) *payRig {
 	}
 	cfg := pay.DefaultServerConfig()
 	cfg.Store, cfg.Events = store, discard{}
-	cfg.Institution = institutionclient.New(institution.NewClient(its.URL, nil))
+	cfg.Institution = institutionclient.New(instclient.NewClient(its.URL, nil))
 	cfg.Service.ApprovalTimeout = approvalTimeout
 	cfg.Service.ReconcileEvery = 50 * time.Millisecond
 	cfg.HTTP.WriteTimeout = approvalTimeout + 10*time.Second
@@ -143,23 +145,24 @@ func newRig(t *testing.T, store checkout.Store, p *payRig, mutate func(*checkout
 		t.Fatal(err)
 	}
 	cfg := checkout.DefaultConfig()
-	cfg.Logger = quiet()
+	cfg.Store, cfg.Payer, cfg.Logger = store, pc, quiet()
+	cfg.Admissions = verifier(nil)
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	svc, err := checkout.NewService(store, pc, cfg)
+	svc, err := checkout.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hcfg := checkout.DefaultHandlerConfig()
+	hcfg := api.DefaultConfig()
 	hcfg.AdminToken, hcfg.Logger = adminToken, quiet()
-	api, err := checkout.NewHandler(svc, hcfg, nil)
+	h, err := api.New(svc, hcfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(api)
+	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
-	v := apitest.New(t, checkout.OpenAPI())
+	v := apitest.New(t, api.OpenAPI())
 	hc := &http.Client{Transport: v.Transport(t, &http.Transport{MaxIdleConnsPerHost: 256})}
 	return &rig{pay: p, svc: svc, base: ts.URL, hc: hc}
 }
@@ -235,13 +238,37 @@ func (r *rig) purchase(t testing.TB, hold, user, admission string) answer {
 	return r.do(t, http.MethodPost, "/v1/holds/"+hold+"/purchase", "", protocol.HeaderUser, user, protocol.HeaderAdmission, admission)
 }
 
-// admissionToken is a token shaped like the waiting room's JWT whose
-// payload says exp; its signature is not checked by a checkout that
-// trusts the gate.
+// room is the waiting room's room the tests' admissions are for.
+const room = "checkout-tests"
+
+// signer signs the tests' admission tokens as the waiting room does.
+var signer = func() *waitroom.AdmissionSigner {
+	s, err := waitroom.NewAdmissionSigner(waitroom.KeySpec{Secret: []byte("checkout tests: the waiting room's secret"), Epoch: "t1"}, nil, nil)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// verifier verifies admissions of room against signer's keys, online with
+// online when it is not nil.
+func verifier(online protocol.AdmissionChecker) protocol.AdmissionVerifier {
+	return protocol.AdmissionVerifier{Room: room, Keys: protocol.StaticKeys(signer.JWKS()), Online: online}
+}
+
+// admissionToken is the waiting room's admission token for user to room,
+// expiring at exp.
 func admissionToken(user string, exp time.Time) string {
-	enc := base64.RawURLEncoding.EncodeToString
-	payload, _ := json.Marshal(map[string]any{"sub": user, "exp": exp.Unix()})
-	return enc([]byte(`{"alg":"EdDSA","typ":"JWT"}`)) + "." + enc(payload) + "." + enc([]byte("signature"))
+	return signedToken(signer, room, user, exp)
+}
+
+// signedToken is an admission token for user to room signed by s.
+func signedToken(s *waitroom.AdmissionSigner, room, user string, exp time.Time) string {
+	tok, err := s.Sign(protocol.AdmissionClaims{Room: room, User: user, Seq: 1, Expires: exp})
+	if err != nil {
+		panic(err)
+	}
+	return tok
 }
 
 // seatsOf reads the seat numbers of a hold or order body.

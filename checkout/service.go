@@ -2,8 +2,6 @@ package checkout
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 // Limits of the API.
@@ -24,8 +23,29 @@ const (
 	MaxUserLen    = 128     // bytes of a Stampede-User
 )
 
-// Config configures a Service.
+// Admissions verifies a buyer's admission: the token (the
+// Stampede-Admission header) signed by the waiting room, for the checkout's
+// room, its subject the buyer (the Stampede-User header), and optionally
+// still holding its slot. protocol.AdmissionVerifier implements it. Its
+// errors are *stampede.Error values naming the header at fault
+// (Unauthorized, Forbidden), or Unavailable when it cannot say.
+type Admissions interface {
+	Verify(ctx context.Context, token, user string) (protocol.AdmissionClaims, error)
+}
+
+var _ Admissions = protocol.AdmissionVerifier{}
+
+// Config configures a Service. Its fields' snake_case names in Validate's
+// errors are the words of `stampede serve checkout`'s flags.
 type Config struct {
+	// Store keeps events, holds and orders (checkout/sqlstore).
+	Store Store
+	// Payer charges orders (checkout/payclient, the flag --pay).
+	Payer Payer
+	// Admissions verifies every buyer's admission before seats are held
+	// and before a hold is paid for: the checkout trusts no header
+	// unverified (the flag --waitroom names where the keys are).
+	Admissions Admissions
 	// MaxHold caps a hold's life: a hold expires with its admission, or
 	// MaxHold after it was made, whichever comes first.
 	MaxHold time.Duration
@@ -39,10 +59,6 @@ type Config struct {
 	SettleAfter time.Duration
 	// SweepEvery is the sweeper's period.
 	SweepEvery time.Duration
-	// Checker, when set, is asked online whether the admission still
-	// holds its slot before seats are held and before a hold is paid for.
-	// Nil trusts the gate.
-	Checker AdmissionChecker
 	// UnsafeInventory holds seats by reading and then writing the
 	// inventory, without the guard: FOR THE LAB ONLY. It oversells
 	// under concurrency. The store must be an UnsafeStore.
@@ -61,8 +77,8 @@ type Config struct {
 }
 
 // DefaultConfig returns 10-minute holds of at most 10 seats, a 10 s pay
-// timeout, pending orders asked about every 5 s, a 1 s sweep, no
-// admission checker, the wall clock and random UUIDs.
+// timeout, pending orders asked about every 5 s, a 1 s sweep, the wall
+// clock and random UUIDs; Store, Payer and Admissions must be set.
 func DefaultConfig() Config {
 	return Config{
 		MaxHold:         10 * time.Minute,
@@ -76,29 +92,50 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field at once, each by its snake_case
+// name.
 func (c Config) Validate() error {
-	switch {
-	case c.MaxHold <= 0:
-		return stampede.InvalidField("MaxHold", "must be positive, got %s", c.MaxHold)
-	case c.MaxSeatsPerHold < 1 || c.MaxSeatsPerHold > MaxEventSeats:
-		return stampede.InvalidField("MaxSeatsPerHold", "must be between 1 and %d, got %d", MaxEventSeats, c.MaxSeatsPerHold)
-	case c.PayTimeout <= 0:
-		return stampede.InvalidField("PayTimeout", "must be positive, got %s", c.PayTimeout)
-	case c.SettleAfter < 0:
-		return stampede.InvalidField("SettleAfter", "must not be negative, got %s", c.SettleAfter)
-	case c.SweepEvery <= 0:
-		return stampede.InvalidField("SweepEvery", "must be positive, got %s", c.SweepEvery)
-	case c.Now == nil:
-		return stampede.InvalidField("Now", "must not be nil")
-	case c.NewID == nil:
-		return stampede.InvalidField("NewID", "must not be nil")
-	case c.Logger == nil:
-		return stampede.InvalidField("Logger", "must not be nil")
-	case c.UnsafeBetween != nil && !c.UnsafeInventory:
-		return stampede.InvalidField("UnsafeBetween", "is only for UnsafeInventory")
+	var f stampede.Fields
+	if c.Store == nil {
+		f.Add("store", "is required")
 	}
-	return nil
+	if c.Payer == nil {
+		f.Add("pay", "is required: the payment service the checkout pays through")
+	}
+	if c.Admissions == nil {
+		f.Add("waitroom", "is required: the waiting room whose admissions the checkout verifies")
+	}
+	if c.MaxHold <= 0 {
+		f.Add("max_hold", "must be positive, got %s", c.MaxHold)
+	}
+	if c.MaxSeatsPerHold < 1 || c.MaxSeatsPerHold > MaxEventSeats {
+		f.Add("max_seats_per_hold", "must be between 1 and %d, got %d", MaxEventSeats, c.MaxSeatsPerHold)
+	}
+	if c.PayTimeout <= 0 {
+		f.Add("pay_timeout", "must be positive, got %s", c.PayTimeout)
+	}
+	if c.SettleAfter < 0 {
+		f.Add("settle_after", "must not be negative, got %s", c.SettleAfter)
+	}
+	if c.SweepEvery <= 0 {
+		f.Add("sweep_every", "must be positive, got %s", c.SweepEvery)
+	}
+	if c.Now == nil {
+		f.Add("now", "must not be nil")
+	}
+	if c.NewID == nil {
+		f.Add("new_id", "must not be nil")
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
+	}
+	if c.UnsafeBetween != nil && !c.UnsafeInventory {
+		f.Add("unsafe_between", "is only for unsafe_inventory")
+	}
+	if _, ok := c.Store.(UnsafeStore); c.UnsafeInventory && c.Store != nil && !ok {
+		f.Add("unsafe_inventory", "the store %T has no unsafe path", c.Store)
+	}
+	return f.Err()
 }
 
 // Service is the checkout's logic over a Store and a Payer.
@@ -109,22 +146,14 @@ type Service struct {
 	log   *slog.Logger
 }
 
-// NewService returns a Service. With cfg.UnsafeInventory the store must
-// implement UnsafeStore.
-func NewService(store Store, payer Payer, cfg Config) (*Service, error) {
+// New returns a Service for cfg; it starts nothing (Run runs the
+// sweeper). With cfg.UnsafeInventory the store must implement
+// UnsafeStore.
+func New(cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if store == nil {
-		return nil, stampede.InvalidField("Store", "must not be nil")
-	}
-	if payer == nil {
-		return nil, stampede.InvalidField("Payer", "must not be nil")
-	}
-	if _, ok := store.(UnsafeStore); cfg.UnsafeInventory && !ok {
-		return nil, stampede.InvalidField("UnsafeInventory", "the store %T has no unsafe path", store)
-	}
-	return &Service{cfg: cfg, store: store, payer: payer, log: cfg.Logger}, nil
+	return &Service{cfg: cfg, store: cfg.Store, payer: cfg.Payer, log: cfg.Logger}, nil
 }
 
 // Store returns the service's store.
@@ -171,8 +200,9 @@ type Buyer struct {
 	Admission string
 }
 
-// validate checks the user header.
-func (b Buyer) validate() error {
+// Validate checks the user header: present, and clean text of at most
+// MaxUserLen bytes.
+func (b Buyer) Validate() error {
 	if b.User == "" {
 		return &Error{Code: stampede.Unauthorized, Field: "Stampede-User",
 			Message: "header is required: the checkout is reached through the gate, which names the admitted user"}
@@ -180,55 +210,17 @@ func (b Buyer) validate() error {
 	return pay.ValidateText("Stampede-User", b.User, MaxUserLen)
 }
 
-// admission returns when b's admission ends: asked online when a Checker
-// is set (and then it must hold its slot, for b.User), else read from the
-// token without verifying it (the gate verified it), else the zero time.
+// admission verifies b's admission (Config.Admissions) and returns
+// when it ends.
 func (s *Service) admission(ctx context.Context, b Buyer) (time.Time, error) {
-	if s.cfg.Checker == nil {
-		exp, _ := AdmissionExpiry(b.Admission)
-		return exp, nil
-	}
-	if b.Admission == "" {
-		return time.Time{}, &Error{Code: stampede.Unauthorized, Field: "Stampede-Admission", Message: "header is required: the admission the gate sends"}
-	}
-	a, err := s.cfg.Checker.CheckAdmission(ctx, b.Admission)
+	c, err := s.cfg.Admissions.Verify(ctx, b.Admission, b.User)
 	if err != nil {
 		if _, ok := errors.AsType[*Error](err); ok {
 			return time.Time{}, err
 		}
 		return time.Time{}, stampede.UnavailableErr("the waiting room", err)
 	}
-	if !a.Held {
-		return time.Time{}, &Error{Code: stampede.Forbidden, Field: "Stampede-Admission",
-			Message: "the admission no longer holds its slot (" + a.Reason + "); join the waiting room again"}
-	}
-	if a.User != "" && a.User != b.User {
-		return time.Time{}, &Error{Code: stampede.Forbidden, Field: "Stampede-Admission", Message: "the admission is another user's"}
-	}
-	return a.ExpiresAt, nil
-}
-
-// AdmissionExpiry reads the "exp" claim (Unix seconds) of an admission
-// token without verifying it: the JSON payload of a JWT (its second
-// part) or of a waiting-room HMAC token (its first part). It is for a
-// checkout that trusts the gate, which verified the token.
-func AdmissionExpiry(token string) (time.Time, bool) {
-	if token == "" || len(token) > 8192 {
-		return time.Time{}, false
-	}
-	for part := range strings.SplitSeq(token, ".") {
-		raw, err := base64.RawURLEncoding.DecodeString(part)
-		if err != nil || len(raw) == 0 || raw[0] != '{' {
-			continue
-		}
-		var claims struct {
-			Exp *int64 `json:"exp"`
-		}
-		if json.Unmarshal(raw, &claims) == nil && claims.Exp != nil && *claims.Exp > 0 {
-			return time.Unix(*claims.Exp, 0).UTC(), true
-		}
-	}
-	return time.Time{}, false
+	return c.Expires, nil
 }
 
 // Hold puts n seats of event on hold for buyer b, until b's admission
@@ -237,7 +229,7 @@ func (s *Service) Hold(ctx context.Context, event string, b Buyer, n int) (Hold,
 	if err := ValidateEventID(event); err != nil {
 		return Hold{}, err
 	}
-	if err := b.validate(); err != nil {
+	if err := b.Validate(); err != nil {
 		return Hold{}, err
 	}
 	if n < 1 || n > s.cfg.MaxSeatsPerHold {
@@ -249,7 +241,7 @@ func (s *Service) Hold(ctx context.Context, event string, b Buyer, n int) (Hold,
 	}
 	now := s.cfg.Now()
 	exp := now.Add(s.cfg.MaxHold)
-	if !adm.IsZero() && adm.Before(exp) {
+	if adm.Before(exp) {
 		exp = adm
 	}
 	if !exp.After(now) {
@@ -305,7 +297,7 @@ func (s *Service) GetHold(ctx context.Context, id string, b Buyer) (Hold, error)
 // idempotency key. The order comes back paid or failed when the payment
 // ended, pending when it did not (an UNKNOWN payment, or no answer).
 func (s *Service) Purchase(ctx context.Context, holdID string, b Buyer) (Order, error) {
-	if err := b.validate(); err != nil {
+	if err := b.Validate(); err != nil {
 		return Order{}, err
 	}
 	h, err := s.GetHold(ctx, holdID, b)
@@ -447,9 +439,10 @@ func (s *Service) Sweep(ctx context.Context) (released, settled int, err error) 
 	return released, settled, nil
 }
 
-// RunSweeper sweeps every SweepEvery until ctx ends; failures are logged
-// and retried on the next tick. It returns nil when ctx ends.
-func (s *Service) RunSweeper(ctx context.Context) error {
+// Run runs the sweeper: it sweeps every SweepEvery until ctx ends;
+// failures are logged and retried on the next tick. It returns nil when
+// ctx ends.
+func (s *Service) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.SweepEvery)
 	defer t.Stop()
 	for {

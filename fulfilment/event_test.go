@@ -3,6 +3,7 @@ package fulfilment_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/natspub"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 func payment(st pay.Status) pay.Payment {
@@ -37,15 +39,15 @@ func TestDecodeWhatTheRelayPublishes(t *testing.T) {
 			t.Fatalf("DecodeEvent(%s): %v", oe.Payload, err)
 		}
 		p := payment(st)
-		want := fulfilment.Event{
-			ID: natspub.MsgID(oe), PaymentID: p.ID, Seq: oe.Seq, Type: typ, Status: st,
+		want := fulfilment.Event{PaymentEvent: protocol.PaymentEvent{
+			PaymentID: p.ID, Seq: oe.Seq, Type: typ, Status: st,
 			MerchantID: p.MerchantID, OrderID: p.OrderID, Amount: p.Amount, Currency: p.Currency, At: at,
-		}
+		}}
 		if ev != want {
 			t.Fatalf("DecodeEvent(%s) = %+v, want %+v", oe.Payload, ev, want)
 		}
-		if ev.ID != fulfilment.EventID(p.ID, oe.Seq) {
-			t.Fatalf("EventID = %s, want the relay's %s", fulfilment.EventID(p.ID, oe.Seq), ev.ID)
+		if ev.ID() != natspub.MsgID(oe) {
+			t.Fatalf("ID() = %s, want the relay's %s", ev.ID(), natspub.MsgID(oe))
 		}
 	}
 }
@@ -57,7 +59,7 @@ func TestDecodeOptionalFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev.ID != "p1-1" || ev.MerchantID != "" || ev.Amount != 0 || !ev.At.IsZero() {
+	if ev.ID() != "p1-1" || ev.MerchantID != "" || ev.Amount != 0 || !ev.At.IsZero() {
 		t.Fatalf("decoded %+v", ev)
 	}
 	ev, err = fulfilment.DecodeEvent([]byte(`{"payment_id":"p1","seq":2,"status":"DECLINED","merchant_id":"m","order_id":"o"}`))
@@ -95,7 +97,7 @@ func TestDecodeRejectsNamingTheField(t *testing.T) {
 			t.Errorf("DecodeEvent(%.60s): the error is retryable", body)
 		}
 	}
-	if _, err := fulfilment.DecodeEvent(make([]byte, fulfilment.MaxEventBytes+1)); stampede.CodeOf(err) != stampede.Invalid {
+	if _, err := fulfilment.DecodeEvent(make([]byte, protocol.MaxEventBytes+1)); stampede.CodeOf(err) != stampede.Invalid {
 		t.Errorf("an oversized body = %v, want invalid", err)
 	}
 }
@@ -107,7 +109,7 @@ func TestHandleRejectsAnInvalidEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	applied, err := h.Handle(context.Background(), fulfilment.Event{ID: "x-1", PaymentID: "x", Seq: 1, Status: pay.StatusApproved})
+	applied, err := h.Handle(context.Background(), fulfilment.Event{PaymentEvent: protocol.PaymentEvent{PaymentID: "x", Seq: 1, Status: pay.StatusApproved}})
 	if applied || stampede.CodeOf(err) != stampede.Invalid {
 		t.Fatalf("Handle(APPROVED without order) = %v, %v; want invalid", applied, err)
 	}
@@ -124,11 +126,12 @@ func TestConfigValidateNamesFields(t *testing.T) {
 	if err := fulfilment.DefaultConfig().Validate(); err != nil {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
-	err := fulfilment.Config{}.Validate()
-	for _, field := range []string{"Now", "NewTicketID"} {
-		if err == nil || !strings.Contains(err.Error(), field+":") {
-			t.Errorf("Validate() = %v, want it to name %s", err, field)
-		}
+	var fields []string
+	for _, e := range stampede.FieldErrors(fulfilment.Config{}.Validate()) {
+		fields = append(fields, e.Field)
+	}
+	if fmt.Sprint(fields) != "[now new_ticket_id]" {
+		t.Errorf("Validate() named %v, want every field at once: now, new_ticket_id", fields)
 	}
 	if _, err := fulfilment.NewHandler(nil, fulfilment.DefaultConfig()); err == nil {
 		t.Error("NewHandler(nil store) succeeded")
@@ -161,7 +164,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		if err := ev.Validate(); err != nil {
 			t.Fatalf("decoded an invalid event %+v: %v", ev, err)
 		}
-		if ev.ID != fulfilment.EventID(ev.PaymentID, ev.Seq) || ev.Seq < 1 || !ev.Status.Valid() {
+		if ev.ID() != protocol.EventID(ev.PaymentID, ev.Seq) || ev.Seq < 1 || !ev.Status.Valid() {
 			t.Fatalf("decoded %+v", ev)
 		}
 		if ev.Status.Terminal() && (ev.MerchantID == "" || ev.OrderID == "") {
@@ -182,6 +185,7 @@ func FuzzDecodeEvent(f *testing.F) {
 			t.Fatalf("round trip changed the time: %v, then %v", ev.At, again.At)
 		}
 		again.At = ev.At
+		again.From, again.Reason, again.ManualReview = ev.From, ev.Reason, ev.ManualReview
 		if again != ev {
 			t.Fatalf("round trip: %+v, then %+v", ev, again)
 		}

@@ -209,6 +209,6 @@ func Unavailable(err error) *Error {
 }
 
 // Retryable reports whether a later delivery of the same event may
-// succeed: the store was unavailable. An invalid event (CodeInvalid) will
+// succeed: the store was unavailable. An invalid event (class stampede.Invalid) will
 // never succeed and should be set aside; anything else is a bug.
-func Retryable(err error) bool { return stampede.CodeOf(err) == stampede.Unavailable }
+func Retryable(err error) bool { return stampede.ClassOf(err) == stampede.Unavailable }

@@ -2,12 +2,12 @@ package fulfilment
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -27,14 +27,14 @@ func DefaultConfig() Config {
 
 // Validate reports every invalid field; each error names its field.
 func (c Config) Validate() error {
-	var errs []error
+	var f stampede.Fields
 	if c.Now == nil {
-		errs = append(errs, errors.New("fulfilment: Now: must not be nil (use time.Now)"))
+		f.Add("now", "must not be nil (use time.Now)")
 	}
 	if c.NewTicketID == nil {
-		errs = append(errs, errors.New("fulfilment: NewTicketID: must not be nil (use uuid.NewString)"))
+		f.Add("new_ticket_id", "must not be nil (use uuid.NewString)")
 	}
-	return errors.Join(errs...)
+	return f.Err()
 }
 
 // Handler applies payment events to a Store, exactly once each.
@@ -49,7 +49,7 @@ func NewHandler(store Store, cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	if store == nil {
-		return nil, errors.New("fulfilment: NewHandler: store must not be nil")
+		return nil, stampede.InvalidField("store", "must not be nil")
 	}
 	return &Handler{store: store, cfg: cfg}, nil
 }
@@ -58,7 +58,7 @@ func NewHandler(store Store, cfg Config) (*Handler, error) {
 // an order: issued its ticket or recorded its release. A redelivered,
 // stale or effect-free event gives false and no error. An error with
 // CodeUnavailable (Retryable) means nothing was written and the event
-// should be delivered again; CodeInvalid means it never will succeed.
+// should be delivered again; stampede.Invalid means it never will succeed.
 func (h *Handler) Handle(ctx context.Context, ev Event) (applied bool, err error) {
 	out, err := h.Process(ctx, ev)
 	return out.Applied(), err
@@ -67,7 +67,7 @@ func (h *Handler) Handle(ctx context.Context, ev Event) (applied bool, err error
 // Process processes ev in one transaction of the store and returns its
 // outcome: when ev.Epoch is set, it first checks the partition's fence
 // (ErrFenced, nothing written, for an epoch below the partition's); it
-// claims ev.ID in the inbox (OutcomeDuplicate, nothing written,
+// claims ev.ID() in the inbox (OutcomeDuplicate, nothing written,
 // if the inbox holds it already), ignores ev if its payment has applied
 // an event at or after ev.Seq (OutcomeStale), and otherwise settles the
 // order by ev.Status. The outcome is stored with the inbox entry.
@@ -85,12 +85,12 @@ func (h *Handler) Process(ctx context.Context, ev Event) (Outcome, error) {
 				return fmt.Errorf("fence partition %d: %w", ev.Partition, err)
 			}
 			if !current {
-				return fmt.Errorf("%s: epoch %d of partition %d: %w", ev.ID, ev.Epoch, ev.Partition, ErrFenced)
+				return fmt.Errorf("%s: epoch %d of partition %d: %w", ev.ID(), ev.Epoch, ev.Partition, ErrFenced)
 			}
 		}
-		fresh, err := tx.Claim(ctx, InboxEntry{EventID: ev.ID, PaymentID: ev.PaymentID, Seq: ev.Seq, Outcome: OutcomeNoEffect, ProcessedAt: now})
+		fresh, err := tx.Claim(ctx, InboxEntry{EventID: ev.ID(), PaymentID: ev.PaymentID, Seq: ev.Seq, Outcome: OutcomeNoEffect, ProcessedAt: now})
 		if err != nil {
-			return fmt.Errorf("claim %s: %w", ev.ID, err)
+			return fmt.Errorf("claim %s: %w", ev.ID(), err)
 		}
 		if !fresh {
 			out = OutcomeDuplicate
@@ -100,8 +100,8 @@ func (h *Handler) Process(ctx context.Context, ev Event) (Outcome, error) {
 		if err != nil {
 			return err
 		}
-		if err := tx.SetOutcome(ctx, ev.ID, o); err != nil {
-			return fmt.Errorf("outcome of %s: %w", ev.ID, err)
+		if err := tx.SetOutcome(ctx, ev.ID(), o); err != nil {
+			return fmt.Errorf("outcome of %s: %w", ev.ID(), err)
 		}
 		out = o
 		return nil
@@ -142,7 +142,7 @@ func (h *Handler) apply(ctx context.Context, tx Tx, ev Event, now time.Time) (Ou
 	if ev.Status == pay.StatusApproved {
 		t := Ticket{
 			ID: h.cfg.NewTicketID(), MerchantID: ev.MerchantID, OrderID: ev.OrderID, PaymentID: ev.PaymentID,
-			EventID: ev.ID, Amount: ev.Amount, Currency: ev.Currency, IssuedAt: now,
+			EventID: ev.ID(), Amount: ev.Amount, Currency: ev.Currency, IssuedAt: now,
 		}
 		if err := tx.IssueTicket(ctx, t); err != nil {
 			return "", fmt.Errorf("issue ticket for %s/%s: %w", ev.MerchantID, ev.OrderID, err)
@@ -151,7 +151,7 @@ func (h *Handler) apply(ctx context.Context, tx Tx, ev Event, now time.Time) (Ou
 	} else {
 		r := Release{
 			MerchantID: ev.MerchantID, OrderID: ev.OrderID, PaymentID: ev.PaymentID,
-			EventID: ev.ID, Status: ev.Status, ReleasedAt: now,
+			EventID: ev.ID(), Status: ev.Status, ReleasedAt: now,
 		}
 		if err := tx.RecordRelease(ctx, r); err != nil {
 			return "", fmt.Errorf("release %s/%s: %w", ev.MerchantID, ev.OrderID, err)

@@ -11,47 +11,36 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-lab/stampede"
-	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
-// Config configures a Server. Start from DefaultConfig.
+// Config configures a Simulator. Start from DefaultConfig. Validate
+// names its fields in snake_case, the words of `stampede serve
+// institution`'s flags.
 type Config struct {
-	// AdminToken authorizes the /admin endpoints ("Authorization: Bearer
-	// <AdminToken>"). Required, at least 16 bytes; compared in constant
-	// time.
-	AdminToken string
 	// MaxHung bounds the requests held at once by the hang modes. A
-	// request that would be held beyond it is answered 503 busy at once,
+	// request that would be held beyond it is answered CodeBusy at once,
 	// before anything is recorded, so a stampede cannot exhaust the
 	// simulator's memory.
 	MaxHung int
 	// NotFoundWindow is the declared window after which an external key
-	// that has no record is definitively not found: the server never
+	// that has no record is definitively not found: the simulator never
 	// records a request later than NotFoundWindow after it arrived.
 	NotFoundWindow time.Duration
-	// MaxBody is the largest request body accepted, in bytes.
-	MaxBody int64
 	// MaxArrivals bounds the arrival log; once full, the oldest arrivals
-	// are dropped and counted (GET /admin/arrivals reports "dropped").
+	// are dropped and counted (ArrivalLog.Dropped).
 	MaxArrivals int
 	// Now is the clock for arrival times, records and the not-found
-	// window. Nil means time.Now. Hangs use real timers, not Now.
+	// window. Hangs use real timers, not Now.
 	Now func() time.Time
-	// Logger receives an Info line per request (package httpapi's
-	// request log; an Error line, with the code, for every 5xx answer,
-	// the simulated faults included) and per behaviour change or reset.
-	// Nil means slog.Default().
+	// Logger receives a line per behaviour change or reset.
 	Logger *slog.Logger
-	// Registry receives the server's metrics and httpapi's request
-	// metrics, and is served on /metrics. Nil means a new registry. A
-	// registry serves at most one Server.
-	Registry *prometheus.Registry
+	// Metrics, when set, receives the simulator's metrics (nil: none are
+	// kept).
+	Metrics prometheus.Registerer
 }
 
 // Limits of Config and Behavior.
 const (
-	// MinAdminTokenLen is the shortest admin token accepted.
-	MinAdminTokenLen = 16
 	// MaxHangMS is the longest hang a behaviour may ask for: 10 minutes.
 	MaxHangMS = 600_000
 	// MaxAmount is the largest amount accepted, in minor units: 2^53-1,
@@ -65,49 +54,37 @@ const (
 // request.
 const MaxHang = MaxHangMS * time.Millisecond
 
-// ServerConfig returns the limits to serve the simulator with:
-// httpapi.DefaultServerConfig, except that WriteTimeout is MaxHang plus
-// the default WriteTimeout, so that a request held for the longest hang a
-// behaviour may ask for is still answered, never cut off.
-func ServerConfig() httpapi.ServerConfig {
-	c := httpapi.DefaultServerConfig()
-	c.WriteTimeout += MaxHang
-	return c
-}
-
 // DefaultConfig returns at most 2000 held requests, a 2 s not-found
-// window, a 4096-byte body limit, 200,000 remembered arrivals, time.Now
-// and slog.Default(). AdminToken is empty and must be set.
+// window, 200,000 remembered arrivals, time.Now and slog.Default().
 func DefaultConfig() Config {
 	return Config{
 		MaxHung:        2000,
 		NotFoundWindow: 2 * time.Second,
-		MaxBody:        4096,
 		MaxArrivals:    200_000,
 		Now:            time.Now,
 		Logger:         slog.Default(),
 	}
 }
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field at once.
 func (c Config) Validate() error {
-	switch {
-	case len(c.AdminToken) < MinAdminTokenLen:
-		return stampede.InvalidField("AdminToken", "must be at least %d bytes, got %d", MinAdminTokenLen, len(c.AdminToken))
-	case c.MaxHung < 1 || c.MaxHung > 1_000_000:
-		return stampede.InvalidField("MaxHung", "must be between 1 and 1000000, got %d", c.MaxHung)
-	case c.NotFoundWindow < time.Millisecond || c.NotFoundWindow > 24*time.Hour:
-		return stampede.InvalidField("NotFoundWindow", "must be between 1ms and 24h, got %s", c.NotFoundWindow)
-	case c.MaxBody < 64 || c.MaxBody > 1<<20:
-		return stampede.InvalidField("MaxBody", "must be between 64 and 1048576 bytes, got %d", c.MaxBody)
-	case c.MaxArrivals < 1 || c.MaxArrivals > 100_000_000:
-		return stampede.InvalidField("MaxArrivals", "must be between 1 and 100000000, got %d", c.MaxArrivals)
-	case c.Now == nil:
-		return stampede.InvalidField("Now", "must not be nil")
-	case c.Logger == nil:
-		return stampede.InvalidField("Logger", "must not be nil")
+	var f stampede.Fields
+	if c.MaxHung < 1 || c.MaxHung > 1_000_000 {
+		f.Add("max_hung", "must be between 1 and 1000000, got %d", c.MaxHung)
 	}
-	return nil
+	if c.NotFoundWindow < time.Millisecond || c.NotFoundWindow > 24*time.Hour {
+		f.Add("not_found_window", "must be between 1ms and 24h, got %s", c.NotFoundWindow)
+	}
+	if c.MaxArrivals < 1 || c.MaxArrivals > 100_000_000 {
+		f.Add("max_arrivals", "must be between 1 and 100000000, got %d", c.MaxArrivals)
+	}
+	if c.Now == nil {
+		f.Add("now", "must not be nil")
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
+	}
+	return f.Err()
 }
 
 // Mode is what the institution does with an approval request.

@@ -5,7 +5,7 @@ import "github.com/stampede-lab/stampede"
 // Error is the error type of the simulator's API and of Config and
 // Behavior validation: the ground floor's stampede.Error, so that the
 // institution answers the same codes, statuses and problem+json bodies as
-// every Stampede service. The Client returns it (wrapped in one of the
+// every Stampede service. The client (institution/client) returns it (wrapped in one of the
 // sentinel errors) with Status set to the HTTP status received.
 //
 // Besides the generic codes (Conflict for an external key repeated with

@@ -98,7 +98,7 @@ type attempt struct {
 	first, last time.Time
 }
 
-// ledgerState is the server's in-memory state; Server.mu guards it.
+// ledgerState is the simulator's in-memory state; Simulator.mu guards it.
 type ledgerState struct {
 	records  map[string]*Record
 	order    []string // keys in the order first processed

@@ -9,7 +9,7 @@ import (
 // metricsNamespace prefixes every metric of the simulator.
 const metricsNamespace = "stampede_institution"
 
-// metrics are the server's Prometheus metrics:
+// metrics are the simulator's Prometheus metrics:
 //
 //	stampede_institution_arrivals_total           approval requests received
 //	stampede_institution_approvals_total{status}  approval requests processed, by result (APPROVED, DECLINED)
@@ -56,9 +56,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, s := range []string{StatusApproved, StatusDeclined} {
 		m.approvals.WithLabelValues(s)
 	}
+	if reg == nil {
+		return m, nil
+	}
 	for _, c := range []prometheus.Collector{m.arrivals, m.approvals, m.replays, m.charges, m.busy, m.hung} {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("institution: registering metrics: %w (use one registry per server)", err)
+			return nil, fmt.Errorf("institution: registering metrics: %w (use one registry per simulator)", err)
 		}
 	}
 	return m, nil

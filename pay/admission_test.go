@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stampede-lab/stampede/institution"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/sqlite"
@@ -44,7 +44,7 @@ func TestRequireAdmission(t *testing.T) {
 	if err := store.CreateMerchant(context.Background(), pay.Merchant{ID: pay.NewID(), Name: "m", KeyHash: pay.HashAPIKey(key), CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := pay.NewService(store, institutionclient.New(institution.NewClient(its.URL, its.Client())), pay.DefaultConfig())
+	svc, err := pay.NewService(store, institutionclient.New(instclient.NewClient(its.URL, its.Client())), pay.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

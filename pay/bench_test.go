@@ -24,7 +24,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, as pay/sqlite uses
 
-	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
@@ -153,19 +154,19 @@ func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare, clients 
 	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 
 	// The institution: NORMAL mode (DefaultBehavior) answers at once.
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken = adminToken
 	icfg.Logger = slog.New(slog.DiscardHandler) // no request log in the timed loop
-	isrv, err := institution.NewServer(icfg)
+	isrv, err := instapi.New(icfg)
 	if err != nil {
-		b.Fatalf("institution.NewServer: %v", err)
+		b.Fatalf("instapi.New: %v", err)
 	}
 	its := httptest.NewServer(isrv)
 	b.Cleanup(func() { its.Close(); isrv.Close() })
 
 	// The payment service, as serve_pay runs it (minus the outbox relay):
 	// DefaultConfig, the reconciler and idempotency expiry running.
-	svc, err := pay.NewService(store, institutionclient.New(institution.NewClient(its.URL, hc)), pay.DefaultConfig())
+	svc, err := pay.NewService(store, institutionclient.New(instclient.NewClient(its.URL, hc)), pay.DefaultConfig())
 	if err != nil {
 		b.Fatalf("pay.NewService: %v", err)
 	}

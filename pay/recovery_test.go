@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/institution"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 )
@@ -22,7 +23,7 @@ import (
 func TestCrashLeavesPendingThenRecovers(t *testing.T) {
 	r := newRig(t, nil)
 	ctx := context.Background()
-	client := institutionclient.New(institution.NewClient(r.instURL, http.DefaultClient))
+	client := institutionclient.New(instclient.NewClient(r.instURL, http.DefaultClient))
 	const n = 10
 	var ids []string
 	for i := range n {

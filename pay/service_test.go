@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
@@ -31,7 +33,7 @@ type rig struct {
 	instURL string
 	store   pay.Store
 	svc     *pay.Service
-	inst    *institution.Client // admin client
+	inst    *instclient.Client // admin client
 	api     *httptest.Server
 	reg     *prometheus.Registry
 	// v checks every answer against the OpenAPI description; client is
@@ -61,9 +63,9 @@ func addMerchant(t testing.TB, store pay.Store, id string) (string, string) {
 // newInstitution starts an institution simulator for the test.
 func newInstitution(t testing.TB) *httptest.Server {
 	t.Helper()
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken, icfg.NotFoundWindow = adminToken, 200*time.Millisecond
-	isrv, err := institution.NewServer(icfg)
+	isrv, err := instapi.New(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +90,7 @@ func newRig(t testing.TB, mutate func(*pay.Config)) *rig {
 // must therefore be fresh.
 func newRigOn(t testing.TB, store pay.Store, its *httptest.Server, mutate func(*pay.Config)) *rig {
 	t.Helper()
-	client := institution.NewClient(its.URL, its.Client())
+	client := instclient.NewClient(its.URL, its.Client())
 	reg := prometheus.NewRegistry()
 	cfg := pay.DefaultConfig()
 	cfg.ApprovalTimeout, cfg.ReconcileEvery = 300*time.Millisecond, 50*time.Millisecond

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
@@ -28,8 +30,8 @@ import (
 // status inquiries may take a while, and the inquiries are counted, with
 // the most seen at once for one key.
 type simInst struct {
-	srv     *institution.Server
-	admin   *institution.Client
+	srv     *instapi.Server
+	admin   *instclient.Client
 	adapter *institutionclient.Adapter
 
 	// approveDelay, if set, returns how long the n-th approval request
@@ -47,10 +49,10 @@ type simInst struct {
 // newSimInst starts a simulator with the not-found window given.
 func newSimInst(t testing.TB, window time.Duration, setup func(*simInst)) *simInst {
 	t.Helper()
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken, icfg.NotFoundWindow = adminToken, window
 	icfg.Logger = slog.New(slog.DiscardHandler)
-	srv, err := institution.NewServer(icfg)
+	srv, err := instapi.New(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func newSimInst(t testing.TB, window time.Duration, setup func(*simInst)) *simIn
 	t.Cleanup(func() { srv.Close(); ts.Close() })
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
-	client := institution.NewClient(ts.URL, &http.Client{Transport: tr})
+	client := instclient.NewClient(ts.URL, &http.Client{Transport: tr})
 	s.admin = client.WithAdminToken(adminToken)
 	s.adapter = institutionclient.New(client)
 	return s

@@ -40,7 +40,7 @@ func New(baseURL, apiKey string, hc *http.Client) (*Client, error) {
 		return nil, stampede.InvalidField("pay", "must be an http(s) base URL, got %q", baseURL)
 	}
 	if apiKey == "" {
-		return nil, stampede.InvalidField("pay-key", "is required: a merchant API key of pay")
+		return nil, stampede.InvalidField("pay_key", "is required: a merchant API key of pay")
 	}
 	if hc == nil {
 		hc = http.DefaultClient

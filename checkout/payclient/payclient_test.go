@@ -94,7 +94,7 @@ func TestNewNamesTheFlag(t *testing.T) {
 	if _, err := payclient.New("ftp://x", "k", nil); stampede.As(err).Field != "pay" {
 		t.Errorf("bad URL: %v", err)
 	}
-	if _, err := payclient.New("http://x", "", nil); stampede.As(err).Field != "pay-key" {
+	if _, err := payclient.New("http://x", "", nil); stampede.As(err).Field != "pay_key" {
 		t.Errorf("no key: %v", err)
 	}
 }

@@ -288,7 +288,7 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	worker := cbStart(t, "worker", "/healthz", "--nats", string(m[1]), "--data-dir", t.TempDir())
 	co := cbStart(t, "checkout", "/healthz", "--pay", pay, "--pay-key", merchant.Key, "--admin-token", cbCheckoutToken,
-		"--data-dir", t.TempDir())
+		"--data-dir", t.TempDir(), "--waitroom", wr, "--room", cbRoom)
 	console := cbStart(t, "console", "/healthz", "--admin-token", cbConsoleToken, "--waitroom", wr, "--waitroom-token", cbWaitroomToken,
 		"--pay", pay, "--pay-token", cbPayToken, "--checkout", co, "--events", cbEvent, "--workers", worker, "--interval", "250ms")
 

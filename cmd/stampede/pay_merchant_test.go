@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -62,9 +62,9 @@ func TestPayMerchantCommands(t *testing.T) {
 // events to its webhook, signed, in order; pay webhooks lists them
 // delivered.
 func TestServePayDeliversWebhooks(t *testing.T) {
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken = "institution-admin-token-for-tests"
-	isrv, err := institution.NewServer(icfg)
+	isrv, err := instapi.New(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stampede-lab/stampede/institution"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -45,7 +46,7 @@ status 2 on any mismatch.`,
 				return err
 			}
 			defer s.Close()
-			ledger, err := institution.NewClient(instURL, &http.Client{}).WithAdminToken(adminToken).Approvals(cmd.Context())
+			ledger, err := instclient.NewClient(instURL, &http.Client{}).WithAdminToken(adminToken).Approvals(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("reading the institution's ledger: %w", err)
 			}

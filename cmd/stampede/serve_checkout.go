@@ -17,9 +17,12 @@ import (
 
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/checkout"
+	"github.com/stampede-lab/stampede/checkout/api"
 	"github.com/stampede-lab/stampede/checkout/payclient"
 	"github.com/stampede-lab/stampede/checkout/sqlstore"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/protocol"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // checkoutOptions are the flags of `stampede serve checkout`.
@@ -37,6 +40,11 @@ type checkoutOptions struct {
 	maxSeats        int
 	unsafeInventory bool
 	unsafeGap       time.Duration
+	waitroom        string
+	room            string
+	onlineCheck     bool
+	checkoutKey     string
+	admissionTO     time.Duration
 	server          httpapi.ServerConfig
 }
 
@@ -64,17 +72,26 @@ one hold. A DECLINED or FAILED payment gives the seats back; an UNKNOWN one
 keeps them until pay settles it (a sweeper asks every few seconds, and
 releases holds that expired unpaid).
 
-Deploy it behind the gate only: it trusts the Stampede-User and
-Stampede-Admission headers the gate sets.
+Deploy it behind the gate. It does not take the gate's headers on trust:
+before it holds seats or pays for a hold it verifies the Stampede-Admission
+token against the waiting room's public keys (--waitroom: the waiting
+room's, or its gates', base URLs; the keys are fetched from
+<url>/.well-known/jwks.json, cached, and fetched again when a token names a
+key the cache lacks), for --room, with its subject equal to Stampede-User;
+a forged, expired, other-room or other-user token is refused (401/403
+naming the header). --online-check (with --checkout-key) also asks the
+waiting room whether the admission still holds its slot (403 when it does
+not, 503 when the waiting room cannot say).
 
 Storage: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite (--sqlite,
 default <data-dir>/checkout.db).
 
 --unsafe-inventory is FOR THE LAB ONLY: holds read the inventory and then
 write it without the guard, and oversell under load.`,
-		Example: `  stampede serve checkout --pay http://127.0.0.1:8081 --pay-key "$PAY_KEY" --admin-token "$(openssl rand -hex 16)"`,
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return runCheckout(cmd, opts) },
+		Example: `  stampede serve checkout --pay http://127.0.0.1:8081 --pay-key "$PAY_KEY" --admin-token "$(openssl rand -hex 16)" \
+      --waitroom http://127.0.0.1:8080 --room concert`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runCheckout(cmd, opts) },
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.http, "http", "127.0.0.1:8083", "address to listen on")
@@ -88,6 +105,11 @@ write it without the guard, and oversell under load.`,
 	f.DurationVar(&opts.dbTimeout, "db-timeout", 2*time.Second, "deadline of every database call; past it the request answers 503")
 	f.DurationVar(&opts.maxHold, "max-hold", defaults.MaxHold, "longest life of a hold, whatever its admission says")
 	f.IntVar(&opts.maxSeats, "max-seats-per-hold", defaults.MaxSeatsPerHold, "most seats one hold may take")
+	f.StringVar(&opts.waitroom, "waitroom", "", "base URL of the waiting room (or of its gates; several comma-separated) whose keys verify admissions (required)")
+	f.StringVar(&opts.room, "room", "", "the waiting room's room whose admissions the checkout accepts (required)")
+	f.BoolVar(&opts.onlineCheck, "online-check", false, "also ask the waiting room online whether each admission still holds its slot (needs --checkout-key)")
+	f.StringVar(&opts.checkoutKey, "checkout-key", "", "with --online-check: the waiting room's --checkout-key")
+	f.DurationVar(&opts.admissionTO, "admission-timeout", 2*time.Second, "deadline of one fetch of the waiting room's keys, and of one online check")
 	f.BoolVar(&opts.unsafeInventory, "unsafe-inventory", false, "LAB ONLY: hold seats by a read then a write without the guard; oversells under concurrency")
 	f.DurationVar(&opts.unsafeGap, "unsafe-gap", 0, "LAB ONLY, with --unsafe-inventory: a pause between the read and the write of a hold, widening the race")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
@@ -138,51 +160,112 @@ func (o *checkoutOptions) serverConfig() (httpapi.ServerConfig, error) {
 	return cfg, nil
 }
 
-// serviceConfig returns the service's configuration, naming the flag at
-// fault.
+// admissions returns the admission verifier the flags ask for.
+func (o *checkoutOptions) admissions(hc *http.Client) (checkout.Admissions, error) {
+	var f stampede.Fields
+	if o.waitroom == "" {
+		f.Add("waitroom", "is required: the waiting room's (or its gates') base URL, whose keys verify admissions")
+	}
+	if o.room == "" {
+		f.Add("room", "is required: the room whose admissions the checkout accepts")
+	} else if err := waitroom.ValidateRoom(o.room); err != nil {
+		f.Add("room", "%s", stampede.As(err).Message)
+	}
+	if o.onlineCheck && o.checkoutKey == "" {
+		f.Add("checkout_key", "is required with --online-check: the waiting room's checkout key")
+	}
+	if !o.onlineCheck && o.checkoutKey != "" {
+		f.Add("checkout_key", "needs --online-check")
+	}
+	if o.admissionTO <= 0 {
+		f.Add("admission_timeout", "must be positive, got %s", o.admissionTO)
+	}
+	if err := f.Err(); err != nil || o.waitroom == "" {
+		return nil, err
+	}
+	keys, err := newWaitroomKeys(o.waitroom, hc, o.admissionTO)
+	if err != nil {
+		return nil, err
+	}
+	v := refetchingVerifier{AdmissionVerifier: protocol.AdmissionVerifier{Room: o.room, Keys: keys}, keys: keys}
+	if o.onlineCheck {
+		c, err := newWaitroomChecker(o.waitroom, o.checkoutKey, hc, o.admissionTO)
+		if err != nil {
+			return nil, err
+		}
+		v.Online = c
+	}
+	return v, nil
+}
+
+// serviceConfig returns the service's configuration but its store, every
+// bad flag named.
 func (o *checkoutOptions) serviceConfig() (checkout.Config, error) {
 	cfg := checkout.DefaultConfig()
 	cfg.MaxHold, cfg.MaxSeatsPerHold, cfg.PayTimeout, cfg.UnsafeInventory = o.maxHold, o.maxSeats, o.payTimeout, o.unsafeInventory
+	var f stampede.Fields
+	if o.pay == "" {
+		f.Add("pay", "is required: the base URL of the payment service")
+	}
+	if o.payKey == "" {
+		f.Add("pay_key", "is required: a merchant API key of the payment service (stampede pay merchant add)")
+	}
+	if o.pay != "" && o.payKey != "" {
+		// Keep connections to pay open for bursts of purchases.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 256
+		payer, err := payclient.New(o.pay, o.payKey, &http.Client{Transport: tr})
+		f.Check("", err)
+		if err == nil {
+			cfg.Payer = payer
+		}
+	}
+	adm, err := o.admissions(&http.Client{})
+	f.Check("", err)
+	cfg.Admissions = adm
 	if o.unsafeGap != 0 {
 		if !o.unsafeInventory || o.unsafeGap < 0 {
-			return cfg, fmt.Errorf("--unsafe-gap needs --unsafe-inventory and a positive duration, got %s", o.unsafeGap)
-		}
-		gap := o.unsafeGap
-		cfg.UnsafeBetween = func(ctx context.Context) {
-			t := time.NewTimer(gap)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-			case <-t.C:
+			f.Add("unsafe_gap", "needs --unsafe-inventory and a positive duration, got %s", o.unsafeGap)
+		} else {
+			gap := o.unsafeGap
+			cfg.UnsafeBetween = func(ctx context.Context) {
+				t := time.NewTimer(gap)
+				defer t.Stop()
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
 			}
 		}
 	}
-	if err := cfg.Validate(); err != nil {
-		flag := map[string]string{"MaxHold": "--max-hold", "MaxSeatsPerHold": "--max-seats-per-hold", "PayTimeout": "--pay-timeout"}
-		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
-			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
+	for _, e := range stampede.FieldErrors(cfg.Validate()) {
+		switch {
+		case e.Field == "store": // opened later
+		case e.Field == "pay" && cfg.Payer == nil: // reported above
+		case e.Field == "waitroom" && cfg.Admissions == nil: // reported above
+		default:
+			f.Check("", e)
 		}
-		return cfg, err
 	}
-	return cfg, nil
+	return cfg, f.Err()
 }
 
 func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
-	switch {
-	case opts.pay == "":
-		return errors.New("--pay is required: the base URL of the payment service")
-	case opts.payKey == "":
-		return errors.New("--pay-key is required: a merchant API key of the payment service (stampede pay merchant add)")
-	case opts.adminToken == "":
-		return fmt.Errorf("--admin-token (or %s) is required: the token that authorizes creating events", envAdminToken)
-	case len(opts.adminToken) < 16:
-		return fmt.Errorf("--admin-token must be at least 16 bytes, got %d", len(opts.adminToken))
-	case opts.http == "":
-		return errors.New("--http must not be empty")
-	}
+	var f stampede.Fields
 	ccfg, err := opts.serviceConfig()
-	if err != nil {
-		return err
+	f.Check("", err)
+	acfg := api.DefaultConfig()
+	acfg.AdminToken = opts.adminToken
+	if opts.adminToken == "" {
+		f.Add("admin_token", "(or %s) is required: the token that authorizes creating events", envAdminToken)
+	} else {
+		f.Check("", acfg.Validate())
+	}
+	if opts.http == "" {
+		f.Add("http", "must not be empty")
+	}
+	if err := f.Err(); err != nil {
+		return flagErrors("", err)
 	}
 	scfg, err := opts.serverConfig()
 	if err != nil {
@@ -190,16 +273,6 @@ func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
 	}
 	stcfg, where, err := opts.storeConfig()
 	if err != nil {
-		return err
-	}
-	// Keep connections to pay open for bursts of purchases.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 256
-	payer, err := payclient.New(opts.pay, opts.payKey, &http.Client{Transport: tr})
-	if err != nil {
-		if e, ok := errors.AsType[*stampede.Error](err); ok {
-			return fmt.Errorf("--%s %s", e.Field, e.Message)
-		}
 		return err
 	}
 	log := loggerOf(cmd)
@@ -215,16 +288,15 @@ func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ccfg.Logger, ccfg.Metrics = log, checkout.NewMetrics(reg)
-	svc, err := checkout.NewService(store, payer, ccfg)
+	ccfg.Store, ccfg.Logger, ccfg.Metrics = store, log, checkout.NewMetrics(reg)
+	svc, err := checkout.New(ccfg)
 	if err != nil {
-		return err
+		return flagErrors("", err)
 	}
-	hcfg := checkout.DefaultHandlerConfig()
-	hcfg.AdminToken, hcfg.Logger = opts.adminToken, log
-	api, err := checkout.NewHandler(svc, hcfg, reg)
+	acfg.Logger = log
+	h, err := api.New(svc, acfg, reg)
 	if err != nil {
-		return err
+		return flagErrors("", err)
 	}
 	ln, err := net.Listen("tcp", opts.http)
 	if err != nil {
@@ -234,11 +306,12 @@ func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
 		log.Warn("--unsafe-inventory: holds skip the inventory guard and WILL oversell under load; for the lab only")
 	}
 	log.Info("checkout listening", "addr", ln.Addr().String(), "store", where, "pay", opts.pay,
+		"waitroom", opts.waitroom, "room", opts.room, "online_check", opts.onlineCheck,
 		"unsafe_inventory", opts.unsafeInventory, "max_hold", ccfg.MaxHold,
 		"read_timeout", scfg.ReadTimeout, "write_timeout", scfg.WriteTimeout, "idle_timeout", scfg.IdleTimeout)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return httpapi.Serve(gctx, ln, api, scfg, log) })
-	g.Go(func() error { return svc.RunSweeper(gctx) })
+	g.Go(func() error { return httpapi.Serve(gctx, ln, h, scfg, log) })
+	g.Go(func() error { return svc.Run(gctx) })
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("http server: %w", err)
 	}

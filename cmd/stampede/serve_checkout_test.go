@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stampede-lab/stampede/checkout"
+	"github.com/stampede-lab/stampede/checkout/api"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/protocol"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // runCheckoutCmd runs `serve checkout` with args until ctx ends, through
@@ -35,7 +36,8 @@ func TestServeCheckoutRejectsBadFlags(t *testing.T) {
 	t.Setenv(envAdminToken, "")
 	t.Setenv(envPostgres, "")
 	dir := t.TempDir()
-	ok := []string{"--pay", "http://127.0.0.1:1", "--pay-key", "sk_test", "--admin-token", "0123456789abcdef", "--data-dir", dir}
+	ok := []string{"--pay", "http://127.0.0.1:1", "--pay-key", "sk_test", "--admin-token", "0123456789abcdef", "--data-dir", dir,
+		"--waitroom", "http://127.0.0.1:1", "--room", "concert"}
 	cases := []struct {
 		args []string
 		want string
@@ -51,6 +53,13 @@ func TestServeCheckoutRejectsBadFlags(t *testing.T) {
 		{append(ok, "--db-timeout", "0s"), "--db-timeout"},
 		{append(ok, "--postgres", "not a url"), "--postgres"},
 		{append(ok, "--http", ""), "--http"},
+		{append(ok, "--waitroom", ""), "--waitroom"},
+		{append(ok, "--waitroom", "ftp://x"), "--waitroom"},
+		{append(ok, "--room", ""), "--room"},
+		{append(ok, "--room", "no room"), "--room"},
+		{append(ok, "--online-check"), "--checkout-key"},
+		{append(ok, "--checkout-key", "0123456789abcdef"), "--checkout-key"},
+		{append(ok, "--unsafe-gap", "1s"), "--unsafe-gap"},
 	}
 	for _, c := range cases {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -69,7 +78,7 @@ func TestServeCheckoutSells(t *testing.T) {
 	var payments atomic.Int32
 	payStub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/payments" || r.Header.Get("Authorization") != "Bearer sk_test" ||
-			!strings.HasPrefix(r.Header.Get("Idempotency-Key"), "checkout-order-") || r.Header.Get("Stampede-Admission") != "adm" {
+			!strings.HasPrefix(r.Header.Get("Idempotency-Key"), "checkout-order-") || r.Header.Get("Stampede-Admission") == "" {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
@@ -81,11 +90,32 @@ func TestServeCheckoutSells(t *testing.T) {
 	defer payStub.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The waiting room's keys, served where a waiting room serves them.
+	signer, err := waitroom.NewAdmissionSigner(waitroom.KeySpec{Secret: []byte("serve checkout test: the waiting room's secret"), Epoch: "1"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jwksFetches atomic.Int32
+	wr := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/.well-known/jwks.json" {
+			http.NotFound(w, r)
+			return
+		}
+		jwksFetches.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(signer.JWKS())
+	}))
+	defer wr.Close()
+	adm, err := signer.Sign(protocol.AdmissionClaims{Room: "concert", User: "u1", Seq: 1, Expires: time.Now().Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	const admin = "0123456789abcdef0123"
 	errOut, done := runCheckoutCmd(ctx, "--http", "127.0.0.1:0", "--pay", payStub.URL, "--pay-key", "sk_test",
-		"--admin-token", admin, "--sqlite", filepath.Join(t.TempDir(), "checkout.db"), "--postgres", "")
+		"--admin-token", admin, "--sqlite", filepath.Join(t.TempDir(), "checkout.db"), "--postgres", "",
+		"--waitroom", "http://127.0.0.1:1,"+wr.URL, "--room", "concert")
 	base := "http://" + listeningAddr(t, errOut)
-	hc := apitest.New(t, checkout.OpenAPI()).Client(t)
+	hc := apitest.New(t, api.OpenAPI()).Client(t)
 	send := func(method, path, body string, headers ...string) (*http.Response, map[string]any) {
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
@@ -107,16 +137,30 @@ func TestServeCheckoutSells(t *testing.T) {
 	if resp, m := send("POST", "/v1/events/show", `{"seats":2,"price":500,"currency":"USD"}`, "Authorization", "Bearer "+admin); resp.StatusCode != 201 {
 		t.Fatalf("create = %d %v", resp.StatusCode, m)
 	}
-	resp, h := send("POST", "/v1/events/show/holds", `{"seats":2}`, protocol.HeaderUser, "u1", protocol.HeaderAdmission, "adm")
+	// Headers that did not come through the gate: a forged token, and a
+	// real one named for another user.
+	forged := strings.Join(strings.Split(adm, ".")[:2], ".") + ".c2lnbmF0dXJl"
+	if resp, m := send("POST", "/v1/events/show/holds", `{"seats":2}`, protocol.HeaderUser, "u1", protocol.HeaderAdmission, forged); resp.StatusCode != 401 ||
+		m["field"] != protocol.HeaderAdmission {
+		t.Fatalf("hold with a forged token = %d %v; want 401 naming %s", resp.StatusCode, m, protocol.HeaderAdmission)
+	}
+	if resp, m := send("POST", "/v1/events/show/holds", `{"seats":2}`, protocol.HeaderUser, "u2", protocol.HeaderAdmission, adm); resp.StatusCode != 403 ||
+		m["field"] != protocol.HeaderUser {
+		t.Fatalf("hold with another user's token = %d %v; want 403 naming %s", resp.StatusCode, m, protocol.HeaderUser)
+	}
+	resp, h := send("POST", "/v1/events/show/holds", `{"seats":2}`, protocol.HeaderUser, "u1", protocol.HeaderAdmission, adm)
 	if resp.StatusCode != 201 {
 		t.Fatalf("hold = %d %v", resp.StatusCode, h)
 	}
-	resp, o := send("POST", "/v1/holds/"+h["id"].(string)+"/purchase", "", protocol.HeaderUser, "u1", protocol.HeaderAdmission, "adm")
+	resp, o := send("POST", "/v1/holds/"+h["id"].(string)+"/purchase", "", protocol.HeaderUser, "u1", protocol.HeaderAdmission, adm)
 	if resp.StatusCode != 200 || o["status"] != "paid" || resp.Header.Get(protocol.HeaderRelease) != "done" || payments.Load() != 1 {
 		t.Fatalf("purchase = %d %v release=%q payments=%d", resp.StatusCode, o, resp.Header.Get(protocol.HeaderRelease), payments.Load())
 	}
 	if resp, e := send("GET", "/v1/events/show", ""); e["sold"] != 2.0 || e["seats_left"] != 0.0 {
 		t.Fatalf("event = %d %v", resp.StatusCode, e)
+	}
+	if n := jwksFetches.Load(); n < 1 || n > 2 {
+		t.Errorf("the waiting room's keys were fetched %d times, want once (twice: the forged token's refetch)", n)
 	}
 	if resp, m := send("GET", "/readyz", ""); resp.StatusCode != 200 {
 		t.Fatalf("/readyz = %d %v", resp.StatusCode, m)

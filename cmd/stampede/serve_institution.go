@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,7 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
-	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede"
+	instapi "github.com/stampede-lab/stampede/institution/api"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
@@ -23,13 +22,13 @@ type institutionOptions struct {
 	notFoundWindow time.Duration
 	maxHung        int
 	// server holds the server timeouts; WriteTimeout is derived (see
-	// institution.ServerConfig), not a flag.
+	// instapi.ServerConfig), not a flag.
 	server httpapi.ServerConfig
 }
 
 func newServeInstitutionCmd() *cobra.Command {
-	defaults := institution.DefaultConfig()
-	opts := &institutionOptions{server: institution.ServerConfig()}
+	defaults := instapi.DefaultConfig()
+	opts := &institutionOptions{server: instapi.ServerConfig()}
 	cmd := &cobra.Command{
 		Use:   "institution",
 		Short: "Run the payment-institution simulator",
@@ -61,7 +60,7 @@ Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.http, "http", "127.0.0.1:8090", "address to listen on for HTTP")
-	f.StringVar(&opts.adminToken, "admin-token", "", fmt.Sprintf("bearer token for /admin, at least %d bytes (required)", institution.MinAdminTokenLen))
+	f.StringVar(&opts.adminToken, "admin-token", "", fmt.Sprintf("bearer token for /admin, at least %d bytes (required)", instapi.MinAdminTokenLen))
 	f.DurationVar(&opts.notFoundWindow, "not-found-window", defaults.NotFoundWindow,
 		"declared window after a request's arrival past which an unrecorded external key is definitively not found (1ms to 24h)")
 	f.IntVar(&opts.maxHung, "max-hung", defaults.MaxHung, "most requests held at once by the hang modes; beyond it answer 503 busy")
@@ -74,26 +73,21 @@ Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN.`,
 
 // config checks the options, naming the flag, and returns the server's
 // configuration.
-func (o *institutionOptions) config(log *slog.Logger) (institution.Config, error) {
-	cfg := institution.DefaultConfig()
-	if o.adminToken == "" {
-		return cfg, fmt.Errorf("--admin-token (or %s) is required: the token that authorizes /admin", envAdminToken)
-	}
+// config returns the server's configuration, every bad flag named.
+func (o *institutionOptions) config(log *slog.Logger) (instapi.Config, error) {
+	cfg := instapi.DefaultConfig()
+	cfg.AdminToken, cfg.NotFoundWindow, cfg.MaxHung, cfg.Logger, cfg.HTTP = o.adminToken, o.notFoundWindow, o.maxHung, log, o.server
+	var f stampede.Fields
 	if o.http == "" {
-		return cfg, errors.New("--http must not be empty")
+		f.Add("http", "must not be empty")
 	}
-	cfg.AdminToken, cfg.NotFoundWindow, cfg.MaxHung, cfg.Logger = o.adminToken, o.notFoundWindow, o.maxHung, log
-	if err := o.server.Validate(); err != nil {
-		return cfg, flagErrors("", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		flag := map[string]string{"AdminToken": "--admin-token", "NotFoundWindow": "--not-found-window", "MaxHung": "--max-hung"}
-		if e, ok := errors.AsType[*institution.Error](err); ok && flag[e.Field] != "" {
-			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
+	for _, e := range stampede.FieldErrors(cfg.Validate()) {
+		if e.Field == "admin_token" && o.adminToken == "" {
+			e = stampede.InvalidField("admin_token", "(or %s) is required: the token that authorizes /admin", envAdminToken)
 		}
-		return cfg, err
+		f.Check("", e)
 	}
-	return cfg, nil
+	return cfg, flagErrors("", f.Err())
 }
 
 func runInstitution(cmd *cobra.Command, opts *institutionOptions) error {
@@ -102,14 +96,12 @@ func runInstitution(cmd *cobra.Command, opts *institutionOptions) error {
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Registry = reg
-	srv, err := institution.NewServer(cfg)
+	srv, err := instapi.New(cfg)
 	if err != nil {
-		return err
+		return flagErrors("", err)
 	}
 	defer srv.Close()
 
@@ -119,19 +111,9 @@ func runInstitution(cmd *cobra.Command, opts *institutionOptions) error {
 	}
 	log.Info("institution simulator listening", "addr", ln.Addr().String(),
 		"not_found_window", cfg.NotFoundWindow, "max_hung", cfg.MaxHung,
-		"read_header_timeout", opts.server.ReadHeaderTimeout, "read_timeout", opts.server.ReadTimeout,
-		"write_timeout", opts.server.WriteTimeout, "idle_timeout", opts.server.IdleTimeout)
-
-	// On SIGINT or SIGTERM release the held requests first, then shut
-	// down: a graceful shutdown waits for them.
-	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServing()
-	defer context.AfterFunc(ctx, func() {
-		log.Info("shutting down", "held_requests_released", srv.Hung())
-		srv.Close()
-		stopServing()
-	})()
-	if err := httpapi.Serve(serveCtx, ln, srv, opts.server, log); err != nil {
+		"read_header_timeout", cfg.HTTP.ReadHeaderTimeout, "read_timeout", cfg.HTTP.ReadTimeout,
+		"write_timeout", cfg.HTTP.WriteTimeout, "idle_timeout", cfg.HTTP.IdleTimeout)
+	if err := srv.Run(cmd.Context(), ln); err != nil {
 		return fmt.Errorf("http server: %w", err)
 	}
 	log.Info("stopped")

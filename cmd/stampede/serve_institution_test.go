@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 )
 
@@ -94,7 +96,7 @@ func TestServeInstitutionRejectsBadFlags(t *testing.T) {
 func TestServeInstitutionReadsTheEnvironment(t *testing.T) {
 	t.Setenv(envAdminToken, "short")
 	_, done := runInstitutionCmd(context.Background())
-	if err := <-done; err == nil || !strings.Contains(err.Error(), "--admin-token must be at least 16 bytes") {
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "--admin-token: must be at least 16 bytes") {
 		t.Errorf("a short %s: %v", envAdminToken, err)
 	}
 }
@@ -112,8 +114,8 @@ func TestServeInstitutionServesAndReleasesOnShutdown(t *testing.T) {
 	addr := listeningAddr(t, errOut)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: apitest.New(t, institution.OpenAPI()).Transport(t, tr), Timeout: 10 * time.Second}
-	c := institution.NewClient("http://"+addr, hc).WithAdminToken(token)
+	hc := &http.Client{Transport: apitest.New(t, instapi.OpenAPI()).Transport(t, tr), Timeout: 10 * time.Second}
+	c := instclient.NewClient("http://"+addr, hc).WithAdminToken(token)
 	bg := context.Background()
 	if res, err := c.Approve(bg, institution.ApproveRequest{ExternalKey: "cli-1", Amount: 100, Currency: "USD"}); err != nil || res.Status != institution.StatusApproved {
 		t.Fatalf("Approve: %+v, %v", res, err)
@@ -152,7 +154,7 @@ func TestServeInstitutionServesAndReleasesOnShutdown(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("stopping took %s with a request held for 60s", took)
 	}
-	if err := <-held; !errors.Is(err, institution.ErrUnknownOutcome) {
+	if err := <-held; !errors.Is(err, instclient.ErrUnknownOutcome) {
 		t.Errorf("the held request: %v, want ErrUnknownOutcome (released)", err)
 	}
 	for _, want := range []string{"institution simulator listening", "shutting down", "stopped"} {
@@ -252,7 +254,7 @@ func TestServeInstitutionClosesStalledAndIdleConnections(t *testing.T) {
 	// A request held longer than every timeout above is still answered.
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	c := institution.NewClient("http://"+addr, &http.Client{Transport: apitest.New(t, institution.OpenAPI()).Transport(t, tr)}).WithAdminToken(token)
+	c := instclient.NewClient("http://"+addr, &http.Client{Transport: apitest.New(t, instapi.OpenAPI()).Transport(t, tr)}).WithAdminToken(token)
 	b := institution.DefaultBehavior()
 	b.Mode, b.HangMS = institution.ModeHangAfter, 1500
 	if _, err := c.SetBehavior(context.Background(), b); err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stampede-lab/stampede"
-	"github.com/stampede-lab/stampede/institution"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
@@ -314,7 +314,7 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	// Keep connections to the institution open for bursts of payments.
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
-	client := institution.NewClient(opts.institution, &http.Client{Transport: tr})
+	client := instclient.NewClient(opts.institution, &http.Client{Transport: tr})
 
 	ws, ok := store.(pay.WebhookStore)
 	if !ok {

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
 	"github.com/stampede-lab/stampede/pay/natspub"
 	_ "github.com/stampede-lab/stampede/pay/sqlite" // registers the "sqlite" driver
 )
@@ -34,9 +34,9 @@ func TestPayEventsSurviveRestarts(t *testing.T) {
 		t.Skip("starts the payment service three times as a child process")
 	}
 	const perRound = 15
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken = "institution-admin-token-for-tests"
-	isrv, err := institution.NewServer(icfg)
+	isrv, err := instapi.New(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/internal/tcpproxy"
 	"github.com/stampede-lab/stampede/internal/testenv"
@@ -39,9 +39,9 @@ func TestServePayPostgresFrozen(t *testing.T) {
 	t.Cleanup(px.Close)
 	u.Host = px.Addr()
 
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken = "institution-admin-token-for-tests"
-	isrv, err := institution.NewServer(icfg)
+	isrv, err := instapi.New(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
@@ -90,15 +92,15 @@ func TestPayKilledMidStampedeLosesNothing(t *testing.T) {
 	}
 	const payments = 20
 	ctx := context.Background()
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken, icfg.NotFoundWindow = "institution-admin-token-for-tests", 500*time.Millisecond
-	isrv, err := institution.NewServer(icfg)
+	isrv, err := instapi.New(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	its := httptest.NewServer(isrv)
 	defer func() { isrv.Close(); its.Close() }()
-	admin := institution.NewClient(its.URL, its.Client()).WithAdminToken(icfg.AdminToken)
+	admin := instclient.NewClient(its.URL, its.Client()).WithAdminToken(icfg.AdminToken)
 	if _, err := admin.SetBehavior(ctx, institution.Behavior{Mode: institution.ModeHangAfter, HangMS: 10_000, Idempotent: true, StatusAPI: institution.StatusAPIUp}); err != nil {
 		t.Fatal(err)
 	}

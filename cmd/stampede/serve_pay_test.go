@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/natspub"
@@ -103,15 +105,15 @@ func servePayOn(t *testing.T, db, institutionURL string, args ...string) (string
 // TestServePayAnswersThroughHTTPAPI: the real server's endpoints, checked
 // against the OpenAPI description, and /readyz naming each dependency.
 func TestServePayAnswersThroughHTTPAPI(t *testing.T) {
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken = "institution-admin-token-for-tests"
-	isrv, err := institution.NewServer(icfg)
+	isrv, err := instapi.New(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	its := httptest.NewServer(isrv)
 	t.Cleanup(func() { isrv.Close(); its.Close() })
-	admin := institution.NewClient(its.URL, its.Client()).WithAdminToken(icfg.AdminToken)
+	admin := instclient.NewClient(its.URL, its.Client()).WithAdminToken(icfg.AdminToken)
 	// Hang past the approval timeout: the answer (202) must still come,
 	// since --write-timeout defaults to --timeout plus a margin.
 	if _, err := admin.SetBehavior(context.Background(), institution.Behavior{Mode: institution.ModeHangBefore, HangMS: 3000, Idempotent: true, StatusAPI: institution.StatusAPIUp}); err != nil {
@@ -320,9 +322,9 @@ func TestServePayStopsWhenNATSIsGoneForGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer emb.Close()
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken = "institution-admin-token-for-tests"
-	isrv, err := institution.NewServer(icfg)
+	isrv, err := instapi.New(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
 	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/natspub"
 	"github.com/stampede-lab/stampede/pay/sqlite"
@@ -114,9 +115,9 @@ func TestPaymentsToTicketsEndToEnd(t *testing.T) {
 	}
 	defer emb.Close()
 
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken = "institution-admin-token-for-tests"
-	isrv, err := institution.NewServer(icfg)
+	isrv, err := instapi.New(icfg)
 	if err != nil {
 		t.Fatal(err)
 	}

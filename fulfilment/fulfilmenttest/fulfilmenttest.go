@@ -106,21 +106,21 @@ func process(t testing.TB, h *fulfilment.Handler, ev fulfilment.Event, want fulf
 	t.Helper()
 	got, err := h.Process(context.Background(), ev)
 	if err != nil {
-		t.Fatalf("Process(%s %s): %v", ev.ID, ev.Status, err)
+		t.Fatalf("Process(%s %s): %v", ev.ID(), ev.Status, err)
 	}
 	if got != want {
-		t.Fatalf("Process(%s %s) = %s, want %s", ev.ID, ev.Status, got, want)
+		t.Fatalf("Process(%s %s) = %s, want %s", ev.ID(), ev.Status, got, want)
 	}
 }
 
 func wantInbox(t testing.TB, s fulfilment.Store, ev fulfilment.Event, want fulfilment.Outcome) {
 	t.Helper()
-	e, err := s.Inbox(context.Background(), ev.ID)
+	e, err := s.Inbox(context.Background(), ev.ID())
 	if err != nil {
-		t.Fatalf("Inbox(%s): %v", ev.ID, err)
+		t.Fatalf("Inbox(%s): %v", ev.ID(), err)
 	}
-	if e.EventID != ev.ID || e.PaymentID != ev.PaymentID || e.Seq != ev.Seq || e.Outcome != want || e.ProcessedAt.IsZero() {
-		t.Fatalf("Inbox(%s) = %+v, want outcome %s", ev.ID, e, want)
+	if e.EventID != ev.ID() || e.PaymentID != ev.PaymentID || e.Seq != ev.Seq || e.Outcome != want || e.ProcessedAt.IsZero() {
+		t.Fatalf("Inbox(%s) = %+v, want outcome %s", ev.ID(), e, want)
 	}
 }
 
@@ -475,7 +475,7 @@ func testFailureMidTransaction(t *testing.T, s fulfilment.Store) {
 		if applied || !fulfilment.Retryable(err) || httpapi.StatusOf(err) != http.StatusServiceUnavailable {
 			t.Fatalf("%s failing at %s: Handle = %v, %v; want a retryable 503", c.st, c.at, applied, err)
 		}
-		_, err = s.Inbox(ctx, ev.ID)
+		_, err = s.Inbox(ctx, ev.ID())
 		wantNotFound(t, "Inbox after a failed transaction", err)
 		_, err = s.Order(ctx, p.MerchantID, p.OrderID)
 		wantNotFound(t, "Order after a failed transaction", err)
@@ -506,7 +506,7 @@ func testClosed(t *testing.T, s fulfilment.Store) {
 	if applied || !fulfilment.Retryable(err) || httpapi.StatusOf(err) != http.StatusServiceUnavailable {
 		t.Fatalf("Handle on a closed store = %v, %v; want a retryable 503", applied, err)
 	}
-	_, errInbox := s.Inbox(ctx, ev.ID)
+	_, errInbox := s.Inbox(ctx, ev.ID())
 	_, errOrder := s.Order(ctx, p.MerchantID, p.OrderID)
 	_, errTickets := s.Tickets(ctx, "", 10)
 	_, errCounts := s.Counts(ctx)
@@ -579,7 +579,7 @@ func testManyPayments(t *testing.T, s fulfilment.Store) {
 			for sc := range next {
 				for _, ev := range sc.events {
 					if _, err := h.Handle(ctx, ev); err != nil {
-						t.Errorf("Handle(%s): %v", ev.ID, err)
+						t.Errorf("Handle(%s): %v", ev.ID(), err)
 					}
 				}
 			}
@@ -707,7 +707,7 @@ func testFenced(t *testing.T, s fulfilment.Store) {
 	if out, err := h.Process(ctx, late); !errors.Is(err, fulfilment.ErrFenced) {
 		t.Fatalf("Process(epoch 5 after 9) = %s, %v; want ErrFenced", out, err)
 	}
-	if _, err := s.Inbox(ctx, late.ID); !errors.Is(err, fulfilment.ErrNotFound) {
+	if _, err := s.Inbox(ctx, late.ID()); !errors.Is(err, fulfilment.ErrNotFound) {
 		t.Fatalf("Inbox of the fenced event: %v, want ErrNotFound (nothing written)", err)
 	}
 	if _, err := s.Ticket(ctx, c.MerchantID, c.OrderID); !errors.Is(err, fulfilment.ErrNotFound) {

@@ -51,12 +51,12 @@ func TestFromPayOutbox(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeEvent(%s): %v", oe.Payload, err)
 			}
-			if ev.ID != natspub.MsgID(oe) {
-				t.Fatalf("event id %s, relay message id %s", ev.ID, natspub.MsgID(oe))
+			if ev.ID() != natspub.MsgID(oe) {
+				t.Fatalf("event id %s, relay message id %s", ev.ID(), natspub.MsgID(oe))
 			}
 			ok, err := h.Handle(ctx, ev)
 			if err != nil {
-				t.Fatalf("Handle(%s): %v", ev.ID, err)
+				t.Fatalf("Handle(%s): %v", ev.ID(), err)
 			}
 			if ok {
 				applied++

@@ -184,7 +184,7 @@ func TestSQLiteFrozenIsUnavailable(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Inbox(ctx, ev.ID); !errors.Is(err, fulfilment.ErrNotFound) {
+	if _, err := s.Inbox(ctx, ev.ID()); !errors.Is(err, fulfilment.ErrNotFound) {
 		t.Fatalf("Inbox after the frozen attempt = %v, want not found", err)
 	}
 	if applied, err := h.Handle(ctx, ev); err != nil || !applied {
@@ -304,7 +304,7 @@ func TestPostgresFrozenIsUnavailable(t *testing.T) {
 	if err := lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Inbox(ctx, ev.ID); !errors.Is(err, fulfilment.ErrNotFound) {
+	if _, err := s.Inbox(ctx, ev.ID()); !errors.Is(err, fulfilment.ErrNotFound) {
 		t.Fatalf("Inbox after the frozen attempt = %v, want not found", err)
 	}
 	if applied, err := h.Handle(ctx, ev); err != nil || !applied {

@@ -4,7 +4,7 @@
 // (fulfilment.DecodeEvent) and applied exactly once by a fulfilment.Handler
 // (its inbox and the ticket in one transaction).
 //
-// A body that is not a valid payment event (CodeInvalid) will never
+// A body that is not a valid payment event (of class stampede.Invalid) will never
 // succeed: it is logged, counted (Worker.Invalid) and acknowledged, so it is
 // not redelivered for ever. Any other error (the store unavailable) is
 // returned to the consumer, which negatively acknowledges the event and
@@ -103,7 +103,7 @@ func (w *Worker) handle(ctx context.Context, e dispatchjs.Event) error {
 	if errors.Is(err, fulfilment.ErrFenced) {
 		return fmt.Errorf("%w: %w", dispatchjs.ErrFenced, err)
 	}
-	if stampede.CodeOf(err) == stampede.Invalid {
+	if stampede.ClassOf(err) == stampede.Invalid {
 		w.invalid.Add(1)
 		w.log.Error("invalid payment event set aside (acknowledged, not retried)", "event_id", e.ID, "subject", e.Subject,
 			"sequence", e.Sequence, "err", err)

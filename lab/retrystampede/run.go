@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/institution"
+	instapi "github.com/stampede-lab/stampede/institution/api"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
@@ -157,10 +159,10 @@ func (e *Experiment) policy(name string, rnd retry.Rand) (retry.Policy, *retry.B
 // rig is one run's system under test: the institution simulator and the
 // payment service, each behind its own listener.
 type rig struct {
-	inst    *institution.Server
+	inst    *instapi.Server
 	instSrv *server
 	instURL string
-	admin   *institution.Client
+	admin   *instclient.Client
 	payURL  string
 	paySrv  *server
 	// merchant and apiKey are the merchant every payment of the run is
@@ -184,17 +186,17 @@ func (e *Experiment) start(policy retry.Policy) (_ *rig, err error) {
 	}()
 	quiet := slog.New(slog.DiscardHandler)
 
-	icfg := institution.DefaultConfig()
+	icfg := instapi.DefaultConfig()
 	icfg.AdminToken, icfg.NotFoundWindow, icfg.Logger = adminToken, c.NotFoundWindow, quiet
 	icfg.MaxHung = max(icfg.MaxHung, 2*c.Payments)
-	if r.inst, err = institution.NewServer(icfg); err != nil {
+	if r.inst, err = instapi.New(icfg); err != nil {
 		return nil, err
 	}
 	if r.instSrv, r.instURL, err = serve(r.inst); err != nil {
 		return nil, err
 	}
 	adminTr := r.transport(4)
-	r.admin = institution.NewClient(r.instURL, &http.Client{Transport: adminTr, Timeout: 30 * time.Second}).WithAdminToken(adminToken)
+	r.admin = instclient.NewClient(r.instURL, &http.Client{Transport: adminTr, Timeout: 30 * time.Second}).WithAdminToken(adminToken)
 
 	if r.dir, err = os.MkdirTemp("", "stampede-retry-stampede-*"); err != nil {
 		return nil, err
@@ -204,7 +206,7 @@ func (e *Experiment) start(policy retry.Policy) (_ *rig, err error) {
 	}
 	// No client timeout: the approval timeout and the inquiry timeout
 	// bound each call through its context.
-	instClient := institution.NewClient(r.instURL, &http.Client{Transport: r.transport(c.Payments)})
+	instClient := instclient.NewClient(r.instURL, &http.Client{Transport: r.transport(c.Payments)})
 	pcfg := pay.DefaultConfig()
 	pcfg.ApprovalTimeout, pcfg.Retry = c.Timeout, policy
 	pcfg.MaxInFlight = max(10_000, c.Payments) // the bulkhead must not interfere

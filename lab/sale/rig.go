@@ -363,7 +363,8 @@ func (r *rig) setUp(ctx context.Context) error {
 	}
 	// The checkout.
 	coArgs := append([]string{"serve", "checkout", "--http", checkoutAddr, "--pay", r.payURL, "--pay-key", r.merchantKey,
-		"--admin-token", r.adminToken, "--pay-timeout", "5s", "--max-seats-per-hold", "1", "--db-timeout", "2s", "--log-level", "warn"}, store("checkout")...)
+		"--admin-token", r.adminToken, "--pay-timeout", "5s", "--max-seats-per-hold", "1", "--db-timeout", "2s", "--log-level", "warn",
+		"--waitroom", strings.Join(r.gateURLs, ","), "--room", r.room}, store("checkout")...)
 	if r.cfg.UnsafeInventory {
 		coArgs = append(coArgs, "--unsafe-inventory", "--unsafe-gap", r.cfg.UnsafeGap.String())
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/institution"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/postgres"
@@ -596,7 +597,7 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	}
 
 	// The institution against pay, pay against the tickets.
-	ledger, err := institution.NewClient(r.instURL, adminClient).WithAdminToken(r.adminToken).Approvals(ctx)
+	ledger, err := instclient.NewClient(r.instURL, adminClient).WithAdminToken(r.adminToken).Approvals(ctx)
 	if err != nil {
 		return lab.RunResult{}, fmt.Errorf("sale: reading the institution's ledger: %w", err)
 	}

@@ -9,18 +9,19 @@ import (
 	"errors"
 
 	"github.com/stampede-lab/stampede/institution"
+	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/pay"
 )
 
-// Adapter is a pay.Institution over an institution.Client.
+// Adapter is a pay.Institution over an instclient.Client.
 type Adapter struct {
-	c *institution.Client
+	c *instclient.Client
 }
 
 var _ pay.Institution = (*Adapter)(nil)
 
 // New returns an Adapter over c.
-func New(c *institution.Client) *Adapter { return &Adapter{c: c} }
+func New(c *instclient.Client) *Adapter { return &Adapter{c: c} }
 
 // Approve implements pay.Institution.
 func (a *Adapter) Approve(ctx context.Context, req pay.ApprovalRequest) (pay.Verdict, error) {
@@ -28,9 +29,9 @@ func (a *Adapter) Approve(ctx context.Context, req pay.ApprovalRequest) (pay.Ver
 	switch {
 	case err == nil:
 		return pay.Verdict{Approved: res.Status == institution.StatusApproved}, nil
-	case errors.Is(err, institution.ErrNotSent):
+	case errors.Is(err, instclient.ErrNotSent):
 		return pay.Verdict{}, errors.Join(pay.ErrNotSent, err)
-	case errors.Is(err, institution.ErrRejected):
+	case errors.Is(err, instclient.ErrRejected):
 		// A 4xx: the institution refused the request without processing it.
 		return pay.Verdict{}, errors.Join(pay.ErrRejected, err)
 	default:
@@ -44,7 +45,7 @@ func (a *Adapter) Approve(ctx context.Context, req pay.ApprovalRequest) (pay.Ver
 func (a *Adapter) Inquire(ctx context.Context, externalKey string) (pay.Inquiry, error) {
 	res, err := a.c.Status(ctx, externalKey)
 	switch {
-	case errors.Is(err, institution.ErrStatusUnavailable):
+	case errors.Is(err, instclient.ErrStatusUnavailable):
 		return pay.Inquiry{}, errors.Join(pay.ErrInquiryUnavailable, err)
 	case err != nil:
 		return pay.Inquiry{}, err

@@ -1,4 +1,4 @@
-package institution
+package api
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 )
@@ -33,22 +34,22 @@ func FuzzApprovalBody(f *testing.F) {
 		`{"amount":null}`,
 		`[]`, `null`, `"s"`, `{`, ``, "\xff\xfe",
 	} {
-		for mode := range byte(len(Modes)) {
+		for mode := range byte(len(institution.Modes)) {
 			f.Add([]byte(seed), mode)
 		}
 	}
 	cfg := DefaultConfig()
 	cfg.AdminToken = testToken
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := NewServer(cfg)
+	srv, err := New(cfg)
 	if err != nil {
 		f.Fatal(err)
 	}
 	defer srv.Close()
 	spec := apitest.New(f, OpenAPI())
 	f.Fuzz(func(t *testing.T, body []byte, modeSel byte) {
-		b := DefaultBehavior()
-		b.Mode, b.HangMS = Modes[int(modeSel)%len(Modes)], 0
+		b := institution.DefaultBehavior()
+		b.Mode, b.HangMS = institution.Modes[int(modeSel)%len(institution.Modes)], 0
 		if err := srv.SetBehavior(b); err != nil {
 			t.Fatal(err)
 		}
@@ -58,22 +59,19 @@ func FuzzApprovalBody(f *testing.F) {
 		srv.ServeHTTP(w, r)
 		code := w.Code
 		switch {
-		case code == http.StatusInternalServerError && b.Mode == ModeError:
-		case code == http.StatusGatewayTimeout && b.Mode == ModeHangBefore:
+		case code == http.StatusInternalServerError && b.Mode == institution.ModeError:
+		case code == http.StatusGatewayTimeout && b.Mode == institution.ModeHangBefore:
 		case code >= 500:
 			t.Fatalf("mode %s, body %q: %d %s", b.Mode, body, code, w.Body)
 		case code == http.StatusOK:
-			var res ApprovalResult
-			if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil || (res.Status != StatusApproved && res.Status != StatusDeclined) {
+			var res institution.ApprovalResult
+			if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil || (res.Status != institution.StatusApproved && res.Status != institution.StatusDeclined) {
 				t.Fatalf("mode %s, body %q: a 200 that is no result: %s", b.Mode, body, w.Body)
 			}
-			srv.mu.Lock()
-			rec := srv.state.records[res.ExternalKey]
-			charges := -1
-			if rec != nil {
-				charges = rec.Charges
+			charges, ok := srv.Ledger().ChargesByKey[res.ExternalKey]
+			if !ok {
+				charges = -1
 			}
-			srv.mu.Unlock()
 			if charges < 0 || charges > 1 {
 				t.Fatalf("body %q: key %q has %d charges on an idempotent institution", body, res.ExternalKey, charges)
 			}

@@ -1,4 +1,4 @@
-package institution
+package api
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
@@ -27,14 +30,14 @@ func TestNormalApprovesAndChargesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Approve: %v", err)
 	}
-	if res.Status != StatusApproved || res.ApprovalID == "" || res.ExternalKey != "pay-1" || res.Replayed {
+	if res.Status != institution.StatusApproved || res.ApprovalID == "" || res.ExternalKey != "pay-1" || res.Replayed {
 		t.Fatalf("result %+v, want a fresh APPROVED with an approval id", res)
 	}
 	st, err := f.admin.Status(ctx, "pay-1")
 	if err != nil {
 		t.Fatalf("Status: %v", err)
 	}
-	if !st.Found || st.Status != StatusApproved || st.Charges != 1 || st.Amount != 15000 || st.Currency != "KRW" || st.ApprovalID != res.ApprovalID || !st.Definitive {
+	if !st.Found || st.Status != institution.StatusApproved || st.Charges != 1 || st.Amount != 15000 || st.Currency != "KRW" || st.ApprovalID != res.ApprovalID || !st.Definitive {
 		t.Fatalf("status %+v", st)
 	}
 	l := f.ledger(t)
@@ -49,38 +52,38 @@ func TestNormalApprovesAndChargesOnce(t *testing.T) {
 
 func TestDeclineRecordsNoCharge(t *testing.T) {
 	f := newFixture(t, nil)
-	f.setBehavior(t, ModeDecline, 0, true)
+	f.setBehavior(t, institution.ModeDecline, 0, true)
 	ctx := context.Background()
 	res, err := f.admin.Approve(ctx, req("pay-d"))
 	if err != nil {
 		t.Fatalf("a decline must be a result, not an error: %v", err)
 	}
-	if res.Status != StatusDeclined || res.ApprovalID != "" {
+	if res.Status != institution.StatusDeclined || res.ApprovalID != "" {
 		t.Fatalf("result %+v, want DECLINED without an approval id", res)
 	}
 	st, err := f.admin.Status(ctx, "pay-d")
-	if err != nil || !st.Found || st.Status != StatusDeclined || st.Charges != 0 {
+	if err != nil || !st.Found || st.Status != institution.StatusDeclined || st.Charges != 0 {
 		t.Fatalf("status %+v, %v", st, err)
 	}
 	if l := f.ledger(t); l.ChargesTotal != 0 || l.DeclinedKeys != 1 || l.Records[0].DeclinedAt.IsZero() {
 		t.Fatalf("ledger %+v", l)
 	}
 	// Idempotent: a repeat in NORMAL mode replays the decline.
-	f.setBehavior(t, ModeNormal, 0, true)
-	if res, err := f.admin.Approve(ctx, req("pay-d")); err != nil || res.Status != StatusDeclined || !res.Replayed {
+	f.setBehavior(t, institution.ModeNormal, 0, true)
+	if res, err := f.admin.Approve(ctx, req("pay-d")); err != nil || res.Status != institution.StatusDeclined || !res.Replayed {
 		t.Fatalf("repeat after a decline: %+v, %v", res, err)
 	}
 }
 
 func TestErrorModeRecordsNothing(t *testing.T) {
 	f := newFixture(t, nil)
-	f.setBehavior(t, ModeError, 0, true)
+	f.setBehavior(t, institution.ModeError, 0, true)
 	ctx := context.Background()
 	_, err := f.admin.Approve(ctx, req("pay-e"))
-	if !errors.Is(err, ErrInstitution) || errors.Is(err, ErrUnknownOutcome) {
+	if !errors.Is(err, client.ErrInstitution) || errors.Is(err, client.ErrUnknownOutcome) {
 		t.Fatalf("Approve in mode ERROR: %v, want ErrInstitution", err)
 	}
-	if e, ok := errors.AsType[*Error](err); !ok || e.Status != 500 || e.Code != CodeInstitution {
+	if e, ok := errors.AsType[*institution.Error](err); !ok || e.Status != 500 || e.Code != institution.CodeInstitution {
 		t.Fatalf("error %#v, want a 500 institution_error", err)
 	}
 	if l := f.ledger(t); l.Keys != 0 || l.ChargesTotal != 0 {
@@ -93,10 +96,10 @@ func TestErrorModeRecordsNothing(t *testing.T) {
 
 func TestHangBeforeIsUnknownAndChargesNothing(t *testing.T) {
 	f := newFixture(t, nil)
-	f.setBehavior(t, ModeHangBefore, 200, true)
+	f.setBehavior(t, institution.ModeHangBefore, 200, true)
 	start := time.Now()
 	_, err := f.client(50*time.Millisecond).Approve(context.Background(), req("pay-hb"))
-	if !errors.Is(err, ErrUnknownOutcome) {
+	if !errors.Is(err, client.ErrUnknownOutcome) {
 		t.Fatalf("Approve: %v, want ErrUnknownOutcome", err)
 	}
 	if took := time.Since(start); took > time.Second {
@@ -111,20 +114,20 @@ func TestHangBeforeIsUnknownAndChargesNothing(t *testing.T) {
 		t.Fatalf("HANG_BEFORE_PROCESSING recorded %+v", l)
 	}
 	log, err := f.admin.Arrivals(context.Background())
-	if err != nil || log.Count != 1 || log.Arrivals[0].ExternalKey != "pay-hb" || log.Arrivals[0].Mode != ModeHangBefore {
+	if err != nil || log.Count != 1 || log.Arrivals[0].ExternalKey != "pay-hb" || log.Arrivals[0].Mode != institution.ModeHangBefore {
 		t.Fatalf("arrivals %+v, %v", log, err)
 	}
 }
 
 func TestHangBeforeAnswers504WhenTheCallerWaits(t *testing.T) {
 	f := newFixture(t, nil)
-	f.setBehavior(t, ModeHangBefore, 50, true)
+	f.setBehavior(t, institution.ModeHangBefore, 50, true)
 	start := time.Now()
 	_, err := f.client(5*time.Second).Approve(context.Background(), req("pay-hb2"))
-	if !errors.Is(err, ErrUnknownOutcome) {
+	if !errors.Is(err, client.ErrUnknownOutcome) {
 		t.Fatalf("Approve: %v, want ErrUnknownOutcome", err)
 	}
-	if e, ok := errors.AsType[*Error](err); !ok || e.Status != http.StatusGatewayTimeout || e.Code != stampede.Timeout {
+	if e, ok := errors.AsType[*institution.Error](err); !ok || e.Status != http.StatusGatewayTimeout || e.Code != stampede.Timeout {
 		t.Fatalf("error %v, want a 504 timeout", err)
 	}
 	if took := time.Since(start); took < 50*time.Millisecond {
@@ -137,10 +140,10 @@ func TestHangBeforeAnswers504WhenTheCallerWaits(t *testing.T) {
 
 func TestHangAfterIsUnknownAndChargesOnce(t *testing.T) {
 	f := newFixture(t, nil)
-	f.setBehavior(t, ModeHangAfter, 200, true)
+	f.setBehavior(t, institution.ModeHangAfter, 200, true)
 	ctx := context.Background()
 	_, err := f.client(50*time.Millisecond).Approve(ctx, req("pay-ha"))
-	if !errors.Is(err, ErrUnknownOutcome) {
+	if !errors.Is(err, client.ErrUnknownOutcome) {
 		t.Fatalf("Approve: %v, want ErrUnknownOutcome", err)
 	}
 	waitFor(t, "the request arrives and its hang ends", 5*time.Second, func() bool {
@@ -150,16 +153,16 @@ func TestHangAfterIsUnknownAndChargesOnce(t *testing.T) {
 		t.Fatalf("ledger %+v, want one charge: the money moved before the hang", l)
 	}
 	st, err := f.admin.Status(ctx, "pay-ha")
-	if err != nil || !st.Found || st.Status != StatusApproved || st.Charges != 1 {
+	if err != nil || !st.Found || st.Status != institution.StatusApproved || st.Charges != 1 {
 		t.Fatalf("status %+v, %v", st, err)
 	}
 }
 
 func TestHangAfterLateAnswerIsTheApproval(t *testing.T) {
 	f := newFixture(t, nil)
-	f.setBehavior(t, ModeHangAfter, 50, true)
+	f.setBehavior(t, institution.ModeHangAfter, 50, true)
 	res, err := f.client(5*time.Second).Approve(context.Background(), req("pay-ha2"))
-	if err != nil || res.Status != StatusApproved || res.ApprovalID == "" {
+	if err != nil || res.Status != institution.StatusApproved || res.ApprovalID == "" {
 		t.Fatalf("Approve: %+v, %v", res, err)
 	}
 }
@@ -167,7 +170,7 @@ func TestHangAfterLateAnswerIsTheApproval(t *testing.T) {
 // TestIdempotencyDecidesDoubleCharges sends one key three times: an
 // idempotent institution charges once, the other three times.
 func TestIdempotencyDecidesDoubleCharges(t *testing.T) {
-	for _, mode := range []Mode{ModeNormal, ModeHangAfter} {
+	for _, mode := range []institution.Mode{institution.ModeNormal, institution.ModeHangAfter} {
 		for _, idem := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/idempotent=%v", mode, idem), func(t *testing.T) {
 				f := newFixture(t, nil)
@@ -177,9 +180,9 @@ func TestIdempotencyDecidesDoubleCharges(t *testing.T) {
 				for range 3 {
 					res, err := c.Approve(context.Background(), req("pay-r"))
 					switch {
-					case mode == ModeHangAfter && !errors.Is(err, ErrUnknownOutcome):
+					case mode == institution.ModeHangAfter && !errors.Is(err, client.ErrUnknownOutcome):
 						t.Fatalf("Approve: %v, want ErrUnknownOutcome", err)
-					case mode == ModeNormal && err != nil:
+					case mode == institution.ModeNormal && err != nil:
 						t.Fatalf("Approve: %v", err)
 					case err == nil:
 						ids[res.ApprovalID] = true
@@ -199,7 +202,7 @@ func TestIdempotencyDecidesDoubleCharges(t *testing.T) {
 				if double := l.DoubleChargedKeys; (double == 1) == idem || l.ExtraCharges != want-1 {
 					t.Fatalf("double_charged_keys %d, extra_charges %d", double, l.ExtraCharges)
 				}
-				if mode == ModeNormal && len(ids) != want {
+				if mode == institution.ModeNormal && len(ids) != want {
 					t.Fatalf("approval ids %v, want %d distinct", ids, want)
 				}
 			})
@@ -216,8 +219,8 @@ func TestIdempotentRepeatWithAnotherAmountConflicts(t *testing.T) {
 	other := req("pay-c")
 	other.Amount++
 	_, err := f.admin.Approve(ctx, other)
-	e, ok := errors.AsType[*Error](err)
-	if !errors.Is(err, ErrRejected) || !ok || e.Status != http.StatusConflict || e.Field != "external_key" {
+	e, ok := errors.AsType[*institution.Error](err)
+	if !errors.Is(err, client.ErrRejected) || !ok || e.Status != http.StatusConflict || e.Field != "external_key" {
 		t.Fatalf("Approve with another amount: %v, want a 409 naming external_key", err)
 	}
 	if l := f.ledger(t); l.ChargesTotal != 1 {
@@ -237,7 +240,7 @@ func TestArrivalsAreUTCOrderedAndTakenBeforeTheHang(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	f.setBehavior(t, ModeHangBefore, 60_000, true)
+	f.setBehavior(t, institution.ModeHangBefore, 60_000, true)
 	done := make(chan error, 1)
 	go func() {
 		_, err := f.client(0).Approve(ctx, req("pay-held"))
@@ -260,7 +263,7 @@ func TestArrivalsAreUTCOrderedAndTakenBeforeTheHang(t *testing.T) {
 			t.Errorf("arrival %d at %s is before arrival %d at %s", i, a.At, i-1, log.Arrivals[i-1].At)
 		}
 	}
-	if last := log.Arrivals[20]; last.ExternalKey != "pay-held" || last.Mode != ModeHangBefore {
+	if last := log.Arrivals[20]; last.ExternalKey != "pay-held" || last.Mode != institution.ModeHangBefore {
 		t.Errorf("last arrival %+v, want the held request", last)
 	}
 	// The wire format: RFC 3339 with nanoseconds, in UTC ("Z").
@@ -289,7 +292,7 @@ func TestArrivalLogDropsTheOldestBeyondItsBound(t *testing.T) {
 
 // holdRequests starts n approvals that the server holds (with a 60 s hang)
 // and returns their outcomes' channel once all are held.
-func holdRequests(t *testing.T, f *fixture, mode Mode, n int) <-chan error {
+func holdRequests(t *testing.T, f *fixture, mode institution.Mode, n int) <-chan error {
 	t.Helper()
 	f.setBehavior(t, mode, 60_000, true)
 	base := f.srv.Hung()
@@ -312,8 +315,8 @@ func expectReleased(t *testing.T, out <-chan error, n int, bound time.Duration) 
 	for range n {
 		select {
 		case err := <-out:
-			e, ok := errors.AsType[*Error](err)
-			if !errors.Is(err, ErrUnknownOutcome) || !ok || e.Code != CodeReleased || e.Status != http.StatusGatewayTimeout {
+			e, ok := errors.AsType[*institution.Error](err)
+			if !errors.Is(err, client.ErrUnknownOutcome) || !ok || e.Code != institution.CodeReleased || e.Status != http.StatusGatewayTimeout {
 				t.Errorf("released request: %v, want ErrUnknownOutcome with a 504 released", err)
 			}
 		case <-deadline:
@@ -325,14 +328,14 @@ func expectReleased(t *testing.T, out <-chan error, n int, bound time.Duration) 
 func TestResetReleasesHeldRequestsPromptly(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	before := holdRequests(t, f, ModeHangBefore, 3)
-	after := holdRequests(t, f, ModeHangAfter, 2)
+	before := holdRequests(t, f, institution.ModeHangBefore, 3)
+	after := holdRequests(t, f, institution.ModeHangAfter, 2)
 	if l := f.ledger(t); l.ChargesTotal != 2 {
 		t.Fatalf("HANG_AFTER charged %d, want 2 before holding", l.ChargesTotal)
 	}
 	start := time.Now()
 	res, err := f.admin.Reset(ctx)
-	if err != nil || res.Released != 5 || res.Behavior != DefaultBehavior() {
+	if err != nil || res.Released != 5 || res.Behavior != institution.DefaultBehavior() {
 		t.Fatalf("Reset: %+v, %v", res, err)
 	}
 	expectReleased(t, before, 3, 2*time.Second)
@@ -345,24 +348,24 @@ func TestResetReleasesHeldRequestsPromptly(t *testing.T) {
 	if log, _ := f.admin.Arrivals(ctx); log.Count != 0 {
 		t.Fatalf("%d arrivals after reset", log.Count)
 	}
-	if b, err := f.admin.Behavior(ctx); err != nil || b != DefaultBehavior() {
+	if b, err := f.admin.Behavior(ctx); err != nil || b != institution.DefaultBehavior() {
 		t.Fatalf("behaviour after reset %+v, %v", b, err)
 	}
 	// Served normally afterwards.
-	if res, err := f.admin.Approve(ctx, req("after-reset")); err != nil || res.Status != StatusApproved {
+	if res, err := f.admin.Approve(ctx, req("after-reset")); err != nil || res.Status != institution.StatusApproved {
 		t.Fatalf("Approve after reset: %+v, %v", res, err)
 	}
 }
 
 func TestCloseReleasesHeldRequestsAndFailsNewOnesFast(t *testing.T) {
 	f := newFixture(t, nil)
-	out := holdRequests(t, f, ModeHangBefore, 3)
+	out := holdRequests(t, f, institution.ModeHangBefore, 3)
 	f.srv.Close()
 	expectReleased(t, out, 3, 2*time.Second)
 	start := time.Now()
 	_, err := f.admin.Approve(context.Background(), req("late"))
-	e, ok := errors.AsType[*Error](err)
-	if !errors.Is(err, ErrInstitution) || !ok || e.Code != CodeShuttingDown || e.Status != http.StatusServiceUnavailable {
+	e, ok := errors.AsType[*institution.Error](err)
+	if !errors.Is(err, client.ErrInstitution) || !ok || e.Code != institution.CodeShuttingDown || e.Status != http.StatusServiceUnavailable {
 		t.Fatalf("Approve after Close: %v, want ErrInstitution with a 503 shutting_down", err)
 	}
 	if took := time.Since(start); took > time.Second {
@@ -376,11 +379,11 @@ func TestCloseReleasesHeldRequestsAndFailsNewOnesFast(t *testing.T) {
 
 func TestMaxHungAnswersBusyAtOnce(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.MaxHung = 2 })
-	out := holdRequests(t, f, ModeHangAfter, 2)
+	out := holdRequests(t, f, institution.ModeHangAfter, 2)
 	start := time.Now()
 	_, err := f.admin.Approve(context.Background(), req("one-too-many"))
-	e, ok := errors.AsType[*Error](err)
-	if !errors.Is(err, ErrInstitution) || !ok || e.Code != CodeBusy || e.Status != http.StatusServiceUnavailable {
+	e, ok := errors.AsType[*institution.Error](err)
+	if !errors.Is(err, client.ErrInstitution) || !ok || e.Code != institution.CodeBusy || e.Status != http.StatusServiceUnavailable {
 		t.Fatalf("Approve beyond MaxHung: %v, want ErrInstitution with a 503 busy", err)
 	}
 	if took := time.Since(start); took > time.Second {
@@ -401,15 +404,15 @@ func TestStatusAPIDownIsUnavailable(t *testing.T) {
 	if _, err := f.admin.Approve(ctx, req("pay-s")); err != nil {
 		t.Fatal(err)
 	}
-	b := DefaultBehavior()
-	b.StatusAPI = StatusAPIDown
+	b := institution.DefaultBehavior()
+	b.StatusAPI = institution.StatusAPIDown
 	if _, err := f.admin.SetBehavior(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"pay-s", "never-seen"} {
 		_, err := f.admin.Status(ctx, key)
-		e, ok := errors.AsType[*Error](err)
-		if !errors.Is(err, ErrStatusUnavailable) || !ok || e.Status != http.StatusServiceUnavailable || e.Code != CodeStatusDown {
+		e, ok := errors.AsType[*institution.Error](err)
+		if !errors.Is(err, client.ErrStatusUnavailable) || !ok || e.Status != http.StatusServiceUnavailable || e.Code != institution.CodeStatusDown {
 			t.Errorf("Status(%s) with the status API down: %v, want ErrStatusUnavailable", key, err)
 		}
 	}
@@ -423,7 +426,7 @@ func TestNotFoundIsDefinitiveOnlyAfterTheWindow(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
 	f := newFixture(t, func(c *Config) { c.Now, c.NotFoundWindow = clock.Now, 2*time.Second })
 	ctx := context.Background()
-	status := func(key string) StatusResult {
+	status := func(key string) client.StatusResult {
 		t.Helper()
 		st, err := f.admin.Status(ctx, key)
 		if err != nil {
@@ -437,8 +440,8 @@ func TestNotFoundIsDefinitiveOnlyAfterTheWindow(t *testing.T) {
 	if st := status("never-sent"); !st.Definitive || !st.LastAttemptAt.IsZero() {
 		t.Errorf("a key never attempted: %+v, want definitive", st)
 	}
-	f.setBehavior(t, ModeHangBefore, 0, true)
-	if _, err := f.admin.Approve(ctx, req("pay-w")); !errors.Is(err, ErrUnknownOutcome) {
+	f.setBehavior(t, institution.ModeHangBefore, 0, true)
+	if _, err := f.admin.Approve(ctx, req("pay-w")); !errors.Is(err, client.ErrUnknownOutcome) {
 		t.Fatalf("Approve: %v", err)
 	}
 	if st := status("pay-w"); st.Definitive || !st.LastAttemptAt.Equal(clock.Now()) {
@@ -453,7 +456,7 @@ func TestNotFoundIsDefinitiveOnlyAfterTheWindow(t *testing.T) {
 		t.Errorf("2s after the attempt: not definitive")
 	}
 	// A retry opens the window again.
-	if _, err := f.admin.Approve(ctx, req("pay-w")); !errors.Is(err, ErrUnknownOutcome) {
+	if _, err := f.admin.Approve(ctx, req("pay-w")); !errors.Is(err, client.ErrUnknownOutcome) {
 		t.Fatalf("Approve: %v", err)
 	}
 	if st := status("pay-w"); st.Definitive {
@@ -485,19 +488,19 @@ func TestApproveNotSentWhenNoConnection(t *testing.T) {
 	ln.Close()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	c := NewClient("http://"+addr, &http.Client{Transport: validating(t, tr), Timeout: 2 * time.Second})
-	if _, err := c.Approve(context.Background(), req("k")); !errors.Is(err, ErrNotSent) || errors.Is(err, ErrUnknownOutcome) {
+	c := client.NewClient("http://"+addr, &http.Client{Transport: validating(t, tr), Timeout: 2 * time.Second})
+	if _, err := c.Approve(context.Background(), req("k")); !errors.Is(err, client.ErrNotSent) || errors.Is(err, client.ErrUnknownOutcome) {
 		t.Errorf("connection refused: %v, want ErrNotSent", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := c.Approve(ctx, req("k")); !errors.Is(err, ErrNotSent) || !errors.Is(err, context.Canceled) {
+	if _, err := c.Approve(ctx, req("k")); !errors.Is(err, client.ErrNotSent) || !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled context: %v, want ErrNotSent wrapping context.Canceled", err)
 	}
-	if _, err := NewClient("http://bad host", nil).Approve(context.Background(), req("k")); !errors.Is(err, ErrNotSent) {
+	if _, err := client.NewClient("http://bad host", nil).Approve(context.Background(), req("k")); !errors.Is(err, client.ErrNotSent) {
 		t.Errorf("malformed URL: %v, want ErrNotSent", err)
 	}
-	if _, err := c.Status(context.Background(), "k"); !errors.Is(err, ErrStatusUnavailable) {
+	if _, err := c.Status(context.Background(), "k"); !errors.Is(err, client.ErrStatusUnavailable) {
 		t.Errorf("Status, connection refused: %v, want ErrStatusUnavailable", err)
 	}
 }
@@ -516,8 +519,8 @@ func TestApproveConnectionLostAfterSendingIsUnknown(t *testing.T) {
 		conn.Close() // the request arrived; the answer never leaves
 	}))
 	defer ts.Close()
-	_, err := NewClient(ts.URL, ts.Client()).Approve(context.Background(), req("k"))
-	if !errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrNotSent) {
+	_, err := client.NewClient(ts.URL, ts.Client()).Approve(context.Background(), req("k"))
+	if !errors.Is(err, client.ErrUnknownOutcome) || errors.Is(err, client.ErrNotSent) {
 		t.Fatalf("connection closed after the request: %v, want ErrUnknownOutcome", err)
 	}
 }
@@ -527,7 +530,7 @@ func TestApproveUnreadable200IsUnknown(t *testing.T) {
 		io.WriteString(w, `{"status":"MAYBE"}`)
 	}))
 	defer ts.Close()
-	if _, err := NewClient(ts.URL, ts.Client()).Approve(context.Background(), req("k")); !errors.Is(err, ErrUnknownOutcome) {
+	if _, err := client.NewClient(ts.URL, ts.Client()).Approve(context.Background(), req("k")); !errors.Is(err, client.ErrUnknownOutcome) {
 		t.Fatalf("a 200 with an unknown status: %v, want ErrUnknownOutcome", err)
 	}
 }
@@ -535,19 +538,19 @@ func TestApproveUnreadable200IsUnknown(t *testing.T) {
 func TestAdminNeedsTheToken(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	for _, c := range []*Client{NewClient(f.ts.URL, f.hc), f.admin.WithAdminToken("wrong-token-wrong-token")} {
+	for _, c := range []*client.Client{client.NewClient(f.ts.URL, f.hc), f.admin.WithAdminToken("wrong-token-wrong-token")} {
 		_, err := c.Reset(ctx)
-		e, ok := errors.AsType[*Error](err)
-		if !errors.Is(err, ErrRejected) || !ok || e.Status != http.StatusUnauthorized || e.Code != stampede.Unauthorized {
+		e, ok := errors.AsType[*institution.Error](err)
+		if !errors.Is(err, client.ErrRejected) || !ok || e.Status != http.StatusUnauthorized || e.Code != stampede.Unauthorized {
 			t.Errorf("Reset without the right token: %v, want a 401", err)
 		}
-		if _, err := c.SetBehavior(ctx, DefaultBehavior()); !errors.Is(err, ErrRejected) {
+		if _, err := c.SetBehavior(ctx, institution.DefaultBehavior()); !errors.Is(err, client.ErrRejected) {
 			t.Errorf("SetBehavior without the right token: %v", err)
 		}
-		if _, err := c.Arrivals(ctx); !errors.Is(err, ErrRejected) {
+		if _, err := c.Arrivals(ctx); !errors.Is(err, client.ErrRejected) {
 			t.Errorf("Arrivals without the right token: %v", err)
 		}
-		if _, err := c.Approvals(ctx); !errors.Is(err, ErrRejected) {
+		if _, err := c.Approvals(ctx); !errors.Is(err, client.ErrRejected) {
 			t.Errorf("Approvals without the right token: %v", err)
 		}
 	}
@@ -559,7 +562,7 @@ func TestPutBehaviorIsPartial(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"mode":"NORMAL"`) || !strings.Contains(body, `"status_api":"DOWN"`) || !strings.Contains(body, `"hang_ms":8000`) {
 		t.Fatalf("partial PUT: %d %s", code, body)
 	}
-	if b := f.srv.Behavior(); b.StatusAPI != StatusAPIDown || b.Mode != ModeNormal || !b.Idempotent {
+	if b := f.srv.Behavior(); b.StatusAPI != institution.StatusAPIDown || b.Mode != institution.ModeNormal || !b.Idempotent {
 		t.Fatalf("behaviour %+v", b)
 	}
 }
@@ -572,7 +575,7 @@ func TestHealthzMetricsAndRoutes(t *testing.T) {
 	ctx := context.Background()
 	f.admin.Approve(ctx, req("m1"))
 	f.admin.Approve(ctx, req("m1"))
-	f.setBehavior(t, ModeDecline, 0, true)
+	f.setBehavior(t, institution.ModeDecline, 0, true)
 	f.admin.Approve(ctx, req("m2"))
 	code, body := do(t, f, http.MethodGet, "/metrics", "", "", "")
 	for _, want := range []string{
@@ -598,7 +601,7 @@ func TestRoutesAnswerProblems(t *testing.T) {
 	cases := []struct {
 		method, path string
 		status       int
-		code         Code
+		code         institution.Code
 		allow        string
 	}{
 		{http.MethodDelete, "/v1/approvals", 405, stampede.MethodNotAllowed, "POST"},
@@ -652,39 +655,37 @@ func TestRoutesAnswerProblems(t *testing.T) {
 }
 
 func TestConfigValidateNamesTheField(t *testing.T) {
-	cases := []struct {
-		mutate func(*Config)
-		field  string
-	}{
-		{func(c *Config) { c.AdminToken = "short" }, "AdminToken"},
-		{func(c *Config) { c.MaxHung = 0 }, "MaxHung"},
-		{func(c *Config) { c.NotFoundWindow = 0 }, "NotFoundWindow"},
-		{func(c *Config) { c.MaxBody = 10 }, "MaxBody"},
-		{func(c *Config) { c.MaxArrivals = 0 }, "MaxArrivals"},
+	cfg := DefaultConfig()
+	cfg.AdminToken, cfg.MaxHung, cfg.NotFoundWindow, cfg.MaxBody, cfg.MaxArrivals = "short", 0, 0, 10, 0
+	_, err := New(cfg)
+	var got []string
+	for _, e := range stampede.FieldErrors(err) {
+		got = append(got, e.Field)
 	}
-	for _, tc := range cases {
-		cfg := DefaultConfig()
-		cfg.AdminToken = testToken
-		tc.mutate(&cfg)
-		_, err := NewServer(cfg)
-		if e, ok := errors.AsType[*Error](err); !ok || e.Field != tc.field {
-			t.Errorf("%s: error %v, want one naming it", tc.field, err)
-		}
+	if want := []string{"admin_token", "max_body", "max_hung", "not_found_window", "max_arrivals"}; !slices.Equal(got, want) {
+		t.Errorf("New named %v (%v), want every field at once: %v", got, err, want)
 	}
 	reg := prometheus.NewRegistry()
-	cfg := DefaultConfig()
+	cfg = DefaultConfig()
 	cfg.AdminToken, cfg.Registry = testToken, reg
-	if _, err := NewServer(cfg); err != nil {
+	if _, err := New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewServer(cfg); err == nil {
+	if _, err := New(cfg); err == nil {
 		t.Error("a second server on one registry was accepted")
 	}
-	for _, b := range []Behavior{{Mode: "FAST", StatusAPI: StatusAPIUp}, {Mode: ModeNormal, HangMS: -1, StatusAPI: StatusAPIUp}, {Mode: ModeNormal}} {
+	for _, b := range []institution.Behavior{{Mode: "FAST", StatusAPI: institution.StatusAPIUp}, {Mode: institution.ModeNormal, HangMS: -1, StatusAPI: institution.StatusAPIUp}, {Mode: institution.ModeNormal}} {
 		if err := b.Validate(); err == nil {
 			t.Errorf("Behavior %+v was accepted", b)
 		}
 	}
+}
+
+// hang validates a behaviour that hangs for ms.
+func hang(ms int64) error {
+	b := institution.DefaultBehavior()
+	b.HangMS = ms
+	return b.Validate()
 }
 
 // TestServerConfigOutlastsTheLongestHang: a request held for MaxHangMS is
@@ -694,10 +695,10 @@ func TestServerConfigOutlastsTheLongestHang(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.WriteTimeout <= MaxHang || MaxHang != time.Duration(MaxHangMS)*time.Millisecond {
-		t.Fatalf("WriteTimeout %s does not outlast the longest hang, %s", c.WriteTimeout, MaxHang)
+	if c.WriteTimeout <= institution.MaxHang || institution.MaxHang != time.Duration(institution.MaxHangMS)*time.Millisecond {
+		t.Fatalf("WriteTimeout %s does not outlast the longest hang, %s", c.WriteTimeout, institution.MaxHang)
 	}
-	if err := DefaultBehavior().Validate(); err != nil || validateHangMS(MaxHangMS) != nil || validateHangMS(MaxHangMS+1) == nil {
+	if err := institution.DefaultBehavior().Validate(); err != nil || hang(institution.MaxHangMS) != nil || hang(institution.MaxHangMS+1) == nil {
 		t.Fatalf("hang_ms is not bounded by MaxHangMS")
 	}
 }
@@ -745,22 +746,22 @@ func TestClientReadsAnswersThatAreNotProblems(t *testing.T) {
 		io.WriteString(w, "<html>proxy error</html>")
 	}))
 	defer ts.Close()
-	c := NewClient(ts.URL, ts.Client())
+	c := client.NewClient(ts.URL, ts.Client())
 	_, err := c.Approve(context.Background(), req("k"))
-	e, ok := errors.AsType[*Error](err)
-	if !errors.Is(err, ErrInstitution) || !ok || e.Status != http.StatusBadGateway || !strings.Contains(e.Message, "proxy error") {
+	e, ok := errors.AsType[*institution.Error](err)
+	if !errors.Is(err, client.ErrInstitution) || !ok || e.Status != http.StatusBadGateway || !strings.Contains(e.Message, "proxy error") {
 		t.Errorf("a proxy's 502: %v, want ErrInstitution with status 502 quoting the body", err)
 	}
 	status = http.StatusNotFound
-	if _, err := c.Status(context.Background(), "k"); !errors.Is(err, ErrRejected) {
+	if _, err := c.Status(context.Background(), "k"); !errors.Is(err, client.ErrRejected) {
 		t.Errorf("a 404 that is no not-found problem: %v, want ErrRejected", err)
 	}
 	status = http.StatusServiceUnavailable
-	if _, err := c.Status(context.Background(), "k"); !errors.Is(err, ErrStatusUnavailable) {
+	if _, err := c.Status(context.Background(), "k"); !errors.Is(err, client.ErrStatusUnavailable) {
 		t.Errorf("a proxy's 503 to a status inquiry: %v, want ErrStatusUnavailable", err)
 	}
 	status = http.StatusGatewayTimeout
-	if _, err := c.Approve(context.Background(), req("k")); !errors.Is(err, ErrUnknownOutcome) {
+	if _, err := c.Approve(context.Background(), req("k")); !errors.Is(err, client.ErrUnknownOutcome) {
 		t.Errorf("a proxy's 504: %v, want ErrUnknownOutcome", err)
 	}
 }

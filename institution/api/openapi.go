@@ -1,4 +1,4 @@
-package institution
+package api
 
 import (
 	_ "embed"

@@ -1,4 +1,12 @@
-package institution
+// Package client is the Go client of the institution simulator's HTTP
+// API (institution/api). It classifies every failure the way a payment
+// service must: ErrNotSent (the request never left, safe to report as
+// failed), ErrUnknownOutcome (it may have been processed: settle by status
+// inquiry, never by retrying), ErrInstitution (the institution answered an
+// error and processed nothing), ErrRejected (our request was wrong) and
+// ErrStatusUnavailable (the status inquiry cannot answer now). The payment
+// service's adapter (pay/institutionclient) and the labs use it.
+package client
 
 import (
 	"bytes"
@@ -16,6 +24,7 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
@@ -85,37 +94,37 @@ func (c *Client) WithAdminToken(token string) *Client {
 // answer, not an error. The errors are ErrUnknownOutcome (the money may
 // have moved), ErrNotSent, ErrInstitution and ErrRejected, each wrapping
 // its cause.
-func (c *Client) Approve(ctx context.Context, req ApproveRequest) (ApprovalResult, error) {
+func (c *Client) Approve(ctx context.Context, req institution.ApproveRequest) (institution.ApprovalResult, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return ApprovalResult{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+		return institution.ApprovalResult{}, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	var connected atomic.Bool
 	resp, err := c.send(ctx, http.MethodPost, "/v1/approvals", body, false, &connected)
 	if err != nil {
 		if !connected.Load() {
-			return ApprovalResult{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+			return institution.ApprovalResult{}, fmt.Errorf("%w: %w", ErrNotSent, err)
 		}
-		return ApprovalResult{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+		return institution.ApprovalResult{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	}
 	data, err := readAll(resp, maxAnswer)
 	if err != nil {
-		return ApprovalResult{}, fmt.Errorf("%w: reading the answer: %w", ErrUnknownOutcome, err)
+		return institution.ApprovalResult{}, fmt.Errorf("%w: reading the answer: %w", ErrUnknownOutcome, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
-		var res ApprovalResult
+		var res institution.ApprovalResult
 		if err := json.Unmarshal(data, &res); err != nil {
-			return ApprovalResult{}, fmt.Errorf("%w: the 200 answer is not an approval result: %w", ErrUnknownOutcome, err)
+			return institution.ApprovalResult{}, fmt.Errorf("%w: the 200 answer is not an approval result: %w", ErrUnknownOutcome, err)
 		}
-		if res.Status != StatusApproved && res.Status != StatusDeclined {
-			return ApprovalResult{}, fmt.Errorf("%w: the 200 answer has status %q", ErrUnknownOutcome, res.Status)
+		if res.Status != institution.StatusApproved && res.Status != institution.StatusDeclined {
+			return institution.ApprovalResult{}, fmt.Errorf("%w: the 200 answer has status %q", ErrUnknownOutcome, res.Status)
 		}
 		return res, nil
 	case resp.StatusCode == http.StatusGatewayTimeout:
-		return ApprovalResult{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, answerError(resp, data))
+		return institution.ApprovalResult{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, answerError(resp, data))
 	default:
-		return ApprovalResult{}, classify(resp, data, ErrUnknownOutcome)
+		return institution.ApprovalResult{}, classify(resp, data, ErrUnknownOutcome)
 	}
 }
 
@@ -159,8 +168,8 @@ func (c *Client) Status(ctx context.Context, externalKey string) (StatusResult, 
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
-		var rec Record
-		if err := json.Unmarshal(data, &rec); err != nil || (rec.Status != StatusApproved && rec.Status != StatusDeclined) {
+		var rec institution.Record
+		if err := json.Unmarshal(data, &rec); err != nil || (rec.Status != institution.StatusApproved && rec.Status != institution.StatusDeclined) {
 			return StatusResult{}, fmt.Errorf("%w: the 200 answer is not a record: %.200s", ErrStatusUnavailable, data)
 		}
 		return StatusResult{Found: true, Status: rec.Status, ApprovalID: rec.ApprovalID, Amount: rec.Amount,
@@ -176,40 +185,40 @@ func (c *Client) Status(ctx context.Context, externalKey string) (StatusResult, 
 }
 
 // Behavior returns the institution's current behaviour.
-func (c *Client) Behavior(ctx context.Context) (Behavior, error) {
-	var b Behavior
+func (c *Client) Behavior(ctx context.Context) (institution.Behavior, error) {
+	var b institution.Behavior
 	return b, c.admin(ctx, http.MethodGet, "/admin/behavior", nil, &b)
 }
 
 // SetBehavior replaces the institution's behaviour with b (start from
 // DefaultBehavior) and returns the behaviour now in force.
-func (c *Client) SetBehavior(ctx context.Context, b Behavior) (Behavior, error) {
+func (c *Client) SetBehavior(ctx context.Context, b institution.Behavior) (institution.Behavior, error) {
 	body, err := json.Marshal(b)
 	if err != nil {
-		return Behavior{}, err
+		return institution.Behavior{}, err
 	}
-	var out Behavior
+	var out institution.Behavior
 	return out, c.admin(ctx, http.MethodPut, "/admin/behavior", body, &out)
 }
 
 // Reset clears the institution's ledger, arrivals and attempts, returns it
 // to DefaultBehavior and releases every held request.
-func (c *Client) Reset(ctx context.Context) (ResetResult, error) {
-	var out ResetResult
+func (c *Client) Reset(ctx context.Context) (institution.ResetResult, error) {
+	var out institution.ResetResult
 	return out, c.admin(ctx, http.MethodPost, "/admin/reset", nil, &out)
 }
 
 // Arrivals returns every approval request the institution received since
 // the last reset, in time order.
-func (c *Client) Arrivals(ctx context.Context) (ArrivalLog, error) {
-	var out ArrivalLog
+func (c *Client) Arrivals(ctx context.Context) (institution.ArrivalLog, error) {
+	var out institution.ArrivalLog
 	return out, c.admin(ctx, http.MethodGet, "/admin/arrivals", nil, &out)
 }
 
 // Approvals returns the institution's ledger: records, charges per key and
 // totals.
-func (c *Client) Approvals(ctx context.Context) (Ledger, error) {
-	var out Ledger
+func (c *Client) Approvals(ctx context.Context) (institution.Ledger, error) {
+	var out institution.Ledger
 	return out, c.admin(ctx, http.MethodGet, "/admin/approvals", nil, &out)
 }
 
@@ -272,7 +281,7 @@ func readAll(resp *http.Response, limit int64) ([]byte, error) {
 // answerError makes an *Error from an error answer whose body was read
 // into data: the problem's code, field, detail and extension members, or
 // the start of a body that is not a problem (httpapi.ReadProblem).
-func answerError(resp *http.Response, data []byte) *Error {
+func answerError(resp *http.Response, data []byte) *institution.Error {
 	r := *resp
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	return httpapi.ReadProblem(&r)
@@ -286,14 +295,14 @@ const maxWindowMS = float64(math.MaxInt64 / int64(time.Millisecond))
 // the members "definitive" and "not_found_window_ms", and
 // "last_attempt_at" when a request for the key arrived. ok is false for
 // any other 404 (a wrong base URL, say).
-func notFound(e *Error) (res StatusResult, ok bool) {
-	definitive, okD := e.Extra[memberDefinitive].(bool)
-	window, okW := e.Extra[memberNotFoundWindow].(float64)
+func notFound(e *institution.Error) (res StatusResult, ok bool) {
+	definitive, okD := e.Extra[institution.MemberDefinitive].(bool)
+	window, okW := e.Extra[institution.MemberNotFoundWindow].(float64)
 	if e.Code != stampede.NotFound || !okD || !okW || window < 0 || window > maxWindowMS || window != math.Trunc(window) {
 		return StatusResult{}, false
 	}
 	res = StatusResult{Definitive: definitive, NotFoundWindow: time.Duration(window) * time.Millisecond}
-	if last, isString := e.Extra[memberLastAttempt].(string); isString {
+	if last, isString := e.Extra[institution.MemberLastAttempt].(string); isString {
 		t, err := time.Parse(time.RFC3339Nano, last)
 		if err != nil {
 			return StatusResult{}, false

@@ -1,4 +1,9 @@
-package checkout
+// Package api is the checkout's HTTP API, over the checkout domain
+// (checkout.Service): its handlers, its OpenAPI description
+// (openapi.yaml, embedded and served on /openapi.json), and the mapping of
+// the buyer's headers (Stampede-User, Stampede-Admission) to a
+// checkout.Buyer, whose admission the service verifies.
+package api
 
 import (
 	"crypto/sha256"
@@ -14,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/checkout"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/protocol"
 )
@@ -27,8 +33,9 @@ var openAPI = sync.OnceValue(func() *httpapi.Spec { return httpapi.MustLoadSpec(
 // embedded), as served on /openapi.json.
 func OpenAPI() *httpapi.Spec { return openAPI() }
 
-// HandlerConfig configures the checkout API.
-type HandlerConfig struct {
+// Config configures the checkout API. Validate names its fields in
+// snake_case, the words of `stampede serve checkout`'s flags.
+type Config struct {
 	// AdminToken authorizes POST /v1/events/{event} and reading any
 	// order ("Authorization: Bearer <AdminToken>"); at least 16 bytes.
 	AdminToken string
@@ -38,32 +45,34 @@ type HandlerConfig struct {
 	Logger *slog.Logger
 }
 
-// DefaultHandlerConfig returns a 4 KiB body limit and the default logger;
+// DefaultConfig returns a 4 KiB body limit and the default logger;
 // AdminToken must be set.
-func DefaultHandlerConfig() HandlerConfig {
-	return HandlerConfig{MaxBody: 4096, Logger: slog.Default()}
+func DefaultConfig() Config {
+	return Config{MaxBody: 4096, Logger: slog.Default()}
 }
 
-// Validate reports the first unusable field.
-func (c HandlerConfig) Validate() error {
-	switch {
-	case len(c.AdminToken) < 16:
-		return stampede.InvalidField("AdminToken", "must be at least 16 bytes, got %d", len(c.AdminToken))
-	case c.MaxBody < 256:
-		return stampede.InvalidField("MaxBody", "must be at least 256 bytes, got %d", c.MaxBody)
-	case c.Logger == nil:
-		return stampede.InvalidField("Logger", "must not be nil")
+// Validate reports every unusable field at once.
+func (c Config) Validate() error {
+	var f stampede.Fields
+	if len(c.AdminToken) < 16 {
+		f.Add("admin_token", "must be at least 16 bytes, got %d", len(c.AdminToken))
 	}
-	return nil
+	if c.MaxBody < 256 {
+		f.Add("max_body", "must be at least 256 bytes, got %d", c.MaxBody)
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
+	}
+	return f.Err()
 }
 
 type handler struct {
-	svc       *Service
-	cfg       HandlerConfig
+	svc       *checkout.Service
+	cfg       Config
 	adminHash [32]byte
 }
 
-// NewHandler returns the checkout API on httpapi:
+// New returns the checkout API on httpapi:
 //
 //	POST /v1/events/{event}           admin: create an event {"seats","price","currency"}
 //	GET  /v1/events/{event}           seats, seats_left, held, sold
@@ -74,9 +83,10 @@ type handler struct {
 //
 // and /healthz, /readyz (the store's Ping as "store"), /metrics (reg; nil:
 // a new registry) and /openapi.json. A buyer is the gate's Stampede-User
-// (and Stampede-Admission). An answer about an order whose payment ended
+// (and Stampede-Admission, verified by the service before it holds seats
+// or pays). An answer about an order whose payment ended
 // carries "Stampede-Release: done", so that the gate frees the slot.
-func NewHandler(svc *Service, cfg HandlerConfig, reg *prometheus.Registry) (*httpapi.API, error) {
+func New(svc *checkout.Service, cfg Config, reg *prometheus.Registry) (*httpapi.API, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -84,7 +94,7 @@ func NewHandler(svc *Service, cfg HandlerConfig, reg *prometheus.Registry) (*htt
 		Name:     "checkout",
 		Logger:   cfg.Logger,
 		Registry: reg,
-		MapError: func(_ *http.Request, err error) error { return MapError(err) },
+		MapError: func(_ *http.Request, err error) error { return checkout.MapError(err) },
 		Spec:     OpenAPI().JSON,
 	})
 	if err != nil {
@@ -96,7 +106,7 @@ func NewHandler(svc *Service, cfg HandlerConfig, reg *prometheus.Registry) (*htt
 	api.Handle("/v1/holds/{id}", httpapi.Methods{http.MethodGet: h.getHold})
 	api.Handle("/v1/holds/{id}/purchase", httpapi.Methods{http.MethodPost: h.purchase})
 	api.Handle("/v1/orders/{id}", httpapi.Methods{http.MethodGet: h.getOrder})
-	api.AddCheck(httpapi.Check{Name: "store", Ping: svc.store.Ping})
+	api.AddCheck(httpapi.Check{Name: "store", Ping: svc.Store().Ping})
 	return api, nil
 }
 
@@ -110,7 +120,7 @@ func (h *handler) admin(r *http.Request) (bool, error) {
 	scheme, token, ok := strings.Cut(auth, " ")
 	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
 	if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], h.adminHash[:]) != 1 {
-		return false, &Error{Code: stampede.Unauthorized, Message: "the admin token is not valid"}
+		return false, &checkout.Error{Code: stampede.Unauthorized, Message: "the admin token is not valid"}
 	}
 	return true, nil
 }
@@ -119,13 +129,13 @@ func (h *handler) admin(r *http.Request) (bool, error) {
 func (h *handler) requireAdmin(r *http.Request) error {
 	ok, err := h.admin(r)
 	if err == nil && !ok {
-		err = &Error{Code: stampede.Unauthorized, Message: "the admin token is required: Authorization: Bearer <token>"}
+		err = &checkout.Error{Code: stampede.Unauthorized, Message: "the admin token is required: Authorization: Bearer <token>"}
 	}
 	return err
 }
 
-func buyerOf(r *http.Request) Buyer {
-	return Buyer{User: r.Header.Get(protocol.HeaderUser), Admission: r.Header.Get(protocol.HeaderAdmission)}
+func buyerOf(r *http.Request) checkout.Buyer {
+	return checkout.Buyer{User: r.Header.Get(protocol.HeaderUser), Admission: r.Header.Get(protocol.HeaderAdmission)}
 }
 
 // eventJSON is an event as the API shows it.
@@ -140,48 +150,48 @@ type eventJSON struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-func eventView(e Event) eventJSON {
+func eventView(e checkout.Event) eventJSON {
 	return eventJSON{ID: e.ID, Seats: e.Seats, SeatsLeft: e.SeatsLeft, Held: e.Held(), Sold: e.Sold, Price: e.Price,
 		Currency: e.Currency, CreatedAt: e.CreatedAt.UTC()}
 }
 
 // holdJSON is a hold as the API shows it.
 type holdJSON struct {
-	ID        string    `json:"id"`
-	EventID   string    `json:"event_id"`
-	UserID    string    `json:"user_id"`
-	Seats     []int     `json:"seats"`
-	Amount    int64     `json:"amount"`
-	Currency  string    `json:"currency"`
-	State     HoldState `json:"state"`
-	Reason    string    `json:"reason,omitempty"`
-	ExpiresAt time.Time `json:"expires_at"`
-	CreatedAt time.Time `json:"created_at"`
+	ID        string             `json:"id"`
+	EventID   string             `json:"event_id"`
+	UserID    string             `json:"user_id"`
+	Seats     []int              `json:"seats"`
+	Amount    int64              `json:"amount"`
+	Currency  string             `json:"currency"`
+	State     checkout.HoldState `json:"state"`
+	Reason    string             `json:"reason,omitempty"`
+	ExpiresAt time.Time          `json:"expires_at"`
+	CreatedAt time.Time          `json:"created_at"`
 }
 
-func holdView(h Hold) holdJSON {
+func holdView(h checkout.Hold) holdJSON {
 	return holdJSON{ID: h.ID, EventID: h.EventID, UserID: h.User, Seats: h.Seats, Amount: h.Amount, Currency: h.Currency,
 		State: h.State, Reason: h.Reason, ExpiresAt: h.ExpiresAt.UTC(), CreatedAt: h.CreatedAt.UTC()}
 }
 
 // orderJSON is an order as the API shows it.
 type orderJSON struct {
-	ID            string      `json:"id"`
-	HoldID        string      `json:"hold_id"`
-	EventID       string      `json:"event_id"`
-	UserID        string      `json:"user_id"`
-	Seats         []int       `json:"seats"`
-	Amount        int64       `json:"amount"`
-	Currency      string      `json:"currency"`
-	Status        OrderStatus `json:"status"`
-	PaymentID     string      `json:"payment_id,omitempty"`
-	PaymentStatus string      `json:"payment_status,omitempty"`
-	Reason        string      `json:"reason,omitempty"`
-	CreatedAt     time.Time   `json:"created_at"`
-	UpdatedAt     time.Time   `json:"updated_at"`
+	ID            string               `json:"id"`
+	HoldID        string               `json:"hold_id"`
+	EventID       string               `json:"event_id"`
+	UserID        string               `json:"user_id"`
+	Seats         []int                `json:"seats"`
+	Amount        int64                `json:"amount"`
+	Currency      string               `json:"currency"`
+	Status        checkout.OrderStatus `json:"status"`
+	PaymentID     string               `json:"payment_id,omitempty"`
+	PaymentStatus string               `json:"payment_status,omitempty"`
+	Reason        string               `json:"reason,omitempty"`
+	CreatedAt     time.Time            `json:"created_at"`
+	UpdatedAt     time.Time            `json:"updated_at"`
 }
 
-func orderView(o Order) orderJSON {
+func orderView(o checkout.Order) orderJSON {
 	return orderJSON{ID: o.ID, HoldID: o.HoldID, EventID: o.EventID, UserID: o.User, Seats: o.Seats, Amount: o.Amount,
 		Currency: o.Currency, Status: o.Status, PaymentID: o.PaymentID, PaymentStatus: string(o.PaymentStatus),
 		Reason: o.Reason, CreatedAt: o.CreatedAt.UTC(), UpdatedAt: o.UpdatedAt.UTC()}
@@ -234,7 +244,7 @@ type holdBody struct {
 
 func (h *handler) hold(w http.ResponseWriter, r *http.Request) error {
 	b := buyerOf(r)
-	if err := b.validate(); err != nil {
+	if err := b.Validate(); err != nil {
 		return err
 	}
 	var body holdBody
@@ -254,7 +264,7 @@ func (h *handler) hold(w http.ResponseWriter, r *http.Request) error {
 
 func (h *handler) getHold(w http.ResponseWriter, r *http.Request) error {
 	b := buyerOf(r)
-	if err := b.validate(); err != nil {
+	if err := b.Validate(); err != nil {
 		return err
 	}
 	hold, err := h.svc.GetHold(r.Context(), r.PathValue("id"), b)
@@ -267,11 +277,11 @@ func (h *handler) getHold(w http.ResponseWriter, r *http.Request) error {
 
 // writeOrder answers o: 200 when its payment ended (with Stampede-Release:
 // done), 202 while it is pending.
-func writeOrder(w http.ResponseWriter, o Order) {
+func writeOrder(w http.ResponseWriter, o checkout.Order) {
 	status := http.StatusAccepted
 	if o.Status.Ended() {
 		status = http.StatusOK
-		w.Header().Set(protocol.HeaderRelease, "done")
+		w.Header().Set(protocol.HeaderRelease, protocol.ReleaseDone)
 	}
 	httpapi.WriteJSON(w, status, orderView(o))
 }
@@ -298,13 +308,13 @@ func (h *handler) getOrder(w http.ResponseWriter, r *http.Request) error {
 	}
 	b := buyerOf(r)
 	if !admin {
-		if err := b.validate(); err != nil {
+		if err := b.Validate(); err != nil {
 			return err
 		}
 	}
 	o, err := h.svc.Order(r.Context(), r.PathValue("id"), b, admin)
-	if errors.Is(err, ErrNotFound) {
-		return &Error{Code: stampede.NotFound, Message: "no such order", Err: err}
+	if errors.Is(err, checkout.ErrNotFound) {
+		return &checkout.Error{Code: stampede.NotFound, Message: "no such order", Err: err}
 	}
 	if err != nil {
 		return err

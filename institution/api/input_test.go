@@ -1,4 +1,4 @@
-package institution
+package api
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
@@ -25,7 +26,7 @@ func TestBadInputIsA4xxNamingTheField(t *testing.T) {
 		contentType string
 		body        string
 		status      int
-		code        Code
+		code        institution.Code
 		field       string // the error's "field", if it names one
 		mention     string // what the message must mention
 	}{
@@ -72,7 +73,7 @@ func TestBadInputIsA4xxNamingTheField(t *testing.T) {
 	}
 	// Validation comes before the mode: a client's mistake is a 4xx even
 	// while the institution is set to fail.
-	for _, mode := range []Mode{ModeNormal, ModeError, ModeHangBefore} {
+	for _, mode := range []institution.Mode{institution.ModeNormal, institution.ModeError, institution.ModeHangBefore} {
 		f := newFixture(t, nil)
 		f.setBehavior(t, mode, 60_000, true)
 		for _, tc := range cases {

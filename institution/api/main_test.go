@@ -1,4 +1,4 @@
-package institution
+package api
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 )
 
@@ -44,7 +46,7 @@ type fixture struct {
 	srv   *Server
 	ts    *httptest.Server
 	hc    *http.Client
-	admin *Client
+	admin *client.Client
 }
 
 // newFixture starts a server with DefaultConfig changed by mutate (may be
@@ -58,7 +60,7 @@ func newFixture(t *testing.T, mutate func(*Config)) *fixture {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	srv, err := NewServer(cfg)
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
@@ -66,7 +68,7 @@ func newFixture(t *testing.T, mutate func(*Config)) *fixture {
 	t.Cleanup(ts.Close)
 	t.Cleanup(srv.Close)
 	hc := &http.Client{Transport: validating(t, ts.Client().Transport)}
-	return &fixture{srv: srv, ts: ts, hc: hc, admin: NewClient(ts.URL, hc).WithAdminToken(testToken)}
+	return &fixture{srv: srv, ts: ts, hc: hc, admin: client.NewClient(ts.URL, hc).WithAdminToken(testToken)}
 }
 
 // validating wraps base (nil: http.DefaultTransport) in a transport that
@@ -78,14 +80,14 @@ func validating(t testing.TB, base http.RoundTripper) http.RoundTripper {
 
 // client returns a client with the given timeout (0: none) whose answers
 // are validated.
-func (f *fixture) client(timeout time.Duration) *Client {
-	return NewClient(f.ts.URL, &http.Client{Timeout: timeout, Transport: f.hc.Transport})
+func (f *fixture) client(timeout time.Duration) *client.Client {
+	return client.NewClient(f.ts.URL, &http.Client{Timeout: timeout, Transport: f.hc.Transport})
 }
 
 // setBehavior sets the behaviour or fails the test.
-func (f *fixture) setBehavior(t *testing.T, mode Mode, hangMS int64, idempotent bool) {
+func (f *fixture) setBehavior(t *testing.T, mode institution.Mode, hangMS int64, idempotent bool) {
 	t.Helper()
-	b := DefaultBehavior()
+	b := institution.DefaultBehavior()
 	b.Mode, b.HangMS, b.Idempotent = mode, hangMS, idempotent
 	if _, err := f.admin.SetBehavior(context.Background(), b); err != nil {
 		t.Fatalf("SetBehavior(%+v): %v", b, err)
@@ -93,7 +95,7 @@ func (f *fixture) setBehavior(t *testing.T, mode Mode, hangMS int64, idempotent 
 }
 
 // ledger returns the ledger or fails the test.
-func (f *fixture) ledger(t *testing.T) Ledger {
+func (f *fixture) ledger(t *testing.T) institution.Ledger {
 	t.Helper()
 	l, err := f.admin.Approvals(context.Background())
 	if err != nil {
@@ -114,6 +116,6 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 	}
 }
 
-func req(key string) ApproveRequest {
-	return ApproveRequest{ExternalKey: key, Amount: 15000, Currency: "KRW"}
+func req(key string) institution.ApproveRequest {
+	return institution.ApproveRequest{ExternalKey: key, Amount: 15000, Currency: "KRW"}
 }
