@@ -21,10 +21,12 @@ var (
 	// transport and no driver.
 	domains = []string{"waitroom", "pay", "checkout", "fulfilment", "dispatch", "retry", "institution"}
 	// libraries are adapters made to be used by other parts' adapters: the
-	// keyed JetStream consumer is a library for any event consumer, and
-	// the institution simulator's Go client is what pay's institution
-	// adapter (pay/institutionclient) calls it with.
-	libraries = []string{"dispatch/natskeyed", "institution/client"}
+	// keyed JetStream consumer is a library for any event consumer, and a
+	// part's Go client (<part>/client) is how others speak its API, so
+	// pay's institution adapter calls the simulator through
+	// institution/client and a checkout's admission check goes through
+	// waitroom/client.
+	libraries = []string{"dispatch/natskeyed", "institution/client", "waitroom/client"}
 	// transports are the imports a domain may not have.
 	transports = []string{"net/http", "database/sql", "github.com/redis/go-redis/", "github.com/nats-io/",
 		"github.com/jackc/pgx", "modernc.org/sqlite", "github.com/alicebob/miniredis",
