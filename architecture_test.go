@@ -93,8 +93,8 @@ func partOf(pkg string) (part string, domain bool) {
 // isSuite reports whether pkg is a conformance suite (<part>/<name>test):
 // a suite tests its part's interfaces and imports nothing but the domain.
 func isSuite(pkg string) bool {
-	_, name, ok := strings.Cut(pkg, "/")
-	return ok && strings.HasSuffix(name, "test") && !strings.Contains(name, "/")
+	part, name, ok := strings.Cut(pkg, "/")
+	return ok && slices.Contains(domains, part) && strings.HasSuffix(name, "test") && !strings.Contains(name, "/")
 }
 
 // violations returns every broken rule of the house in imports.
