@@ -2,6 +2,7 @@ package pay
 
 import (
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -171,15 +172,36 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	case b.Currency == nil:
 		return Invalid("currency", "is required")
 	}
-	resp, err := h.svc.Create(r.Context(), key, CreateRequest{MerchantID: *b.MerchantID, OrderID: *b.OrderID, Amount: *b.Amount, Currency: *b.Currency})
+	p, replayed, err := h.svc.Create(r.Context(), key, CreateRequest{MerchantID: *b.MerchantID, OrderID: *b.OrderID, Amount: *b.Amount, Currency: *b.Currency})
 	if err != nil {
 		return err
 	}
-	if resp.Replayed {
+	code, body, err := createdResponse(p)
+	if err != nil {
+		return err
+	}
+	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	httpapi.WriteRawJSON(w, resp.Code, resp.Body)
+	httpapi.WriteRawJSON(w, code, body)
 	return nil
+}
+
+// createdResponse is the answer to a create request whose payment stands
+// as p, the first time and on every replay alike: 202 while UNKNOWN (or
+// PENDING), 201 once final; the body is the payment without its history
+// (GET shows it).
+func createdResponse(p Payment) (int, []byte, error) {
+	code := http.StatusCreated
+	if !p.Status.Terminal() {
+		code = http.StatusAccepted
+	}
+	p.History = nil
+	body, err := json.Marshal(ViewOf(p))
+	if err != nil {
+		return 0, nil, Internal(err)
+	}
+	return code, body, nil
 }
 
 // get answers GET /v1/payments/{id}: the key's merchant's payment only;

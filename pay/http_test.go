@@ -119,7 +119,7 @@ func TestStoredRawReasonsAreSanitized(t *testing.T) {
 	}
 	raw := `outcome unknown after 1 attempt(s): pay: the approval's outcome is unknown (timeout or lost answer)
 institution: outcome unknown, the request may have been processed: Post "` + r.instURL + `/v1/approvals": context deadline exceeded`
-	if _, err := r.store.Transition(ctx, p.ID, pay.StatusPending, pay.StatusUnknown, raw, nil); err != nil {
+	if _, err := r.store.Transition(ctx, p.ID, pay.StatusPending, pay.StatusUnknown, raw); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.store.FlagReview(ctx, p.ID, "still UNKNOWN after 8 status inquiries: dial tcp 10.0.0.7:8090: connection refused"); err != nil {

@@ -86,7 +86,7 @@ func runOutage(t *testing.T, store pay.Store, cut, restore func()) {
 			})
 		}
 		wg.Go(func() {
-			resp, err := svc.Create(context.Background(), fmt.Sprint("outage-key-", i), req(i))
+			resp, err := createAnswer(svc, context.Background(), fmt.Sprint("outage-key-", i), req(i))
 			results[i] = result{resp.Code, err}
 		})
 		time.Sleep(5 * time.Millisecond)
@@ -117,7 +117,7 @@ func runOutage(t *testing.T, store pay.Store, cut, restore func()) {
 			continue
 		}
 		// The key answers with the settled payment.
-		resp, err := svc.Create(ctx, fmt.Sprint("outage-key-", i), req(i))
+		resp, err := createAnswer(svc, ctx, fmt.Sprint("outage-key-", i), req(i))
 		if err != nil {
 			t.Errorf("payment %d: repeating its key: %v", i, err)
 			continue

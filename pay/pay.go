@@ -87,20 +87,19 @@ type IdempotencyState string
 // The idempotency record states.
 const (
 	IdempotencyInFlight  IdempotencyState = "in_flight" // the request is being processed
-	IdempotencyCompleted IdempotencyState = "completed" // the response is stored for replay
+	IdempotencyCompleted IdempotencyState = "completed" // the outcome is written: a repeat is answered from the payment
 )
 
 // IdempotencyRecord remembers one Idempotency-Key: the request it came
-// with, the payment it created and, once completed, the response to replay.
+// with, the payment it created and whether that payment's approval has
+// been written; a repeated request is answered from the payment.
 type IdempotencyRecord struct {
-	Key          string // the stored key: ScopedKey(merchant, Idempotency-Key) for the API
-	RequestHash  string // hash of the request body; a different hash under the same key is a mismatch
-	PaymentID    string
-	State        IdempotencyState
-	ResponseCode int    // when completed
-	ResponseBody []byte // when completed
-	CreatedAt    time.Time
-	ExpiresAt    time.Time
+	Key         string // the stored key: ScopedKey(merchant, Idempotency-Key) for the API
+	RequestHash string // hash of the request body; a different hash under the same key is a mismatch
+	PaymentID   string
+	State       IdempotencyState
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
 }
 
 // Expired reports whether the record has expired at now. An expired
@@ -259,7 +258,6 @@ func PrepareCreate(p Payment, idem IdempotencyRecord, now time.Time) (Payment, I
 
 	idem.PaymentID = p.ID
 	idem.State = IdempotencyInFlight
-	idem.ResponseCode, idem.ResponseBody = 0, nil
 	if idem.CreatedAt.IsZero() {
 		idem.CreatedAt = now
 	}

@@ -42,7 +42,7 @@ func unknownPayment(t testing.TB, store pay.Store, i int) pay.Payment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err = store.Transition(ctx, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil); err != nil {
+	if p, err = store.Transition(ctx, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout"); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -84,10 +84,10 @@ func TestRelayKeepsOrderAndSurvivesARestart(t *testing.T) {
 				ids = append(ids, p.ID)
 			}
 			for _, id := range ids {
-				if _, err := store.Transition(ctx, id, pay.StatusPending, pay.StatusUnknown, "timeout", nil); err != nil {
+				if _, err := store.Transition(ctx, id, pay.StatusPending, pay.StatusUnknown, "timeout"); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := store.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry", nil); err != nil {
+				if _, err := store.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry"); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -46,15 +46,15 @@ func testOneLivePerOrder(t *testing.T, s pay.Store) {
 	if _, err := s.Idempotency(ctx, idem.Key); !errors.Is(err, pay.ErrNotFound) {
 		t.Fatalf("the refused request's idempotency key was stored: %v", err)
 	}
-	transition(t, s, first.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+	transition(t, s, first.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	_, _, err = again()
 	mustOrderExists(t, err, first.ID)
-	transition(t, s, first.ID, pay.StatusUnknown, pay.StatusDeclined, "declined", nil)
+	transition(t, s, first.ID, pay.StatusUnknown, pay.StatusDeclined, "declined")
 	second, _, err := again()
 	if err != nil {
 		t.Fatalf("after DECLINED the order may be paid again: %v", err)
 	}
-	transition(t, s, second.ID, pay.StatusPending, pay.StatusApproved, "approved", nil)
+	transition(t, s, second.ID, pay.StatusPending, pay.StatusApproved, "approved")
 	_, _, err = again()
 	mustOrderExists(t, err, second.ID)
 
@@ -221,7 +221,7 @@ func testDeliveries(t *testing.T, s pay.Store) {
 	if err != nil {
 		t.Fatalf("CreatePending: %v", err)
 	}
-	transition(t, s, p.ID, pay.StatusPending, pay.StatusApproved, "approved", nil)
+	transition(t, s, p.ID, pay.StatusPending, pay.StatusApproved, "approved")
 	ds, err := ws.Deliveries(ctx, p.ID, 10)
 	if err != nil || len(ds) != 2 || ds[0].Seq != 2 || ds[1].Seq != 1 || ds[0].ID == ds[1].ID {
 		t.Fatalf("Deliveries = %+v, %v; want seq 2 then 1, distinct ids", ds, err)

@@ -286,7 +286,7 @@ func TestTakesOverAPreGooseSchema(t *testing.T) {
 	if err != nil || got.Amount != 700 || got.Status != pay.StatusUnknown || !got.UpdatedAt.Equal(time.Date(2020, 1, 1, 0, 0, 2, 0, time.UTC)) {
 		t.Fatalf("the old payment after the take-over: %+v, %v", got, err)
 	}
-	if _, err := s.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry", nil); err != nil {
+	if _, err := s.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry"); err != nil {
 		t.Fatalf("Transition of the old payment: %v", err)
 	}
 	var n int

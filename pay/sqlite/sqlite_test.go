@@ -226,7 +226,7 @@ func TestTakesOverAPreGooseDatabase(t *testing.T) {
 	if err != nil || got.Amount != 700 || got.Status != pay.StatusUnknown || !got.UpdatedAt.Equal(time.Unix(2, 0)) {
 		t.Fatalf("the old payment after the take-over: %+v, %v", got, err)
 	}
-	if _, err := s.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry", nil); err != nil {
+	if _, err := s.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry"); err != nil {
 		t.Fatalf("Transition of the old payment: %v", err)
 	}
 	if _, err := s.CreatePending(ctx, pay.Payment{ID: pay.NewID(), MerchantID: merchant, OrderID: "o-new", Amount: 1, Currency: "EUR"},
