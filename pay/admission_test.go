@@ -3,6 +3,8 @@ package pay_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -11,28 +13,65 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/protocol"
 )
 
-// admissions answers CheckAdmission from a table of tokens; an unknown
-// token is the waiting room not answering.
-type admissions map[string]pay.Admission
+// onlineAdmissions answers CheckAdmission from a table of tokens; an
+// unknown token is the waiting room not answering.
+type onlineAdmissions map[string]protocol.AdmissionStatus
 
-func (a admissions) CheckAdmission(_ context.Context, token string) (pay.Admission, error) {
-	if ad, ok := a[token]; ok {
-		return ad, nil
+func (a onlineAdmissions) CheckAdmission(_ context.Context, _, token string) (protocol.AdmissionStatus, error) {
+	if st, ok := a[token]; ok {
+		return st, nil
 	}
-	return pay.Admission{}, errors.New("waiting room unreachable")
+	return protocol.AdmissionStatus{}, errors.New("waiting room unreachable")
 }
 
-// TestRequireAdmission: with HandlerConfig.Admissions, a new payment needs
-// an admission that holds its slot (401 without one, 403 when not held,
-// both naming the header; 503 when the waiting room cannot say), and a
-// retry of a known key passes without one.
+// admissionSigner signs admission tokens as the waiting room does.
+type admissionSigner struct {
+	signer jose.Signer
+	keys   jose.JSONWebKeySet
+}
+
+func newAdmissionSigner(t *testing.T, kid string) admissionSigner {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: jose.JSONWebKey{Key: priv, KeyID: kid}},
+		(&jose.SignerOptions{}).WithType("JWT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admissionSigner{signer: sig, keys: jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: pub, KeyID: kid, Algorithm: string(jose.EdDSA), Use: "sig"}}}}
+}
+
+// token returns an admission token of user to room, valid for a minute.
+func (a admissionSigner) token(t *testing.T, room, user string) string {
+	t.Helper()
+	now := time.Now()
+	c := protocol.AdmissionClaims{Room: room, User: user, Seq: 1, AdmittedAt: now, IssuedAt: now, Expires: now.Add(time.Minute)}
+	tok, err := jwt.Signed(a.signer).Claims(c.StandardClaims()).Claims(c.PrivateClaims()).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestRequireAdmission: with api.Config.Admission, a new payment needs an
+// admission token that verifies against the waiting room's keys and whose
+// slot the online check says is held (401 without one or with a forged
+// one, 403 for another room's or one not held, naming the header; 503
+// when the waiting room cannot say), and a retry of a known key passes
+// without one.
 func TestRequireAdmission(t *testing.T) {
 	its := newInstitution(t)
 	store, err := sqlite.Open(filepath.Join(t.TempDir(), "pay.db"))
@@ -48,9 +87,12 @@ func TestRequireAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hcfg := pay.DefaultHandlerConfig()
-	hcfg.Admissions = admissions{"held": {Held: true}, "gone": {Held: false, Reason: "expired"}}
-	h, err := pay.NewHandler(svc, store, hcfg, nil)
+	room, forger := newAdmissionSigner(t, "room-key"), newAdmissionSigner(t, "room-key")
+	held, gone, down := room.token(t, "sale", "u-held"), room.token(t, "sale", "u-gone"), room.token(t, "sale", "u-down")
+	hcfg := payapi.DefaultConfig()
+	hcfg.Admission = &protocol.AdmissionVerifier{Room: "sale", Keys: protocol.StaticKeys(room.keys),
+		Online: onlineAdmissions{held: {Held: true}, gone: {Held: false, Reason: "expired"}}}
+	h, err := payapi.New(svc, store, hcfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,15 +123,18 @@ func TestRequireAdmission(t *testing.T) {
 		field           string
 	}{
 		{"missing", "", http.StatusUnauthorized, protocol.HeaderAdmission},
-		{"not held", "gone", http.StatusForbidden, protocol.HeaderAdmission},
-		{"waiting room down", "unknown", http.StatusServiceUnavailable, ""},
+		{"malformed", "not-a-token", http.StatusUnauthorized, protocol.HeaderAdmission},
+		{"forged", forger.token(t, "sale", "u-held"), http.StatusUnauthorized, protocol.HeaderAdmission},
+		{"other room", room.token(t, "other", "u-held"), http.StatusForbidden, protocol.HeaderAdmission},
+		{"not held", gone, http.StatusForbidden, protocol.HeaderAdmission},
+		{"waiting room down", down, http.StatusServiceUnavailable, ""},
 	} {
 		code, body := post("k-"+c.name, c.admission, "o-"+c.name)
 		if code != c.want || (c.field != "" && body["field"] != c.field) {
 			t.Errorf("%s: %d %v, want %d naming %q", c.name, code, body, c.want, c.field)
 		}
 	}
-	if code, body := post("k-ok", "held", "o-ok"); code != http.StatusCreated {
+	if code, body := post("k-ok", held, "o-ok"); code != http.StatusCreated {
 		t.Fatalf("held admission: %d %v, want 201", code, body)
 	}
 	// A retry of the same key after the admission ended replays it.

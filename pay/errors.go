@@ -5,16 +5,15 @@ import (
 	"fmt"
 
 	"github.com/stampede-lab/stampede"
-	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
-// Error is the payment service's error: the error type every Stampede API
-// shares (package httpapi), with a code, the field at fault and a message
-// safe to show a client. Its cause, Err, is logged only.
+// Error is the payment service's error: the error type every Stampede
+// domain shares (stampede.Error), with a code, the field at fault and a
+// message safe to show a client. Its cause, Err, is logged only.
 type Error = stampede.Error
 
-// Code classifies an Error for clients; httpapi maps each code to one
-// HTTP status.
+// Code classifies an Error for clients; a domain code names its generic
+// class in Error.Kind, and the HTTP adapters map each class to a status.
 type Code = stampede.Code
 
 // The error codes the payment service returns.
@@ -87,7 +86,7 @@ func Internal(err error) *Error { return stampede.InternalErr(err) }
 // an *Error: ErrNotFound is not_found, ErrStaleStatus and
 // *IdempotencyConflict are conflict, *OrderExistsError is order_exists
 // with the existing payment's id as the problem member payment_id. An *Error, and nil, pass through;
-// anything else is left to httpapi.As (a deadline is unavailable, the
+// anything else is left to stampede.As (a deadline is unavailable, the
 // rest internal).
 func MapError(err error) error {
 	if err == nil {
@@ -114,7 +113,3 @@ func MapError(err error) error {
 
 // ErrorCode returns err's code (see MapError); the empty code for nil.
 func ErrorCode(err error) Code { return stampede.CodeOf(MapError(err)) }
-
-// HTTPStatus returns the HTTP status err answers with (see MapError);
-// 200 for nil.
-func HTTPStatus(err error) int { return httpapi.StatusOf(MapError(err)) }

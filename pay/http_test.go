@@ -15,6 +15,7 @@ import (
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 )
 
 // TestHTTPConventions: the same mistake answers the same status as the
@@ -181,9 +182,9 @@ func TestHealthzAsksNothingReadyzChecksTheStore(t *testing.T) {
 
 	stalled := stalledStore{Store: r.store, release: make(chan struct{})}
 	defer close(stalled.release)
-	hcfg := pay.DefaultHandlerConfig()
+	hcfg := payapi.DefaultConfig()
 	hcfg.Merchants = r.store.(pay.MerchantStore)
-	h, err := pay.NewHandler(r.svc, stalled, hcfg, prometheus.NewRegistry())
+	h, err := payapi.New(r.svc, stalled, hcfg, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/retry"
 )
 
@@ -151,41 +152,57 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in
+// snake_case as serve pay's flag that sets it, if any: ApprovalTimeout is
+// "timeout" (--timeout).
 func (c Config) Validate() error {
-	switch {
-	case c.ApprovalTimeout <= 0:
-		return Invalid("ApprovalTimeout", "must be positive, got %s", c.ApprovalTimeout)
-	case c.Retry == nil:
-		return Invalid("Retry", "must not be nil (use the none policy)")
-	case c.Sleep == nil:
-		return Invalid("Sleep", "must not be nil")
-	case c.MaxInFlight < 1:
-		return Invalid("MaxInFlight", "must be at least 1, got %d", c.MaxInFlight)
-	case c.InquiryTimeout <= 0:
-		return Invalid("InquiryTimeout", "must be positive, got %s", c.InquiryTimeout)
-	case c.InquiryConcurrency < 1:
-		return Invalid("InquiryConcurrency", "must be at least 1, got %d", c.InquiryConcurrency)
-	case c.ReconcileEvery <= 0:
-		return Invalid("ReconcileEvery", "must be positive, got %s", c.ReconcileEvery)
-	case c.GiveUpAfter <= 0:
-		return Invalid("GiveUpAfter", "must be positive, got %s", c.GiveUpAfter)
-	case c.ClaimLease <= c.InquiryTimeout:
-		return Invalid("ClaimLease", "must exceed InquiryTimeout (%s), got %s", c.InquiryTimeout, c.ClaimLease)
-	case c.TakeoverMargin <= 0:
-		return Invalid("TakeoverMargin", "must be positive, got %s", c.TakeoverMargin)
-	case c.WriteRetryFor < 0:
-		return Invalid("WriteRetryFor", "must not be negative, got %s", c.WriteRetryFor)
-	case c.ReviewAfter < 1:
-		return Invalid("ReviewAfter", "must be at least 1, got %d", c.ReviewAfter)
-	case c.IdempotencyTTL <= 0:
-		return Invalid("IdempotencyTTL", "must be positive, got %s", c.IdempotencyTTL)
-	case c.Now == nil:
-		return Invalid("Now", "must not be nil")
-	case c.Logger == nil:
-		return Invalid("Logger", "must not be nil")
+	var f stampede.Fields
+	if c.ApprovalTimeout <= 0 {
+		f.Add("timeout", "must be positive, got %s", c.ApprovalTimeout)
 	}
-	return nil
+	if c.Retry == nil {
+		f.Add("retry", "must not be nil (use the none policy)")
+	}
+	if c.Sleep == nil {
+		f.Add("sleep", "must not be nil")
+	}
+	if c.MaxInFlight < 1 {
+		f.Add("max_in_flight", "must be at least 1, got %d", c.MaxInFlight)
+	}
+	if c.InquiryTimeout <= 0 {
+		f.Add("inquiry_timeout", "must be positive, got %s", c.InquiryTimeout)
+	}
+	if c.InquiryConcurrency < 1 {
+		f.Add("inquiry_concurrency", "must be at least 1, got %d", c.InquiryConcurrency)
+	}
+	if c.ReconcileEvery <= 0 {
+		f.Add("reconcile_every", "must be positive, got %s", c.ReconcileEvery)
+	}
+	if c.GiveUpAfter <= 0 {
+		f.Add("give_up_after", "must be positive, got %s", c.GiveUpAfter)
+	}
+	if c.ClaimLease <= c.InquiryTimeout {
+		f.Add("claim_lease", "must exceed inquiry_timeout (%s), got %s", c.InquiryTimeout, c.ClaimLease)
+	}
+	if c.TakeoverMargin <= 0 {
+		f.Add("takeover_margin", "must be positive, got %s", c.TakeoverMargin)
+	}
+	if c.WriteRetryFor < 0 {
+		f.Add("write_retry_for", "must not be negative, got %s", c.WriteRetryFor)
+	}
+	if c.ReviewAfter < 1 {
+		f.Add("review_after", "must be at least 1, got %d", c.ReviewAfter)
+	}
+	if c.IdempotencyTTL <= 0 {
+		f.Add("idempotency_ttl", "must be positive, got %s", c.IdempotencyTTL)
+	}
+	if c.Now == nil {
+		f.Add("now", "must not be nil")
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
+	}
+	return f.Err()
 }
 
 // Service is the payment service's logic: idempotent creation, the
@@ -210,6 +227,9 @@ func NewService(store Store, inst Institution, cfg Config) (*Service, error) {
 	}
 	return &Service{store: store, inst: inst, cfg: cfg, slots: make(chan struct{}, cfg.MaxInFlight)}, nil
 }
+
+// Now reads the service's clock (Config.Now).
+func (s *Service) Now() time.Time { return s.cfg.Now() }
 
 // CreateRequest is a payment request.
 type CreateRequest struct {

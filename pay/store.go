@@ -169,3 +169,16 @@ func (s Stats) OutboxLag(now time.Time) time.Duration {
 	}
 	return now.Sub(s.OldestUnpublished)
 }
+
+// AdminStore is what the operator's endpoints read besides Store: the
+// flagged payments and the count of payments in each status. The SQL
+// store implements it.
+type AdminStore interface {
+	// ListFlagged returns up to limit payments flagged for manual review
+	// with IDs greater than afterID ("" for the first page), ordered by
+	// ID, without history.
+	ListFlagged(ctx context.Context, afterID string, limit int) ([]Payment, error)
+	// CountByStatus counts the payments in each status; a status with
+	// none may be missing.
+	CountByStatus(ctx context.Context) (map[Status]int, error)
+}

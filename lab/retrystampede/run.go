@@ -23,6 +23,7 @@ import (
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/retry"
@@ -212,9 +213,9 @@ func (e *Experiment) start(policy retry.Policy) (_ *rig, err error) {
 	if r.svc, err = pay.NewService(r.store, institutionclient.New(instClient), pcfg); err != nil {
 		return nil, err
 	}
-	hcfg := pay.DefaultHandlerConfig()
+	hcfg := payapi.DefaultConfig()
 	hcfg.Logger = quiet
-	handler, err := pay.NewHandler(r.svc, r.store, hcfg, nil)
+	handler, err := payapi.New(r.svc, r.store, hcfg, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -17,8 +18,8 @@ func mustOrderExists(t *testing.T, err error, id string) {
 	if !ok || oe.PaymentID != id {
 		t.Fatalf("CreatePending for a taken order = %v, want *OrderExistsError naming %s", err, id)
 	}
-	if pay.ErrorCode(err) != pay.CodeOrderExists || pay.HTTPStatus(err) != 409 {
-		t.Fatalf("order exists maps to %s %d, want order_exists 409", pay.ErrorCode(err), pay.HTTPStatus(err))
+	if pay.ErrorCode(err) != pay.CodeOrderExists || stampede.ClassOf(pay.MapError(err)) != stampede.Conflict {
+		t.Fatalf("order exists maps to %s (%s), want order_exists, a conflict", pay.ErrorCode(err), stampede.ClassOf(pay.MapError(err)))
 	}
 }
 
