@@ -1,4 +1,4 @@
-package pay_test
+package api_test
 
 import (
 	"bytes"
@@ -141,4 +141,18 @@ func TestRequireAdmission(t *testing.T) {
 	if code, body := post("k-ok", "", "o-ok"); code != http.StatusCreated {
 		t.Errorf("retry without admission: %d %v, want 201 replayed", code, body)
 	}
+}
+
+// newInstitution starts an institution simulator for the test.
+func newInstitution(t testing.TB) *httptest.Server {
+	t.Helper()
+	icfg := institution.DefaultConfig()
+	icfg.AdminToken = "institution-admin-token-0123"
+	isrv, err := institution.NewServer(icfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	its := httptest.NewServer(isrv)
+	t.Cleanup(func() { isrv.Close(); its.Close() })
+	return its
 }

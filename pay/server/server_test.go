@@ -1,9 +1,10 @@
-package pay_test
+package server_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -294,3 +295,24 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 type tlog struct{ t *testing.T }
 
 func (w tlog) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+
+// merchant is the test merchant's ID.
+const merchant = "7b0a3c5e-1111-4a4a-9b9b-0123456789ab"
+
+// addMerchant creates the merchant id in store and returns its ID and
+// API key.
+func addMerchant(t testing.TB, store pay.Store, id string) (string, string) {
+	t.Helper()
+	key := pay.NewAPIKey()
+	m := pay.Merchant{ID: id, Name: "test shop", KeyHash: pay.HashAPIKey(key), CreatedAt: time.Now()}
+	if err := store.(pay.MerchantStore).CreateMerchant(context.Background(), m); err != nil {
+		t.Fatalf("CreateMerchant: %v", err)
+	}
+	return id, key
+}
+
+// payment is the body of a payment of the test merchant.
+func payment(order string, amount int64) string {
+	b, _ := json.Marshal(order) // JSON escapes, not Go's
+	return fmt.Sprintf(`{"merchant_id":%q,"order_id":%s,"amount":%d,"currency":"KRW"}`, merchant, b, amount)
+}
