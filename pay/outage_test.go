@@ -14,6 +14,7 @@ import (
 
 	"github.com/stampede-lab/stampede/internal/tcpproxy"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
@@ -122,7 +123,7 @@ func runOutage(t *testing.T, store pay.Store, cut, restore func()) {
 			t.Errorf("payment %d: repeating its key: %v", i, err)
 			continue
 		}
-		var v pay.View
+		var v payapi.View
 		if err := json.Unmarshal(resp.Body, &v); err != nil || resp.Code != http.StatusCreated || !v.Status.Terminal() {
 			t.Errorf("payment %d: repeating its key answered %d %s, %v; want 201 with the settled payment", i, resp.Code, resp.Body, err)
 		}

@@ -1,8 +1,12 @@
 // Package pay is the payment domain: a Payment and its statuses, the
 // append-only status history, idempotency records, the transactional
 // outbox of payment events, the Store interface every storage adapter
-// implements (pay/sqlite, pay/postgres; conformance suite in pay/paytest)
-// and the error type with its HTTP mapping.
+// implements (pay/sqlite, pay/postgres; conformance suite in pay/paytest),
+// the Service (idempotent creation, the approval call detached from the
+// client, UNKNOWN settled by status inquiry, recovery, the reconciler),
+// the outbox Relay, parity with the institution, and the error codes with
+// the mapping of the Store's sentinel errors to them. It has no
+// transport: its HTTP API is pay/api, its composition root pay/server.
 //
 // A payment is created PENDING (persisted before the institution is
 // called) and moves to APPROVED, DECLINED, UNKNOWN (timeout or lost

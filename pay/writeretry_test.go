@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 )
 
 // flakyStore fails the next `fails` status changes as unavailable.
@@ -78,7 +79,7 @@ func TestOutcomeWriteIsRetried(t *testing.T) {
 	if err != nil || resp.Code != http.StatusCreated {
 		t.Fatalf("Create = %d %s, %v; want 201 after the write was retried", resp.Code, resp.Body, err)
 	}
-	var v pay.View
+	var v payapi.View
 	if err := json.Unmarshal(resp.Body, &v); err != nil || v.Status != pay.StatusApproved {
 		t.Fatalf("answer %s, %v; want APPROVED", resp.Body, err)
 	}
@@ -117,7 +118,7 @@ func TestUnwrittenOutcomeIsSettledByTheReconciler(t *testing.T) {
 		t.Fatalf("Pass = %+v, %v; want the payment taken over and settled", res, err)
 	}
 	resp, err := createAnswer(svc, context.Background(), "lost-key", retryReq)
-	var v pay.View
+	var v payapi.View
 	if err != nil || resp.Code != http.StatusCreated || json.Unmarshal(resp.Body, &v) != nil || v.Status != pay.StatusApproved {
 		t.Fatalf("the key after settlement = %d %s, %v; want 201 APPROVED", resp.Code, resp.Body, err)
 	}
@@ -165,11 +166,6 @@ func createAnswer(svc *pay.Service, ctx context.Context, key string, req pay.Cre
 	if err != nil {
 		return answer{}, err
 	}
-	code := http.StatusCreated
-	if !p.Status.Terminal() {
-		code = http.StatusAccepted
-	}
-	p.History = nil
-	body, err := json.Marshal(pay.ViewOf(p))
+	code, body, err := payapi.CreatedResponse(p)
 	return answer{Code: code, Body: body, Replayed: replayed}, err
 }

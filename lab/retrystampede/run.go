@@ -361,7 +361,7 @@ func (e *Experiment) stampede(ctx context.Context, r *rig) ([]answer, time.Time)
 			resp.Body.Close()
 			a.at = time.Now()
 			a.latency, a.code = a.at.Sub(t0), resp.StatusCode
-			var v pay.View
+			var v payapi.View
 			switch {
 			case err != nil:
 				a.err = "reading the answer: " + err.Error()

@@ -62,7 +62,7 @@ func (h *adminHandler) authorize(r *http.Request) error {
 
 // adminPage is GET /v1/admin/payments's answer.
 type adminPage struct {
-	Payments []pay.View `json:"payments"`
+	Payments []View `json:"payments"`
 	// NextAfter, when set, is the after= of the next page.
 	NextAfter string `json:"next_after,omitempty"`
 }
@@ -108,9 +108,9 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := adminPage{Payments: make([]pay.View, 0, len(ps))}
+	out := adminPage{Payments: make([]View, 0, len(ps))}
 	for _, p := range ps {
-		out.Payments = append(out.Payments, pay.ViewOf(p))
+		out.Payments = append(out.Payments, ViewOf(p))
 	}
 	if len(ps) == limit {
 		out.NextAfter = ps[len(ps)-1].ID
@@ -127,7 +127,7 @@ func (h *adminHandler) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, pay.ViewOf(p))
+	httpapi.WriteJSON(w, http.StatusOK, ViewOf(p))
 	return nil
 }
 

@@ -194,7 +194,7 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	code, body, err := createdResponse(p)
+	code, body, err := CreatedResponse(p)
 	if err != nil {
 		return err
 	}
@@ -205,17 +205,17 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// createdResponse is the answer to a create request whose payment stands
+// CreatedResponse is the answer to a create request whose payment stands
 // as p, the first time and on every replay alike: 202 while UNKNOWN (or
 // PENDING), 201 once final; the body is the payment without its history
 // (GET shows it).
-func createdResponse(p pay.Payment) (int, []byte, error) {
+func CreatedResponse(p pay.Payment) (int, []byte, error) {
 	code := http.StatusCreated
 	if !p.Status.Terminal() {
 		code = http.StatusAccepted
 	}
 	p.History = nil
-	body, err := json.Marshal(pay.ViewOf(p))
+	body, err := json.Marshal(ViewOf(p))
 	if err != nil {
 		return 0, nil, pay.Internal(err)
 	}
@@ -233,6 +233,6 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, pay.ViewOf(p))
+	httpapi.WriteJSON(w, http.StatusOK, ViewOf(p))
 	return nil
 }
