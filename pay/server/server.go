@@ -106,7 +106,7 @@ func (c Config) Validate() error {
 	f.Check("relay", c.Relay.Validate())
 	f.Check("http", c.HTTP.Validate())
 	if c.HTTP.WriteTimeout <= c.Service.ApprovalTimeout {
-		f.Add("http.write_timeout", "must exceed service.approval_timeout (%s), the longest approval call, got %s",
+		f.Add("http.write_timeout", "must exceed the approval timeout, service.timeout (%s), the longest approval call, got %s",
 			c.Service.ApprovalTimeout, c.HTTP.WriteTimeout)
 	}
 	for i, ch := range c.Checks {

@@ -15,12 +15,11 @@ import (
 const paymentCols = `id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key,
 	manual_review, review_reason, created_at, updated_at, event_seq, next_inquiry_at, inquiries`
 
+// idemCols are the columns of an idempotency record. The table's
+// response_code and response_body columns are neither written nor read
+// (a replay is rendered from the payment); a later migration may drop
+// them.
 const idemCols = `key, request_hash, payment_id, state, created_at, expires_at`
-
-// idemInsertCols are the columns an idempotency record is written with:
-// response_code and response_body stay empty and are never read, since a
-// replay is rendered from the payment.
-const idemInsertCols = `key, request_hash, payment_id, state, response_code, response_body, created_at, expires_at`
 
 // queries holds every statement, written once with $n placeholders and
 // rebound for the dialect when the store is made.
@@ -74,11 +73,11 @@ func newQueries(d Dialect) queries {
 		getIdem:       `SELECT ` + idemCols + ` FROM idempotency_keys WHERE key = $1`,
 		// A live record is left alone (no row affected); an expired one
 		// is replaced.
-		upsertIdem: `INSERT INTO idempotency_keys (` + idemInsertCols + `)
-			VALUES ($1, $2, $3, $4, 0, NULL, $5, $6)
+		upsertIdem: `INSERT INTO idempotency_keys (` + idemCols + `)
+			VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (key) DO UPDATE SET
 				request_hash = excluded.request_hash, payment_id = excluded.payment_id, state = excluded.state,
-				response_code = 0, response_body = NULL, created_at = excluded.created_at, expires_at = excluded.expires_at
+				created_at = excluded.created_at, expires_at = excluded.expires_at
 			WHERE idempotency_keys.expires_at <= excluded.created_at`,
 		// Through the key (the payment's idempotency_key): the record of
 		// a key since replaced names another payment and is left alone.
