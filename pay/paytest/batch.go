@@ -99,7 +99,7 @@ func testTransitionBatch(t *testing.T, s pay.Store) {
 }
 
 // testTransitionBatchInvalid: a batch with a bad request — an illegal
-// transition, a bad stored response, a payment named twice — is refused
+// transition, a payment named twice — is refused
 // as a whole (CodeInvalid) and writes nothing.
 func testTransitionBatchInvalid(t *testing.T, s pay.Store) {
 	ctx := context.Background()
