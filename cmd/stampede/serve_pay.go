@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/natspub"
 	"github.com/stampede-lab/stampede/pay/postgres"
@@ -259,6 +261,19 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	}
 	log := loggerOf(cmd)
 	ctx := cmd.Context()
+	// Every flag is checked before anything is opened or created.
+	svcCfg := pay.DefaultConfig()
+	svcCfg.ApprovalTimeout, svcCfg.InquiryConcurrency, svcCfg.GiveUpAfter = opts.timeout, opts.inquiries, opts.giveUpAfter
+	apiCfg := payapi.DefaultConfig()
+	apiCfg.AdminToken, apiCfg.Admission = opts.adminToken, admission
+	wcfg := opts.webhooks
+	wcfg.Logger = log
+	if wcfg.Lease <= wcfg.Timeout {
+		wcfg.Lease = 3 * wcfg.Timeout
+	}
+	if err := stampede.Join(flagErrors("", stampede.Join(svcCfg.Validate(), apiCfg.Validate())), flagErrors("webhook-", wcfg.Validate())); err != nil {
+		return err
+	}
 
 	store, where, err := opts.store.open(cmd, false)
 	if err != nil {
@@ -321,11 +336,6 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	if !ok {
 		return fmt.Errorf("the store %T cannot deliver webhooks", store)
 	}
-	wcfg := opts.webhooks
-	wcfg.Logger = log
-	if wcfg.Lease <= wcfg.Timeout {
-		wcfg.Lease = 3 * wcfg.Timeout
-	}
 	deliverer, err := webhook.New(ws, wcfg)
 	if err != nil {
 		return flagErrors("webhook-", err)
@@ -337,16 +347,10 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	cfg := payserver.DefaultConfig()
 	cfg.Background = []payserver.Component{{Name: "webhooks", Run: deliverer.Run}}
 	cfg.Store, cfg.Institution, cfg.Events, cfg.Listener = store, institutionclient.New(client), events, ln
-	cfg.Service.ApprovalTimeout, cfg.Service.InquiryConcurrency = opts.timeout, opts.inquiries
-	cfg.Service.GiveUpAfter, cfg.Relay.GiveUpAfter = opts.giveUpAfter, opts.giveUpAfter
-	cfg.API.AdminToken, cfg.API.Admission = opts.adminToken, admission
+	cfg.Service, cfg.API, cfg.Relay.GiveUpAfter = svcCfg, apiCfg, opts.giveUpAfter
 	cfg.HTTP = scfg
 	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
 	cfg.Registry, cfg.Logger = reg, log
-	if err := flagErrors("", errors.Join(cfg.Service.Validate(), cfg.API.Validate())); err != nil {
-		ln.Close()
-		return err
-	}
 	srv, err := payserver.New(cfg)
 	if err != nil {
 		ln.Close()

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -80,5 +82,24 @@ func TestJWKSKeysFetchAndCache(t *testing.T) {
 	empty := &jwksKeys{urls: []string{dead.URL}, timeout: time.Second, ttl: time.Minute, hc: srv.Client(), now: time.Now}
 	if _, err := empty.AdmissionKeys(ctx); err == nil {
 		t.Error("AdmissionKeys with no instance answering and nothing cached: want an error")
+	}
+}
+
+// TestServePayNamesEveryBadFlag: the service's, the API's and the
+// webhook sender's bad flags are named together, by flag, before
+// anything is created.
+func TestServePayNamesEveryBadFlag(t *testing.T) {
+	t.Setenv(envPostgres, "")
+	t.Setenv(envNATS, "")
+	dir := filepath.Join(t.TempDir(), "data")
+	_, _, err := execute(t, "serve", "pay", "--institution", "http://127.0.0.1:1", "--data-dir", dir,
+		"--inquiry-concurrency", "0", "--admin-token", "short", "--webhook-concurrency", "0")
+	for _, flag := range []string{"--inquiry-concurrency:", "--admin-token:", "--webhook-concurrency:"} {
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("error %v, want one naming %s", err, flag)
+		}
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Error("a bad flag still created the data dir")
 	}
 }
