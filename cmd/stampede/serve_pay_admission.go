@@ -34,6 +34,7 @@ type payAdmissionOptions struct {
 // waiting room.
 const defaultAdmissionTimeout = time.Second
 
+// flags registers the admission flags on cmd.
 func (o *payAdmissionOptions) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&o.require, "require-admission", false, "accept a new payment only with a Stampede-Admission header whose admission token verifies\n"+

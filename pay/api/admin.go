@@ -67,6 +67,7 @@ type adminPage struct {
 	NextAfter string `json:"next_after,omitempty"`
 }
 
+// list answers GET /v1/admin/payments.
 func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r); err != nil {
 		return err
@@ -119,6 +120,7 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// get answers GET /v1/admin/payments/{id}.
 func (h *adminHandler) get(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r); err != nil {
 		return err
@@ -142,6 +144,7 @@ type adminStats struct {
 	OutboxLagSeconds float64 `json:"outbox_lag_seconds"`
 }
 
+// stats answers GET /v1/admin/stats.
 func (h *adminHandler) stats(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r); err != nil {
 		return err

@@ -77,6 +77,7 @@ func (c Config) Validate() error {
 	return f.Err()
 }
 
+// handler serves the merchant endpoints.
 type handler struct {
 	svc   *pay.Service
 	store pay.Store
