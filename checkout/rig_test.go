@@ -26,6 +26,7 @@ import (
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
+	payserver "github.com/stampede-lab/stampede/pay/server"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/protocol"
 	"github.com/stampede-lab/stampede/waitroom"
@@ -71,24 +72,24 @@ func startPay(t *testing.T, approvalTimeout time.Duration) *payRig {
 	if err := store.CreateMerchant(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
-	cfg := pay.DefaultServerConfig()
-	cfg.Store, cfg.Events = store, discard{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := payserver.DefaultConfig()
+	cfg.Store, cfg.Events, cfg.Listener = store, discard{}, ln
 	cfg.Institution = institutionclient.New(instclient.NewClient(its.URL, nil))
 	cfg.Service.ApprovalTimeout = approvalTimeout
 	cfg.Service.ReconcileEvery = 50 * time.Millisecond
 	cfg.HTTP.WriteTimeout = approvalTimeout + 10*time.Second
 	cfg.Logger = quiet()
-	srv, err := pay.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := payserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); srv.Run(ctx, ln) }()
+	go func() { defer close(done); srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return &payRig{base: "http://" + ln.Addr().String(), key: key, inst: inst}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 )
 
 const testAdminToken = "operator-token-0123456789"
@@ -26,9 +27,9 @@ type adminRig struct {
 func newAdminRig(t *testing.T) *adminRig {
 	t.Helper()
 	r := newRig(t, nil)
-	cfg := pay.DefaultHandlerConfig()
+	cfg := payapi.DefaultConfig()
 	cfg.AdminToken = testAdminToken
-	h, err := pay.NewHandler(r.svc, r.store, cfg, nil)
+	h, err := payapi.New(r.svc, r.store, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +181,10 @@ func TestAdminOffWithoutToken(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != httpapi.ProblemContentType {
 		t.Errorf("admin endpoint without --admin-token = %d %v, want a 404 problem", resp.StatusCode, body)
 	}
-	cfg := pay.DefaultHandlerConfig()
+	cfg := payapi.DefaultConfig()
 	cfg.AdminToken = "short"
 	err := cfg.Validate()
-	if e, ok := err.(*pay.Error); !ok || e.Field != "AdminToken" {
-		t.Errorf("Validate(short admin token) = %v, want an error naming AdminToken", err)
+	if e, ok := err.(*pay.Error); !ok || e.Field != "admin_token" {
+		t.Errorf("Validate(short admin token) = %v, want an error naming admin_token", err)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/postgres"
 	"github.com/stampede-lab/stampede/pay/sqlite"
@@ -170,9 +171,9 @@ func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare, clients 
 	if err != nil {
 		b.Fatalf("pay.NewService: %v", err)
 	}
-	hcfg := pay.DefaultHandlerConfig()
+	hcfg := payapi.DefaultConfig()
 	hcfg.Logger = slog.New(slog.DiscardHandler) // no request log in the timed loop
-	h, err := pay.NewHandler(svc, store, hcfg, nil)
+	h, err := payapi.New(svc, store, hcfg, nil)
 	if err != nil {
 		b.Fatalf("pay.NewHandler: %v", err)
 	}

@@ -5,31 +5,30 @@ import (
 	"fmt"
 
 	"github.com/stampede-lab/stampede"
-	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
-// Error is the payment service's error: the error type every Stampede API
-// shares (package httpapi), with a code, the field at fault and a message
-// safe to show a client. Its cause, Err, is logged only.
+// Error is the payment service's error: the error type every Stampede
+// domain shares (stampede.Error), with a code, the field at fault and a
+// message safe to show a client. Its cause, Err, is logged only.
 type Error = stampede.Error
 
-// Code classifies an Error for clients; httpapi maps each code to one
-// HTTP status.
+// Code classifies an Error for clients; a domain code names its generic
+// class in Error.Kind, and the HTTP adapters map each class to a status.
 type Code = stampede.Code
 
 // The error codes the payment service returns.
 const (
-	CodeInvalid               = stampede.Invalid      // 400: a field or header of the request is wrong
-	CodeNotFound              = stampede.NotFound     // 404: no such payment, idempotency key or path
-	CodeConflict              = stampede.Conflict     // 409: the idempotency key is in flight, or the status moved on
-	CodeOrderExists      Code = "order_exists"        // 409: the order already has a live or approved payment
-	CodeUnauthorized          = stampede.Unauthorized // 401: no valid merchant API key
-	CodeForbidden             = stampede.Forbidden    // 403: the key's merchant is not the body's merchant_id
-	CodeMismatch              = stampede.Mismatch     // 422: the idempotency key was used with a different request
-	CodeUnavailable           = stampede.Unavailable  // 503: the store cannot be reached or did not answer in time
-	CodeInternal              = stampede.Internal     // 500: a bug
-	CodeTooLarge              = stampede.TooLarge     // 413: request body over the limit
-	CodeUnsupportedMedia      = stampede.Unsupported  // 415: wrong media type
+	CodeInvalid               = stampede.Invalid      // a field or header of the request is wrong
+	CodeNotFound              = stampede.NotFound     // no such payment, idempotency key or path
+	CodeConflict              = stampede.Conflict     // the idempotency key is in flight, or the status moved on
+	CodeOrderExists      Code = "order_exists"        // the order already has a live or approved payment
+	CodeUnauthorized          = stampede.Unauthorized // no valid merchant API key
+	CodeForbidden             = stampede.Forbidden    // the key's merchant is not the body's merchant_id
+	CodeMismatch              = stampede.Mismatch     // the idempotency key was used with a different request
+	CodeUnavailable           = stampede.Unavailable  // the store cannot be reached or did not answer in time
+	CodeInternal              = stampede.Internal     // a bug
+	CodeTooLarge              = stampede.TooLarge     // request body over the limit
+	CodeUnsupportedMedia      = stampede.Unsupported  // wrong media type
 )
 
 // Sentinel errors of the Store. Test for them with errors.Is.
@@ -44,8 +43,8 @@ var (
 
 // IdempotencyConflict is returned by Store.CreatePending (use errors.As)
 // when the idempotency key already names a payment. Record is the stored
-// record: in flight (answer 409), completed with the same request hash
-// (replay the stored response) or with a different one (answer 422).
+// record: in flight (a conflict), completed with the same request hash
+// (a replay: the payment it names) or with a different one (a mismatch).
 type IdempotencyConflict struct {
 	Record IdempotencyRecord
 }
@@ -75,19 +74,19 @@ func Invalid(field, format string, args ...any) *Error {
 }
 
 // Unavailable wraps a storage failure that a retry may cure (connection
-// refused or lost, database busy, store closed): 503 with Retry-After.
+// refused or lost, database busy, store closed).
 func Unavailable(err error) *Error {
 	return &Error{Code: CodeUnavailable, Message: "the payment store is unavailable, try again shortly", Err: err}
 }
 
-// Internal wraps an unexpected failure: 500, the cause logged only.
+// Internal wraps an unexpected failure; the cause is logged only.
 func Internal(err error) *Error { return stampede.InternalErr(err) }
 
 // MapError is the one place that turns the Store's sentinel errors into
 // an *Error: ErrNotFound is not_found, ErrStaleStatus and
 // *IdempotencyConflict are conflict, *OrderExistsError is order_exists
 // with the existing payment's id as the problem member payment_id. An *Error, and nil, pass through;
-// anything else is left to httpapi.As (a deadline is unavailable, the
+// anything else is left to stampede.As (a deadline is unavailable, the
 // rest internal).
 func MapError(err error) error {
 	if err == nil {
@@ -114,7 +113,3 @@ func MapError(err error) error {
 
 // ErrorCode returns err's code (see MapError); the empty code for nil.
 func ErrorCode(err error) Code { return stampede.CodeOf(MapError(err)) }
-
-// HTTPStatus returns the HTTP status err answers with (see MapError);
-// 200 for nil.
-func HTTPStatus(err error) int { return httpapi.StatusOf(MapError(err)) }

@@ -57,7 +57,7 @@ func TestStoreGaugesReadTheStore(t *testing.T) {
 		}
 		ids = append(ids, p.ID)
 	}
-	if _, err := r.store.Transition(ctx, ids[0], pay.StatusPending, pay.StatusUnknown, "timeout", nil); err != nil {
+	if _, err := r.store.Transition(ctx, ids[0], pay.StatusPending, pay.StatusUnknown, "timeout"); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.store.FlagReview(ctx, ids[0], "look"); err != nil {

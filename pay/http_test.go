@@ -15,6 +15,7 @@ import (
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 )
 
 // TestHTTPConventions: the same mistake answers the same status as the
@@ -119,7 +120,7 @@ func TestStoredRawReasonsAreSanitized(t *testing.T) {
 	}
 	raw := `outcome unknown after 1 attempt(s): pay: the approval's outcome is unknown (timeout or lost answer)
 institution: outcome unknown, the request may have been processed: Post "` + r.instURL + `/v1/approvals": context deadline exceeded`
-	if _, err := r.store.Transition(ctx, p.ID, pay.StatusPending, pay.StatusUnknown, raw, nil); err != nil {
+	if _, err := r.store.Transition(ctx, p.ID, pay.StatusPending, pay.StatusUnknown, raw); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.store.FlagReview(ctx, p.ID, "still UNKNOWN after 8 status inquiries: dial tcp 10.0.0.7:8090: connection refused"); err != nil {
@@ -181,9 +182,9 @@ func TestHealthzAsksNothingReadyzChecksTheStore(t *testing.T) {
 
 	stalled := stalledStore{Store: r.store, release: make(chan struct{})}
 	defer close(stalled.release)
-	hcfg := pay.DefaultHandlerConfig()
+	hcfg := payapi.DefaultConfig()
 	hcfg.Merchants = r.store.(pay.MerchantStore)
-	h, err := pay.NewHandler(r.svc, stalled, hcfg, prometheus.NewRegistry())
+	h, err := payapi.New(r.svc, stalled, hcfg, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

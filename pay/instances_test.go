@@ -53,7 +53,7 @@ func TestTwoInstancesOnePostgres(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Go(func() {
-			resp, err := a.svc.Create(context.Background(), fmt.Sprint("two-key-", i),
+			resp, err := createAnswer(a.svc, context.Background(), fmt.Sprint("two-key-", i),
 				pay.CreateRequest{MerchantID: merchant, OrderID: fmt.Sprint("two-", i), Amount: int64(500 + i), Currency: "KRW"})
 			if err != nil {
 				errs <- fmt.Errorf("payment %d: %w", i, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stampede-lab/stampede/internal/tcpproxy"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
@@ -86,7 +87,7 @@ func runOutage(t *testing.T, store pay.Store, cut, restore func()) {
 			})
 		}
 		wg.Go(func() {
-			resp, err := svc.Create(context.Background(), fmt.Sprint("outage-key-", i), req(i))
+			resp, err := createAnswer(svc, context.Background(), fmt.Sprint("outage-key-", i), req(i))
 			results[i] = result{resp.Code, err}
 		})
 		time.Sleep(5 * time.Millisecond)
@@ -117,12 +118,12 @@ func runOutage(t *testing.T, store pay.Store, cut, restore func()) {
 			continue
 		}
 		// The key answers with the settled payment.
-		resp, err := svc.Create(ctx, fmt.Sprint("outage-key-", i), req(i))
+		resp, err := createAnswer(svc, ctx, fmt.Sprint("outage-key-", i), req(i))
 		if err != nil {
 			t.Errorf("payment %d: repeating its key: %v", i, err)
 			continue
 		}
-		var v pay.View
+		var v payapi.View
 		if err := json.Unmarshal(resp.Body, &v); err != nil || resp.Code != http.StatusCreated || !v.Status.Terminal() {
 			t.Errorf("payment %d: repeating its key answered %d %s, %v; want 201 with the settled payment", i, resp.Code, resp.Body, err)
 		}

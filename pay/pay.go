@@ -1,8 +1,12 @@
 // Package pay is the payment domain: a Payment and its statuses, the
 // append-only status history, idempotency records, the transactional
 // outbox of payment events, the Store interface every storage adapter
-// implements (pay/sqlite, pay/postgres; conformance suite in pay/paytest)
-// and the error type with its HTTP mapping.
+// implements (pay/sqlite, pay/postgres; conformance suite in pay/paytest),
+// the Service (idempotent creation, the approval call detached from the
+// client, UNKNOWN settled by status inquiry, recovery, the reconciler),
+// the outbox Relay, parity with the institution, and the error codes with
+// the mapping of the Store's sentinel errors to them. It has no
+// transport: its HTTP API is pay/api, its composition root pay/server.
 //
 // A payment is created PENDING (persisted before the institution is
 // called) and moves to APPROVED, DECLINED, UNKNOWN (timeout or lost
@@ -87,20 +91,19 @@ type IdempotencyState string
 // The idempotency record states.
 const (
 	IdempotencyInFlight  IdempotencyState = "in_flight" // the request is being processed
-	IdempotencyCompleted IdempotencyState = "completed" // the response is stored for replay
+	IdempotencyCompleted IdempotencyState = "completed" // the outcome is written: a repeat is answered from the payment
 )
 
 // IdempotencyRecord remembers one Idempotency-Key: the request it came
-// with, the payment it created and, once completed, the response to replay.
+// with, the payment it created and whether that payment's approval has
+// been written; a repeated request is answered from the payment.
 type IdempotencyRecord struct {
-	Key          string // the stored key: ScopedKey(merchant, Idempotency-Key) for the API
-	RequestHash  string // hash of the request body; a different hash under the same key is a mismatch
-	PaymentID    string
-	State        IdempotencyState
-	ResponseCode int    // when completed
-	ResponseBody []byte // when completed
-	CreatedAt    time.Time
-	ExpiresAt    time.Time
+	Key         string // the stored key: ScopedKey(merchant, Idempotency-Key) for the API
+	RequestHash string // hash of the request body; a different hash under the same key is a mismatch
+	PaymentID   string
+	State       IdempotencyState
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
 }
 
 // Expired reports whether the record has expired at now. An expired
@@ -259,7 +262,6 @@ func PrepareCreate(p Payment, idem IdempotencyRecord, now time.Time) (Payment, I
 
 	idem.PaymentID = p.ID
 	idem.State = IdempotencyInFlight
-	idem.ResponseCode, idem.ResponseBody = 0, nil
 	if idem.CreatedAt.IsZero() {
 		idem.CreatedAt = now
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
@@ -42,7 +43,7 @@ func unknownPayment(t testing.TB, store pay.Store, i int) pay.Payment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err = store.Transition(ctx, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil); err != nil {
+	if p, err = store.Transition(ctx, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout"); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -71,7 +72,7 @@ func TestConcurrentReadsAskOncePerInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := pay.NewHandler(svc, store, pay.DefaultHandlerConfig(), prometheus.NewRegistry())
+	h, err := payapi.New(svc, store, payapi.DefaultConfig(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

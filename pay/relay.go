@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // Publisher sends outbox rows to the event broker. An adapter over NATS
@@ -68,25 +70,32 @@ func DefaultRelayConfig() RelayConfig {
 		GiveUpAfter: 5 * time.Minute, Now: time.Now, Logger: slog.Default()}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in
+// snake_case (give_up_after is serve pay's --give-up-after).
 func (c RelayConfig) Validate() error {
-	switch {
-	case c.Batch < 1:
-		return Invalid("Batch", "must be at least 1, got %d", c.Batch)
-	case c.InFlight < 1:
-		return Invalid("InFlight", "must be at least 1, got %d", c.InFlight)
-	case c.Every <= 0:
-		return Invalid("Every", "must be positive, got %s", c.Every)
-	case c.MaxBackoff < c.Every:
-		return Invalid("MaxBackoff", "must be at least Every (%s), got %s", c.Every, c.MaxBackoff)
-	case c.GiveUpAfter <= 0:
-		return Invalid("GiveUpAfter", "must be positive, got %s", c.GiveUpAfter)
-	case c.Now == nil:
-		return Invalid("Now", "must not be nil")
-	case c.Logger == nil:
-		return Invalid("Logger", "must not be nil")
+	var f stampede.Fields
+	if c.Batch < 1 {
+		f.Add("batch", "must be at least 1, got %d", c.Batch)
 	}
-	return nil
+	if c.InFlight < 1 {
+		f.Add("in_flight", "must be at least 1, got %d", c.InFlight)
+	}
+	if c.Every <= 0 {
+		f.Add("every", "must be positive, got %s", c.Every)
+	}
+	if c.MaxBackoff < c.Every {
+		f.Add("max_backoff", "must be at least every (%s), got %s", c.Every, c.MaxBackoff)
+	}
+	if c.GiveUpAfter <= 0 {
+		f.Add("give_up_after", "must be positive, got %s", c.GiveUpAfter)
+	}
+	if c.Now == nil {
+		f.Add("now", "must not be nil")
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
+	}
+	return f.Err()
 }
 
 // Relay publishes the outbox: every unpublished row, marking a row

@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/retry"
 )
 
@@ -152,41 +152,57 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in
+// snake_case as serve pay's flag that sets it, if any: ApprovalTimeout is
+// "timeout" (--timeout).
 func (c Config) Validate() error {
-	switch {
-	case c.ApprovalTimeout <= 0:
-		return Invalid("ApprovalTimeout", "must be positive, got %s", c.ApprovalTimeout)
-	case c.Retry == nil:
-		return Invalid("Retry", "must not be nil (use the none policy)")
-	case c.Sleep == nil:
-		return Invalid("Sleep", "must not be nil")
-	case c.MaxInFlight < 1:
-		return Invalid("MaxInFlight", "must be at least 1, got %d", c.MaxInFlight)
-	case c.InquiryTimeout <= 0:
-		return Invalid("InquiryTimeout", "must be positive, got %s", c.InquiryTimeout)
-	case c.InquiryConcurrency < 1:
-		return Invalid("InquiryConcurrency", "must be at least 1, got %d", c.InquiryConcurrency)
-	case c.ReconcileEvery <= 0:
-		return Invalid("ReconcileEvery", "must be positive, got %s", c.ReconcileEvery)
-	case c.GiveUpAfter <= 0:
-		return Invalid("GiveUpAfter", "must be positive, got %s", c.GiveUpAfter)
-	case c.ClaimLease <= c.InquiryTimeout:
-		return Invalid("ClaimLease", "must exceed InquiryTimeout (%s), got %s", c.InquiryTimeout, c.ClaimLease)
-	case c.TakeoverMargin <= 0:
-		return Invalid("TakeoverMargin", "must be positive, got %s", c.TakeoverMargin)
-	case c.WriteRetryFor < 0:
-		return Invalid("WriteRetryFor", "must not be negative, got %s", c.WriteRetryFor)
-	case c.ReviewAfter < 1:
-		return Invalid("ReviewAfter", "must be at least 1, got %d", c.ReviewAfter)
-	case c.IdempotencyTTL <= 0:
-		return Invalid("IdempotencyTTL", "must be positive, got %s", c.IdempotencyTTL)
-	case c.Now == nil:
-		return Invalid("Now", "must not be nil")
-	case c.Logger == nil:
-		return Invalid("Logger", "must not be nil")
+	var f stampede.Fields
+	if c.ApprovalTimeout <= 0 {
+		f.Add("timeout", "must be positive, got %s", c.ApprovalTimeout)
 	}
-	return nil
+	if c.Retry == nil {
+		f.Add("retry", "must not be nil (use the none policy)")
+	}
+	if c.Sleep == nil {
+		f.Add("sleep", "must not be nil")
+	}
+	if c.MaxInFlight < 1 {
+		f.Add("max_in_flight", "must be at least 1, got %d", c.MaxInFlight)
+	}
+	if c.InquiryTimeout <= 0 {
+		f.Add("inquiry_timeout", "must be positive, got %s", c.InquiryTimeout)
+	}
+	if c.InquiryConcurrency < 1 {
+		f.Add("inquiry_concurrency", "must be at least 1, got %d", c.InquiryConcurrency)
+	}
+	if c.ReconcileEvery <= 0 {
+		f.Add("reconcile_every", "must be positive, got %s", c.ReconcileEvery)
+	}
+	if c.GiveUpAfter <= 0 {
+		f.Add("give_up_after", "must be positive, got %s", c.GiveUpAfter)
+	}
+	if c.ClaimLease <= c.InquiryTimeout {
+		f.Add("claim_lease", "must exceed inquiry_timeout (%s), got %s", c.InquiryTimeout, c.ClaimLease)
+	}
+	if c.TakeoverMargin <= 0 {
+		f.Add("takeover_margin", "must be positive, got %s", c.TakeoverMargin)
+	}
+	if c.WriteRetryFor < 0 {
+		f.Add("write_retry_for", "must not be negative, got %s", c.WriteRetryFor)
+	}
+	if c.ReviewAfter < 1 {
+		f.Add("review_after", "must be at least 1, got %d", c.ReviewAfter)
+	}
+	if c.IdempotencyTTL <= 0 {
+		f.Add("idempotency_ttl", "must be positive, got %s", c.IdempotencyTTL)
+	}
+	if c.Now == nil {
+		f.Add("now", "must not be nil")
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
+	}
+	return f.Err()
 }
 
 // Service is the payment service's logic: idempotent creation, the
@@ -212,6 +228,9 @@ func NewService(store Store, inst Institution, cfg Config) (*Service, error) {
 	return &Service{store: store, inst: inst, cfg: cfg, slots: make(chan struct{}, cfg.MaxInFlight)}, nil
 }
 
+// Now reads the service's clock (Config.Now).
+func (s *Service) Now() time.Time { return s.cfg.Now() }
+
 // CreateRequest is a payment request.
 type CreateRequest struct {
 	MerchantID string `json:"merchant_id"`
@@ -227,74 +246,69 @@ func (r CreateRequest) Hash() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Response is what the HTTP layer sends back (and what an idempotency
-// record replays).
-type Response struct {
-	Code int
-	Body []byte
-	// Replayed: the stored answer to an earlier request with the same
-	// idempotency key (the API sets Idempotent-Replayed: true).
-	Replayed bool
-}
-
 // Create handles a payment request of merchant req.MerchantID under an
 // idempotency key, scoped to the merchant (ScopedKey), and returns the
-// HTTP response: 201 APPROVED, DECLINED or FAILED, 202 UNKNOWN; or a
-// replay of the stored response for a repeated key. An order that already
-// has a live or approved payment is *OrderExistsError (409 order_exists).
-func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (Response, error) {
+// payment as its approval left it: APPROVED, DECLINED or FAILED, or
+// UNKNOWN when the outcome is not known yet. A repeated key whose
+// payment's outcome is written returns that payment as it stands now,
+// with replayed true; one still in flight is CodeConflict (with a
+// Retry-After), one with a different request CodeMismatch. An order that
+// already has a live or approved payment is *OrderExistsError
+// (order_exists).
+func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (p Payment, replayed bool, err error) {
 	if err := ValidateIdempotencyKey(key); err != nil {
-		return Response{}, err
+		return Payment{}, false, err
 	}
 	if err := ValidateCreate(req.MerchantID, req.OrderID, req.Amount, req.Currency); err != nil {
-		return Response{}, err
+		return Payment{}, false, err
 	}
 	mid, _ := ParseUUID(req.MerchantID)
 	req.MerchantID = mid.String() // the same request hashes the same whatever the case
 	now := s.cfg.Now()
-	p := Payment{ID: NewID(), MerchantID: req.MerchantID, OrderID: req.OrderID, Amount: req.Amount, Currency: req.Currency,
+	p = Payment{ID: NewID(), MerchantID: req.MerchantID, OrderID: req.OrderID, Amount: req.Amount, Currency: req.Currency,
 		// Until then the payment is ours; after it a reconciler may take
 		// it over.
 		NextInquiryAt: now.Add(s.cfg.ApprovalTimeout + s.cfg.TakeoverMargin)}
 	idem := IdempotencyRecord{Key: ScopedKey(req.MerchantID, key), RequestHash: req.Hash(), CreatedAt: now, ExpiresAt: now.Add(s.cfg.IdempotencyTTL)}
-	p, err := s.store.CreatePending(ctx, p, idem)
-	var conflict *IdempotencyConflict
-	if errors.As(err, &conflict) {
-		return s.replay(conflict.Record, idem.RequestHash)
+	p, err = s.store.CreatePending(ctx, p, idem)
+	if conflict, ok := errors.AsType[*IdempotencyConflict](err); ok {
+		p, err := s.replay(ctx, conflict.Record, idem.RequestHash)
+		return p, err == nil, err
 	}
 	if err != nil {
-		return Response{}, err
+		return Payment{}, false, err
 	}
 
 	start := time.Now()
 	to, reason := s.approve(ctx, p)
 	s.cfg.Metrics.outcome(to, time.Since(start))
 	// The outcome is written even if the client went away meanwhile.
-	return s.finish(context.WithoutCancel(ctx), p, to, reason)
+	p, err = s.finish(context.WithoutCancel(ctx), p, to, reason)
+	return p, false, err
 }
 
-// finish writes the outcome of p's approval (PENDING to `to`) with the
-// response a repeated key replays, and returns that response. A database
-// failure is retried with backoff for up to WriteRetryFor; if the payment
-// has moved meanwhile (a reconciler took it over, or an earlier attempt's
-// commit went through unacknowledged), the verdict is written over
-// UNKNOWN, or the payment is answered as it stands.
-func (s *Service) finish(ctx context.Context, p Payment, to Status, why string) (Response, error) {
+// finish writes the outcome of p's approval (PENDING to `to`) and returns
+// the payment as written. A database failure is retried with backoff for
+// up to WriteRetryFor; if the payment has moved meanwhile (a reconciler
+// took it over, or an earlier attempt's commit went through
+// unacknowledged), the verdict is written over UNKNOWN, or the payment is
+// returned as it stands.
+func (s *Service) finish(ctx context.Context, p Payment, to Status, why string) (Payment, error) {
 	start := s.cfg.Now()
 	backoff := 10 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		resp, err := s.writeOutcome(ctx, p, to, why)
+		cur, err := s.writeOutcome(ctx, p, to, why)
 		if err == nil || ErrorCode(err) != CodeUnavailable ||
 			attempt >= maxWriteAttempts || s.cfg.Now().Sub(start) >= s.cfg.WriteRetryFor {
 			if err != nil {
 				s.cfg.Logger.Error("pay: writing an approval's outcome failed; the reconciler will settle it",
 					"payment", p.ID, "status", to, "attempts", attempt, "err", err)
 			}
-			return resp, err
+			return cur, err
 		}
 		s.cfg.Logger.Warn("pay: writing an approval's outcome failed; retrying", "payment", p.ID, "status", to, "attempt", attempt, "err", err)
 		if err := s.cfg.Sleep(ctx, backoff); err != nil {
-			return Response{}, Unavailable(err)
+			return Payment{}, Unavailable(err)
 		}
 		backoff = min(2*backoff, time.Second)
 	}
@@ -304,68 +318,37 @@ func (s *Service) finish(ctx context.Context, p Payment, to Status, why string) 
 const maxWriteAttempts = 100
 
 // writeOutcome makes one attempt of finish.
-func (s *Service) writeOutcome(ctx context.Context, p Payment, to Status, why string) (Response, error) {
-	resp, err := s.transition(ctx, p, StatusPending, to, why)
+func (s *Service) writeOutcome(ctx context.Context, p Payment, to Status, why string) (Payment, error) {
+	cur, err := s.store.Transition(ctx, p.ID, StatusPending, to, why)
 	if !errors.Is(err, ErrStaleStatus) {
-		return resp, err
+		return cur, err
 	}
-	cur, err := s.store.Get(ctx, p.ID)
-	if err != nil {
-		return Response{}, err
+	if cur, err = s.store.Get(ctx, p.ID); err != nil {
+		return Payment{}, err
 	}
 	if cur.Status == StatusUnknown && to.Terminal() {
 		// Taken over while we waited: our verdict settles it.
-		resp, err := s.transition(ctx, cur, StatusUnknown, to, why)
+		settled, err := s.store.Transition(ctx, p.ID, StatusUnknown, to, why)
 		if !errors.Is(err, ErrStaleStatus) {
-			return resp, err
+			return settled, err
 		}
 		if cur, err = s.store.Get(ctx, p.ID); err != nil {
-			return Response{}, err
+			return Payment{}, err
 		}
 	}
-	return responseOf(cur)
+	return cur, nil
 }
 
-// transition moves p from `from` to `to`, storing the response a repeated
-// key replays, and returns that response.
-func (s *Service) transition(ctx context.Context, p Payment, from, to Status, why string) (Response, error) {
-	p.Status = to
-	resp, err := responseOf(p)
-	if err != nil {
-		return Response{}, err
-	}
-	if _, err := s.store.Transition(ctx, p.ID, from, to, why, &StoredResponse{Code: resp.Code, Body: resp.Body}); err != nil {
-		return Response{}, err
-	}
-	// The same bytes a repeated request with this key will get.
-	return resp, nil
-}
-
-// responseOf is the answer to a create request whose payment stands as p:
-// 202 while UNKNOWN (or PENDING), 201 once final; the body is the payment
-// without its history (GET shows it; the stored answer stays small).
-func responseOf(p Payment) (Response, error) {
-	code := http.StatusCreated
-	if !p.Status.Terminal() {
-		code = http.StatusAccepted
-	}
-	p.History = nil
-	body, err := json.Marshal(ViewOf(p))
-	if err != nil {
-		return Response{}, Internal(err)
-	}
-	return Response{Code: code, Body: body}, nil
-}
-
-// replay answers a repeated idempotency key.
-func (s *Service) replay(rec IdempotencyRecord, hash string) (Response, error) {
+// replay answers a repeated idempotency key with the payment it created,
+// as it stands now.
+func (s *Service) replay(ctx context.Context, rec IdempotencyRecord, hash string) (Payment, error) {
 	switch {
 	case rec.RequestHash != hash:
-		return Response{}, &Error{Code: CodeMismatch, Field: "Idempotency-Key", Message: "this key was used with a different request body"}
+		return Payment{}, &Error{Code: CodeMismatch, Field: "Idempotency-Key", Message: "this key was used with a different request body"}
 	case rec.State == IdempotencyInFlight:
-		return Response{}, &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "a request with this key is still in flight; retry later", RetryAfter: time.Second}
+		return Payment{}, &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "a request with this key is still in flight; retry later", RetryAfter: time.Second}
 	default:
-		return Response{Code: rec.ResponseCode, Body: rec.ResponseBody, Replayed: true}, nil
+		return s.store.Get(ctx, rec.PaymentID)
 	}
 }
 
@@ -527,7 +510,7 @@ func (s *Service) ask(ctx context.Context, p Payment) answer {
 // store's.
 func (s *Service) record(ctx context.Context, a answer) (bool, error) {
 	if a.settles {
-		_, err := s.transition(ctx, a.p, StatusUnknown, a.to, a.why)
+		_, err := s.store.Transition(ctx, a.p.ID, StatusUnknown, a.to, a.why)
 		switch {
 		case err == nil:
 			s.cfg.Metrics.settle(a.to)
@@ -569,16 +552,9 @@ func (s *Service) deferInquiry(ctx context.Context, p Payment, ierr error) (bool
 }
 
 // settleRequest is the store's transition for an answer that settles
-// its payment: the same as transition writes, stored response included.
-func settleRequest(a answer) (TransitionRequest, error) {
-	p := a.p
-	p.Status = a.to
-	resp, err := responseOf(p)
-	if err != nil {
-		return TransitionRequest{}, err
-	}
-	return TransitionRequest{ID: p.ID, From: StatusUnknown, To: a.to, Reason: a.why,
-		Resp: &StoredResponse{Code: resp.Code, Body: resp.Body}}, nil
+// its payment.
+func settleRequest(a answer) TransitionRequest {
+	return TransitionRequest{ID: a.p.ID, From: StatusUnknown, To: a.to, Reason: a.why}
 }
 
 // verdict reads an inquiry's answer about p: the status it settles p in
@@ -694,7 +670,7 @@ func (s *Service) takeOver(ctx context.Context, p Payment) (_ Payment, tookOver,
 	if p.Status != StatusPending {
 		return p, false, true
 	}
-	_, err := s.transition(ctx, p, StatusPending, StatusUnknown,
+	_, err := s.store.Transition(ctx, p.ID, StatusPending, StatusUnknown,
 		reason(ReasonRecovered, "still PENDING %s after it was created; the call may have reached the institution", s.cfg.ApprovalTimeout+s.cfg.TakeoverMargin))
 	if errors.Is(err, ErrStaleStatus) {
 		return p, false, false // its approval's outcome was written meanwhile
@@ -758,10 +734,8 @@ func (s *Service) writeBatch(ctx context.Context, batch []answer) (settled int) 
 	bt, batched := s.store.(BatchTransitioner)
 	for _, a := range batch {
 		if a.settles && batched {
-			if req, err := settleRequest(a); err == nil {
-				reqs, settling = append(reqs, req), append(settling, a)
-				continue
-			}
+			reqs, settling = append(reqs, settleRequest(a)), append(settling, a)
+			continue
 		}
 		if s.recordOne(ctx, a) {
 			settled++
@@ -869,45 +843,4 @@ func (s *Service) RunReconciler(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-}
-
-// View is a payment as the API shows it.
-type View struct {
-	ID           string       `json:"id"`
-	MerchantID   string       `json:"merchant_id"`
-	OrderID      string       `json:"order_id"`
-	Amount       int64        `json:"amount"`
-	Currency     string       `json:"currency"`
-	Status       Status       `json:"status"`
-	ManualReview bool         `json:"manual_review"`
-	ReviewReason string       `json:"review_reason,omitempty"`
-	CreatedAt    time.Time    `json:"created_at"`
-	UpdatedAt    time.Time    `json:"updated_at"`
-	History      []ChangeView `json:"history,omitempty"`
-}
-
-// ChangeView is one status change as the API shows it: Code is the
-// reason's code (such as approval_timeout), Reason the code with safe
-// text.
-type ChangeView struct {
-	From   Status    `json:"from,omitempty"`
-	To     Status    `json:"to"`
-	Code   string    `json:"code"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
-}
-
-// ViewOf renders p for the API. Reasons pass through SafeReason, so that
-// reasons stored before they were made safe show no internals either.
-func ViewOf(p Payment) View {
-	v := View{ID: p.ID, MerchantID: p.MerchantID, OrderID: p.OrderID, Amount: p.Amount, Currency: p.Currency,
-		Status: p.Status, ManualReview: p.ManualReview, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
-	if p.ReviewReason != "" {
-		v.ReviewReason = SafeReason(p.ReviewReason)
-	}
-	for _, h := range p.History {
-		r := SafeReason(h.Reason)
-		v.History = append(v.History, ChangeView{From: h.From, To: h.To, Code: ReasonCode(r), Reason: r, At: h.At})
-	}
-	return v
 }

@@ -20,6 +20,7 @@ import (
 	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/retry"
@@ -102,13 +103,13 @@ func newRigOn(t testing.TB, store pay.Store, its *httptest.Server, mutate func(*
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := pay.NewHandler(svc, store, pay.DefaultHandlerConfig(), reg)
+	h, err := payapi.New(svc, store, payapi.DefaultConfig(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := httptest.NewServer(h)
 	t.Cleanup(api.Close)
-	v := apitest.New(t, pay.OpenAPI())
+	v := apitest.New(t, payapi.OpenAPI())
 	_, key := addMerchant(t, store, merchant)
 	return &rig{instURL: its.URL, store: store, svc: svc, inst: client.WithAdminToken(adminToken), api: api, reg: reg, v: v, client: v.Client(t), key: key}
 }

@@ -31,18 +31,12 @@ type Store interface {
 	// ErrStaleStatus if the current status is not `from`, ErrNotFound if
 	// there is no such payment, CodeInvalid if !CanTransition(from, to)),
 	// appends history with reason, writes an outbox row
-	// (EventStatusChanged) and, when resp != nil, completes the payment's
-	// idempotency record with the response to replay (if the record still
-	// exists). A move to UNKNOWN makes the payment due for an inquiry at
+	// (EventStatusChanged) and completes the payment's idempotency record
+	// (if it still names the payment): a repeated request is answered from
+	// the payment from then on. A move to UNKNOWN makes the payment due for an inquiry at
 	// once (NextInquiryAt = now); a move to a final status clears
 	// NextInquiryAt. It returns the payment with its history.
-	Transition(ctx context.Context, id string, from, to Status, reason string, resp *StoredResponse) (Payment, error)
-
-	// CompleteIdempotency stores the response for key without a status
-	// change (e.g. a FAILED-before-sending answer already transitioned).
-	// Completing a completed record replaces its response. ErrNotFound if
-	// there is no such key.
-	CompleteIdempotency(ctx context.Context, key string, resp StoredResponse) error
+	Transition(ctx context.Context, id string, from, to Status, reason string) (Payment, error)
 
 	// Get returns the payment with its history, or ErrNotFound.
 	Get(ctx context.Context, id string) (Payment, error)
@@ -114,9 +108,6 @@ type TransitionRequest struct {
 	ID       string
 	From, To Status
 	Reason   string
-	// Resp, when not nil, completes the payment's idempotency record as
-	// in Store.Transition.
-	Resp *StoredResponse
 }
 
 // BatchTransitioner is implemented by a Store that can make many
@@ -133,13 +124,6 @@ type BatchTransitioner interface {
 	// nil: bad arguments (CodeInvalid, also for a payment named twice)
 	// or a failed transaction.
 	TransitionBatch(ctx context.Context, reqs []TransitionRequest) (errs []error, err error)
-}
-
-// StoredResponse is the response stored with a completed idempotency
-// record, replayed to a client that repeats the request.
-type StoredResponse struct {
-	Code int    // HTTP status
-	Body []byte // response body
 }
 
 // CheckLimit validates a list limit; adapters call it.
@@ -184,4 +168,17 @@ func (s Stats) OutboxLag(now time.Time) time.Duration {
 		return 0
 	}
 	return now.Sub(s.OldestUnpublished)
+}
+
+// AdminStore is what the operator's endpoints read besides Store: the
+// flagged payments and the count of payments in each status. The SQL
+// store implements it.
+type AdminStore interface {
+	// ListFlagged returns up to limit payments flagged for manual review
+	// with IDs greater than afterID ("" for the first page), ordered by
+	// ID, without history.
+	ListFlagged(ctx context.Context, afterID string, limit int) ([]Payment, error)
+	// CountByStatus counts the payments in each status; a status with
+	// none may be missing.
+	CountByStatus(ctx context.Context) (map[Status]int, error)
 }

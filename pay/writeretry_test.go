@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 )
 
 // flakyStore fails the next `fails` status changes as unavailable.
@@ -21,11 +22,11 @@ type flakyStore struct {
 }
 
 // Transition implements pay.Store.
-func (f *flakyStore) Transition(ctx context.Context, id string, from, to pay.Status, reason string, resp *pay.StoredResponse) (pay.Payment, error) {
+func (f *flakyStore) Transition(ctx context.Context, id string, from, to pay.Status, reason string) (pay.Payment, error) {
 	if f.fails.Add(-1) >= 0 {
 		return pay.Payment{}, pay.Unavailable(errors.New("the database is down"))
 	}
-	return f.Store.Transition(ctx, id, from, to, reason, resp)
+	return f.Store.Transition(ctx, id, from, to, reason)
 }
 
 // fakeClock is a clock that only sleeps move.
@@ -74,18 +75,18 @@ var retryReq = pay.CreateRequest{MerchantID: merchant, OrderID: "retry-1", Amoun
 func TestOutcomeWriteIsRetried(t *testing.T) {
 	svc, store, clock, _ := writeRetryRig(t)
 	store.fails.Store(3)
-	resp, err := svc.Create(context.Background(), "retry-key", retryReq)
+	resp, err := createAnswer(svc, context.Background(), "retry-key", retryReq)
 	if err != nil || resp.Code != http.StatusCreated {
 		t.Fatalf("Create = %d %s, %v; want 201 after the write was retried", resp.Code, resp.Body, err)
 	}
-	var v pay.View
+	var v payapi.View
 	if err := json.Unmarshal(resp.Body, &v); err != nil || v.Status != pay.StatusApproved {
 		t.Fatalf("answer %s, %v; want APPROVED", resp.Body, err)
 	}
 	if want := []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond}; !slices.Equal(clock.slept, want) {
 		t.Errorf("backoff %v, want %v", clock.slept, want)
 	}
-	again, err := svc.Create(context.Background(), "retry-key", retryReq)
+	again, err := createAnswer(svc, context.Background(), "retry-key", retryReq)
 	if err != nil || again.Code != resp.Code || string(again.Body) != string(resp.Body) {
 		t.Errorf("the key answers %d %s, %v; want the same answer", again.Code, again.Body, err)
 	}
@@ -100,7 +101,7 @@ func TestUnwrittenOutcomeIsSettledByTheReconciler(t *testing.T) {
 	svc, store, clock, inst := writeRetryRig(t)
 	store.fails.Store(1 << 30)
 	start := clock.Now()
-	_, err := svc.Create(context.Background(), "lost-key", retryReq)
+	_, err := createAnswer(svc, context.Background(), "lost-key", retryReq)
 	if pay.ErrorCode(err) != pay.CodeUnavailable {
 		t.Fatalf("Create with the database down = %v, want unavailable", err)
 	}
@@ -108,7 +109,7 @@ func TestUnwrittenOutcomeIsSettledByTheReconciler(t *testing.T) {
 		t.Errorf("retried for %s, want about WriteRetryFor (%s)", spent, pay.DefaultConfig().WriteRetryFor)
 	}
 	store.fails.Store(0)
-	if _, err := svc.Create(context.Background(), "lost-key", retryReq); pay.ErrorCode(err) != pay.CodeConflict {
+	if _, err := createAnswer(svc, context.Background(), "lost-key", retryReq); pay.ErrorCode(err) != pay.CodeConflict {
 		t.Fatalf("the key before settlement = %v, want 409 in flight", err)
 	}
 	// The retries took longer than the approval timeout plus margin on
@@ -116,8 +117,8 @@ func TestUnwrittenOutcomeIsSettledByTheReconciler(t *testing.T) {
 	if res, err := svc.Pass(context.Background()); err != nil || res.TakenOver != 1 || res.Settled != 1 {
 		t.Fatalf("Pass = %+v, %v; want the payment taken over and settled", res, err)
 	}
-	resp, err := svc.Create(context.Background(), "lost-key", retryReq)
-	var v pay.View
+	resp, err := createAnswer(svc, context.Background(), "lost-key", retryReq)
+	var v payapi.View
 	if err != nil || resp.Code != http.StatusCreated || json.Unmarshal(resp.Body, &v) != nil || v.Status != pay.StatusApproved {
 		t.Fatalf("the key after settlement = %d %s, %v; want 201 APPROVED", resp.Code, resp.Body, err)
 	}
@@ -148,4 +149,23 @@ func TestFreshPendingIsNotTakenOver(t *testing.T) {
 	if got, _ := store.Get(context.Background(), p.ID); got.Status == pay.StatusPending {
 		t.Fatalf("still PENDING after the takeover")
 	}
+}
+
+// answer is what the merchant API sends for a create request: the
+// status it picks, the body it renders and whether it is a replay.
+type answer struct {
+	Code     int
+	Body     []byte
+	Replayed bool
+}
+
+// createAnswer calls svc.Create and renders its payment as the merchant
+// API does: 201 once final, 202 before, the payment without its history.
+func createAnswer(svc *pay.Service, ctx context.Context, key string, req pay.CreateRequest) (answer, error) {
+	p, replayed, err := svc.Create(ctx, key, req)
+	if err != nil {
+		return answer{}, err
+	}
+	code, body, err := payapi.CreatedResponse(p)
+	return answer{Code: code, Body: body, Replayed: replayed}, err
 }

@@ -22,9 +22,11 @@ import (
 	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/natspub"
 	"github.com/stampede-lab/stampede/pay/postgres"
+	payserver "github.com/stampede-lab/stampede/pay/server"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/pay/sqlstore"
 	"github.com/stampede-lab/stampede/pay/webhook"
@@ -251,13 +253,27 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 		return fmt.Errorf("--give-up-after must be positive, got %s", opts.giveUpAfter)
 	}
 	if err := opts.stream.Validate(); err != nil {
-		if e, ok := errors.AsType[*pay.Error](err); ok && (e.Field == "MaxAge" || e.Field == "MaxBytes") {
-			return fmt.Errorf("--stream-max-%s %s", map[string]string{"MaxAge": "age", "MaxBytes": "bytes"}[e.Field], e.Message)
-		}
+		return flagErrors("", err)
+	}
+	admission, err := opts.admission.verifier()
+	if err != nil {
 		return err
 	}
 	log := loggerOf(cmd)
 	ctx := cmd.Context()
+	// Every flag is checked before anything is opened or created.
+	svcCfg := pay.DefaultConfig()
+	svcCfg.ApprovalTimeout, svcCfg.InquiryConcurrency, svcCfg.GiveUpAfter = opts.timeout, opts.inquiries, opts.giveUpAfter
+	apiCfg := payapi.DefaultConfig()
+	apiCfg.AdminToken, apiCfg.Admission = opts.adminToken, admission
+	wcfg := opts.webhooks
+	wcfg.Logger = log
+	if wcfg.Lease <= wcfg.Timeout {
+		wcfg.Lease = 3 * wcfg.Timeout
+	}
+	if err := stampede.Join(flagErrors("", stampede.Join(svcCfg.Validate(), apiCfg.Validate())), flagErrors("webhook-", wcfg.Validate())); err != nil {
+		return err
+	}
 
 	store, where, err := opts.store.open(cmd, false)
 	if err != nil {
@@ -320,51 +336,30 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	if !ok {
 		return fmt.Errorf("the store %T cannot deliver webhooks", store)
 	}
-	wcfg := opts.webhooks
-	wcfg.Logger = log
-	if wcfg.Lease <= wcfg.Timeout {
-		wcfg.Lease = 3 * wcfg.Timeout
-	}
 	deliverer, err := webhook.New(ws, wcfg)
 	if err != nil {
-		flag := map[string]string{"MaxAge": "--webhook-max-age", "Timeout": "--webhook-timeout", "Concurrency": "--webhook-concurrency"}
-		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
-			return fmt.Errorf("%s %s", flag[e.Field], e.Message)
-		}
-		return err
-	}
-	cfg := pay.DefaultServerConfig()
-	cfg.Background = []pay.Component{{Name: "webhooks", Run: deliverer.Run}}
-	cfg.Store, cfg.Institution, cfg.Events = store, institutionclient.New(client), events
-	cfg.Service.ApprovalTimeout, cfg.Service.InquiryConcurrency = opts.timeout, opts.inquiries
-	cfg.Service.GiveUpAfter, cfg.Relay.GiveUpAfter = opts.giveUpAfter, opts.giveUpAfter
-	cfg.Handler.AdminToken = opts.adminToken
-	if err := cfg.Handler.Validate(); err != nil {
-		if e, ok := errors.AsType[*pay.Error](err); ok && e.Field == "AdminToken" {
-			return fmt.Errorf("--admin-token %s", e.Message)
-		}
-	}
-	cfg.HTTP = scfg
-	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
-	cfg.Registry, cfg.Logger = reg, log
-	if cfg.Handler.Admissions, err = opts.admission.checker(); err != nil {
-		return err
-	}
-	srv, err := pay.NewServer(cfg)
-	if e, ok := errors.AsType[*pay.Error](err); ok && e.Field == "Service.InquiryConcurrency" {
-		return fmt.Errorf("--inquiry-concurrency %s", e.Message)
-	}
-	if err != nil {
-		return err
+		return flagErrors("webhook-", err)
 	}
 	ln, err := net.Listen("tcp", opts.http)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
+	cfg := payserver.DefaultConfig()
+	cfg.Background = []payserver.Component{{Name: "webhooks", Run: deliverer.Run}}
+	cfg.Store, cfg.Institution, cfg.Events, cfg.Listener = store, institutionclient.New(client), events, ln
+	cfg.Service, cfg.API, cfg.Relay.GiveUpAfter = svcCfg, apiCfg, opts.giveUpAfter
+	cfg.HTTP = scfg
+	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
+	cfg.Registry, cfg.Logger = reg, log
+	srv, err := payserver.New(cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	log.Info("payment service listening", "addr", ln.Addr().String(), "store", where, "institution", opts.institution,
 		"stream", opts.stream.Stream, "stream_max_age", opts.stream.MaxAge, "stream_max_bytes", opts.stream.MaxBytes,
 		"read_timeout", scfg.ReadTimeout, "write_timeout", scfg.WriteTimeout, "idle_timeout", scfg.IdleTimeout)
-	if err := srv.Run(ctx, ln); err != nil {
+	if err := srv.Run(ctx); err != nil {
 		return err
 	}
 	log.Info("stopped")

@@ -16,7 +16,7 @@ import (
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/internal/tcpproxy"
 	"github.com/stampede-lab/stampede/internal/testenv"
-	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 )
 
 // TestServePayPostgresFrozen runs `serve pay` on PostgreSQL behind a proxy
@@ -62,7 +62,7 @@ func TestServePayPostgresFrozen(t *testing.T) {
 	key := merchant.Key
 	addr, _ := servePay(t, its.URL, "--postgres", u.String(), "--db-timeout", dbTimeout.String(), "--timeout", "1s")
 	base := "http://" + addr
-	c := apitest.New(t, pay.OpenAPI()).Client(t)
+	c := apitest.New(t, payapi.OpenAPI()).Client(t)
 	c.Timeout = 30 * time.Second
 	run := fmt.Sprintf("frozen-%d", time.Now().UnixNano())
 

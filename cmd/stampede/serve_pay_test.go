@@ -20,7 +20,7 @@ import (
 	instapi "github.com/stampede-lab/stampede/institution/api"
 	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
-	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 	"github.com/stampede-lab/stampede/pay/natspub"
 )
 
@@ -123,7 +123,7 @@ func TestServePayAnswersThroughHTTPAPI(t *testing.T) {
 	merchantID, apiKey := addMerchantCLI(t, db)
 	addr, logs := servePayOn(t, db, its.URL, "--timeout", "300ms")
 	base := "http://" + addr
-	c := apitest.New(t, pay.OpenAPI()).Client(t)
+	c := apitest.New(t, payapi.OpenAPI()).Client(t)
 
 	resp, err := c.Get(base + "/readyz")
 	if err != nil {

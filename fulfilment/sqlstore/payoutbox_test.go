@@ -31,7 +31,7 @@ func TestFromPayOutbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ps.Transition(ctx, p.ID, pay.StatusPending, final[i%len(final)], "test", nil); err != nil {
+		if _, err := ps.Transition(ctx, p.ID, pay.StatusPending, final[i%len(final)], "test"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -82,7 +82,7 @@ func twoWorkers(t *testing.T, real bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ps.Transition(ctx, p.ID, pay.StatusPending, final[i%len(final)], "test", nil); err != nil {
+		if _, err := ps.Transition(ctx, p.ID, pay.StatusPending, final[i%len(final)], "test"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/pay"
+	payapi "github.com/stampede-lab/stampede/pay/api"
 	"github.com/stampede-lab/stampede/pay/institutionclient"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/retry"
@@ -214,9 +215,9 @@ func (e *Experiment) start(policy retry.Policy) (_ *rig, err error) {
 	if r.svc, err = pay.NewService(r.store, institutionclient.New(instClient), pcfg); err != nil {
 		return nil, err
 	}
-	hcfg := pay.DefaultHandlerConfig()
+	hcfg := payapi.DefaultConfig()
 	hcfg.Logger = quiet
-	handler, err := pay.NewHandler(r.svc, r.store, hcfg, nil)
+	handler, err := payapi.New(r.svc, r.store, hcfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +363,7 @@ func (e *Experiment) stampede(ctx context.Context, r *rig) ([]answer, time.Time)
 			resp.Body.Close()
 			a.at = time.Now()
 			a.latency, a.code = a.at.Sub(t0), resp.StatusCode
-			var v pay.View
+			var v payapi.View
 			switch {
 			case err != nil:
 				a.err = "reading the answer: " + err.Error()

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stampede-lab/stampede"
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/internal/logging"
 	"github.com/stampede-lab/stampede/pay"
@@ -65,27 +66,37 @@ func DefaultConfig() Config {
 		MaxAge: 72 * time.Hour, MaxBytes: 1 << 30, PublishTimeout: 5 * time.Second, Partitions: 8}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in
+// snake_case as serve pay's flag that sets it: Stream is "stream",
+// Subject "subject", Partitions "partitions", MaxAge "stream_max_age" and
+// MaxBytes "stream_max_bytes".
 func (c Config) Validate() error {
-	switch {
-	case c.Stream == "":
-		return pay.Invalid("Stream", "must not be empty")
-	case c.Subject == "":
-		return pay.Invalid("Subject", "must not be empty")
-	case c.DuplicateWindow < time.Second:
-		return pay.Invalid("DuplicateWindow", "must be at least 1s, got %s", c.DuplicateWindow)
-	case c.MaxAge < 0:
-		return pay.Invalid("MaxAge", "must not be negative (0: no limit), got %s", c.MaxAge)
-	case c.MaxAge > 0 && c.MaxAge < c.DuplicateWindow:
-		return pay.Invalid("MaxAge", "must be at least DuplicateWindow (%s), got %s", c.DuplicateWindow, c.MaxAge)
-	case c.MaxBytes == 0 || c.MaxBytes < -1:
-		return pay.Invalid("MaxBytes", "must be positive, or -1 for no limit, got %d", c.MaxBytes)
-	case c.PublishTimeout <= 0:
-		return pay.Invalid("PublishTimeout", "must be positive, got %s", c.PublishTimeout)
-	case c.Partitions < 1:
-		return pay.Invalid("Partitions", "must be at least 1, got %d", c.Partitions)
+	var f stampede.Fields
+	if c.Stream == "" {
+		f.Add("stream", "must not be empty")
 	}
-	return nil
+	if c.Subject == "" {
+		f.Add("subject", "must not be empty")
+	}
+	if c.DuplicateWindow < time.Second {
+		f.Add("duplicate_window", "must be at least 1s, got %s", c.DuplicateWindow)
+	}
+	switch {
+	case c.MaxAge < 0:
+		f.Add("stream_max_age", "must not be negative (0: no limit), got %s", c.MaxAge)
+	case c.MaxAge > 0 && c.MaxAge < c.DuplicateWindow:
+		f.Add("stream_max_age", "must be at least the duplicate window (%s), got %s", c.DuplicateWindow, c.MaxAge)
+	}
+	if c.MaxBytes == 0 || c.MaxBytes < -1 {
+		f.Add("stream_max_bytes", "must be positive, or -1 for no limit, got %d", c.MaxBytes)
+	}
+	if c.PublishTimeout <= 0 {
+		f.Add("publish_timeout", "must be positive, got %s", c.PublishTimeout)
+	}
+	if c.Partitions < 1 {
+		f.Add("partitions", "must be at least 1, got %d", c.Partitions)
+	}
+	return f.Err()
 }
 
 // StreamConfig is the JetStream configuration of cfg's stream: file

@@ -84,10 +84,10 @@ func TestRelayKeepsOrderAndSurvivesARestart(t *testing.T) {
 				ids = append(ids, p.ID)
 			}
 			for _, id := range ids {
-				if _, err := store.Transition(ctx, id, pay.StatusPending, pay.StatusUnknown, "timeout", nil); err != nil {
+				if _, err := store.Transition(ctx, id, pay.StatusPending, pay.StatusUnknown, "timeout"); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := store.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry", nil); err != nil {
+				if _, err := store.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -217,10 +217,10 @@ func TestStreamLimitsAreSetAndUpdated(t *testing.T) {
 
 func TestConfigValidateNamesTheField(t *testing.T) {
 	for field, mutate := range map[string]func(*natspub.Config){
-		"Stream":     func(c *natspub.Config) { c.Stream = "" },
-		"MaxAge":     func(c *natspub.Config) { c.MaxAge = time.Second },
-		"MaxBytes":   func(c *natspub.Config) { c.MaxBytes = 0 },
-		"Partitions": func(c *natspub.Config) { c.Partitions = 0 },
+		"stream":           func(c *natspub.Config) { c.Stream = "" },
+		"stream_max_age":   func(c *natspub.Config) { c.MaxAge = time.Second },
+		"stream_max_bytes": func(c *natspub.Config) { c.MaxBytes = 0 },
+		"partitions":       func(c *natspub.Config) { c.Partitions = 0 },
 	} {
 		cfg := natspub.DefaultConfig()
 		mutate(&cfg)

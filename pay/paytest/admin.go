@@ -51,7 +51,7 @@ func testAdminReads(t *testing.T, s pay.Store) {
 	for i := range 3 {
 		p, _ := create(t, s)
 		if i > 0 {
-			transition(t, s, p.ID, pay.StatusPending, pay.StatusApproved, "approved", nil)
+			transition(t, s, p.ID, pay.StatusPending, pay.StatusApproved, "approved")
 			if err := s.FlagReview(ctx, p.ID, "check it"); err != nil {
 				t.Fatal(err)
 			}

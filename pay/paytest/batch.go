@@ -1,7 +1,6 @@
 package paytest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,19 +28,18 @@ func testTransitionBatch(t *testing.T, s pay.Store) {
 	ctx := context.Background()
 	bt := batcher(t, s)
 	approved, approvedIdem := create(t, s)
-	transition(t, s, approved.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+	transition(t, s, approved.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	failed, _ := create(t, s)
-	transition(t, s, failed.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+	transition(t, s, failed.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	stale, _ := create(t, s) // still PENDING
 	// twin is settled the single way, for comparison.
 	twin, _ := create(t, s)
-	transition(t, s, twin.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
-	transition(t, s, twin.ID, pay.StatusUnknown, pay.StatusFailed, "inquiry: not found", nil)
+	transition(t, s, twin.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
+	transition(t, s, twin.ID, pay.StatusUnknown, pay.StatusFailed, "inquiry: not found")
 	missing := pay.NewID()
 
-	resp := &pay.StoredResponse{Code: 201, Body: []byte(`{"status":"APPROVED"}`)}
 	errs, err := bt.TransitionBatch(ctx, []pay.TransitionRequest{
-		{ID: approved.ID, From: pay.StatusUnknown, To: pay.StatusApproved, Reason: "inquiry: approved", Resp: resp},
+		{ID: approved.ID, From: pay.StatusUnknown, To: pay.StatusApproved, Reason: "inquiry: approved"},
 		{ID: stale.ID, From: pay.StatusUnknown, To: pay.StatusDeclined, Reason: "inquiry: declined"},
 		{ID: failed.ID, From: pay.StatusUnknown, To: pay.StatusFailed, Reason: "inquiry: not found"},
 		{ID: missing, From: pay.StatusUnknown, To: pay.StatusApproved, Reason: "inquiry: approved"},
@@ -59,8 +57,8 @@ func testTransitionBatch(t *testing.T, s pay.Store) {
 		t.Errorf("after the batch: %+v; want APPROVED with its history entry and no next inquiry", a)
 	}
 	rec, err := s.Idempotency(ctx, approvedIdem.Key)
-	if err != nil || rec.State != pay.IdempotencyCompleted || rec.ResponseCode != 201 || !bytes.Equal(rec.ResponseBody, resp.Body) {
-		t.Errorf("idempotency record after the batch = %+v, %v; want completed with the response", rec, err)
+	if err != nil || rec.State != pay.IdempotencyCompleted {
+		t.Errorf("idempotency record after the batch = %+v, %v; want completed", rec, err)
 	}
 	evs := outboxOf(t, s, approved.ID)
 	if len(evs) != 3 || evs[2].Seq != 3 || evs[2].Type != pay.EventStatusChanged {
@@ -101,21 +99,20 @@ func testTransitionBatch(t *testing.T, s pay.Store) {
 }
 
 // testTransitionBatchInvalid: a batch with a bad request — an illegal
-// transition, a bad stored response, a payment named twice — is refused
+// transition, a payment named twice — is refused
 // as a whole (CodeInvalid) and writes nothing.
 func testTransitionBatchInvalid(t *testing.T, s pay.Store) {
 	ctx := context.Background()
 	bt := batcher(t, s)
 	p, _ := create(t, s)
-	transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+	transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	q, _ := create(t, s)
-	transition(t, s, q.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+	transition(t, s, q.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	ok := pay.TransitionRequest{ID: p.ID, From: pay.StatusUnknown, To: pay.StatusApproved, Reason: "found"}
 	for name, bad := range map[string]pay.TransitionRequest{
-		"illegal":  {ID: q.ID, From: pay.StatusApproved, To: pay.StatusDeclined, Reason: "x"},
-		"unknown":  {ID: q.ID, From: pay.StatusUnknown, To: "SETTLED", Reason: "x"},
-		"response": {ID: q.ID, From: pay.StatusUnknown, To: pay.StatusDeclined, Reason: "x", Resp: &pay.StoredResponse{Code: 0}},
-		"twice":    {ID: p.ID, From: pay.StatusUnknown, To: pay.StatusDeclined, Reason: "x"},
+		"illegal": {ID: q.ID, From: pay.StatusApproved, To: pay.StatusDeclined, Reason: "x"},
+		"unknown": {ID: q.ID, From: pay.StatusUnknown, To: "SETTLED", Reason: "x"},
+		"twice":   {ID: p.ID, From: pay.StatusUnknown, To: pay.StatusDeclined, Reason: "x"},
 	} {
 		errs, err := bt.TransitionBatch(ctx, []pay.TransitionRequest{ok, bad})
 		if pay.ErrorCode(err) != pay.CodeInvalid || errs != nil {
@@ -142,7 +139,7 @@ func testConcurrentBatchAndSingle(t *testing.T, s pay.Store) {
 	ps := make([]pay.Payment, payments)
 	for i := range ps {
 		ps[i], _ = create(t, s)
-		transition(t, s, ps[i].ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+		transition(t, s, ps[i].ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	}
 	var (
 		mu   sync.Mutex
@@ -187,7 +184,7 @@ func testConcurrentBatchAndSingle(t *testing.T, s pay.Store) {
 				return
 			}
 			for _, p := range ps {
-				_, err := s.Transition(ctx, p.ID, pay.StatusUnknown, pay.StatusDeclined, who, nil)
+				_, err := s.Transition(ctx, p.ID, pay.StatusUnknown, pay.StatusDeclined, who)
 				switch {
 				case err == nil:
 					won(p.ID, who)

@@ -28,7 +28,7 @@ func createDueAt(t *testing.T, s pay.Store, next time.Time) pay.Payment {
 func createUnknown(t *testing.T, s pay.Store) pay.Payment {
 	t.Helper()
 	p, _ := create(t, s)
-	return transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+	return transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 }
 
 // ids returns the IDs of ps.
@@ -52,11 +52,11 @@ func testInquiryState(t *testing.T, s pay.Store) {
 		t.Fatalf("stored next inquiry %v, want %v", got.NextInquiryAt, p.NextInquiryAt)
 	}
 	before := time.Now().Add(-time.Second)
-	u := transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+	u := transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	if u.NextInquiryAt.Before(before) || !u.NextInquiryAt.Equal(u.UpdatedAt) {
 		t.Fatalf("UNKNOWN: next inquiry %v, updated %v; want due at once", u.NextInquiryAt, u.UpdatedAt)
 	}
-	a := transition(t, s, p.ID, pay.StatusUnknown, pay.StatusApproved, "found", nil)
+	a := transition(t, s, p.ID, pay.StatusUnknown, pay.StatusApproved, "found")
 	if !a.NextInquiryAt.IsZero() || !get(t, s, p.ID).NextInquiryAt.IsZero() {
 		t.Fatalf("APPROVED: next inquiry %v, want none", a.NextInquiryAt)
 	}
@@ -71,7 +71,7 @@ func testClaimDue(t *testing.T, s pay.Store) {
 	later := createDueAt(t, s, start.Add(time.Hour))
 	unknown := createUnknown(t, s)
 	final, _ := create(t, s)
-	transition(t, s, final.ID, pay.StatusPending, pay.StatusApproved, "approved", nil)
+	transition(t, s, final.ID, pay.StatusPending, pay.StatusApproved, "approved")
 
 	now := time.Now().Add(time.Second)
 	until := pay.StoreTime(now.Add(time.Minute))
@@ -240,7 +240,7 @@ func testStats(t *testing.T, s pay.Store) {
 	before := stats()
 	a, _ := create(t, s)
 	b, _ := create(t, s)
-	transition(t, s, b.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+	transition(t, s, b.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	if err := s.FlagReview(ctx, b.ID, "look"); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func testStats(t *testing.T, s pay.Store) {
 	if lag := after.OutboxLag(after.OldestUnpublished.Add(3 * time.Second)); lag != 3*time.Second {
 		t.Errorf("OutboxLag = %v, want 3s", lag)
 	}
-	transition(t, s, a.ID, pay.StatusPending, pay.StatusDeclined, "declined", nil)
+	transition(t, s, a.ID, pay.StatusPending, pay.StatusDeclined, "declined")
 	if st := stats(); st.Pending != before.Pending {
 		t.Errorf("after settling: %d PENDING, want %d", st.Pending, before.Pending)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -17,8 +18,8 @@ func mustOrderExists(t *testing.T, err error, id string) {
 	if !ok || oe.PaymentID != id {
 		t.Fatalf("CreatePending for a taken order = %v, want *OrderExistsError naming %s", err, id)
 	}
-	if pay.ErrorCode(err) != pay.CodeOrderExists || pay.HTTPStatus(err) != 409 {
-		t.Fatalf("order exists maps to %s %d, want order_exists 409", pay.ErrorCode(err), pay.HTTPStatus(err))
+	if pay.ErrorCode(err) != pay.CodeOrderExists || stampede.ClassOf(pay.MapError(err)) != stampede.Conflict {
+		t.Fatalf("order exists maps to %s (%s), want order_exists, a conflict", pay.ErrorCode(err), stampede.ClassOf(pay.MapError(err)))
 	}
 }
 
@@ -46,15 +47,15 @@ func testOneLivePerOrder(t *testing.T, s pay.Store) {
 	if _, err := s.Idempotency(ctx, idem.Key); !errors.Is(err, pay.ErrNotFound) {
 		t.Fatalf("the refused request's idempotency key was stored: %v", err)
 	}
-	transition(t, s, first.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+	transition(t, s, first.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	_, _, err = again()
 	mustOrderExists(t, err, first.ID)
-	transition(t, s, first.ID, pay.StatusUnknown, pay.StatusDeclined, "declined", nil)
+	transition(t, s, first.ID, pay.StatusUnknown, pay.StatusDeclined, "declined")
 	second, _, err := again()
 	if err != nil {
 		t.Fatalf("after DECLINED the order may be paid again: %v", err)
 	}
-	transition(t, s, second.ID, pay.StatusPending, pay.StatusApproved, "approved", nil)
+	transition(t, s, second.ID, pay.StatusPending, pay.StatusApproved, "approved")
 	_, _, err = again()
 	mustOrderExists(t, err, second.ID)
 
@@ -221,7 +222,7 @@ func testDeliveries(t *testing.T, s pay.Store) {
 	if err != nil {
 		t.Fatalf("CreatePending: %v", err)
 	}
-	transition(t, s, p.ID, pay.StatusPending, pay.StatusApproved, "approved", nil)
+	transition(t, s, p.ID, pay.StatusPending, pay.StatusApproved, "approved")
 	ds, err := ws.Deliveries(ctx, p.ID, 10)
 	if err != nil || len(ds) != 2 || ds[0].Seq != 2 || ds[1].Seq != 1 || ds[0].ID == ds[1].ID {
 		t.Fatalf("Deliveries = %+v, %v; want seq 2 then 1, distinct ids", ds, err)

@@ -13,7 +13,6 @@
 package paytest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,7 +52,6 @@ func run(t *testing.T, newStore func(t *testing.T) pay.Store, parallel bool) {
 		{"TransitionsAppendHistoryAndOutbox", testTransitions},
 		{"StaleTransitionWritesNothing", testStaleTransition},
 		{"TransitionCompletesIdempotency", testTransitionCompletes},
-		{"CompleteIdempotency", testCompleteIdempotency},
 		{"ListByStatus", testListByStatus},
 		{"ListPaginates", testListPaginates},
 		{"FlagReview", testFlagReview},
@@ -139,9 +137,9 @@ func get(t *testing.T, s pay.Store, id string) pay.Payment {
 	return p
 }
 
-func transition(t *testing.T, s pay.Store, id string, from, to pay.Status, reason string, resp *pay.StoredResponse) pay.Payment {
+func transition(t *testing.T, s pay.Store, id string, from, to pay.Status, reason string) pay.Payment {
 	t.Helper()
-	p, err := s.Transition(context.Background(), id, from, to, reason, resp)
+	p, err := s.Transition(context.Background(), id, from, to, reason)
 	if err != nil {
 		t.Fatalf("Transition(%s, %s→%s): %v", id, from, to, err)
 	}
@@ -251,7 +249,7 @@ func testCreateAndGet(t *testing.T, s pay.Store) {
 		t.Fatalf("Idempotency: %v", err)
 	}
 	if rec.Key != idem.Key || rec.RequestHash != idem.RequestHash || rec.PaymentID != p.ID ||
-		rec.State != pay.IdempotencyInFlight || rec.ResponseCode != 0 || len(rec.ResponseBody) != 0 ||
+		rec.State != pay.IdempotencyInFlight ||
 		!rec.ExpiresAt.Equal(rec.CreatedAt.Add(pay.DefaultIdempotencyTTL)) {
 		t.Errorf("idempotency record = %+v", rec)
 	}
@@ -388,11 +386,11 @@ func testExpiredKeyReplaced(t *testing.T, s pay.Store) {
 
 func testTransitions(t *testing.T, s pay.Store) {
 	p, _ := create(t, s)
-	u := transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+	u := transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	if u.Status != pay.StatusUnknown || len(u.History) != 2 || u.UpdatedAt.Before(p.UpdatedAt) {
 		t.Fatalf("after PENDING→UNKNOWN: %+v", u)
 	}
-	a := transition(t, s, p.ID, pay.StatusUnknown, pay.StatusApproved, "inquiry: approved", nil)
+	a := transition(t, s, p.ID, pay.StatusUnknown, pay.StatusApproved, "inquiry: approved")
 	want := []pay.StatusChange{
 		{From: "", To: pay.StatusPending, Reason: pay.ReasonCreated},
 		{From: pay.StatusPending, To: pay.StatusUnknown, Reason: "timeout"},
@@ -440,7 +438,7 @@ func testTransitions(t *testing.T, s pay.Store) {
 func testStaleTransition(t *testing.T, s pay.Store) {
 	ctx := context.Background()
 	p, _ := create(t, s)
-	_, err := s.Transition(ctx, p.ID, pay.StatusUnknown, pay.StatusApproved, "late answer", nil)
+	_, err := s.Transition(ctx, p.ID, pay.StatusUnknown, pay.StatusApproved, "late answer")
 	if !errors.Is(err, pay.ErrStaleStatus) || pay.ErrorCode(err) != pay.CodeConflict {
 		t.Fatalf("Transition from the wrong status = %v, want ErrStaleStatus", err)
 	}
@@ -450,17 +448,17 @@ func testStaleTransition(t *testing.T, s pay.Store) {
 	if evs := outboxOf(t, s, p.ID); len(evs) != 1 {
 		t.Errorf("outbox after a failed CAS = %+v, want only the created row", evs)
 	}
-	if _, err := s.Transition(ctx, pay.NewID(), pay.StatusPending, pay.StatusApproved, "x", nil); !errors.Is(err, pay.ErrNotFound) {
+	if _, err := s.Transition(ctx, pay.NewID(), pay.StatusPending, pay.StatusApproved, "x"); !errors.Is(err, pay.ErrNotFound) {
 		t.Errorf("Transition(unknown) = %v, want ErrNotFound", err)
 	}
-	transition(t, s, p.ID, pay.StatusPending, pay.StatusDeclined, "declined", nil)
+	transition(t, s, p.ID, pay.StatusPending, pay.StatusDeclined, "declined")
 	for _, c := range []struct{ from, to pay.Status }{
 		{pay.StatusDeclined, pay.StatusApproved}, // terminal
 		{pay.StatusPending, pay.StatusPending},
 		{pay.StatusUnknown, pay.StatusPending},
 		{pay.StatusPending, "SETTLED"},
 	} {
-		if _, err := s.Transition(ctx, p.ID, c.from, c.to, "x", nil); pay.ErrorCode(err) != pay.CodeInvalid {
+		if _, err := s.Transition(ctx, p.ID, c.from, c.to, "x"); pay.ErrorCode(err) != pay.CodeInvalid {
 			t.Errorf("Transition %s→%s = %v, want invalid", c.from, c.to, err)
 		}
 	}
@@ -472,42 +470,18 @@ func testStaleTransition(t *testing.T, s pay.Store) {
 func testTransitionCompletes(t *testing.T, s pay.Store) {
 	ctx := context.Background()
 	p, idem := create(t, s)
-	resp := &pay.StoredResponse{Code: 202, Body: []byte(`{"status":"UNKNOWN"}`)}
-	transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout", resp)
+	transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	rec, err := s.Idempotency(ctx, idem.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.State != pay.IdempotencyCompleted || rec.ResponseCode != 202 || !bytes.Equal(rec.ResponseBody, resp.Body) || rec.PaymentID != p.ID {
-		t.Fatalf("record after Transition with a response = %+v", rec)
+	if rec.State != pay.IdempotencyCompleted || rec.PaymentID != p.ID {
+		t.Fatalf("record after Transition = %+v, want completed", rec)
 	}
-	// Without a response the record is left alone.
-	transition(t, s, p.ID, pay.StatusUnknown, pay.StatusApproved, "inquiry", nil)
-	if again, _ := s.Idempotency(ctx, idem.Key); again.ResponseCode != 202 || !bytes.Equal(again.ResponseBody, resp.Body) {
-		t.Errorf("record after Transition without a response = %+v, want it unchanged", again)
-	}
-}
-
-func testCompleteIdempotency(t *testing.T, s pay.Store) {
-	ctx := context.Background()
-	p, idem := create(t, s)
-	transition(t, s, p.ID, pay.StatusPending, pay.StatusFailed, "rejected before sending", nil)
-	body := []byte(`{"status":"FAILED"}`)
-	if err := s.CompleteIdempotency(ctx, idem.Key, pay.StoredResponse{Code: 201, Body: body}); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := s.Idempotency(ctx, idem.Key)
-	if err != nil || rec.State != pay.IdempotencyCompleted || rec.ResponseCode != 201 || !bytes.Equal(rec.ResponseBody, body) {
-		t.Fatalf("record = %+v, %v", rec, err)
-	}
-	if got := get(t, s, p.ID); got.Status != pay.StatusFailed || len(got.History) != 2 {
-		t.Errorf("CompleteIdempotency changed the payment: %+v", got)
-	}
-	if err := s.CompleteIdempotency(ctx, newKey(t), pay.StoredResponse{Code: 201}); !errors.Is(err, pay.ErrNotFound) {
-		t.Errorf("CompleteIdempotency(unknown) = %v, want ErrNotFound", err)
-	}
-	if err := s.CompleteIdempotency(ctx, idem.Key, pay.StoredResponse{Code: 0}); pay.ErrorCode(err) != pay.CodeInvalid {
-		t.Errorf("CompleteIdempotency with code 0 = %v, want invalid", err)
+	// A later transition leaves it completed.
+	transition(t, s, p.ID, pay.StatusUnknown, pay.StatusApproved, "inquiry")
+	if again, _ := s.Idempotency(ctx, idem.Key); again.State != pay.IdempotencyCompleted || again.PaymentID != p.ID {
+		t.Errorf("record after a second Transition = %+v, want it completed", again)
 	}
 }
 
@@ -526,8 +500,8 @@ func testListByStatus(t *testing.T, s pay.Store) {
 		}
 		ids = append([]string{p.ID}, ids...)
 	}
-	transition(t, s, ids[1], pay.StatusPending, pay.StatusDeclined, "declined", nil)
-	transition(t, s, ids[3], pay.StatusPending, pay.StatusDeclined, "declined", nil)
+	transition(t, s, ids[1], pay.StatusPending, pay.StatusDeclined, "declined")
+	transition(t, s, ids[3], pay.StatusPending, pay.StatusDeclined, "declined")
 
 	ps, err := s.ListByStatus(ctx, pay.StatusPending, 1_000_000)
 	if err != nil {
@@ -618,7 +592,7 @@ func testListPaginates(t *testing.T, s pay.Store) {
 func testFlagReview(t *testing.T, s pay.Store) {
 	ctx := context.Background()
 	p, _ := create(t, s)
-	transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
+	transition(t, s, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
 	if err := s.FlagReview(ctx, p.ID, "unknown for too long"); err != nil {
 		t.Fatal(err)
 	}
@@ -634,7 +608,7 @@ func testFlagReview(t *testing.T, s pay.Store) {
 		t.Errorf("review event = %+v", ev)
 	}
 	// The next status change continues the payment's sequence.
-	transition(t, s, p.ID, pay.StatusUnknown, pay.StatusApproved, "inquiry", nil)
+	transition(t, s, p.ID, pay.StatusUnknown, pay.StatusApproved, "inquiry")
 	if evs := outboxOf(t, s, p.ID); len(evs) != 4 || evs[3].Seq != 4 {
 		t.Errorf("outbox after the review = %+v, want seq 4 next", evs)
 	}
@@ -660,9 +634,9 @@ func testOutbox(t *testing.T, s pay.Store) {
 	}
 	a, _ := create(t, s)
 	b, _ := create(t, s)
-	transition(t, s, a.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil)
-	transition(t, s, b.ID, pay.StatusPending, pay.StatusApproved, "approved", nil)
-	transition(t, s, a.ID, pay.StatusUnknown, pay.StatusDeclined, "inquiry", nil)
+	transition(t, s, a.ID, pay.StatusPending, pay.StatusUnknown, "timeout")
+	transition(t, s, b.ID, pay.StatusPending, pay.StatusApproved, "approved")
+	transition(t, s, a.ID, pay.StatusUnknown, pay.StatusDeclined, "inquiry")
 
 	evs := pending(t, s)
 	want := []struct {
@@ -797,7 +771,7 @@ func testConcurrentTransition(t *testing.T, s pay.Store) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			_, errs[i] = s.Transition(ctx, p.ID, pay.StatusPending, targets[i%len(targets)], fmt.Sprintf("racer %d", i), nil)
+			_, errs[i] = s.Transition(ctx, p.ID, pay.StatusPending, targets[i%len(targets)], fmt.Sprintf("racer %d", i))
 		})
 	}
 	close(start)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/internal/tcpproxy"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
@@ -120,7 +121,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err = postgres.Open(ctx, "postgres://postgres@"+addr+"/test?sslmode=disable&connect_timeout=2")
-	if pay.ErrorCode(err) != pay.CodeUnavailable || pay.HTTPStatus(err) != 503 {
+	if pay.ErrorCode(err) != pay.CodeUnavailable || httpapi.StatusOf(pay.MapError(err)) != 503 {
 		t.Fatalf("Open on a closed port = %v, want unavailable (503)", err)
 	}
 }
@@ -286,7 +287,7 @@ func TestTakesOverAPreGooseSchema(t *testing.T) {
 	if err != nil || got.Amount != 700 || got.Status != pay.StatusUnknown || !got.UpdatedAt.Equal(time.Date(2020, 1, 1, 0, 0, 2, 0, time.UTC)) {
 		t.Fatalf("the old payment after the take-over: %+v, %v", got, err)
 	}
-	if _, err := s.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry", nil); err != nil {
+	if _, err := s.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry"); err != nil {
 		t.Fatalf("Transition of the old payment: %v", err)
 	}
 	var n int

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/paytest"
 	"github.com/stampede-lab/stampede/pay/sqlite"
@@ -73,7 +74,7 @@ func TestClosedStoreIsUnavailable(t *testing.T) {
 	for name, err := range map[string]error{
 		"Ping": s.Ping(ctx), "CreatePending": errCreate, "Get": errGet, "List": errList, "PendingOutbox": errOutbox,
 	} {
-		if pay.ErrorCode(err) != pay.CodeUnavailable || pay.HTTPStatus(err) != 503 {
+		if pay.ErrorCode(err) != pay.CodeUnavailable || httpapi.StatusOf(pay.MapError(err)) != 503 {
 			t.Errorf("%s on a closed store = %v, want unavailable (503)", name, err)
 		}
 	}
@@ -226,7 +227,7 @@ func TestTakesOverAPreGooseDatabase(t *testing.T) {
 	if err != nil || got.Amount != 700 || got.Status != pay.StatusUnknown || !got.UpdatedAt.Equal(time.Unix(2, 0)) {
 		t.Fatalf("the old payment after the take-over: %+v, %v", got, err)
 	}
-	if _, err := s.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry", nil); err != nil {
+	if _, err := s.Transition(ctx, id, pay.StatusUnknown, pay.StatusApproved, "inquiry"); err != nil {
 		t.Fatalf("Transition of the old payment: %v", err)
 	}
 	if _, err := s.CreatePending(ctx, pay.Payment{ID: pay.NewID(), MerchantID: merchant, OrderID: "o-new", Amount: 1, Currency: "EUR"},

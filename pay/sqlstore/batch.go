@@ -30,7 +30,7 @@ func (s *Store) TransitionBatch(ctx context.Context, reqs []pay.TransitionReques
 	}
 	order := make([]int, len(reqs))
 	for i, r := range reqs {
-		if err := checkTransition(r.From, r.To, r.Resp); err != nil {
+		if err := pay.CheckTransition(r.From, r.To); err != nil {
 			return nil, err
 		}
 		order[i] = i
@@ -51,7 +51,7 @@ func (s *Store) TransitionBatch(ctx context.Context, reqs []pay.TransitionReques
 			r := reqs[i]
 			cur, seq, err := s.getPayment(ctx, tx, r.ID, true)
 			if err == nil {
-				_, err = s.applyTransition(ctx, tx, cur, seq, r.From, r.To, r.Reason, r.Resp, now)
+				_, err = s.applyTransition(ctx, tx, cur, seq, r.From, r.To, r.Reason, now)
 			}
 			switch {
 			case err == nil:

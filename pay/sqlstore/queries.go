@@ -15,18 +15,22 @@ import (
 const paymentCols = `id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key,
 	manual_review, review_reason, created_at, updated_at, event_seq, next_inquiry_at, inquiries`
 
-const idemCols = `key, request_hash, payment_id, state, response_code, response_body, created_at, expires_at`
+// idemCols are the columns of an idempotency record. The table's
+// response_code and response_body columns are neither written nor read
+// (a replay is rendered from the payment); a later migration may drop
+// them.
+const idemCols = `key, request_hash, payment_id, state, created_at, expires_at`
 
 // queries holds every statement, written once with $n placeholders and
 // rebound for the dialect when the store is made.
 type queries struct {
-	getPayment, lockPayment, history, listByStatus, list  string
-	lockWithHistory                                       string
-	insertPayment, updateStatus, flagReview               string
-	insertHistory, insertOutbox                           string
-	getIdem, upsertIdem, completeByPayment, completeByKey string
-	pendingOutbox, deleteExpired                          string
-	liveOrder                                             string
+	getPayment, lockPayment, history, listByStatus, list string
+	lockWithHistory                                      string
+	insertPayment, updateStatus, flagReview              string
+	insertHistory, insertOutbox                          string
+	getIdem, upsertIdem, completeByPayment               string
+	pendingOutbox, deleteExpired                         string
+	liveOrder                                            string
 
 	insertMerchant, listMerchants, getMerchant, merchantByKey string
 	revokeMerchant, setWebhook                                string
@@ -70,16 +74,14 @@ func newQueries(d Dialect) queries {
 		// A live record is left alone (no row affected); an expired one
 		// is replaced.
 		upsertIdem: `INSERT INTO idempotency_keys (` + idemCols + `)
-			VALUES ($1, $2, $3, $4, 0, NULL, $5, $6)
+			VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (key) DO UPDATE SET
 				request_hash = excluded.request_hash, payment_id = excluded.payment_id, state = excluded.state,
-				response_code = 0, response_body = NULL, created_at = excluded.created_at, expires_at = excluded.expires_at
+				created_at = excluded.created_at, expires_at = excluded.expires_at
 			WHERE idempotency_keys.expires_at <= excluded.created_at`,
 		// Through the key (the payment's idempotency_key): the record of
 		// a key since replaced names another payment and is left alone.
-		completeByPayment: `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3
-			WHERE key = $5 AND payment_id = $4`,
-		completeByKey: `UPDATE idempotency_keys SET state = $1, response_code = $2, response_body = $3 WHERE key = $4`,
+		completeByPayment: `UPDATE idempotency_keys SET state = $1 WHERE key = $3 AND payment_id = $2`,
 		pendingOutbox: `SELECT id, payment_id, seq, type, payload, created_at FROM outbox
 			WHERE published_at IS NULL ORDER BY id LIMIT $1`,
 		deleteExpired: `DELETE FROM idempotency_keys WHERE expires_at <= $1`,
@@ -139,7 +141,7 @@ func newQueries(d Dialect) queries {
 	for _, p := range []*string{
 		&q.getPayment, &q.lockPayment, &q.history, &q.lockWithHistory, &q.listByStatus, &q.list,
 		&q.insertPayment, &q.updateStatus, &q.flagReview, &q.insertHistory, &q.insertOutbox,
-		&q.getIdem, &q.upsertIdem, &q.completeByPayment, &q.completeByKey, &q.pendingOutbox, &q.deleteExpired,
+		&q.getIdem, &q.upsertIdem, &q.completeByPayment, &q.pendingOutbox, &q.deleteExpired,
 		&q.liveOrder, &q.insertMerchant, &q.listMerchants, &q.getMerchant, &q.merchantByKey, &q.revokeMerchant, &q.setWebhook,
 		&q.insertDelivery, &q.dueDeliveries, &q.claimDelivery, &q.recordAttempt,
 		&q.listDeliveries, &q.listPaymentDeliveries, &q.getDelivery, &q.resend,

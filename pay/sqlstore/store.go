@@ -135,7 +135,7 @@ func (s *Store) getIdempotency(ctx context.Context, q querier, key string) (pay.
 		state string
 	)
 	err := s.queryRow(ctx, q, s.q.getIdem, key).
-		Scan(&r.Key, &r.RequestHash, &r.PaymentID, &state, &r.ResponseCode, &r.ResponseBody, s.at(&r.CreatedAt), s.at(&r.ExpiresAt))
+		Scan(&r.Key, &r.RequestHash, &r.PaymentID, &state, s.at(&r.CreatedAt), s.at(&r.ExpiresAt))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("idempotency key %q: %w", key, pay.ErrNotFound)
 	}
@@ -144,20 +144,6 @@ func (s *Store) getIdempotency(ctx context.Context, q querier, key string) (pay.
 	}
 	r.State = pay.IdempotencyState(state)
 	return r, nil
-}
-
-func checkResponse(resp pay.StoredResponse) error {
-	if resp.Code < 100 || resp.Code > 599 {
-		return pay.Invalid("code", "must be an HTTP status, got %d", resp.Code)
-	}
-	return nil
-}
-
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
 }
 
 // CreatePending implements pay.Store.
@@ -232,8 +218,8 @@ func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.Idemp
 }
 
 // Transition implements pay.Store.
-func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, reason string, resp *pay.StoredResponse) (pay.Payment, error) {
-	if err := checkTransition(from, to, resp); err != nil {
+func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, reason string) (pay.Payment, error) {
+	if err := pay.CheckTransition(from, to); err != nil {
 		return pay.Payment{}, err
 	}
 	now := pay.StoreTime(s.cfg.Now())
@@ -246,7 +232,7 @@ func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, 
 		if err != nil {
 			return err
 		}
-		if p, err = s.applyTransition(ctx, tx, cur, seq, from, to, reason, resp, now); err != nil {
+		if p, err = s.applyTransition(ctx, tx, cur, seq, from, to, reason, now); err != nil {
 			return err
 		}
 		// The new entry has the highest id of the payment's history: the
@@ -260,25 +246,14 @@ func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, 
 	return p, nil
 }
 
-// checkTransition validates the arguments of one transition.
-func checkTransition(from, to pay.Status, resp *pay.StoredResponse) error {
-	if err := pay.CheckTransition(from, to); err != nil {
-		return err
-	}
-	if resp != nil {
-		return checkResponse(*resp)
-	}
-	return nil
-}
-
 // applyTransition moves cur, read with its outbox sequence seq under the
 // row lock of tx, from `from` to `to` at now: the compare-and-set
 // (ErrStaleStatus, nothing written, when cur is not in from), the status
-// update, the history entry, the outbox row and, with resp, the
-// idempotency record's completion. Transition and TransitionBatch both
+// update, the history entry, the outbox row and the completion of the
+// payment's idempotency record. Transition and TransitionBatch both
 // write a transition with it. It returns the payment as updated, its
 // history as cur had it.
-func (s *Store) applyTransition(ctx context.Context, tx *sql.Tx, cur pay.Payment, seq int64, from, to pay.Status, reason string, resp *pay.StoredResponse, now time.Time) (pay.Payment, error) {
+func (s *Store) applyTransition(ctx context.Context, tx *sql.Tx, cur pay.Payment, seq int64, from, to pay.Status, reason string, now time.Time) (pay.Payment, error) {
 	id := cur.ID
 	if cur.Status != from {
 		return pay.Payment{}, fmt.Errorf("payment %s is %s, not %s: %w", id, cur.Status, from, pay.ErrStaleStatus)
@@ -300,33 +275,12 @@ func (s *Store) applyTransition(ctx context.Context, tx *sql.Tx, cur pay.Payment
 	if err := s.insertOutbox(ctx, tx, cur.MerchantID, pay.NewEvent(pay.EventStatusChanged, cur, seq, from, reason, now)); err != nil {
 		return pay.Payment{}, err
 	}
-	if resp != nil {
-		if _, err := s.exec(ctx, tx, s.q.completeByPayment,
-			string(pay.IdempotencyCompleted), resp.Code, nonNil(resp.Body), id, cur.IdempotencyKey); err != nil {
-			return pay.Payment{}, err
-		}
+	// The approval's outcome is written: a repeated request is answered
+	// from the payment from now on.
+	if _, err := s.exec(ctx, tx, s.q.completeByPayment, string(pay.IdempotencyCompleted), id, cur.IdempotencyKey); err != nil {
+		return pay.Payment{}, err
 	}
 	return cur, nil
-}
-
-// CompleteIdempotency implements pay.Store.
-func (s *Store) CompleteIdempotency(ctx context.Context, key string, resp pay.StoredResponse) error {
-	if err := checkResponse(resp); err != nil {
-		return err
-	}
-	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := s.exec(ctx, tx, s.q.completeByKey, string(pay.IdempotencyCompleted), resp.Code, nonNil(resp.Body), key)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			if err == nil {
-				err = fmt.Errorf("idempotency key %q: %w", key, pay.ErrNotFound)
-			}
-			return err
-		}
-		return nil
-	})
 }
 
 // Get implements pay.Store.

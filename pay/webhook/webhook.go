@@ -33,6 +33,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -82,33 +83,45 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in
+// snake_case; with serve pay's prefix "webhook-" they are its flags
+// (max_age is --webhook-max-age).
 func (c Config) Validate() error {
-	switch {
-	case c.Every <= 0:
-		return pay.Invalid("Every", "must be positive, got %s", c.Every)
-	case c.Batch < 1:
-		return pay.Invalid("Batch", "must be at least 1, got %d", c.Batch)
-	case c.Concurrency < 1:
-		return pay.Invalid("Concurrency", "must be at least 1, got %d", c.Concurrency)
-	case c.Timeout <= 0:
-		return pay.Invalid("Timeout", "must be positive, got %s", c.Timeout)
-	case c.BaseBackoff <= 0:
-		return pay.Invalid("BaseBackoff", "must be positive, got %s", c.BaseBackoff)
-	case c.MaxBackoff < c.BaseBackoff:
-		return pay.Invalid("MaxBackoff", "must be at least BaseBackoff (%s), got %s", c.BaseBackoff, c.MaxBackoff)
-	case c.MaxAge <= 0:
-		return pay.Invalid("MaxAge", "must be positive, got %s", c.MaxAge)
-	case c.Lease <= c.Timeout:
-		return pay.Invalid("Lease", "must exceed Timeout (%s), got %s", c.Timeout, c.Lease)
-	case c.Now == nil:
-		return pay.Invalid("Now", "must not be nil")
-	case c.Jitter == nil:
-		return pay.Invalid("Jitter", "must not be nil")
-	case c.Logger == nil:
-		return pay.Invalid("Logger", "must not be nil")
+	var f stampede.Fields
+	if c.Every <= 0 {
+		f.Add("every", "must be positive, got %s", c.Every)
 	}
-	return nil
+	if c.Batch < 1 {
+		f.Add("batch", "must be at least 1, got %d", c.Batch)
+	}
+	if c.Concurrency < 1 {
+		f.Add("concurrency", "must be at least 1, got %d", c.Concurrency)
+	}
+	if c.Timeout <= 0 {
+		f.Add("timeout", "must be positive, got %s", c.Timeout)
+	}
+	if c.BaseBackoff <= 0 {
+		f.Add("base_backoff", "must be positive, got %s", c.BaseBackoff)
+	}
+	if c.MaxBackoff < c.BaseBackoff {
+		f.Add("max_backoff", "must be at least base_backoff (%s), got %s", c.BaseBackoff, c.MaxBackoff)
+	}
+	if c.MaxAge <= 0 {
+		f.Add("max_age", "must be positive, got %s", c.MaxAge)
+	}
+	if c.Lease <= c.Timeout {
+		f.Add("lease", "must exceed timeout (%s), got %s", c.Timeout, c.Lease)
+	}
+	if c.Now == nil {
+		f.Add("now", "must not be nil")
+	}
+	if c.Jitter == nil {
+		f.Add("jitter", "must not be nil")
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
+	}
+	return f.Err()
 }
 
 // Deliverer sends due webhook deliveries. Several deliverers may share a

@@ -58,10 +58,10 @@ func payments(t *testing.T, store pay.Store, merchant string, n int) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := store.Transition(ctx, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout", nil); err != nil {
+		if _, err := store.Transition(ctx, p.ID, pay.StatusPending, pay.StatusUnknown, "timeout"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := store.Transition(ctx, p.ID, pay.StatusUnknown, pay.StatusApproved, "approved", nil); err != nil {
+		if _, err := store.Transition(ctx, p.ID, pay.StatusUnknown, pay.StatusApproved, "approved"); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, p.ID)

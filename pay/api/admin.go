@@ -1,7 +1,6 @@
-package pay
+package api
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"math"
@@ -10,20 +9,8 @@ import (
 	"strings"
 
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/pay"
 )
-
-// AdminStore is what the operator's endpoints read besides Store: the
-// flagged payments and the count of payments in each status. The SQL
-// store implements it.
-type AdminStore interface {
-	// ListFlagged returns up to limit payments flagged for manual review
-	// with IDs greater than afterID ("" for the first page), ordered by
-	// ID, without history.
-	ListFlagged(ctx context.Context, afterID string, limit int) ([]Payment, error)
-	// CountByStatus counts the payments in each status; a status with
-	// none may be missing.
-	CountByStatus(ctx context.Context) (map[Status]int, error)
-}
 
 // minAdminToken is the shortest admin token accepted.
 const minAdminToken = 16
@@ -31,22 +18,13 @@ const minAdminToken = 16
 // maxAdminPage is the largest page of GET /v1/admin/payments.
 const maxAdminPage = 500
 
-// validateAdmin checks HandlerConfig.AdminToken: empty (the admin
-// endpoints are off) or at least minAdminToken bytes.
-func (c HandlerConfig) validateAdmin() error {
-	if c.AdminToken != "" && len(c.AdminToken) < minAdminToken {
-		return Invalid("AdminToken", "must be empty (no admin API) or at least %d bytes, got %d", minAdminToken, len(c.AdminToken))
-	}
-	return nil
-}
-
 // adminHandler serves the operator's read-only endpoints, authorized by
 // the admin token alone: a merchant's API key opens none of them, and
 // the admin token opens no merchant endpoint.
 type adminHandler struct {
-	svc   *Service
-	store Store
-	admin AdminStore
+	svc   *pay.Service
+	store pay.Store
+	admin pay.AdminStore
 	hash  [sha256.Size]byte
 }
 
@@ -56,13 +34,13 @@ type adminHandler struct {
 //	GET /v1/admin/payments?flagged=true&after=<id>&limit=<n>  payments (flagged only), by ID
 //	GET /v1/admin/payments/{id}                               any merchant's payment with its history
 //	GET /v1/admin/stats                                       payments by status, flagged, outbox lag
-func registerAdmin(api *httpapi.API, svc *Service, store Store, cfg HandlerConfig) error {
+func registerAdmin(api *httpapi.API, svc *pay.Service, store pay.Store, cfg Config) error {
 	if cfg.AdminToken == "" {
 		return nil
 	}
-	as, ok := store.(AdminStore)
+	as, ok := store.(pay.AdminStore)
 	if !ok {
-		return Invalid("AdminToken", "is set but the store %T has no admin reads (AdminStore)", store)
+		return pay.Invalid("admin_token", "is set but the store %T has no admin reads (pay.AdminStore)", store)
 	}
 	h := &adminHandler{svc: svc, store: store, admin: as, hash: sha256.Sum256([]byte(cfg.AdminToken))}
 	api.Handle("/v1/admin/payments", httpapi.Methods{http.MethodGet: h.list})
@@ -77,7 +55,7 @@ func (h *adminHandler) authorize(r *http.Request) error {
 	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], h.hash[:]) != 1 {
-		return &Error{Code: CodeUnauthorized, Message: "the admin token is required: Authorization: Bearer <admin token>"}
+		return &pay.Error{Code: pay.CodeUnauthorized, Message: "the admin token is required: Authorization: Bearer <admin token>"}
 	}
 	return nil
 }
@@ -89,6 +67,7 @@ type adminPage struct {
 	NextAfter string `json:"next_after,omitempty"`
 }
 
+// list answers GET /v1/admin/payments.
 func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r); err != nil {
 		return err
@@ -98,15 +77,15 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) error {
 	if v := q.Get("flagged"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return Invalid("flagged", "must be true or false, got %q", v)
+			return pay.Invalid("flagged", "must be true or false, got %q", v)
 		}
 		flagged = b
 	}
 	after := q.Get("after")
 	if after != "" {
-		id, err := ParseUUID(after)
+		id, err := pay.ParseUUID(after)
 		if err != nil {
-			return Invalid("after", "must be a payment id (UUID)")
+			return pay.Invalid("after", "must be a payment id (UUID)")
 		}
 		after = id.String()
 	}
@@ -114,12 +93,12 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) error {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxAdminPage {
-			return Invalid("limit", "must be an integer between 1 and %d, got %q", maxAdminPage, v)
+			return pay.Invalid("limit", "must be an integer between 1 and %d, got %q", maxAdminPage, v)
 		}
 		limit = n
 	}
 	var (
-		ps  []Payment
+		ps  []pay.Payment
 		err error
 	)
 	if flagged {
@@ -141,6 +120,7 @@ func (h *adminHandler) list(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// get answers GET /v1/admin/payments/{id}.
 func (h *adminHandler) get(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r); err != nil {
 		return err
@@ -156,7 +136,7 @@ func (h *adminHandler) get(w http.ResponseWriter, r *http.Request) error {
 // adminStats is GET /v1/admin/stats's answer.
 type adminStats struct {
 	// ByStatus counts the payments in every status (zeros included).
-	ByStatus map[Status]int `json:"by_status"`
+	ByStatus map[pay.Status]int `json:"by_status"`
 	// Flagged counts the payments flagged for manual review.
 	Flagged int `json:"flagged"`
 	// OutboxLagSeconds is the age of the oldest unpublished outbox row;
@@ -164,6 +144,7 @@ type adminStats struct {
 	OutboxLagSeconds float64 `json:"outbox_lag_seconds"`
 }
 
+// stats answers GET /v1/admin/stats.
 func (h *adminHandler) stats(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r); err != nil {
 		return err
@@ -176,9 +157,9 @@ func (h *adminHandler) stats(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := adminStats{ByStatus: map[Status]int{}, Flagged: st.Flagged,
-		OutboxLagSeconds: math.Round(st.OutboxLag(h.svc.cfg.Now()).Seconds()*1000) / 1000}
-	for _, s := range []Status{StatusPending, StatusApproved, StatusDeclined, StatusUnknown, StatusFailed} {
+	out := adminStats{ByStatus: map[pay.Status]int{}, Flagged: st.Flagged,
+		OutboxLagSeconds: math.Round(st.OutboxLag(h.svc.Now()).Seconds()*1000) / 1000}
+	for _, s := range []pay.Status{pay.StatusPending, pay.StatusApproved, pay.StatusDeclined, pay.StatusUnknown, pay.StatusFailed} {
 		out.ByStatus[s] = counts[s]
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)

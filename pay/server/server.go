@@ -1,4 +1,7 @@
-package pay
+// Package server is the payment service's composition root: it wires
+// the pay.Service, its HTTP API (pay/api), the reconciler and the outbox
+// relay, and runs them together.
+package server
 
 import (
 	"context"
@@ -12,28 +15,32 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/pay/api"
 )
 
-// ServerConfig configures a Server: the payment service with its HTTP
-// API, its reconciler and its outbox relay.
-type ServerConfig struct {
+// Config configures a Server: the payment service with its HTTP API,
+// its reconciler and its outbox relay.
+type Config struct {
 	// Store holds the payments.
-	Store Store
+	Store pay.Store
 	// Institution is the payment institution (pay/institutionclient).
-	Institution Institution
+	Institution pay.Institution
 	// Events receives the outbox rows (pay/natspub).
-	Events Publisher
-	// Service configures the payment logic and the reconciler. NewServer
-	// sets its Logger to Logger when it is nil or slog.Default(), and its
+	Events pay.Publisher
+	// Listener is where the HTTP API is served.
+	Listener net.Listener
+	// Service configures the payment logic and the reconciler. New sets
+	// its Logger to Logger when it is nil or slog.Default(), and its
 	// Metrics (on Registry) when nil.
-	Service Config
-	// Handler configures the HTTP API; NewServer sets its Logger as
+	Service pay.Config
+	// API configures the HTTP API; New sets its Logger as Service's.
+	API api.Config
+	// Relay configures the outbox relay; New sets its Logger as
 	// Service's.
-	Handler HandlerConfig
-	// Relay configures the outbox relay; NewServer sets its Logger as
-	// Service's.
-	Relay RelayConfig
+	Relay pay.RelayConfig
 	// HTTP holds the HTTP server's limits; WriteTimeout must exceed
 	// Service.ApprovalTimeout.
 	HTTP httpapi.ServerConfig
@@ -55,15 +62,15 @@ type ServerConfig struct {
 	Logger *slog.Logger
 }
 
-// DefaultServerConfig returns the default service, handler, relay and
-// HTTP settings (the HTTP write timeout is the approval timeout plus
-// 10 s) and a 2-second drain delay; Store, Institution and Events must
-// be set.
-func DefaultServerConfig() ServerConfig {
-	cfg := ServerConfig{
-		Service:    DefaultConfig(),
-		Handler:    DefaultHandlerConfig(),
-		Relay:      DefaultRelayConfig(),
+// DefaultConfig returns the default service, API, relay and HTTP
+// settings (the HTTP write timeout is the approval timeout plus 10 s) and
+// a 2-second drain delay; Store, Institution, Events and Listener must be
+// set.
+func DefaultConfig() Config {
+	cfg := Config{
+		Service:    pay.DefaultConfig(),
+		API:        api.DefaultConfig(),
+		Relay:      pay.DefaultRelayConfig(),
 		HTTP:       httpapi.DefaultServerConfig(),
 		DrainDelay: 2 * time.Second,
 		Logger:     slog.Default(),
@@ -72,46 +79,47 @@ func DefaultServerConfig() ServerConfig {
 	return cfg
 }
 
-// Validate reports the first unusable field; a field of a nested config
-// is named with its path, such as "Relay.Batch".
-func (c ServerConfig) Validate() error {
-	switch {
-	case c.Store == nil:
-		return Invalid("Store", "must not be nil")
-	case c.Institution == nil:
-		return Invalid("Institution", "must not be nil")
-	case c.Events == nil:
-		return Invalid("Events", "must not be nil")
-	case c.Logger == nil:
-		return Invalid("Logger", "must not be nil")
-	case c.DrainDelay < 0:
-		return Invalid("DrainDelay", "must not be negative, got %s", c.DrainDelay)
+// Validate reports every unusable field at once; a field of a nested
+// config is named with its path, such as "relay.batch".
+func (c Config) Validate() error {
+	var f stampede.Fields
+	if c.Store == nil {
+		f.Add("store", "must not be nil")
 	}
-	for _, n := range []struct {
-		name string
-		err  error
-	}{
-		{"Service", c.Service.Validate()},
-		{"Handler", c.Handler.Validate()},
-		{"Relay", c.Relay.Validate()},
-		{"HTTP", c.HTTP.Validate()},
-	} {
-		if e, ok := errors.AsType[*Error](n.err); ok {
-			return Invalid(n.name+"."+e.Field, "%s", e.Message)
-		} else if n.err != nil {
-			return n.err
-		}
+	if c.Institution == nil {
+		f.Add("institution", "must not be nil")
 	}
+	if c.Events == nil {
+		f.Add("events", "must not be nil")
+	}
+	if c.Listener == nil {
+		f.Add("listener", "must not be nil")
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
+	}
+	if c.DrainDelay < 0 {
+		f.Add("drain_delay", "must not be negative, got %s", c.DrainDelay)
+	}
+	f.Check("service", c.Service.Validate())
+	f.Check("api", c.API.Validate())
+	f.Check("relay", c.Relay.Validate())
+	f.Check("http", c.HTTP.Validate())
 	if c.HTTP.WriteTimeout <= c.Service.ApprovalTimeout {
-		return Invalid("HTTP.WriteTimeout", "must exceed Service.ApprovalTimeout (%s), the longest approval call, got %s",
+		f.Add("http.write_timeout", "must exceed the approval timeout, service.timeout (%s), the longest approval call, got %s",
 			c.Service.ApprovalTimeout, c.HTTP.WriteTimeout)
 	}
 	for i, ch := range c.Checks {
 		if ch.Name == "" || ch.Ping == nil {
-			return Invalid(fmt.Sprintf("Checks[%d]", i), "needs a Name and a Ping")
+			f.Add(fmt.Sprintf("checks[%d]", i), "needs a Name and a Ping")
 		}
 	}
-	return nil
+	for i, b := range c.Background {
+		if b.Name == "" || b.Run == nil {
+			f.Add(fmt.Sprintf("background[%d]", i), "needs a Name and a Run")
+		}
+	}
+	return f.Err()
 }
 
 // Component is a background part of the server: Run works until ctx
@@ -126,22 +134,22 @@ type Component struct {
 // Service, its HTTP API, the reconciler, the start-up recovery and the
 // outbox relay, and runs them together (Run).
 type Server struct {
-	cfg   ServerConfig
-	svc   *Service
+	cfg   Config
+	svc   *pay.Service
 	api   *httpapi.API
-	relay *Relay
+	relay *pay.Relay
 
 	reconciler, relayLife *lifeCheck
 	extra                 []*lifeCheck
 }
 
-// NewServer builds a Server from cfg.
-func NewServer(cfg ServerConfig) (*Server, error) {
+// New builds a Server from cfg; it starts nothing (Run does).
+func New(cfg Config) (*Server, error) {
 	if cfg.Service.Logger == nil || cfg.Service.Logger == slog.Default() {
 		cfg.Service.Logger = cfg.Logger
 	}
-	if cfg.Handler.Logger == nil || cfg.Handler.Logger == slog.Default() {
-		cfg.Handler.Logger = cfg.Logger
+	if cfg.API.Logger == nil || cfg.API.Logger == slog.Default() {
+		cfg.API.Logger = cfg.Logger
 	}
 	if cfg.Relay.Logger == nil || cfg.Relay.Logger == slog.Default() {
 		cfg.Relay.Logger = cfg.Logger
@@ -153,45 +161,42 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	if cfg.Service.Metrics == nil {
-		cfg.Service.Metrics = NewMetrics(cfg.Registry)
+		cfg.Service.Metrics = pay.NewMetrics(cfg.Registry)
 	}
-	svc, err := NewService(cfg.Store, cfg.Institution, cfg.Service)
+	svc, err := pay.NewService(cfg.Store, cfg.Institution, cfg.Service)
 	if err != nil {
 		return nil, err
 	}
-	api, err := NewHandler(svc, cfg.Store, cfg.Handler, cfg.Registry)
+	handler, err := api.New(svc, cfg.Store, cfg.API, cfg.Registry)
 	if err != nil {
 		return nil, err
 	}
-	relay, err := NewRelay(cfg.Store, cfg.Events, cfg.Relay)
+	relay, err := pay.NewRelay(cfg.Store, cfg.Events, cfg.Relay)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, svc: svc, api: api, relay: relay,
+	s := &Server{cfg: cfg, svc: svc, api: handler, relay: relay,
 		reconciler: &lifeCheck{name: "reconciler"}, relayLife: &lifeCheck{name: "relay"}}
 	for _, c := range cfg.Checks {
-		api.AddCheck(c)
+		handler.AddCheck(c)
 	}
-	api.AddCheck(httpapi.Check{Name: s.reconciler.name, Ping: s.reconciler.ping})
-	api.AddCheck(httpapi.Check{Name: s.relayLife.name, Ping: s.relayLife.ping})
+	handler.AddCheck(httpapi.Check{Name: s.reconciler.name, Ping: s.reconciler.ping})
+	handler.AddCheck(httpapi.Check{Name: s.relayLife.name, Ping: s.relayLife.ping})
 	for _, c := range cfg.Background {
-		if c.Name == "" || c.Run == nil {
-			return nil, Invalid("Background", "every component needs a Name and a Run")
-		}
 		life := &lifeCheck{name: c.Name}
 		s.extra = append(s.extra, life)
-		api.AddCheck(httpapi.Check{Name: life.name, Ping: life.ping})
+		handler.AddCheck(httpapi.Check{Name: life.name, Ping: life.ping})
 	}
 	return s, nil
 }
 
 // Service is the payment logic the server runs.
-func (s *Server) Service() *Service { return s.svc }
+func (s *Server) Service() *pay.Service { return s.svc }
 
 // Handler is the HTTP API the server serves.
 func (s *Server) Handler() *httpapi.API { return s.api }
 
-// Run serves the API on ln and runs the reconciler (whose first pass, at
+// Run serves the API on Config.Listener and runs the reconciler (whose first pass, at
 // once, takes over the PENDING payments a crash left, once their approval
 // call must have ended), the relay and the Background components, under
 // one errgroup, until
@@ -199,11 +204,11 @@ func (s *Server) Handler() *httpapi.API { return s.api }
 // them fails. A background component that fails first fails its /readyz
 // check ("reconciler" or "relay"), is logged, and after DrainDelay the
 // whole server stops and Run returns its error.
-func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+func (s *Server) Run(ctx context.Context) error {
 	log := s.cfg.Logger
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := httpapi.Serve(gctx, ln, s.api, s.cfg.HTTP, log); err != nil {
+		if err := httpapi.Serve(gctx, s.cfg.Listener, s.api, s.cfg.HTTP, log); err != nil {
 			log.Error("pay: the HTTP server failed", "err", err)
 			return fmt.Errorf("pay: http server: %w", err)
 		}
@@ -248,17 +253,19 @@ type lifeCheck struct {
 	err  error
 }
 
+// fail records that the component died of err.
 func (l *lifeCheck) fail(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.err = err
 }
 
+// ping fails once the component died.
 func (l *lifeCheck) ping(context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
-		return &Error{Code: CodeUnavailable, Message: l.name + " stopped", Err: l.err}
+		return &stampede.Error{Code: stampede.Unavailable, Message: l.name + " stopped", Err: l.err}
 	}
 	return nil
 }

@@ -1,9 +1,10 @@
-package pay_test
+package server_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/pay"
+	payserver "github.com/stampede-lab/stampede/pay/server"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
@@ -75,7 +77,7 @@ func (b *brokenList) ClaimDue(ctx context.Context, now, until time.Time, limit i
 	return b.merchantStore.ClaimDue(ctx, now, until, limit)
 }
 
-// runningServer is a pay.Server run by a test.
+// runningServer is a pay/server Server run by a test.
 type runningServer struct {
 	base string
 	key  string        // a merchant's API key
@@ -96,10 +98,14 @@ func (rs *runningServer) wait(t *testing.T, limit time.Duration) error {
 	}
 }
 
-func startServer(t *testing.T, store pay.Store, pub pay.Publisher, mutate func(*pay.ServerConfig)) *runningServer {
+func startServer(t *testing.T, store pay.Store, pub pay.Publisher, mutate func(*payserver.Config)) *runningServer {
 	t.Helper()
-	cfg := pay.DefaultServerConfig()
-	cfg.Store, cfg.Institution, cfg.Events = store, approver{}, pub
+	cfg := payserver.DefaultConfig()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store, cfg.Institution, cfg.Events, cfg.Listener = store, approver{}, pub, ln
 	cfg.Relay.Every, cfg.Relay.MaxBackoff = 10*time.Millisecond, 50*time.Millisecond
 	cfg.Service.ReconcileEvery = 10 * time.Millisecond
 	cfg.DrainDelay = 500 * time.Millisecond
@@ -107,18 +113,15 @@ func startServer(t *testing.T, store pay.Store, pub pay.Publisher, mutate func(*
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	srv, err := pay.NewServer(cfg)
+	srv, err := payserver.New(cfg)
 	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	_, apiKey := addMerchant(t, store, merchant)
 	rs := &runningServer{base: "http://" + ln.Addr().String(), key: apiKey, done: make(chan struct{}), stop: cancel}
-	go func() { rs.err = srv.Run(ctx, ln); close(rs.done) }()
+	go func() { rs.err = srv.Run(ctx); close(rs.done) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -215,7 +218,7 @@ func TestServerServesRelaysAndStops(t *testing.T) {
 func TestServerStopsWhenTheRelayFailsForGood(t *testing.T) {
 	pub := &memPublisher{}
 	pub.failing.Store(true)
-	rs := startServer(t, sqliteStore(t), pub, func(c *pay.ServerConfig) {
+	rs := startServer(t, sqliteStore(t), pub, func(c *payserver.Config) {
 		c.Relay.GiveUpAfter = 300 * time.Millisecond
 		c.DrainDelay = 2 * time.Second
 	})
@@ -239,7 +242,7 @@ func TestServerStopsWhenTheRelayFailsForGood(t *testing.T) {
 // then Run returns its error.
 func TestServerStopsWhenTheReconcilerFailsForGood(t *testing.T) {
 	store := &brokenList{merchantStore: sqliteStore(t).(merchantStore)}
-	rs := startServer(t, store, &memPublisher{}, func(c *pay.ServerConfig) {
+	rs := startServer(t, store, &memPublisher{}, func(c *payserver.Config) {
 		c.Service.GiveUpAfter = 200 * time.Millisecond
 		c.DrainDelay = 2 * time.Second
 	})
@@ -255,20 +258,26 @@ func TestServerStopsWhenTheReconcilerFailsForGood(t *testing.T) {
 }
 
 func TestServerConfigValidateNamesTheField(t *testing.T) {
-	base := pay.DefaultServerConfig()
-	base.Store, base.Institution, base.Events = sqliteStore(t), approver{}, &memPublisher{}
+	base := payserver.DefaultConfig()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	base.Store, base.Institution, base.Events, base.Listener = sqliteStore(t), approver{}, &memPublisher{}, ln
 	if err := base.Validate(); err != nil {
 		t.Fatalf("a complete config: %v", err)
 	}
-	for field, mutate := range map[string]func(*pay.ServerConfig){
-		"Store":                   func(c *pay.ServerConfig) { c.Store = nil },
-		"Events":                  func(c *pay.ServerConfig) { c.Events = nil },
-		"Relay.Batch":             func(c *pay.ServerConfig) { c.Relay.Batch = 0 },
-		"Relay.GiveUpAfter":       func(c *pay.ServerConfig) { c.Relay.GiveUpAfter = 0 },
-		"Service.GiveUpAfter":     func(c *pay.ServerConfig) { c.Service.GiveUpAfter = -time.Second },
-		"Service.ApprovalTimeout": func(c *pay.ServerConfig) { c.Service.ApprovalTimeout = 0 },
-		"HTTP.WriteTimeout":       func(c *pay.ServerConfig) { c.HTTP.WriteTimeout = c.Service.ApprovalTimeout },
-		"DrainDelay":              func(c *pay.ServerConfig) { c.DrainDelay = -1 },
+	for field, mutate := range map[string]func(*payserver.Config){
+		"store":                 func(c *payserver.Config) { c.Store = nil },
+		"events":                func(c *payserver.Config) { c.Events = nil },
+		"listener":              func(c *payserver.Config) { c.Listener = nil },
+		"relay.batch":           func(c *payserver.Config) { c.Relay.Batch = 0 },
+		"relay.give_up_after":   func(c *payserver.Config) { c.Relay.GiveUpAfter = 0 },
+		"service.give_up_after": func(c *payserver.Config) { c.Service.GiveUpAfter = -time.Second },
+		"service.timeout":       func(c *payserver.Config) { c.Service.ApprovalTimeout = 0 },
+		"http.write_timeout":    func(c *payserver.Config) { c.HTTP.WriteTimeout = c.Service.ApprovalTimeout },
+		"drain_delay":           func(c *payserver.Config) { c.DrainDelay = -1 },
 	} {
 		cfg := base
 		mutate(&cfg)
@@ -286,3 +295,24 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 type tlog struct{ t *testing.T }
 
 func (w tlog) Write(b []byte) (int, error) { w.t.Log(strings.TrimSpace(string(b))); return len(b), nil }
+
+// merchant is the test merchant's ID.
+const merchant = "7b0a3c5e-1111-4a4a-9b9b-0123456789ab"
+
+// addMerchant creates the merchant id in store and returns its ID and
+// API key.
+func addMerchant(t testing.TB, store pay.Store, id string) (string, string) {
+	t.Helper()
+	key := pay.NewAPIKey()
+	m := pay.Merchant{ID: id, Name: "test shop", KeyHash: pay.HashAPIKey(key), CreatedAt: time.Now()}
+	if err := store.(pay.MerchantStore).CreateMerchant(context.Background(), m); err != nil {
+		t.Fatalf("CreateMerchant: %v", err)
+	}
+	return id, key
+}
+
+// payment is the body of a payment of the test merchant.
+func payment(order string, amount int64) string {
+	b, _ := json.Marshal(order) // JSON escapes, not Go's
+	return fmt.Sprintf(`{"merchant_id":%q,"order_id":%s,"amount":%d,"currency":"KRW"}`, merchant, b, amount)
+}
