@@ -1,7 +1,7 @@
 // Package sqlstore is the checkout.Store over database/sql, written once
-// for SQLite and PostgreSQL: it speaks through the Dialects of the payment
-// store (pay/sqlite.Dialect, pay/postgres.Dialect), so placeholders,
-// timestamps and the classification of errors are the payment store's.
+// for SQLite and PostgreSQL on the SQL seam (internal/sqldb): its
+// dialects give the placeholders and timestamps, and its classification
+// of driver errors is the one every store shares.
 // Open picks the database: PostgreSQL when Config.PostgresURL is set,
 // otherwise SQLite at Config.SQLitePath. Each dialect has its own goose
 // migrations, embedded, recorded in a version table of their own
@@ -43,8 +43,7 @@ import (
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/checkout"
 	"github.com/stampede-lab/stampede/internal/sqldb"
-	"github.com/stampede-lab/stampede/pay"
-	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 var (
@@ -52,8 +51,7 @@ var (
 	_ checkout.UnsafeStore = (*Store)(nil)
 )
 
-// Dialect is the payment store's dialect interface; pay/sqlite.Dialect and
-// pay/postgres.Dialect implement it.
+// Dialect is the SQL seam's dialect: sqldb.SQLite or sqldb.Postgres.
 type Dialect = sqldb.Dialect
 
 // Store is the checkout.Store over database/sql.
@@ -66,8 +64,8 @@ type Store struct {
 // spec is checkout's place among the SQL stores: its migrations, its
 // version table and the errors that pass through classification.
 var spec = sqldb.Spec{
-	Name:        "checkout",
-	Migrations:  migrationsFS(),
+	Name:        name,
+	Migrations:  migrations,
 	Unavailable: checkout.Unavailable,
 	Own: func(err error) bool {
 		if errors.Is(err, checkout.ErrNotFound) {
@@ -91,21 +89,6 @@ var spec = sqldb.Spec{
 	},
 }
 
-// New returns a Store on write (write transactions) and read (reads; nil
-// to use write), both already migrated (see Migrate), with opTimeout
-// bounding every call. The Store owns the handles: Close closes them.
-func New(d Dialect, write, read *sql.DB, opTimeout time.Duration) (*Store, error) {
-	db, err := sqldb.New(d, write, read, opTimeout, spec)
-	if err != nil {
-		return nil, err
-	}
-	return newStore(db), nil
-}
-
-func newStore(db *sqldb.DB) *Store {
-	return &Store{db: db, d: db.Dialect(), q: newQueries(db.Dialect())}
-}
-
 // update runs fn in one write transaction under the operation deadline.
 func (s *Store) update(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.db.Update(ctx, fn)
@@ -116,10 +99,6 @@ func (s *Store) readOp(ctx context.Context, fn func(ctx context.Context, db *sql
 	return s.db.Read(ctx, fn)
 }
 
-// MapError classifies err with d: checkout's own errors pass through; the
-// rest as sqldb.Classify says (unavailable, conflict or internal).
-func MapError(d Dialect, err error) error { return spec.MapError(d, err) }
-
 // Close implements checkout.Store.
 func (s *Store) Close() error { return s.db.Close() }
 
@@ -127,10 +106,10 @@ func (s *Store) Close() error { return s.db.Close() }
 func (s *Store) Ping(ctx context.Context) error { return s.db.Ping(ctx) }
 
 // enc encodes a time for the dialect, at microsecond precision in UTC.
-func (s *Store) enc(t time.Time) any { return s.d.EncodeTime(pay.StoreTime(t)) }
+func (s *Store) enc(t time.Time) any { return sqldb.EncodeTime(s.d, t) }
 
 // at scans a timestamp column through the dialect.
-func (s *Store) at(t *time.Time) sql.Scanner { return paysql.TimeCol(s.d, t) }
+func (s *Store) at(t *time.Time) sql.Scanner { return sqldb.TimeCol(s.d, t) }
 
 // seatsCol scans a comma-separated list of seat numbers.
 type seatsCol struct{ seats *[]int }
@@ -204,14 +183,14 @@ func (s *Store) scanOrder(row scanner) (checkout.Order, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return o, fmt.Errorf("order: %w", checkout.ErrNotFound)
 	}
-	o.Status, o.PaymentStatus = checkout.OrderStatus(status), pay.Status(pstate)
+	o.Status, o.PaymentStatus = checkout.OrderStatus(status), protocol.PaymentStatus(pstate)
 	return o, err
 }
 
 // CreateEvent implements checkout.Store: the event row and one free seat
 // row per seat.
 func (s *Store) CreateEvent(ctx context.Context, e checkout.Event) (checkout.Event, error) {
-	e.SeatsLeft, e.Sold, e.CreatedAt = e.Seats, 0, pay.StoreTime(e.CreatedAt)
+	e.SeatsLeft, e.Sold, e.CreatedAt = e.Seats, 0, sqldb.StoreTime(e.CreatedAt)
 	err := s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.q.insertEvent, e.ID, e.Seats, e.Price, e.Currency, s.enc(e.CreatedAt)); err != nil {
 			return err
@@ -378,7 +357,7 @@ func (s *Store) GetHold(ctx context.Context, id string) (checkout.Hold, error) {
 
 // StartOrder implements checkout.Store.
 func (s *Store) StartOrder(ctx context.Context, o checkout.Order, now time.Time) (checkout.Order, error) {
-	o.CreatedAt, o.UpdatedAt = pay.StoreTime(o.CreatedAt), pay.StoreTime(o.UpdatedAt)
+	o.CreatedAt, o.UpdatedAt = sqldb.StoreTime(o.CreatedAt), sqldb.StoreTime(o.UpdatedAt)
 	err := s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.q.startPaying, s.enc(now), o.HoldID)
 		if err != nil {
@@ -424,7 +403,7 @@ func (s *Store) orderBy(ctx context.Context, q, arg string) (checkout.Order, err
 }
 
 // RecordPayment implements checkout.Store.
-func (s *Store) RecordPayment(ctx context.Context, orderID, paymentID string, status pay.Status, now time.Time) (checkout.Order, error) {
+func (s *Store) RecordPayment(ctx context.Context, orderID, paymentID string, status protocol.PaymentStatus, now time.Time) (checkout.Order, error) {
 	var o checkout.Order
 	err := s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.q.recordPayment, paymentID, string(status), s.enc(now), orderID); err != nil {
@@ -438,7 +417,7 @@ func (s *Store) RecordPayment(ctx context.Context, orderID, paymentID string, st
 }
 
 // Settle implements checkout.Store.
-func (s *Store) Settle(ctx context.Context, orderID string, paid bool, paymentID string, status pay.Status, reason string, now time.Time) (checkout.Order, error) {
+func (s *Store) Settle(ctx context.Context, orderID string, paid bool, paymentID string, status protocol.PaymentStatus, reason string, now time.Time) (checkout.Order, error) {
 	var o checkout.Order
 	err := s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		to := checkout.OrderFailed

@@ -1,13 +1,19 @@
-// Package sqldb is the database plumbing shared by the stores that live
-// beside the payment store on its dialects (checkout/sqlstore and
-// fulfilment/sqlstore): one Config, one Open that applies a store's own
-// goose migrations under a lock (pay/sqlite.OpenDB, pay/postgres.OpenDB),
+// Package sqldb is the SQL seam of every Stampede store: the two
+// dialects (SQLite through modernc.org/sqlite, PostgreSQL through pgx's
+// database/sql driver) and how each is opened (OpenSQLite, OpenPostgres:
+// pools, pragmas, WAL, busy timeout, connection limits), the goose
+// migration runner (each store passes its own embedded migrations and its
+// own version table), the classification of driver errors into
+// stampede.Error (Classify, DriverUnavailable), the time encoding
+// (StoreTime, TimeCol) and placeholder rebinding (Dialect.Rebind).
+//
+// It belongs to no part: the payment store (pay/sqlstore, opened by
+// pay/sqlite and pay/postgres), checkout/sqlstore and fulfilment/sqlstore
+// are built on it, each keeping its own SQL, queries and domain errors.
+// Config, Spec, Open and DB are the boilerplate those stores share: one
+// Config, one Open that applies a store's own migrations under a lock,
 // and DB, the write and read pools under an operation deadline with one
 // classification of driver errors.
-//
-// Each store keeps its SQL, its queries and its domain errors; only the
-// plumbing is written here, once. The payment store itself (pay/sqlstore)
-// has its own group-committing writer and uses only Classify.
 package sqldb
 
 import (
@@ -22,20 +28,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/stampede-lab/stampede"
-	"github.com/stampede-lab/stampede/pay/postgres"
-	"github.com/stampede-lab/stampede/pay/sqlite"
-	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
 )
-
-// Dialect is the payment store's dialect interface; pay/sqlite.Dialect and
-// pay/postgres.Dialect implement it.
-type Dialect = paysql.Dialect
-
-// Memory is the SQLitePath of a private in-memory database.
-const Memory = sqlite.Memory
 
 // Config says which database a store opens.
 type Config struct {
@@ -106,8 +101,9 @@ type Spec struct {
 	// table is Name+"_goose_db_version", apart from pay's, so that the
 	// stores may share one database.
 	Name string
-	// Migrations holds a directory per dialect, "sqlite" and "postgres",
-	// of goose SQL files.
+	// Migrations holds a directory per dialect, "migrations/sqlite" and
+	// "migrations/postgres", of goose SQL files: what a store's
+	// "//go:embed migrations" gives.
 	Migrations fs.FS
 	// Own reports whether err is already one of the store's domain errors,
 	// which pass through classification unchanged. Nil: none are.
@@ -156,7 +152,7 @@ func Classify(d Dialect, err error, unavailable func(error) *stampede.Error, con
 	if err == nil {
 		return nil
 	}
-	if c, ok := paysql.DriverUnavailable(d, err); ok {
+	if c, ok := DriverUnavailable(d, err); ok {
 		return unavailable(c)
 	}
 	if table, ok := d.UniqueViolation(err); ok {
@@ -172,26 +168,26 @@ func Classify(d Dialect, err error, unavailable func(error) *stampede.Error, con
 // recording them in spec.VersionTable. It takes no lock: Open serialises
 // processes that migrate one database at once.
 func Migrate(ctx context.Context, db *sql.DB, d Dialect, spec Spec) error {
-	gd, ok := paysql.GooseDialect(d.Name())
+	gd, ok := GooseDialect(d.Name())
 	if !ok {
 		return fmt.Errorf("sqldb: %s: no migrations for dialect %q", spec.Name, d.Name())
 	}
-	fsys, err := fs.Sub(spec.Migrations, d.Name())
+	fsys, err := fs.Sub(spec.Migrations, "migrations/"+d.Name())
 	if err != nil {
 		return err
 	}
-	return spec.MapError(d, paysql.MigrateTable(ctx, db, gd, fsys, spec.VersionTable()))
+	return spec.MapError(d, MigrateTable(ctx, db, gd, fsys, spec.VersionTable()))
 }
 
 // Open opens the database cfg names and applies spec's pending migrations.
 //
-// SQLite is opened the way pay/sqlite does (sqlite.OpenDB): writes through
+// SQLite is opened with OpenSQLite: writes through
 // one connection whose transactions begin IMMEDIATE, reads through a pool
 // of read-only connections (WAL), an in-memory database on one connection;
 // processes opening a new file together migrate one at a time, holding an
 // exclusive transaction on a side file, path+"-NAME-migrate". PostgreSQL is
-// opened the way pay/postgres does (postgres.OpenDB) and migrated under an
-// advisory lock of the schema. An unreachable database is an error with
+// opened with OpenPostgres and migrated under an advisory lock of the
+// schema. An unreachable database is an error with
 // CodeUnavailable.
 func Open(ctx context.Context, cfg Config, spec Spec) (*DB, error) {
 	if err := spec.validate(); err != nil {
@@ -201,7 +197,7 @@ func Open(ctx context.Context, cfg Config, spec Spec) (*DB, error) {
 		return nil, fmt.Errorf("%s/sqlstore: %w", spec.Name, err)
 	}
 	if cfg.PostgresURL != "" {
-		db, d, err := postgres.OpenDB(ctx, postgres.DBConfig{
+		db, d, err := OpenPostgres(ctx, PostgresConfig{
 			URL:             cfg.PostgresURL,
 			Schema:          cfg.Schema,
 			MaxConns:        cfg.MaxConns,
@@ -210,25 +206,25 @@ func Open(ctx context.Context, cfg Config, spec Spec) (*DB, error) {
 			PingTimeout:     cfg.OpTimeout,
 			LockKey:         "stampede." + spec.Name + ".migrate:",
 			Migrate: func(ctx context.Context, db *sql.DB) error {
-				return Migrate(ctx, db, postgres.Dialect{}, spec)
+				return Migrate(ctx, db, Postgres{}, spec)
 			},
 		})
 		if err != nil {
-			return nil, spec.MapError(postgres.Dialect{}, err)
+			return nil, spec.MapError(Postgres{}, err)
 		}
 		return newOrClose(d, db, nil, cfg.OpTimeout, spec)
 	}
-	write, read, d, err := sqlite.OpenDB(ctx, sqlite.DBConfig{
+	write, read, d, err := OpenSQLite(ctx, SQLiteConfig{
 		Path:         cfg.SQLitePath,
 		BusyTimeout:  cfg.OpTimeout,
 		MaxReadConns: cfg.MaxConns,
 		LockSuffix:   "-" + spec.Name + "-migrate",
 		Migrate: func(ctx context.Context, db *sql.DB) error {
-			return Migrate(ctx, db, sqlite.Dialect{}, spec)
+			return Migrate(ctx, db, SQLite{}, spec)
 		},
 	})
 	if err != nil {
-		return nil, spec.MapError(sqlite.Dialect{}, err)
+		return nil, spec.MapError(SQLite{}, err)
 	}
 	return newOrClose(d, write, read, cfg.OpTimeout, spec)
 }

@@ -30,8 +30,8 @@ DROP TABLE sqldb_things;
 	return sqldb.Spec{
 		Name: "sqldbtest",
 		Migrations: fstest.MapFS{
-			"sqlite/00001_init.sql":   {Data: []byte(table)},
-			"postgres/00001_init.sql": {Data: []byte(table)},
+			"migrations/sqlite/00001_init.sql":   {Data: []byte(table)},
+			"migrations/postgres/00001_init.sql": {Data: []byte(table)},
 		},
 		Own: func(err error) bool { return errors.Is(err, errOwn) },
 		Unavailable: func(err error) *stampede.Error {

@@ -7,7 +7,8 @@
 //
 // The split follows River's drivers (riverdriver with riverpgxv5 and
 // riverdatabasesql): the shared code speaks database/sql, an adapter
-// contributes its Dialect, opens its *sql.DB handles, runs its own
+// (pay/sqlite, pay/postgres) picks its Dialect from the SQL seam
+// (internal/sqldb), opens its *sql.DB handles there, runs its own
 // migrations (see Migrate) and wraps a *Store.
 //
 // Every call runs under Config.OpTimeout: a database that does not answer
@@ -22,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -31,36 +33,11 @@ var (
 	_ pay.WebhookStore  = (*Store)(nil)
 )
 
-// Dialect is what an adapter tells the shared store about its database.
-// Implementations must be safe for concurrent use.
-type Dialect interface {
-	// Name names the database in errors, e.g. "sqlite".
-	Name() string
-	// Rebind rewrites a query written with PostgreSQL placeholders ($1,
-	// $2, ...; a number may repeat) into the database's own.
-	Rebind(query string) string
-	// LockRow is appended to the SELECT that reads a payment inside the
-	// write transaction that will change it, so that the read and the
-	// update form one compare-and-set: " FOR UPDATE", or "" where the
-	// write transaction already excludes every other writer.
-	LockRow() string
-	// ReadTx returns the options of a read transaction: one snapshot of
-	// a payment and its history.
-	ReadTx() *sql.TxOptions
-	// EncodeTime returns the value stored for t in a timestamp column.
-	EncodeTime(t time.Time) any
-	// DecodeTime returns the time a timestamp column holds, in UTC; src
-	// is what the driver returned for the column.
-	DecodeTime(src any) (time.Time, error)
-	// UniqueViolation reports whether err is a unique (or primary key)
-	// violation, and the table it happened on.
-	UniqueViolation(err error) (table string, ok bool)
-	// Unavailable reports whether err says that the database cannot be
-	// reached or cannot serve now (connection lost, busy, out of
-	// resources, shutting down, serialization failure): a failure that a
-	// retry may cure.
-	Unavailable(err error) bool
-}
+// Dialect is what an adapter tells the shared store about its database
+// (sqldb.SQLite or sqldb.Postgres): placeholders, timestamps, the row lock
+// that makes reading a payment and changing it a compare-and-set, and the
+// classification of driver errors.
+type Dialect = sqldb.Dialect
 
 // Config configures a Store.
 type Config struct {
@@ -238,7 +215,7 @@ func MapError(d Dialect, err error) error {
 		errors.Is(err, pay.ErrNotFound), errors.Is(err, pay.ErrStaleStatus):
 		return err
 	}
-	if cause, ok := DriverUnavailable(d, err); ok {
+	if cause, ok := sqldb.DriverUnavailable(d, err); ok {
 		return pay.Unavailable(cause)
 	}
 	if table, ok := d.UniqueViolation(err); ok {
