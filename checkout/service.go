@@ -43,14 +43,6 @@ type Config struct {
 	// holds its slot before seats are held and before a hold is paid for.
 	// Nil trusts the gate.
 	Checker AdmissionChecker
-	// UnsafeInventory holds seats by reading and then writing the
-	// inventory, without the guard: FOR THE LAB ONLY. It oversells
-	// under concurrency. The store must be an UnsafeStore.
-	UnsafeInventory bool
-	// UnsafeBetween, with UnsafeInventory, runs between the read and
-	// the write (tests use it as a barrier to force the race). Nil:
-	// nothing.
-	UnsafeBetween func(context.Context)
 	// Now is the clock; NewID makes hold and order ids.
 	Now   func() time.Time
 	NewID func() string
@@ -95,8 +87,6 @@ func (c Config) Validate() error {
 		return stampede.InvalidField("NewID", "must not be nil")
 	case c.Logger == nil:
 		return stampede.InvalidField("Logger", "must not be nil")
-	case c.UnsafeBetween != nil && !c.UnsafeInventory:
-		return stampede.InvalidField("UnsafeBetween", "is only for UnsafeInventory")
 	}
 	return nil
 }
@@ -109,8 +99,7 @@ type Service struct {
 	log   *slog.Logger
 }
 
-// NewService returns a Service. With cfg.UnsafeInventory the store must
-// implement UnsafeStore.
+// NewService returns a Service.
 func NewService(store Store, payer Payer, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -120,9 +109,6 @@ func NewService(store Store, payer Payer, cfg Config) (*Service, error) {
 	}
 	if payer == nil {
 		return nil, stampede.InvalidField("Payer", "must not be nil")
-	}
-	if _, ok := store.(UnsafeStore); cfg.UnsafeInventory && !ok {
-		return nil, stampede.InvalidField("UnsafeInventory", "the store %T has no unsafe path", store)
 	}
 	return &Service{cfg: cfg, store: store, payer: payer, log: cfg.Logger}, nil
 }
@@ -262,12 +248,7 @@ func (s *Service) Hold(ctx context.Context, event string, b Buyer, n int) (Hold,
 	h := Hold{ID: s.cfg.NewID(), EventID: e.ID, User: b.User, Amount: e.Price * int64(n), Currency: e.Currency,
 		State: HoldHeld, ExpiresAt: exp, CreatedAt: now, UpdatedAt: now}
 	for attempt := 0; ; attempt++ {
-		var got Hold
-		if s.cfg.UnsafeInventory {
-			got, err = s.store.(UnsafeStore).HoldUnsafe(ctx, h, n, s.cfg.UnsafeBetween)
-		} else {
-			got, err = s.store.Hold(ctx, h, n)
-		}
+		got, err := s.store.Hold(ctx, h, n)
 		_, soldOut := errors.AsType[*SoldOutError](err)
 		if err == nil {
 			s.cfg.Metrics.hold("held")

@@ -23,9 +23,6 @@
 // as the hold's compare-and-set on its state, so the counters and the
 // seats move together.
 //
-// HoldUnsafe is the lab's counter-example: read in one step, write in
-// another, no guard. It oversells.
-//
 // Every call runs under the operation timeout: a database that does not
 // answer gives CodeUnavailable (checkout.Unavailable) within it.
 package sqlstore
@@ -46,10 +43,7 @@ import (
 	"github.com/stampede-lab/stampede/protocol"
 )
 
-var (
-	_ checkout.Store       = (*Store)(nil)
-	_ checkout.UnsafeStore = (*Store)(nil)
-)
+var _ checkout.Store = (*Store)(nil)
 
 // Dialect is the SQL seam's dialect: sqldb.SQLite or sqldb.Postgres.
 type Dialect = sqldb.Dialect
@@ -98,6 +92,10 @@ func (s *Store) update(ctx context.Context, fn func(ctx context.Context, tx *sql
 func (s *Store) readOp(ctx context.Context, fn func(ctx context.Context, db *sql.DB) error) error {
 	return s.db.Read(ctx, fn)
 }
+
+// DB returns the store's database: its pools, dialect and error
+// classification. The lab's unsafe inventory writes through it.
+func (s *Store) DB() *sqldb.DB { return s.db }
 
 // Close implements checkout.Store.
 func (s *Store) Close() error { return s.db.Close() }
@@ -286,62 +284,6 @@ func (s *Store) insertHold(ctx context.Context, tx *sql.Tx, h checkout.Hold) err
 	_, err := tx.ExecContext(ctx, s.q.insertHold, h.ID, h.EventID, h.User, seatsText(h.Seats), h.Amount, h.Currency,
 		string(h.State), h.Reason, s.enc(h.ExpiresAt), s.enc(h.CreatedAt), s.enc(h.UpdatedAt))
 	return err
-}
-
-// HoldUnsafe implements checkout.UnsafeStore. LAB ONLY: it reads the
-// inventory on the read pool, checks it in Go, calls between, and then
-// writes what it read minus n, and the seats it saw free, in a second
-// transaction without checking anything again. Concurrent holds all see
-// the same seats free and all take them.
-func (s *Store) HoldUnsafe(ctx context.Context, h checkout.Hold, n int, between func(context.Context)) (checkout.Hold, error) {
-	var (
-		e     checkout.Event
-		seats []int
-	)
-	err := s.readOp(ctx, func(ctx context.Context, db *sql.DB) error {
-		var err error
-		if e, err = s.scanEvent(db.QueryRowContext(ctx, s.q.event, h.EventID)); err != nil {
-			return err
-		}
-		rows, err := db.QueryContext(ctx, s.q.freeSeats, h.EventID, n)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var no int
-			if err := rows.Scan(&no); err != nil {
-				return err
-			}
-			seats = append(seats, no)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return checkout.Hold{}, err
-	}
-	if e.SeatsLeft < n || len(seats) < n {
-		return checkout.Hold{}, &checkout.SoldOutError{Left: e.SeatsLeft}
-	}
-	if between != nil {
-		between(ctx)
-	}
-	h.Seats = seats
-	err = s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.q.setSeatsLeft, e.SeatsLeft-n, h.EventID); err != nil {
-			return err
-		}
-		for _, no := range seats {
-			if _, err := tx.ExecContext(ctx, s.q.forceSeat, h.ID, h.EventID, no); err != nil {
-				return err
-			}
-		}
-		return s.insertHold(ctx, tx, h)
-	})
-	if err != nil {
-		return checkout.Hold{}, err
-	}
-	return h, nil
 }
 
 // GetHold implements checkout.Store.
@@ -549,7 +491,6 @@ func (s *Store) PendingOrders(ctx context.Context, before time.Time, limit int) 
 type queries struct {
 	insertEvent, insertSeats, event                  string
 	takeSeats, claimSeats, insertHold, hold          string
-	freeSeats, setSeatsLeft, forceSeat               string
 	startPaying, insertOrder, order, orderOfHold     string
 	recordPayment, endOrder, sellHold, addSold       string
 	releaseHold, giveBack, freeHoldSeats, expireHold string
@@ -575,13 +516,8 @@ func newQueries(d Dialect) queries {
 			WHERE event_id = $2 AND hold_id IS NULL AND seat_no IN (
 				SELECT seat_no FROM checkout_seats WHERE event_id = $2 AND hold_id IS NULL ORDER BY seat_no LIMIT $3)
 			RETURNING seat_no`,
-		insertHold: `INSERT INTO checkout_holds (` + holdCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-		hold:       `SELECT ` + holdCols + ` FROM checkout_holds WHERE id = $1`,
-		// The unsafe path: a read, then blind writes.
-		freeSeats:    `SELECT seat_no FROM checkout_seats WHERE event_id = $1 AND hold_id IS NULL ORDER BY seat_no LIMIT $2`,
-		setSeatsLeft: `UPDATE checkout_events SET seats_left = $1 WHERE id = $2`,
-		forceSeat:    `UPDATE checkout_seats SET hold_id = $1 WHERE event_id = $2 AND seat_no = $3`,
-
+		insertHold:  `INSERT INTO checkout_holds (` + holdCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		hold:        `SELECT ` + holdCols + ` FROM checkout_holds WHERE id = $1`,
 		startPaying: `UPDATE checkout_holds SET state = 'paying', updated_at = $1 WHERE id = $2 AND state = 'held' AND expires_at > $1`,
 		insertOrder: `INSERT INTO checkout_orders (` + orderCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		order:       `SELECT ` + orderCols + ` FROM checkout_orders WHERE id = $1`,
@@ -604,7 +540,7 @@ func newQueries(d Dialect) queries {
 	}
 	for _, p := range []*string{
 		&q.insertEvent, &q.insertSeats, &q.event, &q.takeSeats, &q.claimSeats, &q.insertHold, &q.hold,
-		&q.freeSeats, &q.setSeatsLeft, &q.forceSeat, &q.startPaying, &q.insertOrder, &q.order, &q.orderOfHold,
+		&q.startPaying, &q.insertOrder, &q.order, &q.orderOfHold,
 		&q.recordPayment, &q.endOrder, &q.sellHold, &q.addSold, &q.releaseHold, &q.giveBack, &q.freeHoldSeats,
 		&q.expireHold, &q.expired, &q.pending,
 	} {

@@ -20,6 +20,7 @@ import (
 	"github.com/stampede-lab/stampede/checkout/payclient"
 	"github.com/stampede-lab/stampede/checkout/sqlstore"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/lab/unsafeinventory"
 )
 
 // checkoutOptions are the flags of `stampede serve checkout`.
@@ -142,20 +143,9 @@ func (o *checkoutOptions) serverConfig() (httpapi.ServerConfig, error) {
 // fault.
 func (o *checkoutOptions) serviceConfig() (checkout.Config, error) {
 	cfg := checkout.DefaultConfig()
-	cfg.MaxHold, cfg.MaxSeatsPerHold, cfg.PayTimeout, cfg.UnsafeInventory = o.maxHold, o.maxSeats, o.payTimeout, o.unsafeInventory
-	if o.unsafeGap != 0 {
-		if !o.unsafeInventory || o.unsafeGap < 0 {
-			return cfg, fmt.Errorf("--unsafe-gap needs --unsafe-inventory and a positive duration, got %s", o.unsafeGap)
-		}
-		gap := o.unsafeGap
-		cfg.UnsafeBetween = func(ctx context.Context) {
-			t := time.NewTimer(gap)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-		}
+	cfg.MaxHold, cfg.MaxSeatsPerHold, cfg.PayTimeout = o.maxHold, o.maxSeats, o.payTimeout
+	if o.unsafeGap != 0 && (!o.unsafeInventory || o.unsafeGap < 0) {
+		return cfg, fmt.Errorf("--unsafe-gap needs --unsafe-inventory and a positive duration, got %s", o.unsafeGap)
 	}
 	if err := cfg.Validate(); err != nil {
 		flag := map[string]string{"MaxHold": "--max-hold", "MaxSeatsPerHold": "--max-seats-per-hold", "PayTimeout": "--pay-timeout"}
@@ -212,11 +202,15 @@ func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
 		return fmt.Errorf("--sqlite: %w", err)
 	}
 	defer store.Close()
+	var cstore checkout.Store = store
+	if opts.unsafeInventory {
+		cstore = unsafeinventory.New(store, pause(opts.unsafeGap))
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ccfg.Logger, ccfg.Metrics = log, checkout.NewMetrics(reg)
-	svc, err := checkout.NewService(store, payer, ccfg)
+	svc, err := checkout.NewService(cstore, payer, ccfg)
 	if err != nil {
 		return err
 	}
@@ -244,4 +238,20 @@ func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// pause returns a wait of gap that ends early with its context; nil for
+// no gap.
+func pause(gap time.Duration) func(context.Context) {
+	if gap <= 0 {
+		return nil
+	}
+	return func(ctx context.Context) {
+		t := time.NewTimer(gap)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
 }
