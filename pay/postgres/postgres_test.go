@@ -69,7 +69,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	url := databaseURL(t)
 	s := openSchema(t, url, freshSchema(t, url))
-	paytest.Run(t, func(*testing.T) pay.Store { return s })
+	paytest.Exercise(t, func(*testing.T) pay.Store { return s }, paytest.Options{})
 }
 
 // TestConformanceFreshStores runs the suite with a new store (and
@@ -78,7 +78,7 @@ func TestConformanceFreshStores(t *testing.T) {
 	t.Parallel()
 	url := databaseURL(t)
 	schema := freshSchema(t, url)
-	paytest.Run(t, func(t *testing.T) pay.Store { return openSchema(t, url, schema) })
+	paytest.Exercise(t, func(t *testing.T) pay.Store { return openSchema(t, url, schema) }, paytest.Options{})
 }
 
 // TestConcurrentOpenMigratesOnce: instances starting together on an empty

@@ -31,9 +31,9 @@ func open(t *testing.T, path string) *sqlite.Store {
 // the tests in parallel.
 func TestConformanceFile(t *testing.T) {
 	t.Parallel()
-	paytest.RunParallel(t, func(t *testing.T) pay.Store {
+	paytest.Exercise(t, func(t *testing.T) pay.Store {
 		return open(t, filepath.Join(t.TempDir(), "pay.db"))
-	})
+	}, paytest.Options{Parallel: true})
 }
 
 // TestConformanceSharedFile runs the suite on one database file shared by
@@ -41,14 +41,14 @@ func TestConformanceFile(t *testing.T) {
 func TestConformanceSharedFile(t *testing.T) {
 	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "pay.db"))
-	paytest.Run(t, func(*testing.T) pay.Store { return s })
+	paytest.Exercise(t, func(*testing.T) pay.Store { return s }, paytest.Options{})
 }
 
 // TestConformanceMemory runs the suite on a fresh in-memory database per
 // test, the tests in parallel.
 func TestConformanceMemory(t *testing.T) {
 	t.Parallel()
-	paytest.RunParallel(t, func(t *testing.T) pay.Store { return open(t, sqlite.Memory) })
+	paytest.Exercise(t, func(t *testing.T) pay.Store { return open(t, sqlite.Memory) }, paytest.Options{Parallel: true})
 }
 
 // TestClosedStoreIsUnavailable: every call on a closed store fails with
