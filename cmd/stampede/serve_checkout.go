@@ -102,13 +102,13 @@ write it without the guard, and oversell under load.`,
 // storeConfig returns the store the flags name.
 func (o *checkoutOptions) storeConfig() (sqlstore.Config, string, error) {
 	cfg := sqlstore.DefaultConfig()
-	if o.dbTimeout <= 0 {
-		return cfg, "", fmt.Errorf("--db-timeout must be positive, got %s", o.dbTimeout)
-	}
 	cfg.OpTimeout = o.dbTimeout
 	if o.postgres != "" {
 		cfg.PostgresURL, cfg.SQLitePath, cfg.MaxConns = o.postgres, "", 16
-		return cfg, "postgres", nil
+		return cfg, "postgres", flagErrors("", cfg.Validate())
+	}
+	if o.dbTimeout <= 0 {
+		return cfg, "", flagErrors("", cfg.Validate())
 	}
 	path := o.sqlite
 	if path == "" {
@@ -121,7 +121,7 @@ func (o *checkoutOptions) storeConfig() (sqlstore.Config, string, error) {
 		path = filepath.Join(o.dataDir, "checkout.db")
 	}
 	cfg.SQLitePath = path
-	return cfg, "sqlite " + path, nil
+	return cfg, "sqlite " + path, flagErrors("", cfg.Validate())
 }
 
 // serverConfig checks the server flags, naming the flag.

@@ -61,37 +61,36 @@ func DefaultConfig() Config {
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-// Validate reports every invalid field; each error names its field.
+// Validate reports every invalid field at once, each named in snake_case
+// as the command-line flag that sets it: postgres (PostgresURL), schema,
+// sqlite (SQLitePath), max_conns, db_timeout (OpTimeout).
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	var f stampede.Fields
 	if c.PostgresURL != "" {
 		if _, err := pgx.ParseConfig(c.PostgresURL); err != nil {
-			bad("PostgresURL", "%v", err)
+			f.Add("postgres", "%v", err)
 		}
 		if c.Schema != "" && !identifier.MatchString(c.Schema) {
-			bad("Schema", "must be a lower-case identifier, got %q", c.Schema)
+			f.Add("schema", "must be a lower-case identifier, got %q", c.Schema)
 		}
 	} else {
 		switch {
 		case strings.TrimSpace(c.SQLitePath) == "":
-			bad("SQLitePath", "must not be empty without a PostgresURL (use %q)", Memory)
+			f.Add("sqlite", "must not be empty without a PostgreSQL URL (use %q)", Memory)
 		case strings.ContainsAny(c.SQLitePath, "?#"):
-			bad("SQLitePath", "must not contain '?' or '#', got %q", c.SQLitePath)
+			f.Add("sqlite", "must not contain '?' or '#', got %q", c.SQLitePath)
 		}
 		if c.Schema != "" {
-			bad("Schema", "only for PostgreSQL (set PostgresURL)")
+			f.Add("schema", "only for PostgreSQL (set a PostgreSQL URL)")
 		}
 	}
 	if c.MaxConns < 1 {
-		bad("MaxConns", "must be at least 1, got %d", c.MaxConns)
+		f.Add("max_conns", "must be at least 1, got %d", c.MaxConns)
 	}
 	if c.OpTimeout <= 0 {
-		bad("OpTimeout", "must be positive, got %s", c.OpTimeout)
+		f.Add("db_timeout", "must be positive, got %s", c.OpTimeout)
 	}
-	return errors.Join(errs...)
+	return f.Err()
 }
 
 // Spec describes one store to Open: its name, its migrations and the
