@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // DriverUnavailable reports whether err means that the database did not
@@ -26,4 +28,26 @@ func DriverUnavailable(d Dialect, err error) (error, bool) {
 		return fmt.Errorf("%s: %w", d.Name(), err), true
 	}
 	return nil, false
+}
+
+// Classify turns a database/sql or driver error into an *stampede.Error
+// with d's help: a missed deadline, a cancelled context, a lost
+// connection, a closed pool and whatever d calls unavailable go to
+// unavailable (CodeUnavailable); a unique violation to conflict, or
+// CodeConflict "conflicting write (table)" when conflict is nil; anything
+// else is CodeInternal, its detail kept for the log and never shown.
+func Classify(d Dialect, err error, unavailable func(error) *stampede.Error, conflict func(table string, err error) *stampede.Error) *stampede.Error {
+	if err == nil {
+		return nil
+	}
+	if c, ok := DriverUnavailable(d, err); ok {
+		return unavailable(c)
+	}
+	if table, ok := d.UniqueViolation(err); ok {
+		if conflict != nil {
+			return conflict(table, err)
+		}
+		return &stampede.Error{Code: stampede.Conflict, Message: "conflicting write (" + table + ")", Err: err}
+	}
+	return stampede.InternalErr(fmt.Errorf("%s: %w", d.Name(), err))
 }
