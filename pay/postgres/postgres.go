@@ -26,8 +26,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
-	"fmt"
 	"io/fs"
 	"regexp"
 	"strings"
@@ -36,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/sqlstore"
@@ -72,26 +71,27 @@ func DefaultConfig() Config {
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-// Validate reports every invalid field; each error names its field.
+// Validate reports every invalid field at once, each named in snake_case
+// as the flag that sets it: postgres (URL), schema, max_conns,
+// connect_timeout, and the shared store's db_timeout (OpTimeout), now.
 func (c Config) Validate() error {
-	var errs []error
+	var f stampede.Fields
 	if strings.TrimSpace(c.URL) == "" {
-		errs = append(errs, errors.New("postgres: URL: must not be empty"))
+		f.Add("postgres", "must not be empty")
 	} else if _, err := pgx.ParseConfig(c.URL); err != nil {
-		errs = append(errs, fmt.Errorf("postgres: URL: %v", err))
+		f.Add("postgres", "%v", err)
 	}
 	if c.Schema != "" && !identifier.MatchString(c.Schema) {
-		errs = append(errs, fmt.Errorf("postgres: Schema: must be a lower-case identifier, got %q", c.Schema))
+		f.Add("schema", "must be a lower-case identifier, got %q", c.Schema)
 	}
 	if c.MaxConns < 1 {
-		errs = append(errs, fmt.Errorf("postgres: MaxConns: must be at least 1, got %d", c.MaxConns))
+		f.Add("max_conns", "must be at least 1, got %d", c.MaxConns)
 	}
 	if c.ConnectTimeout < 0 {
-		errs = append(errs, fmt.Errorf("postgres: ConnectTimeout: must not be negative, got %s", c.ConnectTimeout))
+		f.Add("connect_timeout", "must not be negative, got %s", c.ConnectTimeout)
 	}
-	// OpTimeout and Now are the shared store's.
-	errs = append(errs, c.store().Validate())
-	return errors.Join(errs...)
+	f.Check("", c.store().Validate())
+	return f.Err()
 }
 
 // store returns the configuration of the shared store.

@@ -31,14 +31,13 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
-	"fmt"
 	"io/fs"
 	"strings"
 	"time"
 
 	"github.com/pressly/goose/v3"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/sqlstore"
@@ -88,23 +87,24 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every invalid field; each error names its field.
+// Validate reports every invalid field at once, each named in snake_case
+// as the flag that sets it: sqlite (Path), busy_timeout, max_read_conns,
+// and the shared store's db_timeout (OpTimeout), now, max_batch.
 func (c Config) Validate() error {
-	var errs []error
+	var f stampede.Fields
 	if strings.TrimSpace(c.Path) == "" {
-		errs = append(errs, errors.New("sqlite: Path: must not be empty (use \":memory:\" for an in-memory database)"))
+		f.Add("sqlite", "must not be empty (use %q for an in-memory database)", Memory)
 	} else if strings.ContainsAny(c.Path, "?#") {
-		errs = append(errs, fmt.Errorf("sqlite: Path: must not contain '?' or '#', got %q", c.Path))
+		f.Add("sqlite", "must not contain '?' or '#', got %q", c.Path)
 	}
 	if c.BusyTimeout < 0 {
-		errs = append(errs, fmt.Errorf("sqlite: BusyTimeout: must not be negative, got %s", c.BusyTimeout))
+		f.Add("busy_timeout", "must not be negative, got %s", c.BusyTimeout)
 	}
 	if c.MaxReadConns < 1 {
-		errs = append(errs, fmt.Errorf("sqlite: MaxReadConns: must be at least 1, got %d", c.MaxReadConns))
+		f.Add("max_read_conns", "must be at least 1, got %d", c.MaxReadConns)
 	}
-	// OpTimeout and Now are the shared store's.
-	errs = append(errs, c.store().Validate())
-	return errors.Join(errs...)
+	f.Check("", c.store().Validate())
+	return f.Err()
 }
 
 // store returns the configuration of the shared store.

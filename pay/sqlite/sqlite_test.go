@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/paytest"
 	"github.com/stampede-lab/stampede/pay/sqlite"
@@ -142,10 +143,12 @@ func TestConfigValidateNamesFields(t *testing.T) {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
 	err := sqlite.Config{Path: "a?b", BusyTimeout: -1}.Validate()
-	for _, field := range []string{"Path", "OpTimeout", "BusyTimeout", "MaxReadConns", "Now"} {
-		if err == nil || !strings.Contains(err.Error(), field+":") {
-			t.Errorf("Validate() = %v, want it to name %s", err, field)
-		}
+	var got []string
+	for _, e := range stampede.FieldErrors(err) {
+		got = append(got, e.Field)
+	}
+	if want := []string{"sqlite", "busy_timeout", "max_read_conns", "db_timeout", "now"}; !slices.Equal(got, want) {
+		t.Errorf("Validate() = %v, fields %v; want every bad field named as its flag: %v", err, got, want)
 	}
 	if _, err := sqlite.OpenConfig(context.Background(), sqlite.Config{}); err == nil {
 		t.Error("OpenConfig with an empty Config succeeded")

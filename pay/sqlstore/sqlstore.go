@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
 )
@@ -71,19 +72,20 @@ func DefaultConfig() Config {
 	return Config{OpTimeout: DefaultOpTimeout, Now: time.Now, MaxBatch: DefaultMaxBatch}
 }
 
-// Validate reports every invalid field; each error names its field.
+// Validate reports every invalid field at once, each named in snake_case
+// as the flag that sets it: db_timeout (OpTimeout), now, max_batch.
 func (c Config) Validate() error {
-	var errs []error
+	var f stampede.Fields
 	if c.OpTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("sqlstore: OpTimeout: must be positive, got %s", c.OpTimeout))
+		f.Add("db_timeout", "must be positive, got %s", c.OpTimeout)
 	}
 	if c.Now == nil {
-		errs = append(errs, errors.New("sqlstore: Now: must not be nil (use time.Now)"))
+		f.Add("now", "must not be nil (use time.Now)")
 	}
 	if c.GroupCommit && c.MaxBatch < 1 {
-		errs = append(errs, fmt.Errorf("sqlstore: MaxBatch: must be at least 1 with GroupCommit, got %d", c.MaxBatch))
+		f.Add("max_batch", "must be at least 1 with group commit, got %d", c.MaxBatch)
 	}
-	return errors.Join(errs...)
+	return f.Err()
 }
 
 // Store is pay.Store over database/sql. Adapters embed it.
