@@ -6,9 +6,10 @@
 // sold than exist. The Store enforces it, in SQL, in the transaction that
 // writes the hold: a conditional update (seats_left = seats_left - n WHERE
 // seats_left >= n) on the event row, and a seat row per seat whose holder
-// is set only while it has none (checkout/sqlstore). Config.UnsafeInventory
-// switches to a read-then-write path without that guard, for the lab only:
-// it oversells under concurrency, which is what it is for.
+// is set only while it has none (checkout/sqlstore). The lab's counter-
+// example (lab/unsafeinventory) wraps a Store with a read-then-write hold
+// without that guard: it oversells under concurrency, which is what it is
+// for.
 //
 // Life of a purchase:
 //
@@ -172,19 +173,6 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases the store.
 	Close() error
-}
-
-// UnsafeStore is the lab-only inventory path: a Store that can also hold
-// seats by reading the inventory and then writing it, in two steps, with
-// no guard. It exists to show that the guard matters (Config.UnsafeInventory).
-type UnsafeStore interface {
-	Store
-	// HoldUnsafe reads the event's seats_left and free seats, checks n
-	// against them in Go, calls between (nil: nothing) and then writes
-	// the hold, seats_left = what it read - n, and the seats' holder,
-	// without checking that they are still free. Concurrent calls
-	// oversell and give one seat to several holds.
-	HoldUnsafe(ctx context.Context, h Hold, n int, between func(context.Context)) (Hold, error)
 }
 
 // PaymentRequest is what the checkout asks pay to charge for an order.

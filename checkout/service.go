@@ -59,14 +59,6 @@ type Config struct {
 	SettleAfter time.Duration
 	// SweepEvery is the sweeper's period.
 	SweepEvery time.Duration
-	// UnsafeInventory holds seats by reading and then writing the
-	// inventory, without the guard: FOR THE LAB ONLY. It oversells
-	// under concurrency. The store must be an UnsafeStore.
-	UnsafeInventory bool
-	// UnsafeBetween, with UnsafeInventory, runs between the read and
-	// the write (tests use it as a barrier to force the race). Nil:
-	// nothing.
-	UnsafeBetween func(context.Context)
 	// Now is the clock; NewID makes hold and order ids.
 	Now   func() time.Time
 	NewID func() string
@@ -129,12 +121,6 @@ func (c Config) Validate() error {
 	if c.Logger == nil {
 		f.Add("logger", "must not be nil")
 	}
-	if c.UnsafeBetween != nil && !c.UnsafeInventory {
-		f.Add("unsafe_between", "is only for unsafe_inventory")
-	}
-	if _, ok := c.Store.(UnsafeStore); c.UnsafeInventory && c.Store != nil && !ok {
-		f.Add("unsafe_inventory", "the store %T has no unsafe path", c.Store)
-	}
 	return f.Err()
 }
 
@@ -147,8 +133,7 @@ type Service struct {
 }
 
 // New returns a Service for cfg; it starts nothing (Run runs the
-// sweeper). With cfg.UnsafeInventory the store must implement
-// UnsafeStore.
+// sweeper).
 func New(cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -254,12 +239,7 @@ func (s *Service) Hold(ctx context.Context, event string, b Buyer, n int) (Hold,
 	h := Hold{ID: s.cfg.NewID(), EventID: e.ID, User: b.User, Amount: e.Price * int64(n), Currency: e.Currency,
 		State: HoldHeld, ExpiresAt: exp, CreatedAt: now, UpdatedAt: now}
 	for attempt := 0; ; attempt++ {
-		var got Hold
-		if s.cfg.UnsafeInventory {
-			got, err = s.store.(UnsafeStore).HoldUnsafe(ctx, h, n, s.cfg.UnsafeBetween)
-		} else {
-			got, err = s.store.Hold(ctx, h, n)
-		}
+		got, err := s.store.Hold(ctx, h, n)
 		_, soldOut := errors.AsType[*SoldOutError](err)
 		if err == nil {
 			s.cfg.Metrics.hold("held")

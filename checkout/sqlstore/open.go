@@ -2,9 +2,7 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"embed"
-	"io/fs"
 
 	"github.com/stampede-lab/stampede/internal/sqldb"
 )
@@ -14,7 +12,10 @@ const Memory = sqldb.Memory
 
 // VersionTable is the goose version table of checkout's migrations,
 // apart from pay's and fulfilment's.
-const VersionTable = "checkout_goose_db_version"
+const VersionTable = name + "_goose_db_version"
+
+// name is checkout's name among the SQL stores.
+const name = "checkout"
 
 // Config configures Open (see sqldb.Config): PostgresURL selects
 // PostgreSQL, else SQLite at SQLitePath.
@@ -37,23 +38,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newStore(db), nil
+	return &Store{db: db, d: db.Dialect(), q: newQueries(db.Dialect())}, nil
 }
 
-//go:embed migrations/sqlite/*.sql migrations/postgres/*.sql
+// migrations holds migrations/sqlite and migrations/postgres.
+//
+//go:embed migrations
 var migrations embed.FS
-
-func migrationsFS() fs.FS {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		panic(err) // the embedded tree is fixed at build time
-	}
-	return sub
-}
-
-// Migrate applies to db the migrations of d ("sqlite" or "postgres") not
-// yet applied, recording them in VersionTable. It takes no lock (Open
-// does).
-func Migrate(ctx context.Context, db *sql.DB, d Dialect) error {
-	return sqldb.Migrate(ctx, db, d, spec)
-}

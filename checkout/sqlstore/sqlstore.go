@@ -1,7 +1,7 @@
 // Package sqlstore is the checkout.Store over database/sql, written once
-// for SQLite and PostgreSQL: it speaks through the Dialects of the payment
-// store (pay/sqlite.Dialect, pay/postgres.Dialect), so placeholders,
-// timestamps and the classification of errors are the payment store's.
+// for SQLite and PostgreSQL on the SQL seam (internal/sqldb): its
+// dialects give the placeholders and timestamps, and its classification
+// of driver errors is the one every store shares.
 // Open picks the database: PostgreSQL when Config.PostgresURL is set,
 // otherwise SQLite at Config.SQLitePath. Each dialect has its own goose
 // migrations, embedded, recorded in a version table of their own
@@ -23,9 +23,6 @@
 // as the hold's compare-and-set on its state, so the counters and the
 // seats move together.
 //
-// HoldUnsafe is the lab's counter-example: read in one step, write in
-// another, no guard. It oversells.
-//
 // Every call runs under the operation timeout: a database that does not
 // answer gives CodeUnavailable (checkout.Unavailable) within it.
 package sqlstore
@@ -43,17 +40,12 @@ import (
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/checkout"
 	"github.com/stampede-lab/stampede/internal/sqldb"
-	"github.com/stampede-lab/stampede/pay"
-	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
-var (
-	_ checkout.Store       = (*Store)(nil)
-	_ checkout.UnsafeStore = (*Store)(nil)
-)
+var _ checkout.Store = (*Store)(nil)
 
-// Dialect is the payment store's dialect interface; pay/sqlite.Dialect and
-// pay/postgres.Dialect implement it.
+// Dialect is the SQL seam's dialect: sqldb.SQLite or sqldb.Postgres.
 type Dialect = sqldb.Dialect
 
 // Store is the checkout.Store over database/sql.
@@ -66,8 +58,8 @@ type Store struct {
 // spec is checkout's place among the SQL stores: its migrations, its
 // version table and the errors that pass through classification.
 var spec = sqldb.Spec{
-	Name:        "checkout",
-	Migrations:  migrationsFS(),
+	Name:        name,
+	Migrations:  migrations,
 	Unavailable: checkout.Unavailable,
 	Own: func(err error) bool {
 		if errors.Is(err, checkout.ErrNotFound) {
@@ -91,21 +83,6 @@ var spec = sqldb.Spec{
 	},
 }
 
-// New returns a Store on write (write transactions) and read (reads; nil
-// to use write), both already migrated (see Migrate), with opTimeout
-// bounding every call. The Store owns the handles: Close closes them.
-func New(d Dialect, write, read *sql.DB, opTimeout time.Duration) (*Store, error) {
-	db, err := sqldb.New(d, write, read, opTimeout, spec)
-	if err != nil {
-		return nil, err
-	}
-	return newStore(db), nil
-}
-
-func newStore(db *sqldb.DB) *Store {
-	return &Store{db: db, d: db.Dialect(), q: newQueries(db.Dialect())}
-}
-
 // update runs fn in one write transaction under the operation deadline.
 func (s *Store) update(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.db.Update(ctx, fn)
@@ -116,9 +93,9 @@ func (s *Store) readOp(ctx context.Context, fn func(ctx context.Context, db *sql
 	return s.db.Read(ctx, fn)
 }
 
-// MapError classifies err with d: checkout's own errors pass through; the
-// rest as sqldb.Classify says (unavailable, conflict or internal).
-func MapError(d Dialect, err error) error { return spec.MapError(d, err) }
+// DB returns the store's database: its pools, dialect and error
+// classification. The lab's unsafe inventory writes through it.
+func (s *Store) DB() *sqldb.DB { return s.db }
 
 // Close implements checkout.Store.
 func (s *Store) Close() error { return s.db.Close() }
@@ -127,10 +104,10 @@ func (s *Store) Close() error { return s.db.Close() }
 func (s *Store) Ping(ctx context.Context) error { return s.db.Ping(ctx) }
 
 // enc encodes a time for the dialect, at microsecond precision in UTC.
-func (s *Store) enc(t time.Time) any { return s.d.EncodeTime(pay.StoreTime(t)) }
+func (s *Store) enc(t time.Time) any { return sqldb.EncodeTime(s.d, t) }
 
 // at scans a timestamp column through the dialect.
-func (s *Store) at(t *time.Time) sql.Scanner { return paysql.TimeCol(s.d, t) }
+func (s *Store) at(t *time.Time) sql.Scanner { return sqldb.TimeCol(s.d, t) }
 
 // seatsCol scans a comma-separated list of seat numbers.
 type seatsCol struct{ seats *[]int }
@@ -204,14 +181,14 @@ func (s *Store) scanOrder(row scanner) (checkout.Order, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return o, fmt.Errorf("order: %w", checkout.ErrNotFound)
 	}
-	o.Status, o.PaymentStatus = checkout.OrderStatus(status), pay.Status(pstate)
+	o.Status, o.PaymentStatus = checkout.OrderStatus(status), protocol.PaymentStatus(pstate)
 	return o, err
 }
 
 // CreateEvent implements checkout.Store: the event row and one free seat
 // row per seat.
 func (s *Store) CreateEvent(ctx context.Context, e checkout.Event) (checkout.Event, error) {
-	e.SeatsLeft, e.Sold, e.CreatedAt = e.Seats, 0, pay.StoreTime(e.CreatedAt)
+	e.SeatsLeft, e.Sold, e.CreatedAt = e.Seats, 0, sqldb.StoreTime(e.CreatedAt)
 	err := s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.q.insertEvent, e.ID, e.Seats, e.Price, e.Currency, s.enc(e.CreatedAt)); err != nil {
 			return err
@@ -309,62 +286,6 @@ func (s *Store) insertHold(ctx context.Context, tx *sql.Tx, h checkout.Hold) err
 	return err
 }
 
-// HoldUnsafe implements checkout.UnsafeStore. LAB ONLY: it reads the
-// inventory on the read pool, checks it in Go, calls between, and then
-// writes what it read minus n, and the seats it saw free, in a second
-// transaction without checking anything again. Concurrent holds all see
-// the same seats free and all take them.
-func (s *Store) HoldUnsafe(ctx context.Context, h checkout.Hold, n int, between func(context.Context)) (checkout.Hold, error) {
-	var (
-		e     checkout.Event
-		seats []int
-	)
-	err := s.readOp(ctx, func(ctx context.Context, db *sql.DB) error {
-		var err error
-		if e, err = s.scanEvent(db.QueryRowContext(ctx, s.q.event, h.EventID)); err != nil {
-			return err
-		}
-		rows, err := db.QueryContext(ctx, s.q.freeSeats, h.EventID, n)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var no int
-			if err := rows.Scan(&no); err != nil {
-				return err
-			}
-			seats = append(seats, no)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return checkout.Hold{}, err
-	}
-	if e.SeatsLeft < n || len(seats) < n {
-		return checkout.Hold{}, &checkout.SoldOutError{Left: e.SeatsLeft}
-	}
-	if between != nil {
-		between(ctx)
-	}
-	h.Seats = seats
-	err = s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.q.setSeatsLeft, e.SeatsLeft-n, h.EventID); err != nil {
-			return err
-		}
-		for _, no := range seats {
-			if _, err := tx.ExecContext(ctx, s.q.forceSeat, h.ID, h.EventID, no); err != nil {
-				return err
-			}
-		}
-		return s.insertHold(ctx, tx, h)
-	})
-	if err != nil {
-		return checkout.Hold{}, err
-	}
-	return h, nil
-}
-
 // GetHold implements checkout.Store.
 func (s *Store) GetHold(ctx context.Context, id string) (checkout.Hold, error) {
 	var h checkout.Hold
@@ -378,7 +299,7 @@ func (s *Store) GetHold(ctx context.Context, id string) (checkout.Hold, error) {
 
 // StartOrder implements checkout.Store.
 func (s *Store) StartOrder(ctx context.Context, o checkout.Order, now time.Time) (checkout.Order, error) {
-	o.CreatedAt, o.UpdatedAt = pay.StoreTime(o.CreatedAt), pay.StoreTime(o.UpdatedAt)
+	o.CreatedAt, o.UpdatedAt = sqldb.StoreTime(o.CreatedAt), sqldb.StoreTime(o.UpdatedAt)
 	err := s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.q.startPaying, s.enc(now), o.HoldID)
 		if err != nil {
@@ -424,7 +345,7 @@ func (s *Store) orderBy(ctx context.Context, q, arg string) (checkout.Order, err
 }
 
 // RecordPayment implements checkout.Store.
-func (s *Store) RecordPayment(ctx context.Context, orderID, paymentID string, status pay.Status, now time.Time) (checkout.Order, error) {
+func (s *Store) RecordPayment(ctx context.Context, orderID, paymentID string, status protocol.PaymentStatus, now time.Time) (checkout.Order, error) {
 	var o checkout.Order
 	err := s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.q.recordPayment, paymentID, string(status), s.enc(now), orderID); err != nil {
@@ -438,7 +359,7 @@ func (s *Store) RecordPayment(ctx context.Context, orderID, paymentID string, st
 }
 
 // Settle implements checkout.Store.
-func (s *Store) Settle(ctx context.Context, orderID string, paid bool, paymentID string, status pay.Status, reason string, now time.Time) (checkout.Order, error) {
+func (s *Store) Settle(ctx context.Context, orderID string, paid bool, paymentID string, status protocol.PaymentStatus, reason string, now time.Time) (checkout.Order, error) {
 	var o checkout.Order
 	err := s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		to := checkout.OrderFailed
@@ -570,7 +491,6 @@ func (s *Store) PendingOrders(ctx context.Context, before time.Time, limit int) 
 type queries struct {
 	insertEvent, insertSeats, event                  string
 	takeSeats, claimSeats, insertHold, hold          string
-	freeSeats, setSeatsLeft, forceSeat               string
 	startPaying, insertOrder, order, orderOfHold     string
 	recordPayment, endOrder, sellHold, addSold       string
 	releaseHold, giveBack, freeHoldSeats, expireHold string
@@ -596,13 +516,8 @@ func newQueries(d Dialect) queries {
 			WHERE event_id = $2 AND hold_id IS NULL AND seat_no IN (
 				SELECT seat_no FROM checkout_seats WHERE event_id = $2 AND hold_id IS NULL ORDER BY seat_no LIMIT $3)
 			RETURNING seat_no`,
-		insertHold: `INSERT INTO checkout_holds (` + holdCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-		hold:       `SELECT ` + holdCols + ` FROM checkout_holds WHERE id = $1`,
-		// The unsafe path: a read, then blind writes.
-		freeSeats:    `SELECT seat_no FROM checkout_seats WHERE event_id = $1 AND hold_id IS NULL ORDER BY seat_no LIMIT $2`,
-		setSeatsLeft: `UPDATE checkout_events SET seats_left = $1 WHERE id = $2`,
-		forceSeat:    `UPDATE checkout_seats SET hold_id = $1 WHERE event_id = $2 AND seat_no = $3`,
-
+		insertHold:  `INSERT INTO checkout_holds (` + holdCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		hold:        `SELECT ` + holdCols + ` FROM checkout_holds WHERE id = $1`,
 		startPaying: `UPDATE checkout_holds SET state = 'paying', updated_at = $1 WHERE id = $2 AND state = 'held' AND expires_at > $1`,
 		insertOrder: `INSERT INTO checkout_orders (` + orderCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		order:       `SELECT ` + orderCols + ` FROM checkout_orders WHERE id = $1`,
@@ -625,7 +540,7 @@ func newQueries(d Dialect) queries {
 	}
 	for _, p := range []*string{
 		&q.insertEvent, &q.insertSeats, &q.event, &q.takeSeats, &q.claimSeats, &q.insertHold, &q.hold,
-		&q.freeSeats, &q.setSeatsLeft, &q.forceSeat, &q.startPaying, &q.insertOrder, &q.order, &q.orderOfHold,
+		&q.startPaying, &q.insertOrder, &q.order, &q.orderOfHold,
 		&q.recordPayment, &q.endOrder, &q.sellHold, &q.addSold, &q.releaseHold, &q.giveBack, &q.freeHoldSeats,
 		&q.expireHold, &q.expired, &q.pending,
 	} {

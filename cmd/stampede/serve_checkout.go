@@ -21,6 +21,7 @@ import (
 	"github.com/stampede-lab/stampede/checkout/payclient"
 	"github.com/stampede-lab/stampede/checkout/sqlstore"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/lab/unsafeinventory"
 	"github.com/stampede-lab/stampede/protocol"
 	"github.com/stampede-lab/stampede/waitroom"
 )
@@ -123,13 +124,13 @@ write it without the guard, and oversell under load.`,
 // storeConfig returns the store the flags name.
 func (o *checkoutOptions) storeConfig() (sqlstore.Config, string, error) {
 	cfg := sqlstore.DefaultConfig()
-	if o.dbTimeout <= 0 {
-		return cfg, "", fmt.Errorf("--db-timeout must be positive, got %s", o.dbTimeout)
-	}
 	cfg.OpTimeout = o.dbTimeout
 	if o.postgres != "" {
 		cfg.PostgresURL, cfg.SQLitePath, cfg.MaxConns = o.postgres, "", 16
-		return cfg, "postgres", nil
+		return cfg, "postgres", flagErrors("", cfg.Validate())
+	}
+	if o.dbTimeout <= 0 {
+		return cfg, "", flagErrors("", cfg.Validate())
 	}
 	path := o.sqlite
 	if path == "" {
@@ -142,7 +143,7 @@ func (o *checkoutOptions) storeConfig() (sqlstore.Config, string, error) {
 		path = filepath.Join(o.dataDir, "checkout.db")
 	}
 	cfg.SQLitePath = path
-	return cfg, "sqlite " + path, nil
+	return cfg, "sqlite " + path, flagErrors("", cfg.Validate())
 }
 
 // serverConfig checks the server flags, naming the flag.
@@ -202,7 +203,7 @@ func (o *checkoutOptions) admissions(hc *http.Client) (checkout.Admissions, erro
 // bad flag named.
 func (o *checkoutOptions) serviceConfig() (checkout.Config, error) {
 	cfg := checkout.DefaultConfig()
-	cfg.MaxHold, cfg.MaxSeatsPerHold, cfg.PayTimeout, cfg.UnsafeInventory = o.maxHold, o.maxSeats, o.payTimeout, o.unsafeInventory
+	cfg.MaxHold, cfg.MaxSeatsPerHold, cfg.PayTimeout = o.maxHold, o.maxSeats, o.payTimeout
 	var f stampede.Fields
 	if o.pay == "" {
 		f.Add("pay", "is required: the base URL of the payment service")
@@ -223,20 +224,8 @@ func (o *checkoutOptions) serviceConfig() (checkout.Config, error) {
 	adm, err := o.admissions(&http.Client{})
 	f.Check("", err)
 	cfg.Admissions = adm
-	if o.unsafeGap != 0 {
-		if !o.unsafeInventory || o.unsafeGap < 0 {
-			f.Add("unsafe_gap", "needs --unsafe-inventory and a positive duration, got %s", o.unsafeGap)
-		} else {
-			gap := o.unsafeGap
-			cfg.UnsafeBetween = func(ctx context.Context) {
-				t := time.NewTimer(gap)
-				defer t.Stop()
-				select {
-				case <-ctx.Done():
-				case <-t.C:
-				}
-			}
-		}
+	if o.unsafeGap != 0 && (!o.unsafeInventory || o.unsafeGap < 0) {
+		f.Add("unsafe_gap", "needs --unsafe-inventory and a positive duration, got %s", o.unsafeGap)
 	}
 	for _, e := range stampede.FieldErrors(cfg.Validate()) {
 		switch {
@@ -285,10 +274,14 @@ func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
 		return fmt.Errorf("--sqlite: %w", err)
 	}
 	defer store.Close()
+	var cstore checkout.Store = store
+	if opts.unsafeInventory {
+		cstore = unsafeinventory.New(store, pause(opts.unsafeGap))
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ccfg.Store, ccfg.Logger, ccfg.Metrics = store, log, checkout.NewMetrics(reg)
+	ccfg.Store, ccfg.Logger, ccfg.Metrics = cstore, log, checkout.NewMetrics(reg)
 	svc, err := checkout.New(ccfg)
 	if err != nil {
 		return flagErrors("", err)
@@ -317,4 +310,20 @@ func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// pause returns a wait of gap that ends early with its context; nil for
+// no gap.
+func pause(gap time.Duration) func(context.Context) {
+	if gap <= 0 {
+		return nil
+	}
+	return func(ctx context.Context) {
+		t := time.NewTimer(gap)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
 }

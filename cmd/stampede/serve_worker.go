@@ -136,11 +136,11 @@ func (o *workerOptions) config(serverVersion string) (worker.Config, error) {
 
 // fulfilmentStore opens the fulfilment database the store options name.
 func (o *payStoreOptions) fulfilmentStore(ctx context.Context) (*sqlstore.Store, string, error) {
-	if o.dbTimeout <= 0 {
-		return nil, "", fmt.Errorf("--db-timeout must be positive, got %s", o.dbTimeout)
-	}
 	cfg := sqlstore.DefaultConfig()
 	cfg.OpTimeout = o.dbTimeout
+	if o.dbTimeout <= 0 {
+		return nil, "", flagErrors("", cfg.Validate())
+	}
 	where := "postgres"
 	if o.postgres != "" {
 		cfg.PostgresURL = o.postgres
@@ -155,6 +155,9 @@ func (o *payStoreOptions) fulfilmentStore(ctx context.Context) (*sqlstore.Store,
 		}
 		cfg.SQLitePath = o.sqlitePath()
 		where = "sqlite " + cfg.SQLitePath
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, "", flagErrors("", err)
 	}
 	s, err := sqlstore.Open(ctx, cfg)
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package fulfilmenttest is the conformance suite every fulfilment.Store
-// passes, run through a fulfilment.Handler: an adapter's tests call Run
-// with a function that opens the store under test.
+// passes, run through a fulfilment.Handler: an adapter's tests call
+// Exercise, once for each database they can reach, with a function that
+// opens the store under test.
 //
 // Events are built as the payment service writes them (pay.NewEvent) and
 // read back with fulfilment.DecodeEvent, so the suite also pins the wire
@@ -28,10 +29,17 @@ import (
 	"github.com/stampede-lab/stampede/pay"
 )
 
-// Run runs the suite, one test at a time. open returns a new store for one
-// test (the suite closes it in some tests), which may be on a database
-// other tests use too; open owns the stores (close them with t.Cleanup).
-func Run(t *testing.T, open func(t *testing.T) fulfilment.Store) {
+// Options tune Exercise.
+type Options struct {
+	// Parallel runs the suite's tests in parallel with each other; every
+	// test uses fresh ids, so they may share one database.
+	Parallel bool
+}
+
+// Exercise runs the suite. open returns a new store for one test (the
+// suite closes it in some tests), which may be on a database other tests
+// use too; open owns the stores (close them with t.Cleanup).
+func Exercise(t *testing.T, open func(t *testing.T) fulfilment.Store, opts Options) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s fulfilment.Store)
@@ -55,7 +63,12 @@ func Run(t *testing.T, open func(t *testing.T) fulfilment.Store) {
 		}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+		t.Run(tc.name, func(t *testing.T) {
+			if opts.Parallel {
+				t.Parallel()
+			}
+			tc.fn(t, open(t))
+		})
 	}
 }
 

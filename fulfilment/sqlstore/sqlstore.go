@@ -1,8 +1,7 @@
 // Package sqlstore is the fulfilment.Store over database/sql, written once
-// for SQLite and PostgreSQL: it speaks through the Dialects of the payment
-// store (pay/sqlite.Dialect, pay/postgres.Dialect, both satisfying
-// pay/sqlstore.Dialect), so placeholders, timestamps, row locks and the
-// classification of errors are the payment store's.
+// for SQLite and PostgreSQL on the SQL seam (internal/sqldb): its
+// dialects give the placeholders, timestamps and row locks, and its
+// classification of driver errors is the one every store shares.
 //
 // Open picks the database: PostgreSQL when Config.PostgresURL is set,
 // otherwise SQLite at Config.SQLitePath (":memory:" by default). Each
@@ -34,7 +33,7 @@ import (
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/internal/sqldb"
-	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 var (
@@ -42,8 +41,7 @@ var (
 	_ fulfilment.Tx    = (*tx)(nil)
 )
 
-// Dialect is the payment store's dialect interface; pay/sqlite.Dialect and
-// pay/postgres.Dialect implement it.
+// Dialect is the SQL seam's dialect: sqldb.SQLite or sqldb.Postgres.
 type Dialect = sqldb.Dialect
 
 // Store is the fulfilment.Store over database/sql.
@@ -56,28 +54,13 @@ type Store struct {
 // spec is fulfilment's place among the SQL stores: its migrations, its
 // version table and the errors that pass through classification.
 var spec = sqldb.Spec{
-	Name:        "fulfilment",
-	Migrations:  migrationsFS(),
+	Name:        name,
+	Migrations:  migrations,
 	Unavailable: fulfilment.Unavailable,
 	Own: func(err error) bool {
 		_, ok := errors.AsType[*fulfilment.Error](err)
 		return ok || errors.Is(err, fulfilment.ErrNotFound)
 	},
-}
-
-// New returns a Store on write (write transactions) and read (reads; nil
-// to use write), both already migrated (see Migrate), with opTimeout
-// bounding every call. The Store owns the handles: Close closes them.
-func New(d Dialect, write, read *sql.DB, opTimeout time.Duration) (*Store, error) {
-	db, err := sqldb.New(d, write, read, opTimeout, spec)
-	if err != nil {
-		return nil, err
-	}
-	return newStore(db), nil
-}
-
-func newStore(db *sqldb.DB) *Store {
-	return &Store{db: db, d: db.Dialect(), q: newQueries(db.Dialect())}
 }
 
 // Dialect returns the store's dialect.
@@ -94,11 +77,6 @@ func (s *Store) Update(ctx context.Context, fn func(ctx context.Context, tx fulf
 func (s *Store) readOp(ctx context.Context, fn func(ctx context.Context, db *sql.DB) error) error {
 	return s.db.Read(ctx, fn)
 }
-
-// MapError classifies err with d: fulfilment errors (an *Error, or
-// ErrNotFound) pass through; the rest as sqldb.Classify says (unavailable,
-// conflict or internal).
-func MapError(d Dialect, err error) error { return spec.MapError(d, err) }
 
 // Close implements fulfilment.Store.
 func (s *Store) Close() error { return s.db.Close() }
@@ -316,7 +294,7 @@ func (t *tx) LockPayment(ctx context.Context, paymentID string, now time.Time) (
 }
 
 // AdvancePayment implements fulfilment.Tx.
-func (t *tx) AdvancePayment(ctx context.Context, paymentID string, seq int64, status pay.Status, now time.Time) error {
+func (t *tx) AdvancePayment(ctx context.Context, paymentID string, seq int64, status protocol.PaymentStatus, now time.Time) error {
 	return t.exec1(ctx, t.s.q.advance, seq, string(status), t.s.d.EncodeTime(now), paymentID)
 }
 

@@ -42,7 +42,7 @@ func sqliteFile(path string) sqlstore.Config {
 // TestSQLiteMemory runs the suite on a fresh in-memory database per test.
 func TestSQLiteMemory(t *testing.T) {
 	t.Parallel()
-	fulfilmenttest.Run(t, func(t *testing.T) fulfilment.Store { return open(t, sqlstore.DefaultConfig()) })
+	fulfilmenttest.Exercise(t, func(t *testing.T) fulfilment.Store { return open(t, sqlstore.DefaultConfig()) }, fulfilmenttest.Options{})
 }
 
 // TestSQLiteSharedFile runs the suite on one database file, a new store
@@ -50,7 +50,7 @@ func TestSQLiteMemory(t *testing.T) {
 func TestSQLiteSharedFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "fulfilment.db")
-	fulfilmenttest.Run(t, func(t *testing.T) fulfilment.Store { return open(t, sqliteFile(path)) })
+	fulfilmenttest.Exercise(t, func(t *testing.T) fulfilment.Store { return open(t, sqliteFile(path)) }, fulfilmenttest.Options{})
 }
 
 // TestSQLiteBesidePay: fulfilment's tables and migrations live beside
@@ -63,7 +63,7 @@ func TestSQLiteBesidePay(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ps.Close() })
-	fulfilmenttest.Run(t, func(t *testing.T) fulfilment.Store { return open(t, sqliteFile(path)) })
+	fulfilmenttest.Exercise(t, func(t *testing.T) fulfilment.Store { return open(t, sqliteFile(path)) }, fulfilmenttest.Options{})
 	if _, err := ps.List(context.Background(), "", 1); err != nil {
 		t.Fatalf("pay store after fulfilment migrated the file: %v", err)
 	}
@@ -236,7 +236,7 @@ func TestPostgres(t *testing.T) {
 	t.Parallel()
 	url := testenv.URL(t, testenv.PostgresURL)
 	schema := freshSchema(t, url)
-	fulfilmenttest.Run(t, func(t *testing.T) fulfilment.Store { return open(t, postgresConfig(url, schema)) })
+	fulfilmenttest.Exercise(t, func(t *testing.T) fulfilment.Store { return open(t, postgresConfig(url, schema)) }, fulfilmenttest.Options{})
 }
 
 // TestPostgresConcurrentOpenMigratesOnce: instances starting together on

@@ -1,13 +1,19 @@
-// Package sqldb is the database plumbing shared by the stores that live
-// beside the payment store on its dialects (checkout/sqlstore and
-// fulfilment/sqlstore): one Config, one Open that applies a store's own
-// goose migrations under a lock (pay/sqlite.OpenDB, pay/postgres.OpenDB),
+// Package sqldb is the SQL seam of every Stampede store: the two
+// dialects (SQLite through modernc.org/sqlite, PostgreSQL through pgx's
+// database/sql driver) and how each is opened (OpenSQLite, OpenPostgres:
+// pools, pragmas, WAL, busy timeout, connection limits), the goose
+// migration runner (each store passes its own embedded migrations and its
+// own version table), the classification of driver errors into
+// stampede.Error (Classify, DriverUnavailable), the time encoding
+// (StoreTime, TimeCol) and placeholder rebinding (Dialect.Rebind).
+//
+// It belongs to no part: the payment store (pay/sqlstore, opened by
+// pay/sqlite and pay/postgres), checkout/sqlstore and fulfilment/sqlstore
+// are built on it, each keeping its own SQL, queries and domain errors.
+// Config, Spec, Open and DB are the boilerplate those stores share: one
+// Config, one Open that applies a store's own migrations under a lock,
 // and DB, the write and read pools under an operation deadline with one
 // classification of driver errors.
-//
-// Each store keeps its SQL, its queries and its domain errors; only the
-// plumbing is written here, once. The payment store itself (pay/sqlstore)
-// has its own group-committing writer and uses only Classify.
 package sqldb
 
 import (
@@ -22,20 +28,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/stampede-lab/stampede"
-	"github.com/stampede-lab/stampede/pay/postgres"
-	"github.com/stampede-lab/stampede/pay/sqlite"
-	paysql "github.com/stampede-lab/stampede/pay/sqlstore"
 )
-
-// Dialect is the payment store's dialect interface; pay/sqlite.Dialect and
-// pay/postgres.Dialect implement it.
-type Dialect = paysql.Dialect
-
-// Memory is the SQLitePath of a private in-memory database.
-const Memory = sqlite.Memory
 
 // Config says which database a store opens.
 type Config struct {
@@ -66,37 +61,36 @@ func DefaultConfig() Config {
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-// Validate reports every invalid field; each error names its field.
+// Validate reports every invalid field at once, each named in snake_case
+// as the command-line flag that sets it: postgres (PostgresURL), schema,
+// sqlite (SQLitePath), max_conns, db_timeout (OpTimeout).
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	var f stampede.Fields
 	if c.PostgresURL != "" {
 		if _, err := pgx.ParseConfig(c.PostgresURL); err != nil {
-			bad("PostgresURL", "%v", err)
+			f.Add("postgres", "%v", err)
 		}
 		if c.Schema != "" && !identifier.MatchString(c.Schema) {
-			bad("Schema", "must be a lower-case identifier, got %q", c.Schema)
+			f.Add("schema", "must be a lower-case identifier, got %q", c.Schema)
 		}
 	} else {
 		switch {
 		case strings.TrimSpace(c.SQLitePath) == "":
-			bad("SQLitePath", "must not be empty without a PostgresURL (use %q)", Memory)
+			f.Add("sqlite", "must not be empty without a PostgreSQL URL (use %q)", Memory)
 		case strings.ContainsAny(c.SQLitePath, "?#"):
-			bad("SQLitePath", "must not contain '?' or '#', got %q", c.SQLitePath)
+			f.Add("sqlite", "must not contain '?' or '#', got %q", c.SQLitePath)
 		}
 		if c.Schema != "" {
-			bad("Schema", "only for PostgreSQL (set PostgresURL)")
+			f.Add("schema", "only for PostgreSQL (set a PostgreSQL URL)")
 		}
 	}
 	if c.MaxConns < 1 {
-		bad("MaxConns", "must be at least 1, got %d", c.MaxConns)
+		f.Add("max_conns", "must be at least 1, got %d", c.MaxConns)
 	}
 	if c.OpTimeout <= 0 {
-		bad("OpTimeout", "must be positive, got %s", c.OpTimeout)
+		f.Add("db_timeout", "must be positive, got %s", c.OpTimeout)
 	}
-	return errors.Join(errs...)
+	return f.Err()
 }
 
 // Spec describes one store to Open: its name, its migrations and the
@@ -106,8 +100,9 @@ type Spec struct {
 	// table is Name+"_goose_db_version", apart from pay's, so that the
 	// stores may share one database.
 	Name string
-	// Migrations holds a directory per dialect, "sqlite" and "postgres",
-	// of goose SQL files.
+	// Migrations holds a directory per dialect, "migrations/sqlite" and
+	// "migrations/postgres", of goose SQL files: what a store's
+	// "//go:embed migrations" gives.
 	Migrations fs.FS
 	// Own reports whether err is already one of the store's domain errors,
 	// which pass through classification unchanged. Nil: none are.
@@ -146,52 +141,30 @@ func (s Spec) MapError(d Dialect, err error) error {
 	return Classify(d, err, s.Unavailable, s.Conflict)
 }
 
-// Classify turns a database/sql or driver error into an *stampede.Error
-// with d's help: a missed deadline, a cancelled context, a lost
-// connection, a closed pool and whatever d calls unavailable go to
-// unavailable (CodeUnavailable); a unique violation to conflict, or
-// CodeConflict "conflicting write (table)" when conflict is nil; anything
-// else is CodeInternal, its detail kept for the log and never shown.
-func Classify(d Dialect, err error, unavailable func(error) *stampede.Error, conflict func(table string, err error) *stampede.Error) *stampede.Error {
-	if err == nil {
-		return nil
-	}
-	if c, ok := paysql.DriverUnavailable(d, err); ok {
-		return unavailable(c)
-	}
-	if table, ok := d.UniqueViolation(err); ok {
-		if conflict != nil {
-			return conflict(table, err)
-		}
-		return &stampede.Error{Code: stampede.Conflict, Message: "conflicting write (" + table + ")", Err: err}
-	}
-	return stampede.InternalErr(fmt.Errorf("%s: %w", d.Name(), err))
-}
-
 // Migrate applies to db the migrations of spec for d not yet applied,
 // recording them in spec.VersionTable. It takes no lock: Open serialises
 // processes that migrate one database at once.
 func Migrate(ctx context.Context, db *sql.DB, d Dialect, spec Spec) error {
-	gd, ok := paysql.GooseDialect(d.Name())
+	gd, ok := GooseDialect(d.Name())
 	if !ok {
 		return fmt.Errorf("sqldb: %s: no migrations for dialect %q", spec.Name, d.Name())
 	}
-	fsys, err := fs.Sub(spec.Migrations, d.Name())
+	fsys, err := fs.Sub(spec.Migrations, "migrations/"+d.Name())
 	if err != nil {
 		return err
 	}
-	return spec.MapError(d, paysql.MigrateTable(ctx, db, gd, fsys, spec.VersionTable()))
+	return spec.MapError(d, MigrateTable(ctx, db, gd, fsys, spec.VersionTable()))
 }
 
 // Open opens the database cfg names and applies spec's pending migrations.
 //
-// SQLite is opened the way pay/sqlite does (sqlite.OpenDB): writes through
+// SQLite is opened with OpenSQLite: writes through
 // one connection whose transactions begin IMMEDIATE, reads through a pool
 // of read-only connections (WAL), an in-memory database on one connection;
 // processes opening a new file together migrate one at a time, holding an
 // exclusive transaction on a side file, path+"-NAME-migrate". PostgreSQL is
-// opened the way pay/postgres does (postgres.OpenDB) and migrated under an
-// advisory lock of the schema. An unreachable database is an error with
+// opened with OpenPostgres and migrated under an advisory lock of the
+// schema. An unreachable database is an error with
 // CodeUnavailable.
 func Open(ctx context.Context, cfg Config, spec Spec) (*DB, error) {
 	if err := spec.validate(); err != nil {
@@ -201,7 +174,7 @@ func Open(ctx context.Context, cfg Config, spec Spec) (*DB, error) {
 		return nil, fmt.Errorf("%s/sqlstore: %w", spec.Name, err)
 	}
 	if cfg.PostgresURL != "" {
-		db, d, err := postgres.OpenDB(ctx, postgres.DBConfig{
+		db, d, err := OpenPostgres(ctx, PostgresConfig{
 			URL:             cfg.PostgresURL,
 			Schema:          cfg.Schema,
 			MaxConns:        cfg.MaxConns,
@@ -210,25 +183,25 @@ func Open(ctx context.Context, cfg Config, spec Spec) (*DB, error) {
 			PingTimeout:     cfg.OpTimeout,
 			LockKey:         "stampede." + spec.Name + ".migrate:",
 			Migrate: func(ctx context.Context, db *sql.DB) error {
-				return Migrate(ctx, db, postgres.Dialect{}, spec)
+				return Migrate(ctx, db, Postgres{}, spec)
 			},
 		})
 		if err != nil {
-			return nil, spec.MapError(postgres.Dialect{}, err)
+			return nil, spec.MapError(Postgres{}, err)
 		}
 		return newOrClose(d, db, nil, cfg.OpTimeout, spec)
 	}
-	write, read, d, err := sqlite.OpenDB(ctx, sqlite.DBConfig{
+	write, read, d, err := OpenSQLite(ctx, SQLiteConfig{
 		Path:         cfg.SQLitePath,
 		BusyTimeout:  cfg.OpTimeout,
 		MaxReadConns: cfg.MaxConns,
 		LockSuffix:   "-" + spec.Name + "-migrate",
 		Migrate: func(ctx context.Context, db *sql.DB) error {
-			return Migrate(ctx, db, sqlite.Dialect{}, spec)
+			return Migrate(ctx, db, SQLite{}, spec)
 		},
 	})
 	if err != nil {
-		return nil, spec.MapError(sqlite.Dialect{}, err)
+		return nil, spec.MapError(SQLite{}, err)
 	}
 	return newOrClose(d, write, read, cfg.OpTimeout, spec)
 }

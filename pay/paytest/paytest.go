@@ -1,6 +1,6 @@
 // Package paytest is the conformance suite every pay.Store must pass. An
-// adapter's tests call Run with a function that returns the store under
-// test.
+// adapter's tests call Exercise, once for each database they can reach,
+// with a function that opens the store under test.
 //
 // RunFrozen checks, separately, that a store whose database stops
 // answering fails every call with CodeUnavailable within its deadline.
@@ -25,20 +25,6 @@ import (
 
 	"github.com/stampede-lab/stampede/pay"
 )
-
-// Run runs the suite, one test at a time. newStore returns the store under
-// test; it may return the same store every time, and it owns the store
-// (Run never closes it).
-func Run(t *testing.T, newStore func(t *testing.T) pay.Store) {
-	run(t, newStore, false)
-}
-
-// RunParallel runs the suite's tests in parallel with each other. Some
-// tests count every row of the store, so newStore must return a store of
-// the test's own (a fresh database) each time.
-func RunParallel(t *testing.T, newStore func(t *testing.T) pay.Store) {
-	run(t, newStore, true)
-}
 
 func run(t *testing.T, newStore func(t *testing.T) pay.Store, parallel bool) {
 	tests := []struct {

@@ -2,9 +2,10 @@
 // (its database/sql driver, pgx/v5/stdlib, which keeps pgx's automatic
 // prepared-statement cache).
 //
-// The store itself is pay/sqlstore; this package is its PostgreSQL
-// dialect, its migrations (goose, embedded) and how the database is
-// opened.
+// The store itself is pay/sqlstore; the PostgreSQL dialect and how the
+// database is opened are the SQL seam's (internal/sqldb: sqldb.Postgres,
+// sqldb.OpenPostgres); this package is the payment store's configuration
+// on PostgreSQL and its migrations (goose, embedded).
 //
 // Transactions run at READ COMMITTED; a status change locks the payment row
 // with SELECT ... FOR UPDATE, so compare-and-set and the per-payment outbox
@@ -25,26 +26,21 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
-	"fmt"
-	"io"
 	"io/fs"
-	"net"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 
+	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/sqlstore"
 )
 
 var _ pay.Store = (*Store)(nil)
-
-var _ sqlstore.Dialect = Dialect{}
 
 // Config configures a Store.
 type Config struct {
@@ -75,26 +71,27 @@ func DefaultConfig() Config {
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-// Validate reports every invalid field; each error names its field.
+// Validate reports every invalid field at once, each named in snake_case
+// as the flag that sets it: postgres (URL), schema, max_conns,
+// connect_timeout, and the shared store's db_timeout (OpTimeout), now.
 func (c Config) Validate() error {
-	var errs []error
+	var f stampede.Fields
 	if strings.TrimSpace(c.URL) == "" {
-		errs = append(errs, errors.New("postgres: URL: must not be empty"))
+		f.Add("postgres", "must not be empty")
 	} else if _, err := pgx.ParseConfig(c.URL); err != nil {
-		errs = append(errs, fmt.Errorf("postgres: URL: %v", err))
+		f.Add("postgres", "%v", err)
 	}
 	if c.Schema != "" && !identifier.MatchString(c.Schema) {
-		errs = append(errs, fmt.Errorf("postgres: Schema: must be a lower-case identifier, got %q", c.Schema))
+		f.Add("schema", "must be a lower-case identifier, got %q", c.Schema)
 	}
 	if c.MaxConns < 1 {
-		errs = append(errs, fmt.Errorf("postgres: MaxConns: must be at least 1, got %d", c.MaxConns))
+		f.Add("max_conns", "must be at least 1, got %d", c.MaxConns)
 	}
 	if c.ConnectTimeout < 0 {
-		errs = append(errs, fmt.Errorf("postgres: ConnectTimeout: must not be negative, got %s", c.ConnectTimeout))
+		f.Add("connect_timeout", "must not be negative, got %s", c.ConnectTimeout)
 	}
-	// OpTimeout and Now are the shared store's.
-	errs = append(errs, c.store().Validate())
-	return errors.Join(errs...)
+	f.Check("", c.store().Validate())
+	return f.Err()
 }
 
 // store returns the configuration of the shared store.
@@ -130,7 +127,7 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 	// The first migration creates every table and index only if missing,
 	// so that a schema created before goose (recorded in the old
 	// schema_migrations table, left in place) is taken over as it is.
-	db, _, err := OpenDB(ctx, DBConfig{
+	db, d, err := sqldb.OpenPostgres(ctx, sqldb.PostgresConfig{
 		URL:             cfg.URL,
 		Schema:          cfg.Schema,
 		MaxConns:        cfg.MaxConns,
@@ -139,13 +136,13 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 		PingTimeout:     cfg.OpTimeout,
 		LockKey:         "stampede.pay.migrate:",
 		Migrate: func(ctx context.Context, db *sql.DB) error {
-			return sqlstore.Migrate(ctx, db, Dialect{}, goose.DialectPostgres, fsys)
+			return sqlstore.Migrate(ctx, db, sqldb.Postgres{}, goose.DialectPostgres, fsys)
 		},
 	})
 	if err != nil {
-		return nil, sqlstore.MapError(Dialect{}, err)
+		return nil, sqlstore.MapError(sqldb.Postgres{}, err)
 	}
-	s, err := sqlstore.New(Dialect{}, db, nil, cfg.store())
+	s, err := sqlstore.New(d, db, nil, cfg.store())
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -157,64 +154,3 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 //
 //go:embed migrations/*.sql
 var migrations embed.FS
-
-// Dialect is the PostgreSQL sqlstore.Dialect: $n placeholders,
-// timestamptz, SELECT ... FOR UPDATE, SQLSTATE classes.
-type Dialect struct{}
-
-// Name implements sqlstore.Dialect.
-func (Dialect) Name() string { return "postgres" }
-
-// Rebind implements sqlstore.Dialect: queries are written for PostgreSQL.
-func (Dialect) Rebind(query string) string { return query }
-
-// LockRow implements sqlstore.Dialect.
-func (Dialect) LockRow() string { return " FOR UPDATE" }
-
-// ReadTx implements sqlstore.Dialect.
-func (Dialect) ReadTx() *sql.TxOptions {
-	return &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
-}
-
-// EncodeTime implements sqlstore.Dialect.
-func (Dialect) EncodeTime(t time.Time) any { return t }
-
-// DecodeTime implements sqlstore.Dialect.
-func (Dialect) DecodeTime(src any) (time.Time, error) {
-	t, ok := src.(time.Time)
-	if !ok {
-		return time.Time{}, fmt.Errorf("want timestamptz, got %T", src)
-	}
-	return t.UTC(), nil
-}
-
-// UniqueViolation implements sqlstore.Dialect: SQLSTATE 23505.
-func (Dialect) UniqueViolation(err error) (string, bool) {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code == "23505" {
-		return pg.TableName, true
-	}
-	return "", false
-}
-
-// Unavailable implements sqlstore.Dialect: timeouts, connection and
-// network failures, and the SQLSTATEs of a server that cannot serve now.
-func (Dialect) Unavailable(err error) bool {
-	var (
-		pg *pgconn.PgError
-		ce *pgconn.ConnectError
-		ne net.Error
-	)
-	switch {
-	case pgconn.Timeout(err), errors.As(err, &ce), errors.As(err, &ne),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
-		strings.Contains(err.Error(), "conn closed"): // the server or the network dropped the connection
-		return true
-	case errors.As(err, &pg):
-		return strings.HasPrefix(pg.Code, "08") || // connection exception
-			strings.HasPrefix(pg.Code, "53") || // insufficient resources
-			pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03" || // shutdown, cannot connect now
-			pg.Code == "40001" || pg.Code == "40P01" || pg.Code == "55P03" // serialization, deadlock, lock not available
-	}
-	return false
-}

@@ -7,6 +7,7 @@ import (
 	"net"
 	neturl "net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/internal/tcpproxy"
 	"github.com/stampede-lab/stampede/internal/testenv"
@@ -70,7 +72,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	url := databaseURL(t)
 	s := openSchema(t, url, freshSchema(t, url))
-	paytest.Run(t, func(*testing.T) pay.Store { return s })
+	paytest.Exercise(t, func(*testing.T) pay.Store { return s }, paytest.Options{})
 }
 
 // TestConformanceFreshStores runs the suite with a new store (and
@@ -79,7 +81,7 @@ func TestConformanceFreshStores(t *testing.T) {
 	t.Parallel()
 	url := databaseURL(t)
 	schema := freshSchema(t, url)
-	paytest.Run(t, func(t *testing.T) pay.Store { return openSchema(t, url, schema) })
+	paytest.Exercise(t, func(t *testing.T) pay.Store { return openSchema(t, url, schema) }, paytest.Options{})
 }
 
 // TestConcurrentOpenMigratesOnce: instances starting together on an empty
@@ -213,10 +215,12 @@ func TestConfigValidateNamesFields(t *testing.T) {
 		t.Fatalf("Validate() = %v", err)
 	}
 	err := postgres.Config{Schema: "Bad-Name", ConnectTimeout: -1}.Validate()
-	for _, field := range []string{"URL", "Schema", "MaxConns", "ConnectTimeout", "OpTimeout", "Now"} {
-		if err == nil || !strings.Contains(err.Error(), field+":") {
-			t.Errorf("Validate() = %v, want it to name %s", err, field)
-		}
+	var got []string
+	for _, e := range stampede.FieldErrors(err) {
+		got = append(got, e.Field)
+	}
+	if want := []string{"postgres", "schema", "max_conns", "connect_timeout", "db_timeout", "now"}; !slices.Equal(got, want) {
+		t.Errorf("Validate() = %v, fields %v; want every bad field named as its flag: %v", err, got, want)
 	}
 }
 

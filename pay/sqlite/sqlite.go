@@ -2,8 +2,10 @@
 // modernc.org/sqlite (pure Go, no cgo), in WAL mode with a busy timeout and
 // foreign keys on. It is the default when no PostgreSQL is configured.
 //
-// The store itself is pay/sqlstore; this package is its SQLite dialect,
-// its migrations (goose, embedded) and how the database is opened.
+// The store itself is pay/sqlstore; the SQLite dialect and how the
+// database is opened are the SQL seam's (internal/sqldb: sqldb.SQLite,
+// sqldb.OpenSQLite); this package is the payment store's configuration
+// on SQLite and its migrations (goose, embedded).
 //
 // Writes go through one connection whose transactions start with BEGIN
 // IMMEDIATE, so writers of this process queue in Go instead of failing with
@@ -29,28 +31,22 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
-	"fmt"
 	"io/fs"
-	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/pressly/goose/v3"
-	sqlite "modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/sqlstore"
 )
 
 var _ pay.Store = (*Store)(nil)
 
-var _ sqlstore.Dialect = Dialect{}
-
 // Memory is the path of a private in-memory database.
-const Memory = ":memory:"
+const Memory = sqldb.Memory
 
 // Config configures a Store.
 type Config struct {
@@ -91,23 +87,24 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every invalid field; each error names its field.
+// Validate reports every invalid field at once, each named in snake_case
+// as the flag that sets it: sqlite (Path), busy_timeout, max_read_conns,
+// and the shared store's db_timeout (OpTimeout), now, max_batch.
 func (c Config) Validate() error {
-	var errs []error
+	var f stampede.Fields
 	if strings.TrimSpace(c.Path) == "" {
-		errs = append(errs, errors.New("sqlite: Path: must not be empty (use \":memory:\" for an in-memory database)"))
+		f.Add("sqlite", "must not be empty (use %q for an in-memory database)", Memory)
 	} else if strings.ContainsAny(c.Path, "?#") {
-		errs = append(errs, fmt.Errorf("sqlite: Path: must not contain '?' or '#', got %q", c.Path))
+		f.Add("sqlite", "must not contain '?' or '#', got %q", c.Path)
 	}
 	if c.BusyTimeout < 0 {
-		errs = append(errs, fmt.Errorf("sqlite: BusyTimeout: must not be negative, got %s", c.BusyTimeout))
+		f.Add("busy_timeout", "must not be negative, got %s", c.BusyTimeout)
 	}
 	if c.MaxReadConns < 1 {
-		errs = append(errs, fmt.Errorf("sqlite: MaxReadConns: must be at least 1, got %d", c.MaxReadConns))
+		f.Add("max_read_conns", "must be at least 1, got %d", c.MaxReadConns)
 	}
-	// OpTimeout and Now are the shared store's.
-	errs = append(errs, c.store().Validate())
-	return errors.Join(errs...)
+	f.Check("", c.store().Validate())
+	return f.Err()
 }
 
 // store returns the configuration of the shared store.
@@ -138,7 +135,7 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, pay.Internal(err)
 	}
-	write, read, _, err := OpenDB(ctx, DBConfig{
+	write, read, d, err := sqldb.OpenSQLite(ctx, sqldb.SQLiteConfig{
 		Path:         cfg.Path,
 		BusyTimeout:  min(cfg.BusyTimeout, cfg.OpTimeout),
 		MaxReadConns: cfg.MaxReadConns,
@@ -148,13 +145,13 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 		WritePragmas: []string{"temp_store(MEMORY)"},
 		LockSuffix:   "-migrate",
 		Migrate: func(ctx context.Context, db *sql.DB) error {
-			return sqlstore.Migrate(ctx, db, Dialect{}, goose.DialectSQLite3, fsys)
+			return sqlstore.Migrate(ctx, db, sqldb.SQLite{}, goose.DialectSQLite3, fsys)
 		},
 	})
 	if err != nil {
-		return nil, sqlstore.MapError(Dialect{}, err)
+		return nil, sqlstore.MapError(sqldb.SQLite{}, err)
 	}
-	s, err := sqlstore.New(Dialect{}, write, read, cfg.store())
+	s, err := sqlstore.New(d, write, read, cfg.store())
 	if err != nil {
 		write.Close()
 		if read != write {
@@ -165,11 +162,6 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 	return &Store{Store: s}, nil
 }
 
-func dsn(path string, pragmas ...string) string {
-	q := url.Values{"_pragma": pragmas}
-	return path + "?" + q.Encode()
-}
-
 // Migrations holds the goose migrations, one SQL file per version.
 //
 //go:embed migrations/*.sql
@@ -178,98 +170,3 @@ var migrations embed.FS
 // The first migration creates every table and index only if missing,
 // so that a database created before goose (recorded in the old
 // schema_migrations table, left in place) is taken over as it is.
-
-// lockMigrations serialises the processes that migrate the database at
-// path, so that each migration is applied and recorded once: goose checks
-// the version and applies a migration in two transactions, and two
-// processes opening a new file together would otherwise both apply it.
-// The lock is an exclusive transaction on a side file, lockPath (the
-// database's path and DBConfig.LockSuffix), held until unlock or the end
-// of the process; a process waits for it up to a minute, or until ctx is
-// done.
-func lockMigrations(ctx context.Context, lockPath string) (unlock func(), err error) {
-	db, err := sql.Open("sqlite", dsn(lockPath, "busy_timeout(60000)"))
-	if err != nil {
-		return nil, err
-	}
-	db.SetMaxOpenConns(1)
-	conn, err := db.Conn(ctx)
-	if err == nil {
-		if _, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
-			conn.Close()
-		}
-	}
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return func() {
-		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		conn.Close()
-		db.Close()
-	}, nil
-}
-
-// Dialect is the SQLite sqlstore.Dialect: numbered ?NNN placeholders,
-// times as INTEGER microseconds since the Unix epoch, no row lock (the
-// write transaction's BEGIN IMMEDIATE excludes every other writer).
-type Dialect struct{}
-
-// Name implements sqlstore.Dialect.
-func (Dialect) Name() string { return "sqlite" }
-
-var dollar = regexp.MustCompile(`\$([0-9]+)`)
-
-// Rebind implements sqlstore.Dialect: $n becomes ?n, SQLite's numbered
-// parameter.
-func (Dialect) Rebind(query string) string { return dollar.ReplaceAllString(query, "?$1") }
-
-// LockRow implements sqlstore.Dialect.
-func (Dialect) LockRow() string { return "" }
-
-// ReadTx implements sqlstore.Dialect: a deferred (not IMMEDIATE)
-// transaction, which in WAL mode reads one snapshot.
-func (Dialect) ReadTx() *sql.TxOptions { return &sql.TxOptions{ReadOnly: true} }
-
-// EncodeTime implements sqlstore.Dialect.
-func (Dialect) EncodeTime(t time.Time) any { return t.UnixMicro() }
-
-// DecodeTime implements sqlstore.Dialect.
-func (Dialect) DecodeTime(src any) (time.Time, error) {
-	us, ok := src.(int64)
-	if !ok {
-		return time.Time{}, fmt.Errorf("want INTEGER microseconds, got %T", src)
-	}
-	return time.UnixMicro(us).UTC(), nil
-}
-
-// UniqueViolation implements sqlstore.Dialect; the table is read from
-// SQLite's message ("UNIQUE constraint failed: payments.id").
-func (Dialect) UniqueViolation(err error) (string, bool) {
-	var se *sqlite.Error
-	if !errors.As(err, &se) || (se.Code() != sqlite3.SQLITE_CONSTRAINT_UNIQUE && se.Code() != sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
-		return "", false
-	}
-	msg := se.Error()
-	if i := strings.LastIndex(msg, "failed: "); i >= 0 {
-		msg = msg[i+len("failed: "):]
-	}
-	table, _, _ := strings.Cut(msg, ".")
-	return table, true
-}
-
-// Unavailable implements sqlstore.Dialect: busy, locked, I/O and
-// resource errors.
-func (Dialect) Unavailable(err error) bool {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	switch se.Code() & 0xff {
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR,
-		sqlite3.SQLITE_FULL, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PROTOCOL,
-		sqlite3.SQLITE_INTERRUPT:
-		return true
-	}
-	return false
-}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/paytest"
@@ -32,9 +33,9 @@ func open(t *testing.T, path string) *sqlite.Store {
 // the tests in parallel.
 func TestConformanceFile(t *testing.T) {
 	t.Parallel()
-	paytest.RunParallel(t, func(t *testing.T) pay.Store {
+	paytest.Exercise(t, func(t *testing.T) pay.Store {
 		return open(t, filepath.Join(t.TempDir(), "pay.db"))
-	})
+	}, paytest.Options{Parallel: true})
 }
 
 // TestConformanceSharedFile runs the suite on one database file shared by
@@ -42,14 +43,14 @@ func TestConformanceFile(t *testing.T) {
 func TestConformanceSharedFile(t *testing.T) {
 	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "pay.db"))
-	paytest.Run(t, func(*testing.T) pay.Store { return s })
+	paytest.Exercise(t, func(*testing.T) pay.Store { return s }, paytest.Options{})
 }
 
 // TestConformanceMemory runs the suite on a fresh in-memory database per
 // test, the tests in parallel.
 func TestConformanceMemory(t *testing.T) {
 	t.Parallel()
-	paytest.RunParallel(t, func(t *testing.T) pay.Store { return open(t, sqlite.Memory) })
+	paytest.Exercise(t, func(t *testing.T) pay.Store { return open(t, sqlite.Memory) }, paytest.Options{Parallel: true})
 }
 
 // TestClosedStoreIsUnavailable: every call on a closed store fails with
@@ -143,10 +144,12 @@ func TestConfigValidateNamesFields(t *testing.T) {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
 	err := sqlite.Config{Path: "a?b", BusyTimeout: -1}.Validate()
-	for _, field := range []string{"Path", "OpTimeout", "BusyTimeout", "MaxReadConns", "Now"} {
-		if err == nil || !strings.Contains(err.Error(), field+":") {
-			t.Errorf("Validate() = %v, want it to name %s", err, field)
-		}
+	var got []string
+	for _, e := range stampede.FieldErrors(err) {
+		got = append(got, e.Field)
+	}
+	if want := []string{"sqlite", "busy_timeout", "max_read_conns", "db_timeout", "now"}; !slices.Equal(got, want) {
+		t.Errorf("Validate() = %v, fields %v; want every bad field named as its flag: %v", err, got, want)
 	}
 	if _, err := sqlite.OpenConfig(context.Background(), sqlite.Config{}); err == nil {
 		t.Error("OpenConfig with an empty Config succeeded")

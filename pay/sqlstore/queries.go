@@ -4,11 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -195,42 +195,11 @@ func markPublished(d Dialect, n int) string {
 	return d.Rebind(b.String())
 }
 
-// timeCol scans a timestamp column through the dialect's codec.
-type timeCol struct {
-	d Dialect
-	t *time.Time
-}
-
-// Scan implements sql.Scanner.
-func (c timeCol) Scan(src any) error {
-	t, err := c.d.DecodeTime(src)
-	if err != nil {
-		return fmt.Errorf("%s: decode time: %w", c.d.Name(), err)
-	}
-	*c.t = t
-	return nil
-}
-
-func (s *Store) at(t *time.Time) timeCol { return timeCol{s.d, t} }
-
-// TimeCol returns a sql.Scanner that decodes a timestamp column into *t
-// through d, for the stores that share pay's dialects.
-func TimeCol(d Dialect, t *time.Time) sql.Scanner { return timeCol{d, t} }
-
-// nullTimeCol scans a nullable timestamp column: NULL is the zero time.
-type nullTimeCol timeCol
-
-// Scan implements sql.Scanner.
-func (c nullTimeCol) Scan(src any) error {
-	if src == nil {
-		*c.t = time.Time{}
-		return nil
-	}
-	return timeCol(c).Scan(src)
-}
+// at scans a timestamp column into t through the dialect.
+func (s *Store) at(t *time.Time) sql.Scanner { return sqldb.TimeCol(s.d, t) }
 
 // nullAt scans a nullable timestamp into t.
-func (s *Store) nullAt(t *time.Time) nullTimeCol { return nullTimeCol{s.d, t} }
+func (s *Store) nullAt(t *time.Time) sql.Scanner { return sqldb.NullTimeCol(s.d, t) }
 
 // encodeNullTime encodes t, or NULL for the zero time.
 func (s *Store) encodeNullTime(t time.Time) any {

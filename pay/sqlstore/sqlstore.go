@@ -7,7 +7,8 @@
 //
 // The split follows River's drivers (riverdriver with riverpgxv5 and
 // riverdatabasesql): the shared code speaks database/sql, an adapter
-// contributes its Dialect, opens its *sql.DB handles, runs its own
+// (pay/sqlite, pay/postgres) picks its Dialect from the SQL seam
+// (internal/sqldb), opens its *sql.DB handles there, runs its own
 // migrations (see Migrate) and wraps a *Store.
 //
 // Every call runs under Config.OpTimeout: a database that does not answer
@@ -22,6 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/internal/sqldb"
 	"github.com/stampede-lab/stampede/pay"
 )
 
@@ -31,36 +34,11 @@ var (
 	_ pay.WebhookStore  = (*Store)(nil)
 )
 
-// Dialect is what an adapter tells the shared store about its database.
-// Implementations must be safe for concurrent use.
-type Dialect interface {
-	// Name names the database in errors, e.g. "sqlite".
-	Name() string
-	// Rebind rewrites a query written with PostgreSQL placeholders ($1,
-	// $2, ...; a number may repeat) into the database's own.
-	Rebind(query string) string
-	// LockRow is appended to the SELECT that reads a payment inside the
-	// write transaction that will change it, so that the read and the
-	// update form one compare-and-set: " FOR UPDATE", or "" where the
-	// write transaction already excludes every other writer.
-	LockRow() string
-	// ReadTx returns the options of a read transaction: one snapshot of
-	// a payment and its history.
-	ReadTx() *sql.TxOptions
-	// EncodeTime returns the value stored for t in a timestamp column.
-	EncodeTime(t time.Time) any
-	// DecodeTime returns the time a timestamp column holds, in UTC; src
-	// is what the driver returned for the column.
-	DecodeTime(src any) (time.Time, error)
-	// UniqueViolation reports whether err is a unique (or primary key)
-	// violation, and the table it happened on.
-	UniqueViolation(err error) (table string, ok bool)
-	// Unavailable reports whether err says that the database cannot be
-	// reached or cannot serve now (connection lost, busy, out of
-	// resources, shutting down, serialization failure): a failure that a
-	// retry may cure.
-	Unavailable(err error) bool
-}
+// Dialect is what an adapter tells the shared store about its database
+// (sqldb.SQLite or sqldb.Postgres): placeholders, timestamps, the row lock
+// that makes reading a payment and changing it a compare-and-set, and the
+// classification of driver errors.
+type Dialect = sqldb.Dialect
 
 // Config configures a Store.
 type Config struct {
@@ -94,19 +72,20 @@ func DefaultConfig() Config {
 	return Config{OpTimeout: DefaultOpTimeout, Now: time.Now, MaxBatch: DefaultMaxBatch}
 }
 
-// Validate reports every invalid field; each error names its field.
+// Validate reports every invalid field at once, each named in snake_case
+// as the flag that sets it: db_timeout (OpTimeout), now, max_batch.
 func (c Config) Validate() error {
-	var errs []error
+	var f stampede.Fields
 	if c.OpTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("sqlstore: OpTimeout: must be positive, got %s", c.OpTimeout))
+		f.Add("db_timeout", "must be positive, got %s", c.OpTimeout)
 	}
 	if c.Now == nil {
-		errs = append(errs, errors.New("sqlstore: Now: must not be nil (use time.Now)"))
+		f.Add("now", "must not be nil (use time.Now)")
 	}
 	if c.GroupCommit && c.MaxBatch < 1 {
-		errs = append(errs, fmt.Errorf("sqlstore: MaxBatch: must be at least 1 with GroupCommit, got %d", c.MaxBatch))
+		f.Add("max_batch", "must be at least 1 with group commit, got %d", c.MaxBatch)
 	}
-	return errors.Join(errs...)
+	return f.Err()
 }
 
 // Store is pay.Store over database/sql. Adapters embed it.
@@ -238,7 +217,7 @@ func MapError(d Dialect, err error) error {
 		errors.Is(err, pay.ErrNotFound), errors.Is(err, pay.ErrStaleStatus):
 		return err
 	}
-	if cause, ok := DriverUnavailable(d, err); ok {
+	if cause, ok := sqldb.DriverUnavailable(d, err); ok {
 		return pay.Unavailable(cause)
 	}
 	if table, ok := d.UniqueViolation(err); ok {

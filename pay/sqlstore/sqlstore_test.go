@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/sqlstore"
 )
@@ -83,11 +85,13 @@ func TestConfigValidateNamesFields(t *testing.T) {
 	if err := sqlstore.DefaultConfig().Validate(); err != nil {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
-	err := sqlstore.Config{OpTimeout: -time.Second}.Validate()
-	for _, field := range []string{"OpTimeout", "Now"} {
-		if err == nil || !strings.Contains(err.Error(), field+":") {
-			t.Errorf("Validate() = %v, want it to name %s", err, field)
-		}
+	err := sqlstore.Config{OpTimeout: -time.Second, GroupCommit: true}.Validate()
+	var got []string
+	for _, e := range stampede.FieldErrors(err) {
+		got = append(got, e.Field)
+	}
+	if want := []string{"db_timeout", "now", "max_batch"}; !slices.Equal(got, want) {
+		t.Errorf("Validate() = %v, fields %v; want every bad field named as its flag: %v", err, got, want)
 	}
 	if _, err := sqlstore.New(fakeDialect{}, nil, nil, sqlstore.DefaultConfig()); err == nil {
 		t.Error("New without a *sql.DB succeeded")

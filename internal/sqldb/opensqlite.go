@@ -1,14 +1,20 @@
-package sqlite
+package sqldb
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
 	"time"
+
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 )
 
-// DBConfig configures OpenDB.
-type DBConfig struct {
+// Memory is the path of a private in-memory SQLite database.
+const Memory = ":memory:"
+
+// SQLiteConfig configures OpenSQLite.
+type SQLiteConfig struct {
 	// Path is the database file, created if missing, or Memory.
 	Path string
 	// BusyTimeout is the busy timeout set on every connection.
@@ -21,21 +27,22 @@ type DBConfig struct {
 	// WritePragmas are set on the write connection of a file only, last.
 	WritePragmas []string
 	// LockSuffix names the side file, Path+LockSuffix, whose exclusive
-	// transaction serialises the processes migrating one file.
+	// transaction serialises the processes migrating one file
+	// (lockMigrations).
 	LockSuffix string
 	// Migrate applies the pending migrations to the write handle, under
 	// the lock; its errors are returned as they are.
 	Migrate func(ctx context.Context, db *sql.DB) error
 }
 
-// OpenDB opens SQLite the way every Stampede store does: writes through
+// OpenSQLite opens SQLite the way every Stampede store does: writes through
 // one connection whose transactions begin IMMEDIATE (WAL, synchronous
 // NORMAL), reads through a pool of read-only connections; Memory opens
 // one connection, kept for the database's life, used for both. It
 // migrates the write handle (one process at a time for a file) before
 // opening the read pool. Errors are the driver's, unmapped, except
 // Migrate's; on error nothing is left open.
-func OpenDB(ctx context.Context, c DBConfig) (write, read *sql.DB, d Dialect, err error) {
+func OpenSQLite(ctx context.Context, c SQLiteConfig) (write, read *sql.DB, d SQLite, err error) {
 	busy := fmt.Sprintf("busy_timeout(%d)", c.BusyTimeout.Milliseconds())
 	pragmas := func(ps ...string) []string { return append(append([]string{busy}, ps...), c.Pragmas...) }
 	if c.Path == Memory {
@@ -76,7 +83,7 @@ func OpenDB(ctx context.Context, c DBConfig) (write, read *sql.DB, d Dialect, er
 }
 
 // migrateLocked runs c.Migrate, holding the migration lock of a file.
-func migrateLocked(ctx context.Context, db *sql.DB, c DBConfig) error {
+func migrateLocked(ctx context.Context, db *sql.DB, c SQLiteConfig) error {
 	if c.Migrate == nil {
 		return nil
 	}
@@ -88,4 +95,41 @@ func migrateLocked(ctx context.Context, db *sql.DB, c DBConfig) error {
 		defer unlock()
 	}
 	return c.Migrate(ctx, db)
+}
+
+// dsn is the modernc.org/sqlite data source name of path with pragmas.
+func dsn(path string, pragmas ...string) string {
+	q := url.Values{"_pragma": pragmas}
+	return path + "?" + q.Encode()
+}
+
+// lockMigrations serialises the processes that migrate the database at
+// path, so that each migration is applied and recorded once: goose checks
+// the version and applies a migration in two transactions, and two
+// processes opening a new file together would otherwise both apply it.
+// The lock is an exclusive transaction on a side file, lockPath (the
+// database's path and SQLiteConfig.LockSuffix), held until unlock or the
+// end of the process; a process waits for it up to a minute, or until ctx
+// is done.
+func lockMigrations(ctx context.Context, lockPath string) (unlock func(), err error) {
+	db, err := sql.Open("sqlite", dsn(lockPath, "busy_timeout(60000)"))
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	conn, err := db.Conn(ctx)
+	if err == nil {
+		if _, err = conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+			conn.Close()
+		}
+	}
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return func() {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		conn.Close()
+		db.Close()
+	}, nil
 }

@@ -1,4 +1,4 @@
-package postgres
+package sqldb
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// DBConfig configures OpenDB.
-type DBConfig struct {
+// PostgresConfig configures OpenPostgres.
+type PostgresConfig struct {
 	// URL is the connection string.
 	URL string
 	// Schema, when set, is the schema the tables live in (created if
@@ -33,17 +33,17 @@ type DBConfig struct {
 	Migrate func(ctx context.Context, db *sql.DB) error
 }
 
-// OpenDB opens PostgreSQL the way every Stampede store does: pgx's
+// OpenPostgres opens PostgreSQL the way every Stampede store does: pgx's
 // database/sql driver, the pool sized by MaxConns, connections recycled
 // after an hour (or ConnMaxIdleTime idle), a ping within PingTimeout, then the
 // schema created if missing and Migrate run under an advisory lock of
 // LockKey and the schema, so that instances starting together migrate one
 // after the other. Errors are unmapped, except Migrate's; on error the
 // pool is closed.
-func OpenDB(ctx context.Context, c DBConfig) (*sql.DB, Dialect, error) {
+func OpenPostgres(ctx context.Context, c PostgresConfig) (*sql.DB, Postgres, error) {
 	cc, err := pgx.ParseConfig(c.URL)
 	if err != nil {
-		return nil, Dialect{}, err
+		return nil, Postgres{}, err
 	}
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = c.ConnectTimeout
@@ -60,18 +60,18 @@ func OpenDB(ctx context.Context, c DBConfig) (*sql.DB, Dialect, error) {
 	err = db.PingContext(pingCtx)
 	cancel()
 	if err == nil {
-		err = migrateLocked(ctx, db, cc, c)
+		err = migrateLockedPostgres(ctx, db, cc, c)
 	}
 	if err != nil {
 		db.Close()
-		return nil, Dialect{}, err
+		return nil, Postgres{}, err
 	}
-	return db, Dialect{}, nil
+	return db, Postgres{}, nil
 }
 
-// migrateLocked creates the schema if missing and runs c.Migrate, holding
+// migrateLockedPostgres creates the schema if missing and runs c.Migrate, holding
 // the advisory lock on a connection of its own.
-func migrateLocked(ctx context.Context, db *sql.DB, cc *pgx.ConnConfig, c DBConfig) error {
+func migrateLockedPostgres(ctx context.Context, db *sql.DB, cc *pgx.ConnConfig, c PostgresConfig) error {
 	lock, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return err
