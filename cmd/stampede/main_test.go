@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -29,19 +27,6 @@ func startNATS(t *testing.T, dir string) (*natspub.Embedded, *nats.Conn) {
 	}
 	t.Cleanup(nc.Close)
 	return emb, nc
-}
-
-// execute runs the stampede command line with args and returns its stdout,
-// stderr and error.
-func execute(t *testing.T, args ...string) (string, string, error) {
-	t.Helper()
-	cmd := newRootCmd()
-	var out, errOut bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	cmd.SetArgs(args)
-	err := cmd.ExecuteContext(context.Background())
-	return out.String(), errOut.String(), err
 }
 
 func TestLabOrderingRejectsBadFlags(t *testing.T) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -22,14 +21,7 @@ import (
 // runCheckoutCmd runs `serve checkout` with args until ctx ends, through
 // the root command, logging text lines.
 func runCheckoutCmd(ctx context.Context, args ...string) (*syncBuffer, <-chan error) {
-	cmd := newRootCmd()
-	errOut := &syncBuffer{}
-	cmd.SetOut(&bytes.Buffer{})
-	cmd.SetErr(errOut)
-	cmd.SetArgs(append([]string{"serve", "checkout", "--log-format", "text"}, args...))
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	return errOut, done
+	return runCmd(ctx, append([]string{"serve", "checkout", "--log-format", "text"}, args...)...)
 }
 
 func TestServeCheckoutRejectsBadFlags(t *testing.T) {

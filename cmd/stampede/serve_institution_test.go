@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,36 +18,11 @@ import (
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 )
 
-// syncBuffer is a bytes.Buffer safe to read while a command writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runInstitutionCmd runs `serve institution` with args until ctx ends,
 // through the root command (whose hook reads the environment and makes the
 // logger), logging text lines.
 func runInstitutionCmd(ctx context.Context, args ...string) (*syncBuffer, <-chan error) {
-	cmd := newRootCmd()
-	errOut := &syncBuffer{}
-	cmd.SetOut(&bytes.Buffer{})
-	cmd.SetErr(errOut)
-	cmd.SetArgs(append([]string{"serve", "institution", "--log-format", "text"}, args...))
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	return errOut, done
+	return runCmd(ctx, append([]string{"serve", "institution", "--log-format", "text"}, args...)...)
 }
 
 // listeningAddr waits for the command to log its listening address.

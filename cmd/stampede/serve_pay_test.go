@@ -57,49 +57,7 @@ func servePayOn(t *testing.T, db, institutionURL string, args ...string) (string
 	t.Helper()
 	t.Setenv(envPostgres, "")
 	t.Setenv(envNATS, "")
-	addr := freeAddr(t)
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := newRootCmd()
-	logs := &syncBuffer{}
-	cmd.SetOut(io.Discard)
-	cmd.SetErr(logs)
-	cmd.SetArgs(append([]string{"serve", "pay", "--log-format", "text", "--http", addr, "--institution", institutionURL,
-		"--data-dir", dir, "--sqlite", db}, args...))
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve pay: %v\n%s", err, logs.String())
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("serve pay did not stop within 15s of the cancel")
-		}
-		if t.Failed() {
-			t.Logf("serve pay's log:\n%s", logs.String())
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case err := <-done:
-			t.Fatalf("serve pay stopped: %v\n%s", err, logs.String())
-		default:
-		}
-		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return addr, logs
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve pay did not come up on %s:\n%s", addr, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return startServe(t, "pay", append([]string{"--institution", institutionURL, "--data-dir", t.TempDir(), "--sqlite", db}, args...)...)
 }
 
 // TestServePayAnswersThroughHTTPAPI: the real server's endpoints, checked
