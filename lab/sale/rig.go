@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -156,7 +155,6 @@ type rig struct {
 
 	redisAddr  string // what the gates dial (the proxy with real Redis)
 	natsURL    string
-	pgBase     string            // the server's URL with real PostgreSQL
 	pgDBs      map[string]string // part → its database's URL (through the proxy)
 	redisProxy *tcpproxy.Proxy
 	pgProxy    *tcpproxy.Proxy
@@ -558,9 +556,6 @@ func (r *rig) call(ctx context.Context, method, u, bearer string, body, out any)
 
 // adminClient sends the lab's own requests (set-up, sampling).
 var adminClient = &http.Client{Timeout: 5 * time.Second}
-
-// errNoGate is returned when no gate answers.
-var errNoGate = errors.New("sale: no gate answered")
 
 // lastLine returns the last non-empty line of the file at path, cut to 300
 // bytes, or "" when it cannot be read.

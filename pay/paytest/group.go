@@ -43,7 +43,7 @@ func testConcurrentWriters(t *testing.T, s pay.Store) {
 				return
 			}
 			if _, err := s.Transition(ctx, p.ID, pay.StatusPending, pay.StatusApproved, "approved"); err != nil {
-				errs[i] = fmt.Errorf("Transition: %w", err)
+				errs[i] = fmt.Errorf("transition: %w", err)
 			}
 		})
 	}

@@ -288,9 +288,6 @@ func TestServerConfigValidateNamesTheField(t *testing.T) {
 	}
 }
 
-// discardLogger drops every log line.
-func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
 // tlog writes log lines to the test's log.
 type tlog struct{ t *testing.T }
 
