@@ -160,7 +160,7 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 		return fmt.Errorf("--nats (or %s) is required: the NATS server serve pay publishes to (serve pay's embedded nats-server is private to it; run a nats-server with JetStream and give both --nats)", envNATS)
 	}
 	if err := opts.server.Validate(); err != nil {
-		return fmt.Errorf("--shutdown-timeout: %w", err)
+		return flagErrors("", err)
 	}
 	log := loggerOf(cmd)
 	ctx := cmd.Context()
