@@ -25,7 +25,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 // Endpoint is a part the console reads: its base URL and the bearer token
@@ -80,58 +82,75 @@ type Config struct {
 	Client *http.Client
 	// Now is the clock of sessions and snapshots; nil means time.Now.
 	Now func() time.Time
+	// Registry is served on /metrics, with the request metrics; nil
+	// means a new registry.
+	Registry *prometheus.Registry
+	// HTTP are the limits Run serves with.
+	HTTP httpapi.ServerConfig
 }
 
 // DefaultConfig updates the page every second, gives each part 1 s to
 // answer, keeps a login 12 hours and shows up to 50 flagged payments.
-// AdminToken and Waitroom must be set.
+// It serves with httpapi.DefaultServerConfig. AdminToken and Waitroom must
+// be set.
 func DefaultConfig() Config {
-	return Config{Interval: time.Second, Timeout: time.Second, Session: 12 * time.Hour, FlaggedLimit: 50, MaxBody: 4096}
+	return Config{Interval: time.Second, Timeout: time.Second, Session: 12 * time.Hour, FlaggedLimit: 50, MaxBody: 4096,
+		HTTP: httpapi.DefaultServerConfig()}
 }
 
 // minToken is the shortest admin token accepted.
 const minToken = 16
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field at once (see stampede.Fields),
+// each named in snake_case with the words of the serve console flag that
+// sets it: Waitroom.URL is "waitroom", Waitroom.Token "waitroom_token",
+// Pay.URL "pay", Checkout.URL "checkout"; the HTTP limits keep their own
+// names ("read_header_timeout").
 func (c Config) Validate() error {
-	switch {
-	case len(c.AdminToken) < minToken:
-		return stampede.InvalidField("AdminToken", "must be at least %d bytes, got %d", minToken, len(c.AdminToken))
-	case !c.Waitroom.configured():
-		return stampede.InvalidField("Waitroom.URL", "is required: the waiting room whose rooms the console shows and controls")
-	case len(c.Waitroom.Token) < minToken:
-		return stampede.InvalidField("Waitroom.Token", "must be the waiting room's admin token, at least %d bytes, got %d", minToken, len(c.Waitroom.Token))
-	case c.Pay.configured() && len(c.Pay.Token) < minToken:
-		return stampede.InvalidField("Pay.Token", "must be pay's --admin-token, at least %d bytes, got %d", minToken, len(c.Pay.Token))
-	case len(c.Events) > 0 && !c.Checkout.configured():
-		return stampede.InvalidField("Events", "need the checkout's URL (Checkout.URL)")
-	case c.Interval < 100*time.Millisecond || c.Interval > time.Minute:
-		return stampede.InvalidField("Interval", "must be between 100ms and 1m, got %s", c.Interval)
-	case c.Timeout < 10*time.Millisecond || c.Timeout > time.Minute:
-		return stampede.InvalidField("Timeout", "must be between 10ms and 1m, got %s", c.Timeout)
-	case c.Session < time.Minute || c.Session > 30*24*time.Hour:
-		return stampede.InvalidField("Session", "must be between 1m and 720h, got %s", c.Session)
-	case c.FlaggedLimit < 1 || c.FlaggedLimit > 500:
-		return stampede.InvalidField("FlaggedLimit", "must be between 1 and 500, got %d", c.FlaggedLimit)
-	case c.MaxBody < 64:
-		return stampede.InvalidField("MaxBody", "must be at least 64 bytes, got %d", c.MaxBody)
+	var f stampede.Fields
+	if len(c.AdminToken) < minToken {
+		f.Add("admin_token", "must be at least %d bytes, got %d", minToken, len(c.AdminToken))
 	}
-	for name, u := range map[string]string{"Waitroom.URL": c.Waitroom.URL, "Pay.URL": c.Pay.URL, "Checkout.URL": c.Checkout.URL} {
-		if err := checkURL(name, u); err != nil {
-			return err
-		}
+	if !c.Waitroom.configured() {
+		f.Add("waitroom", "is required: the waiting room whose rooms the console shows and controls")
 	}
+	if len(c.Waitroom.Token) < minToken {
+		f.Add("waitroom_token", "must be the waiting room's admin token, at least %d bytes, got %d", minToken, len(c.Waitroom.Token))
+	}
+	if c.Pay.configured() && len(c.Pay.Token) < minToken {
+		f.Add("pay_token", "must be pay's --admin-token, at least %d bytes, got %d", minToken, len(c.Pay.Token))
+	}
+	if len(c.Events) > 0 && !c.Checkout.configured() {
+		f.Add("events", "need the checkout's URL (checkout)")
+	}
+	if c.Interval < 100*time.Millisecond || c.Interval > time.Minute {
+		f.Add("interval", "must be between 100ms and 1m, got %s", c.Interval)
+	}
+	if c.Timeout < 10*time.Millisecond || c.Timeout > time.Minute {
+		f.Add("timeout", "must be between 10ms and 1m, got %s", c.Timeout)
+	}
+	if c.Session < time.Minute || c.Session > 30*24*time.Hour {
+		f.Add("session", "must be between 1m and 720h, got %s", c.Session)
+	}
+	if c.FlaggedLimit < 1 || c.FlaggedLimit > 500 {
+		f.Add("flagged_limit", "must be between 1 and 500, got %d", c.FlaggedLimit)
+	}
+	if c.MaxBody < 64 {
+		f.Add("max_body", "must be at least 64 bytes, got %d", c.MaxBody)
+	}
+	f.Check("", checkURL("waitroom", c.Waitroom.URL))
+	f.Check("", checkURL("pay", c.Pay.URL))
+	f.Check("", checkURL("checkout", c.Checkout.URL))
 	for _, u := range c.Workers {
-		if err := checkURL("Workers", u); err != nil {
-			return err
-		}
+		f.Check("", checkURL("workers", u))
 	}
 	for _, e := range c.Events {
 		if e == "" || strings.ContainsAny(e, "/?#") {
-			return stampede.InvalidField("Events", "must be event names without '/', '?' or '#', got %q", e)
+			f.Add("events", "must be event names without '/', '?' or '#', got %q", e)
 		}
 	}
-	return nil
+	f.Check("", c.HTTP.Validate())
+	return f.Err()
 }
 
 // checkURL accepts an empty URL or an absolute http(s) one.

@@ -139,7 +139,9 @@ func newRig(t *testing.T, mutate func(*rigOptions)) *rig {
 	if mutate != nil {
 		mutate(&o)
 	}
-	clk := &clock{t: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	// The clock starts at the wall clock's time: the client's cookie jar
+	// drops a cookie whose expiry, set by this clock, is in the past.
+	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
 	ccfg := console.DefaultConfig()
 	ccfg.AdminToken = adminToken
 	ccfg.Waitroom = console.Endpoint{URL: o.waitroomURL, Token: waitroomToken}
@@ -148,7 +150,7 @@ func newRig(t *testing.T, mutate func(*rigOptions)) *rig {
 	ccfg.Workers = o.workers
 	ccfg.Interval, ccfg.Timeout = 100*time.Millisecond, 500*time.Millisecond
 	ccfg.Logger, ccfg.Now = slog.New(slog.DiscardHandler), clk.Now
-	h, err := console.NewHandler(ccfg, nil)
+	h, err := console.New(ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +538,8 @@ func TestStream(t *testing.T) {
 	t.Fatalf("the stream ended after %d snapshots without a logout event: %v", events, sc.Err())
 }
 
-// TestConfigValidate names the field at fault.
+// TestConfigValidate names the field at fault by the words of its flag,
+// and every bad field at once.
 func TestConfigValidate(t *testing.T) {
 	ok := console.DefaultConfig()
 	ok.AdminToken, ok.Waitroom = adminToken, console.Endpoint{URL: "http://127.0.0.1:1", Token: waitroomToken}
@@ -544,22 +547,47 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("valid config: %v", err)
 	}
 	cases := map[string]func(*console.Config){
-		"AdminToken":     func(c *console.Config) { c.AdminToken = "short" },
-		"Waitroom.URL":   func(c *console.Config) { c.Waitroom.URL = "" },
-		"Waitroom.Token": func(c *console.Config) { c.Waitroom.Token = "" },
-		"Pay.Token":      func(c *console.Config) { c.Pay = console.Endpoint{URL: "http://127.0.0.1:2"} },
-		"Pay.URL":        func(c *console.Config) { c.Pay = console.Endpoint{URL: "ftp://x", Token: payToken} },
-		"Events":         func(c *console.Config) { c.Events = []string{"e"} },
-		"Workers":        func(c *console.Config) { c.Workers = []string{"not a url"} },
-		"Interval":       func(c *console.Config) { c.Interval = 0 },
-		"Timeout":        func(c *console.Config) { c.Timeout = 0 },
+		"admin_token":    func(c *console.Config) { c.AdminToken = "short" },
+		"waitroom":       func(c *console.Config) { c.Waitroom.URL = "" },
+		"waitroom_token": func(c *console.Config) { c.Waitroom.Token = "" },
+		"pay_token":      func(c *console.Config) { c.Pay = console.Endpoint{URL: "http://127.0.0.1:2"} },
+		"checkout":       func(c *console.Config) { c.Checkout = console.Endpoint{URL: "ftp://x"} },
+		"events": func(c *console.Config) {
+			if c.Checkout.URL == "" {
+				c.Checkout.URL = "http://127.0.0.1:3"
+			}
+			c.Events = []string{"e/"}
+		},
+		"workers":             func(c *console.Config) { c.Workers = []string{"not a url"} },
+		"interval":            func(c *console.Config) { c.Interval = 0 },
+		"timeout":             func(c *console.Config) { c.Timeout = 0 },
+		"session":             func(c *console.Config) { c.Session = 0 },
+		"flagged_limit":       func(c *console.Config) { c.FlaggedLimit = 0 },
+		"max_body":            func(c *console.Config) { c.MaxBody = 0 },
+		"read_header_timeout": func(c *console.Config) { c.HTTP.ReadHeaderTimeout = 0 },
 	}
+	all := ok
 	for field, mutate := range cases {
 		c := ok
 		mutate(&c)
+		mutate(&all)
 		err := c.Validate()
 		if e, isErr := err.(*stampede.Error); !isErr || e.Field != field {
 			t.Errorf("%s: Validate = %v, want an error naming it", field, err)
+		}
+	}
+	c := ok
+	c.Pay = console.Endpoint{URL: "ftp://x", Token: payToken}
+	if e, isErr := c.Validate().(*stampede.Error); !isErr || e.Field != "pay" {
+		t.Errorf("pay: Validate = %v, want an error naming it", c.Validate())
+	}
+	named := map[string]bool{}
+	for _, e := range stampede.FieldErrors(all.Validate()) {
+		named[e.Field] = true
+	}
+	for field := range cases {
+		if !named[field] {
+			t.Errorf("every field wrong: Validate did not name %s (named %v)", field, named)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -53,7 +54,13 @@ type handler struct {
 	call caller
 }
 
-// NewHandler returns the console:
+// Server is the console served over HTTP. It implements http.Handler.
+type Server struct {
+	cfg Config
+	api *httpapi.API
+}
+
+// New returns the console:
 //
 //	GET  /                               redirects to /console
 //	GET  /console                        the live page, or the login form without a session
@@ -67,8 +74,11 @@ type handler struct {
 //	PATCH /console/api/rooms/{room}      {"capacity", "max_admissions_per_minute"} (session and CSRF header)
 //	GET  /healthz, /readyz (the waiting room answers), /metrics, /openapi.json
 //
-// reg is served on /metrics; nil means a new registry.
-func NewHandler(cfg Config, reg *prometheus.Registry) (http.Handler, error) {
+// Nil cfg.Logger, cfg.Now, cfg.Client and cfg.Registry mean
+// slog.Default(), time.Now, a client of its own and a new registry; a
+// zero cfg.HTTP means httpapi.DefaultServerConfig; the rest of cfg must
+// pass Validate. It starts nothing (Run serves).
+func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -78,10 +88,16 @@ func NewHandler(cfg Config, reg *prometheus.Registry) (http.Handler, error) {
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{}
 	}
+	if cfg.HTTP == (httpapi.ServerConfig{}) {
+		cfg.HTTP = httpapi.DefaultServerConfig()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Config{Name: "console", Logger: cfg.Logger, Registry: reg, Spec: openAPI.JSON})
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	api, err := httpapi.New(httpapi.Config{Name: "console", Logger: cfg.Logger, Registry: cfg.Registry, Spec: openAPI.JSON})
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +120,16 @@ func NewHandler(cfg Config, reg *prometheus.Registry) (http.Handler, error) {
 	api.Handle("/console/api/rooms/{room}/pause", httpapi.Methods{http.MethodPost: h.control(map[string]any{"paused": true})})
 	api.Handle("/console/api/rooms/{room}/resume", httpapi.Methods{http.MethodPost: h.control(map[string]any{"paused": false})})
 	api.Handle("/console/api/rooms/{room}/close", httpapi.Methods{http.MethodPost: h.control(map[string]any{"closed": true})})
-	return api, nil
+	return &Server{cfg: cfg, api: api}, nil
+}
+
+// ServeHTTP serves the console.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.api.ServeHTTP(w, r) }
+
+// Run serves on ln until ctx ends, then shuts the HTTP server down within
+// cfg.HTTP.ShutdownTimeout (open event streams end with it).
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	return httpapi.Serve(ctx, ln, s, s.cfg.HTTP, s.cfg.Logger)
 }
 
 // asset serves an embedded file.

@@ -9,20 +9,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
-	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/console"
-	"github.com/stampede-lab/stampede/internal/httpapi"
 )
 
 // consoleOptions are the flags of `stampede serve console`.
 type consoleOptions struct {
-	http   string
-	cfg    console.Config
-	server httpapi.ServerConfig
+	http string
+	cfg  console.Config
 }
 
 func newServeConsoleCmd() *cobra.Command {
-	opts := &consoleOptions{cfg: console.DefaultConfig(), server: httpapi.DefaultServerConfig()}
+	opts := &consoleOptions{cfg: console.DefaultConfig()}
+	opts.cfg.HTTP.ShutdownTimeout = shutdownTimeout
 	cmd := &cobra.Command{
 		Use:   "console",
 		Short: "Run the operator console: the sale live, with pause, resume, close, capacity and outflow",
@@ -71,19 +69,12 @@ also carries the page's CSRF token in a header.
 	f.DurationVar(&c.Timeout, "timeout", c.Timeout, "deadline of each call to a part; past it the part is shown unavailable")
 	f.DurationVar(&c.Session, "session", c.Session, "how long a login lasts")
 	f.BoolVar(&c.SecureCookie, "secure-cookie", false, "mark the session cookie Secure (the console is reached over HTTPS)")
-	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
-	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
-	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", opts.server.WriteTimeout, "longest time to answer a request (the event stream sets its own deadline per event)")
-	f.DurationVar(&opts.server.IdleTimeout, "idle-timeout", opts.server.IdleTimeout, "close keep-alive connections idle this long")
-	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", shutdownTimeout, "on SIGINT or SIGTERM, how long running requests may finish")
+	f.DurationVar(&opts.cfg.HTTP.ReadHeaderTimeout, "read-header-timeout", opts.cfg.HTTP.ReadHeaderTimeout, "close a connection whose request headers take longer")
+	f.DurationVar(&opts.cfg.HTTP.ReadTimeout, "read-timeout", opts.cfg.HTTP.ReadTimeout, "close a connection whose request, body included, takes longer to read")
+	f.DurationVar(&opts.cfg.HTTP.WriteTimeout, "write-timeout", opts.cfg.HTTP.WriteTimeout, "longest time to answer a request (the event stream sets its own deadline per event)")
+	f.DurationVar(&opts.cfg.HTTP.IdleTimeout, "idle-timeout", opts.cfg.HTTP.IdleTimeout, "close keep-alive connections idle this long")
+	f.DurationVar(&opts.cfg.HTTP.ShutdownTimeout, "shutdown-timeout", opts.cfg.HTTP.ShutdownTimeout, "on SIGINT or SIGTERM, how long running requests may finish")
 	return cmd
-}
-
-// consoleFlags names the flag of each console.Config field.
-var consoleFlags = map[string]string{
-	"AdminToken": "--admin-token", "Waitroom.URL": "--waitroom", "Waitroom.Token": "--waitroom-token",
-	"Pay.URL": "--pay", "Pay.Token": "--pay-token", "Checkout.URL": "--checkout", "Events": "--events",
-	"Workers": "--workers", "Interval": "--interval", "Timeout": "--timeout", "Session": "--session",
 }
 
 func runConsole(cmd *cobra.Command, opts *consoleOptions) error {
@@ -91,22 +82,16 @@ func runConsole(cmd *cobra.Command, opts *consoleOptions) error {
 		return errors.New("--http must not be empty")
 	}
 	if err := opts.cfg.Validate(); err != nil {
-		if e, ok := errors.AsType[*stampede.Error](err); ok && consoleFlags[e.Field] != "" {
-			return fmt.Errorf("%s %s", consoleFlags[e.Field], e.Message)
-		}
-		return err
-	}
-	if err := opts.server.Validate(); err != nil {
 		return flagErrors("", err)
 	}
 	log := loggerOf(cmd)
 	cfg := opts.cfg
 	cfg.Logger = log
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := console.NewHandler(cfg, reg)
+	cfg.Registry = prometheus.NewRegistry()
+	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := console.New(cfg)
 	if err != nil {
-		return err
+		return flagErrors("", err)
 	}
 	ln, err := net.Listen("tcp", opts.http)
 	if err != nil {
@@ -115,7 +100,7 @@ func runConsole(cmd *cobra.Command, opts *consoleOptions) error {
 	log.Info("console listening", "addr", ln.Addr().String(), "page", "http://"+ln.Addr().String()+"/console",
 		"waitroom", cfg.Waitroom.URL, "pay", cfg.Pay.URL, "checkout", cfg.Checkout.URL, "events", cfg.Events,
 		"workers", cfg.Workers, "interval", cfg.Interval)
-	if err := httpapi.Serve(cmd.Context(), ln, h, opts.server, log); err != nil {
+	if err := srv.Run(cmd.Context(), ln); err != nil {
 		return fmt.Errorf("http server: %w", err)
 	}
 	log.Info("stopped")

@@ -89,8 +89,9 @@ wait for it.`,
 	return cmd
 }
 
-// config checks the options, naming the flag, and returns the worker's
-// configuration for a server of the given version.
+// config checks the options, naming the flag of every bad one, and
+// returns the worker's configuration for a server of the given version,
+// without its connection and store (set by the caller before worker.New).
 func (o *workerOptions) config(serverVersion string) (worker.Config, error) {
 	cfg := o.cfg
 	cfg.Consumer.DrainTimeout = o.server.ShutdownTimeout
@@ -119,19 +120,7 @@ func (o *workerOptions) config(serverVersion string) (worker.Config, error) {
 	if cfg.Consumer.InProgressEvery > cfg.Consumer.AckWait/2 {
 		cfg.Consumer.InProgressEvery = cfg.Consumer.AckWait / 3
 	}
-	if err := cfg.Validate(); err != nil {
-		flags := map[string]string{"Stream": "--stream", "Subject": "--subject", "Durable": "--durable", "Partitions": "--partitions",
-			"Workers": "--concurrency", "MaxPending": "--max-pending", "AckWait": "--ack-wait", "Serve": "--serve", "DrainTimeout": "--shutdown-timeout",
-			"OwnerTimeout": "--owner-timeout", "PinnedTTL": "--pinned-ttl", "Prefer": "--prefer"}
-		for field, flag := range flags {
-			if strings.Contains(err.Error(), ": "+field+": ") {
-				msg := err.Error()
-				return cfg, fmt.Errorf("%s: %s", flag, msg[strings.Index(msg, ": "+field+": ")+len(field)+4:])
-			}
-		}
-		return cfg, err
-	}
-	return cfg, nil
+	return cfg, flagErrors("", cfg.Consumer.Validate())
 }
 
 // fulfilmentStore opens the fulfilment database the store options name.
@@ -174,7 +163,7 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 		return fmt.Errorf("--nats (or %s) is required: the NATS server serve pay publishes to (serve pay's embedded nats-server is private to it; run a nats-server with JetStream and give both --nats)", envNATS)
 	}
 	if err := opts.server.Validate(); err != nil {
-		return fmt.Errorf("--shutdown-timeout: %w", err)
+		return flagErrors("", err)
 	}
 	log := loggerOf(cmd)
 	ctx := cmd.Context()
@@ -202,31 +191,47 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 	}
 	defer store.Close()
 
-	w, err := worker.Start(ctx, js, store, cfg)
-	if errors.Is(err, dispatchjs.ErrPartitionBusy) {
-		return fmt.Errorf("%w: another worker serves it, and nats-server %s cannot pin a partition to one worker (2.11+ can): give each worker its own partitions, e.g. --serve 0,1,2,3 and --serve 4,5,6,7", err, nc.ConnectedServerVersion())
-	}
-	if errors.Is(err, natsjs.ErrStreamNotFound) {
-		return fmt.Errorf("%w: serve pay creates the stream when it starts; start it first, with the same --nats and --stream (%s)", err, cfg.Consumer.Stream)
-	}
+	cfg.JetStream, cfg.Store = js, store
+	w, err := worker.New(cfg)
 	if err != nil {
+		return flagErrors("", err)
+	}
+	// The consumers first: a missing stream or a busy partition stops the
+	// command before it serves HTTP. The worker runs until the command's
+	// context ends, or until the command gives up (stop).
+	runCtx, stopConsuming := context.WithCancel(ctx)
+	defer stopConsuming()
+	consuming := make(chan error, 1)
+	go func() { consuming <- w.Run(runCtx) }()
+	stop := func(err error) error {
+		stopConsuming()
+		return errors.Join(err, <-consuming)
+	}
+	select {
+	case <-w.Started():
+	case err := <-consuming:
+		if errors.Is(err, dispatchjs.ErrPartitionBusy) {
+			return fmt.Errorf("%w: another worker serves it, and nats-server %s cannot pin a partition to one worker (2.11+ can): give each worker its own partitions, e.g. --serve 0,1,2,3 and --serve 4,5,6,7", err, nc.ConnectedServerVersion())
+		}
+		if errors.Is(err, natsjs.ErrStreamNotFound) {
+			return fmt.Errorf("%w: serve pay creates the stream when it starts; start it first, with the same --nats and --stream (%s)", err, cfg.Consumer.Stream)
+		}
 		return err
 	}
-	defer w.Close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), w.Collector())
 	api, err := httpapi.New(httpapi.Config{Name: "worker", Logger: log, Registry: reg})
 	if err != nil {
-		return err
+		return stop(err)
 	}
 	api.AddCheck(httpapi.Check{Name: "nats", Ping: natsReady(nc)})
 	api.AddCheck(httpapi.Check{Name: "store", Ping: store.Ping})
-	api.AddCheck(httpapi.Check{Name: "consumer", Ping: func(ctx context.Context) error { return w.Alive(ctx, js) }})
+	api.AddCheck(httpapi.Check{Name: "consumer", Ping: w.Alive})
 
 	ln, err := net.Listen("tcp", opts.http)
 	if err != nil {
-		return fmt.Errorf("--http: %w", err)
+		return stop(fmt.Errorf("--http: %w", err))
 	}
 	log.Info("fulfilment worker running", "addr", ln.Addr().String(), "store", where, "stream", cfg.Consumer.Stream,
 		"partitions", cfg.Consumer.Partitions, "serve", cfg.Consumer.Serve, "pinned", cfg.Consumer.Pinned,
@@ -235,13 +240,19 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 	// finish running ones), then stop serving HTTP.
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServing()
-	defer context.AfterFunc(ctx, func() {
-		w.Close()
+	stopped := make(chan error, 1)
+	go func() {
+		err := <-consuming
 		log.Info("stopped consuming", "stats", fmt.Sprintf("%+v", w.Stats()), "invalid", w.Invalid())
 		stopServing()
-	})()
+		stopped <- err
+	}()
 	if err := httpapi.Serve(serveCtx, ln, api, opts.server, log); err != nil {
-		return fmt.Errorf("http server: %w", err)
+		stopConsuming()
+		return errors.Join(fmt.Errorf("http server: %w", err), <-stopped)
+	}
+	if err := <-stopped; err != nil {
+		return err
 	}
 	log.Info("stopped")
 	return nil

@@ -14,8 +14,10 @@ import (
 
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
+	"github.com/stampede-lab/stampede/fulfilment/worker"
 	"github.com/stampede-lab/stampede/institution"
 	instapi "github.com/stampede-lab/stampede/institution/api"
+	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/natspub"
 	"github.com/stampede-lab/stampede/pay/sqlite"
@@ -79,6 +81,23 @@ func TestServeWorkerNeedsNATS(t *testing.T) {
 	_, _, err = execute(t, "serve", "worker", "--nats", "nats://127.0.0.1:1", "--partitions", "0")
 	if err == nil || !strings.Contains(err.Error(), "--nats") && !strings.Contains(err.Error(), "--partitions") {
 		t.Fatalf("serve worker --partitions 0 = %v, want an error", err)
+	}
+}
+
+// TestServeWorkerConfigNamesEveryFlag: every bad flag is named at once,
+// by the flag that sets it.
+func TestServeWorkerConfigNamesEveryFlag(t *testing.T) {
+	opts := &workerOptions{cfg: worker.DefaultConfig(), server: httpapi.DefaultServerConfig()}
+	opts.cfg.Consumer.Partitions, opts.cfg.Consumer.Workers, opts.cfg.Consumer.MaxPending, opts.cfg.Consumer.Stream = 0, 0, 0, ""
+	opts.server.ShutdownTimeout = 0
+	_, err := opts.config("2.11.0")
+	if err == nil {
+		t.Fatal("config() = nil error, want every bad flag")
+	}
+	for _, flag := range []string{"--stream:", "--partitions:", "--concurrency:", "--max-pending:", "--shutdown-timeout:"} {
+		if !strings.Contains(err.Error(), flag) {
+			t.Errorf("config() = %v, want it to name %s", err, flag)
+		}
 	}
 }
 

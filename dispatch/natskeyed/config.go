@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // Config configures a Consumer. Every duration is a server-side or
@@ -137,63 +139,79 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first unusable field, by name.
+// Validate reports every unusable field at once (see stampede.Fields),
+// each named in snake_case with the words of the serve worker flag that
+// sets it: Workers is "concurrency", DrainTimeout is "shutdown_timeout",
+// the others are their own names (PinnedTTL is "pinned_ttl").
 func (c Config) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("dispatch/natskeyed: %s: %s", field, fmt.Sprintf(format, args...))
+	var f stampede.Fields
+	if c.Stream == "" {
+		f.Add("stream", "must not be empty")
 	}
-	switch {
-	case c.Stream == "":
-		return bad("Stream", "must not be empty")
-	case c.Subject == "":
-		return bad("Subject", "must not be empty")
-	case c.Durable == "":
-		return bad("Durable", "must not be empty")
-	case c.Partitions < 1:
-		return bad("Partitions", "must be at least 1, got %d", c.Partitions)
-	case c.Pinned && c.Group == "":
-		return bad("Group", "must not be empty when Pinned")
-	case c.Pinned && c.PinnedTTL < 2*c.PullExpiry:
-		return bad("PinnedTTL", "must be at least 2 × PullExpiry (%s) when Pinned, got %s", 2*c.PullExpiry, c.PinnedTTL)
-	case c.Workers < 1:
-		return bad("Workers", "must be at least 1, got %d", c.Workers)
-	case c.MaxPending < 1:
-		return bad("MaxPending", "must be at least 1, got %d", c.MaxPending)
-	case c.PullBatch < 1 || c.PullBatch > c.MaxPending:
-		return bad("PullBatch", "must be between 1 and MaxPending (%d), got %d", c.MaxPending, c.PullBatch)
-	case c.PullExpiry < time.Second:
-		return bad("PullExpiry", "must be at least 1s, got %s", c.PullExpiry)
-	case c.AckWait < 100*time.Millisecond:
-		return bad("AckWait", "must be at least 100ms, got %s", c.AckWait)
-	case c.OwnerTimeout < 0 || c.OwnerTimeout > 0 && c.OwnerTimeout < 30*time.Millisecond:
-		return bad("OwnerTimeout", "must be 0 (off) or at least 30ms, got %s", c.OwnerTimeout)
-	case c.InProgressEvery <= 0 || c.InProgressEvery > c.AckWait/2:
-		return bad("InProgressEvery", "must be positive and at most AckWait/2 (%s), got %s", c.AckWait/2, c.InProgressEvery)
-	case c.NakDelay <= 0:
-		return bad("NakDelay", "must be positive, got %s", c.NakDelay)
-	case c.MaxNakDelay < c.NakDelay:
-		return bad("MaxNakDelay", "must be at least NakDelay (%s), got %s", c.NakDelay, c.MaxNakDelay)
-	case c.DrainTimeout <= 0:
-		return bad("DrainTimeout", "must be positive, got %s", c.DrainTimeout)
-	case c.Logger == nil:
-		return bad("Logger", "must not be nil")
+	if c.Subject == "" {
+		f.Add("subject", "must not be empty")
+	}
+	if c.Durable == "" {
+		f.Add("durable", "must not be empty")
+	}
+	if c.Partitions < 1 {
+		f.Add("partitions", "must be at least 1, got %d", c.Partitions)
+	}
+	if c.Pinned && c.Group == "" {
+		f.Add("group", "must not be empty when pinned")
+	}
+	if c.Pinned && c.PinnedTTL < 2*c.PullExpiry {
+		f.Add("pinned_ttl", "must be at least 2 × pull_expiry (%s) when pinned, got %s", 2*c.PullExpiry, c.PinnedTTL)
+	}
+	if c.Workers < 1 {
+		f.Add("concurrency", "must be at least 1, got %d", c.Workers)
+	}
+	if c.MaxPending < 1 {
+		f.Add("max_pending", "must be at least 1, got %d", c.MaxPending)
+	}
+	if c.PullBatch < 1 || c.PullBatch > c.MaxPending {
+		f.Add("pull_batch", "must be between 1 and max_pending (%d), got %d", c.MaxPending, c.PullBatch)
+	}
+	if c.PullExpiry < time.Second {
+		f.Add("pull_expiry", "must be at least 1s, got %s", c.PullExpiry)
+	}
+	if c.AckWait < 100*time.Millisecond {
+		f.Add("ack_wait", "must be at least 100ms, got %s", c.AckWait)
+	}
+	if c.OwnerTimeout < 0 || c.OwnerTimeout > 0 && c.OwnerTimeout < 30*time.Millisecond {
+		f.Add("owner_timeout", "must be 0 (off) or at least 30ms, got %s", c.OwnerTimeout)
+	}
+	if c.InProgressEvery <= 0 || c.InProgressEvery > c.AckWait/2 {
+		f.Add("in_progress_every", "must be positive and at most ack_wait/2 (%s), got %s", c.AckWait/2, c.InProgressEvery)
+	}
+	if c.NakDelay <= 0 {
+		f.Add("nak_delay", "must be positive, got %s", c.NakDelay)
+	}
+	if c.NakDelay > 0 && c.MaxNakDelay < c.NakDelay {
+		f.Add("max_nak_delay", "must be at least nak_delay (%s), got %s", c.NakDelay, c.MaxNakDelay)
+	}
+	if c.DrainTimeout <= 0 {
+		f.Add("shutdown_timeout", "must be positive, got %s", c.DrainTimeout)
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
 	}
 	seen := make(map[int]bool, len(c.Serve))
 	for _, p := range c.Serve {
-		if p < 0 || p >= c.Partitions {
-			return bad("Serve", "partition %d is outside 0..%d", p, c.Partitions-1)
-		}
-		if seen[p] {
-			return bad("Serve", "partition %d is listed twice", p)
+		switch {
+		case p < 0 || p >= c.Partitions:
+			f.Add("serve", "partition %d is outside 0..%d", p, c.Partitions-1)
+		case seen[p]:
+			f.Add("serve", "partition %d is listed twice", p)
 		}
 		seen[p] = true
 	}
 	for _, p := range c.Prefer {
 		if p < 0 || p >= c.Partitions || len(c.Serve) > 0 && !seen[p] {
-			return bad("Prefer", "partition %d is not served", p)
+			f.Add("prefer", "partition %d is not served", p)
 		}
 	}
-	return nil
+	return f.Err()
 }
 
 // preferred reports whether this process pulls partition p at once.

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // orderHandler records every event in the fixture's ledger, taking work
@@ -441,24 +443,39 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		t.Fatalf("default config: %v", err)
 	}
 	cases := map[string]func(*Config){
-		"Stream":          func(c *Config) { c.Stream = "" },
-		"Partitions":      func(c *Config) { c.Partitions = 0 },
-		"Serve":           func(c *Config) { c.Serve = []int{0, 8} },
-		"PinnedTTL":       func(c *Config) { c.PinnedTTL = c.PullExpiry },
-		"Workers":         func(c *Config) { c.Workers = 0 },
-		"MaxPending":      func(c *Config) { c.MaxPending = 0 },
-		"PullBatch":       func(c *Config) { c.PullBatch = c.MaxPending + 1 },
-		"AckWait":         func(c *Config) { c.AckWait = 0 },
-		"InProgressEvery": func(c *Config) { c.InProgressEvery = c.AckWait },
-		"MaxNakDelay":     func(c *Config) { c.MaxNakDelay = c.NakDelay / 2 },
-		"Logger":          func(c *Config) { c.Logger = nil },
+		"stream":            func(c *Config) { c.Stream = "" },
+		"partitions":        func(c *Config) { c.Partitions = 0 },
+		"serve":             func(c *Config) { c.Serve = []int{0, 8} },
+		"pinned_ttl":        func(c *Config) { c.PinnedTTL = c.PullExpiry },
+		"concurrency":       func(c *Config) { c.Workers = 0 },
+		"max_pending":       func(c *Config) { c.MaxPending = 0 },
+		"pull_batch":        func(c *Config) { c.PullBatch = c.MaxPending + 1 },
+		"ack_wait":          func(c *Config) { c.AckWait = 0 },
+		"in_progress_every": func(c *Config) { c.InProgressEvery = c.AckWait },
+		"max_nak_delay":     func(c *Config) { c.MaxNakDelay = c.NakDelay / 2 },
+		"shutdown_timeout":  func(c *Config) { c.DrainTimeout = 0 },
+		"logger":            func(c *Config) { c.Logger = nil },
 	}
+	all := DefaultConfig()
 	for field, mutate := range cases {
 		c := DefaultConfig()
 		mutate(&c)
-		err := c.Validate()
-		if err == nil || !strings.Contains(err.Error(), field+":") {
-			t.Errorf("%s: Validate() = %v, want an error naming the field", field, err)
+		mutate(&all)
+		var got []string
+		for _, e := range stampede.FieldErrors(c.Validate()) {
+			got = append(got, e.Field)
+		}
+		if len(got) == 0 || got[0] != field {
+			t.Errorf("%s: Validate() named %v, want %s first", field, got, field)
+		}
+	}
+	named := map[string]bool{}
+	for _, e := range stampede.FieldErrors(all.Validate()) {
+		named[e.Field] = true
+	}
+	for field := range cases {
+		if !named[field] {
+			t.Errorf("every field wrong: Validate() did not name %s (named %v)", field, named)
 		}
 	}
 }

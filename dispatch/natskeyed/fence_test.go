@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // TestFencedEndsSessionAndHandsBack: a handler that reports ErrFenced (the
@@ -136,13 +138,13 @@ func TestSilentOwnerIsUnpinned(t *testing.T) {
 func TestOwnerTimeoutValidated(t *testing.T) {
 	c := DefaultConfig()
 	c.OwnerTimeout = time.Millisecond
-	if err := c.Validate(); err == nil || !contains(err.Error(), "OwnerTimeout") {
-		t.Errorf("Validate() = %v, want an error naming OwnerTimeout", err)
+	if err := c.Validate(); err == nil || stampede.As(err).Field != "owner_timeout" {
+		t.Errorf("Validate() = %v, want an error naming owner_timeout", err)
 	}
 	c = DefaultConfig()
 	c.Serve, c.Prefer = []int{0, 1}, []int{2}
-	if err := c.Validate(); err == nil || !contains(err.Error(), "Prefer") {
-		t.Errorf("Validate() = %v, want an error naming Prefer", err)
+	if err := c.Validate(); err == nil || stampede.As(err).Field != "prefer" {
+		t.Errorf("Validate() = %v, want an error naming prefer", err)
 	}
 }
 

@@ -29,6 +29,11 @@ import (
 
 // Config configures a Worker.
 type Config struct {
+	// JetStream is the connection to the server that holds the payment
+	// stream. Required.
+	JetStream natsjs.JetStream
+	// Store is the fulfilment store the events are applied to. Required.
+	Store fulfilment.Store
 	// Consumer configures the keyed consumer: stream, subject,
 	// partitions, pinning, concurrency (Workers). Its Logger is the
 	// worker's logger too.
@@ -39,51 +44,77 @@ type Config struct {
 
 // DefaultConfig returns dispatch/natskeyed's and fulfilment's defaults:
 // stream PAYMENTS, payments.<p>.<id> in 8 pinned partitions, 8 handlers at
-// once.
+// once. JetStream and Store are left for the caller to set.
 func DefaultConfig() Config {
 	return Config{Consumer: dispatchjs.DefaultConfig(), Fulfilment: fulfilment.DefaultConfig()}
 }
 
-// Validate reports the first unusable field; the error names it
-// (Consumer.<field> or Fulfilment.<field>).
+// Validate reports every unusable field at once (see stampede.Fields).
+// The consumer's fields keep their own names (those of serve worker's
+// flags: "partitions", "concurrency"); the handler's are prefixed
+// "fulfilment.".
 func (c Config) Validate() error {
-	if err := c.Consumer.Validate(); err != nil {
-		return fmt.Errorf("worker: Consumer: %w", err)
+	var f stampede.Fields
+	if c.JetStream == nil {
+		f.Add("jetstream", "is required: the server that holds the payment stream")
 	}
-	if err := c.Fulfilment.Validate(); err != nil {
-		return fmt.Errorf("worker: Fulfilment: %w", err)
+	if c.Store == nil {
+		f.Add("store", "is required: the fulfilment store the events are applied to")
 	}
-	return nil
+	f.Check("", c.Consumer.Validate())
+	f.Check("fulfilment", c.Fulfilment.Validate())
+	return f.Err()
 }
 
 // Worker applies payment events from JetStream to a fulfilment store.
 type Worker struct {
-	c       *dispatchjs.Consumer
+	cfg     Config
 	h       *fulfilment.Handler
 	log     *slog.Logger
+	c       atomic.Pointer[dispatchjs.Consumer] // set while Run consumes
+	started chan struct{}                       // closed once Run consumes
 	invalid atomic.Uint64
 	applied atomic.Uint64
 	closed  atomic.Bool
 }
 
-// Start creates the partitions' consumers and starts consuming into
-// store. The stream must exist (serve pay creates it). Close must be
-// called to stop.
-func Start(ctx context.Context, js natsjs.JetStream, store fulfilment.Store, cfg Config) (*Worker, error) {
+// New returns a Worker for cfg. It starts nothing: Run consumes.
+func New(cfg Config) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h, err := fulfilment.NewHandler(store, cfg.Fulfilment)
+	h, err := fulfilment.NewHandler(cfg.Store, cfg.Fulfilment)
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{h: h, log: cfg.Consumer.Logger}
-	w.c, err = dispatchjs.New(ctx, js, cfg.Consumer, w.handle)
-	if err != nil {
-		return nil, err
-	}
-	return w, nil
+	return &Worker{cfg: cfg, h: h, log: cfg.Consumer.Logger, started: make(chan struct{})}, nil
 }
+
+// Run creates or updates the partitions' durable consumers and consumes
+// into the store until ctx ends; then it stops consuming (queued events
+// go back to the stream, running ones finish and are acknowledged, pinned
+// partitions are released) and returns nil. The stream must exist (serve
+// pay creates it): if it does not, or the consumers cannot be created,
+// Run returns that error at once. A Worker runs once.
+func (w *Worker) Run(ctx context.Context) error {
+	if w.closed.Load() {
+		return errors.New("worker: already run")
+	}
+	c, err := dispatchjs.New(ctx, w.cfg.JetStream, w.cfg.Consumer, w.handle)
+	if err != nil {
+		w.closed.Store(true)
+		return err
+	}
+	w.c.Store(c)
+	close(w.started)
+	<-ctx.Done()
+	w.closed.Store(true)
+	c.Close()
+	return nil
+}
+
+// Started is closed once Run consumes: the partitions' consumers exist.
+func (w *Worker) Started() <-chan struct{} { return w.started }
 
 // handle is the consumer's handler: decode, apply; an invalid event is
 // acknowledged and counted, a retryable error returned.
@@ -112,15 +143,13 @@ func (w *Worker) handle(ctx context.Context, e dispatchjs.Event) error {
 	return err
 }
 
-// Close stops consuming: queued events go back to the stream, running
-// ones finish and are acknowledged, pinned partitions are released.
-func (w *Worker) Close() {
-	w.closed.Store(true)
-	w.c.Close()
+// Stats returns the consumer's counters; zero before Run consumes.
+func (w *Worker) Stats() dispatchjs.Stats {
+	if c := w.c.Load(); c != nil {
+		return c.Stats()
+	}
+	return dispatchjs.Stats{}
 }
-
-// Stats returns the consumer's counters.
-func (w *Worker) Stats() dispatchjs.Stats { return w.c.Stats() }
 
 // Invalid counts events set aside as invalid.
 func (w *Worker) Invalid() uint64 { return w.invalid.Load() }
@@ -129,15 +158,20 @@ func (w *Worker) Invalid() uint64 { return w.invalid.Load() }
 // release recorded).
 func (w *Worker) Applied() uint64 { return w.applied.Load() }
 
-// Alive reports whether the worker still consumes: not closed, and every
-// served partition's durable consumer exists on the server.
-func (w *Worker) Alive(ctx context.Context, js natsjs.JetStream) error {
-	if w.closed.Load() {
-		return errors.New("worker: closed")
+// Alive reports whether the worker consumes: Run has started and not
+// ended, and every served partition's durable consumer exists on the
+// server.
+func (w *Worker) Alive(ctx context.Context) error {
+	c := w.c.Load()
+	switch {
+	case w.closed.Load():
+		return errors.New("worker: stopped")
+	case c == nil:
+		return errors.New("worker: not consuming yet")
 	}
-	cfg := w.c.Config()
-	for _, p := range w.c.Stats().Partitions {
-		if _, err := js.Consumer(ctx, cfg.Stream, cfg.ConsumerName(p.Partition)); err != nil {
+	cfg := c.Config()
+	for _, p := range c.Stats().Partitions {
+		if _, err := w.cfg.JetStream.Consumer(ctx, cfg.Stream, cfg.ConsumerName(p.Partition)); err != nil {
 			return fmt.Errorf("worker: consumer %s: %w", cfg.ConsumerName(p.Partition), err)
 		}
 	}

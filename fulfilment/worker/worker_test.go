@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strings"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stampede-lab/stampede"
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
@@ -125,8 +126,12 @@ func twoWorkers(t *testing.T, real bool) {
 	}
 	defer store.Close()
 	var workers []*worker.Worker
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 2)
 	for i := range 2 {
 		cfg := worker.DefaultConfig()
+		cfg.JetStream, cfg.Store = js, store
 		cfg.Consumer.Stream, cfg.Consumer.Subject = stream, subject
 		cfg.Consumer.Logger = slog.New(slog.DiscardHandler).With("worker", i)
 		if !dispatchjs.PinningSupported(nc.ConnectedServerVersion()) {
@@ -137,11 +142,19 @@ func twoWorkers(t *testing.T, real bool) {
 				}
 			}
 		}
-		w, err := worker.Start(ctx, js, store, cfg)
+		w, err := worker.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer w.Close()
+		if err := w.Alive(ctx); err == nil {
+			t.Errorf("Alive before Run = nil, want an error")
+		}
+		go func() { done <- w.Run(runCtx) }()
+		select {
+		case <-w.Started():
+		case err := <-done:
+			t.Fatalf("Run: %v", err)
+		}
 		workers = append(workers, w)
 	}
 	// Wait for every event: the valid ones in the inbox, the invalid one
@@ -162,10 +175,20 @@ func twoWorkers(t *testing.T, real bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for _, w := range workers {
-		if err := w.Alive(ctx, js); err != nil {
+		if err := w.Alive(ctx); err != nil {
 			t.Errorf("Alive: %v", err)
 		}
-		w.Close()
+	}
+	stop()
+	for range workers {
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v, want nil when its context ends", err)
+		}
+	}
+	for _, w := range workers {
+		if err := w.Alive(ctx); err == nil {
+			t.Errorf("Alive after Run = nil, want an error")
+		}
 		if s := w.Stats(); s.Late != 0 {
 			t.Errorf("per-key order lost: %+v", s)
 		}
@@ -201,17 +224,23 @@ func twoWorkers(t *testing.T, real bool) {
 	}
 }
 
-func TestConfigValidateNamesTheField(t *testing.T) {
+// TestConfigValidateNamesEveryField: every bad field at once, the
+// consumer's under the names of serve worker's flags, the handler's
+// prefixed "fulfilment.".
+func TestConfigValidateNamesEveryField(t *testing.T) {
 	cfg := worker.DefaultConfig()
 	cfg.Consumer.Partitions = 0
-	if err := cfg.Validate(); err == nil || !contains(err.Error(), "Consumer") || !contains(err.Error(), "Partitions") {
-		t.Errorf("Validate() = %v, want it to name Consumer and Partitions", err)
-	}
-	cfg = worker.DefaultConfig()
+	cfg.Consumer.Workers = 0
 	cfg.Fulfilment.Now = nil
-	if err := cfg.Validate(); err == nil || !contains(err.Error(), "Fulfilment") || !contains(err.Error(), "Now") {
-		t.Errorf("Validate() = %v, want it to name Fulfilment and Now", err)
+	var got []string
+	for _, e := range stampede.FieldErrors(cfg.Validate()) {
+		got = append(got, e.Field)
+	}
+	want := []string{"jetstream", "store", "partitions", "concurrency", "fulfilment.now"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Validate() named %v, want %v", got, want)
+	}
+	if _, err := worker.New(cfg); err == nil {
+		t.Errorf("New(bad config) = nil error")
 	}
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
