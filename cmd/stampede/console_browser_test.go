@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"image/png"
 	"io"
 	"net/http"
 	"os"
@@ -21,9 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
+	"github.com/stampede-lab/stampede/internal/browsertest"
 	"github.com/stampede-lab/stampede/internal/testenv"
 )
 
@@ -261,7 +260,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts five processes and a browser")
 	}
-	chromium := testenv.Chromium(t)
+	testenv.Chromium(t) // skips (or fails in CI) before any service starts
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 
@@ -314,26 +313,14 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 	}()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.Headless, chromedp.DisableGPU, chromedp.Flag("font-render-hinting", "none"), chromedp.UserDataDir(t.TempDir()))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	tab, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	// Start the browser on tab itself: steps run under shorter contexts.
-	if err := chromedp.Do(tab); err != nil {
-		t.Fatalf("starting %s: %v", chromium, err)
-	}
-	dir := browserShotDirOf(t)
-	err = cbDo(tab,
-		chromedp.EmulateViewport(1200, 900, func(p *emulation.SetDeviceMetricsOverrideParams, _ *emulation.SetTouchEmulationEnabledParams) {}),
-		chromedp.Navigate(console+"/console"),
-		chromedp.WaitVisible(chromedp.ID("token")),
-	)
+	bctx := browsertest.Start(t, ctx)
+	tab := browsertest.Tab(t, bctx, browsertest.TabOptions{Width: 1200}, console+"/console")
+	dir := browsertest.ShotDir(t)
+	err = cbDo(tab, chromedp.WaitVisible(chromedp.ID("token")))
 	if err != nil {
 		t.Fatalf("login page: %v", err)
 	}
-	cbShot(t, tab, dir, "console-login-1200")
+	browsertest.Shot(t, tab, dir, "console-login-1200", 1200, 0)
 	err = cbDo(tab,
 		chromedp.SendKeys(chromedp.ID("token"), cbConsoleToken),
 		chromedp.Click(chromedp.ID("login")),
@@ -371,7 +358,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if err != nil || workers != "live" {
 		t.Errorf("the consumers panel says %q (%v), want live", workers, err)
 	}
-	cbShot(t, tab, dir, "console-surge-1200")
+	browsertest.Shot(t, tab, dir, "console-surge-1200", 1200, 0)
 
 	// Pause in the browser. The click's answer comes back once the waiting
 	// room stored the pause; the button then reads Resume.
@@ -408,7 +395,7 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("while paused no slot was free with people waiting: the pause was not put to the test (room %+v)", after)
 	}
 	time.Sleep(600 * time.Millisecond)
-	cbShot(t, tab, dir, "console-paused-1200")
+	browsertest.Shot(t, tab, dir, "console-paused-1200", 1200, 0)
 
 	// Resume: admissions continue.
 	if err := cbDo(tab,
@@ -459,46 +446,4 @@ func cbDo(tab context.Context, steps ...chromedp.Action[chromedp.Void]) error {
 	ctx, cancel := context.WithTimeout(tab, 30*time.Second)
 	defer cancel()
 	return chromedp.Do(ctx, steps...)
-}
-
-// browserShotDirOf is the screenshots' folder: $STAMPEDE_SCREENSHOTS
-// (relative to the module root) or a temporary one.
-func browserShotDirOf(t *testing.T) string {
-	dir := os.Getenv("STAMPEDE_SCREENSHOTS")
-	if dir == "" {
-		return t.TempDir()
-	}
-	if !filepath.IsAbs(dir) {
-		for root, _ := os.Getwd(); root != filepath.Dir(root); root = filepath.Dir(root) {
-			if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
-				dir = filepath.Join(root, dir)
-				break
-			}
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatalf("STAMPEDE_SCREENSHOTS: %v", err)
-	}
-	return dir
-}
-
-// cbShot saves a full-page PNG of tab as dir/name.png, 1200 px wide.
-func cbShot(t *testing.T, tab context.Context, dir, name string) {
-	t.Helper()
-	shot, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
-	}
-	img, err := png.Decode(bytes.NewReader(shot))
-	if err != nil {
-		t.Fatalf("screenshot %s is not a PNG: %v", name, err)
-	}
-	if w := img.Bounds().Dx(); w != 1200 {
-		t.Errorf("screenshot %s is %d px wide, want 1200", name, w)
-	}
-	path := filepath.Join(dir, name+".png")
-	if err := os.WriteFile(path, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot %s", path)
 }

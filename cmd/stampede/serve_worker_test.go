@@ -29,47 +29,8 @@ func serveWorker(t *testing.T, args ...string) string {
 	t.Helper()
 	t.Setenv(envPostgres, "")
 	t.Setenv(envNATS, "")
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := newRootCmd()
-	logs := &syncBuffer{}
-	cmd.SetOut(io.Discard)
-	cmd.SetErr(logs)
-	cmd.SetArgs(append([]string{"serve", "worker", "--log-format", "text", "--http", addr}, args...))
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve worker: %v\n%s", err, logs.String())
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("serve worker did not stop within 30s of the cancel")
-		}
-		if t.Failed() {
-			t.Logf("serve worker's log:\n%s", logs.String())
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case err := <-done:
-			t.Fatalf("serve worker stopped: %v\n%s", err, logs.String())
-		default:
-		}
-		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return addr
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve worker did not come up on %s:\n%s", addr, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	addr, _ := startServe(t, "worker", args...)
+	return addr
 }
 
 func TestServeWorkerNeedsNATS(t *testing.T) {
