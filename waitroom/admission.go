@@ -176,3 +176,25 @@ func (s *Service) ConfigOf(ctx context.Context, room string) (RoomConfig, error)
 	}
 	return s.store.Config(ctx, room)
 }
+
+// signAdmission is admissionToken for any caller (the handler, a gate).
+func signAdmission(ctx context.Context, svc *Service, signer *AdmissionSigner, t Ticket, now time.Time) (string, error) {
+	if t.LeaseExpires.Unix() <= now.Unix() {
+		return "", nil
+	}
+	adm := time.Time{}
+	if cfg, err := svc.ConfigOf(ctx, t.Room); err == nil {
+		adm = t.LeaseExpires.Add(-cfg.Lease)
+	}
+	if adm.IsZero() || adm.After(now) {
+		adm = now
+	}
+	return signer.Sign(AdmissionClaims{Room: t.Room, User: t.User, Seq: t.Seq, AdmittedAt: adm, IssuedAt: now, Expires: t.LeaseExpires})
+}
+
+// SignAdmission signs the admission token of admitted ticket t at now
+// with signer, as GET /v1/rooms/{room}/tickets/{user} does ("" when the
+// lease ends within now's second). For a gate embedding the service.
+func (s *Service) SignAdmission(ctx context.Context, signer *AdmissionSigner, t Ticket, now time.Time) (string, error) {
+	return signAdmission(ctx, s, signer, t, now)
+}

@@ -6,13 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/protocol"
 )
 
@@ -183,11 +181,4 @@ func (s *AdmissionSigner) Verify(token, room string) (AdmissionClaims, error) {
 // protocol.VerifyAdmission).
 func VerifyAdmissionJWT(token string, keys jose.JSONWebKeySet, room string, now time.Time) (AdmissionClaims, error) {
 	return protocol.VerifyAdmission(token, keys, room, now)
-}
-
-// jwks answers GET /.well-known/jwks.json with the public keys.
-func (s *AdmissionSigner) serveJWKS(w http.ResponseWriter, r *http.Request) error {
-	w.Header().Set("Cache-Control", "public, max-age=300")
-	httpapi.WriteJSON(w, http.StatusOK, s.jwks)
-	return nil
 }

@@ -340,6 +340,9 @@ type RoomStatus struct {
 	Config RoomConfig
 }
 
+// Ping checks that the store answers (the readiness check).
+func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
+
 // Room returns a room's counters and measured admission rate.
 func (s *Service) Room(ctx context.Context, room string) (RoomStatus, error) {
 	if err := ValidateRoom(room); err != nil {

@@ -1,4 +1,4 @@
-package waitroom
+package client
 
 import (
 	"bytes"

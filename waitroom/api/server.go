@@ -1,4 +1,4 @@
-package waitroom
+package api
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // ServerOptions configure NewServer.
@@ -49,7 +50,7 @@ type ServerOptions struct {
 	KeyEpoch string
 	// PreviousKeys still verify (and are served in the JWKS) after a
 	// rotation, until the tokens they signed have expired.
-	PreviousKeys []KeySpec
+	PreviousKeys []waitroom.KeySpec
 	// SiteSecret enables trusted joins (HandlerConfig.SiteSecret).
 	SiteSecret []byte
 	// AllowUnsignedUsers accepts bare user_id joins
@@ -61,7 +62,7 @@ type ServerOptions struct {
 	// OnPass, if set, is called after every admission pass, after the
 	// metrics have recorded it (for example by the lab, to count store
 	// round trips).
-	OnPass func(room string, mode Mode, took time.Duration, res AdmitResult, err error)
+	OnPass func(room string, mode waitroom.Mode, took time.Duration, res waitroom.AdmitResult, err error)
 }
 
 // DefaultServerOptions returns options with immediate admission on and
@@ -73,10 +74,10 @@ func DefaultServerOptions() ServerOptions {
 // Server is one waiting-room instance: a Service admitting in the
 // background and its HTTP handler.
 type Server struct {
-	svc        *Service
+	svc        *waitroom.Service
 	handler    http.Handler
-	signer     *Signer
-	admissions *AdmissionSigner
+	signer     *waitroom.Signer
+	admissions *waitroom.AdmissionSigner
 	registry   *prometheus.Registry
 
 	cancel context.CancelFunc
@@ -87,7 +88,7 @@ type Server struct {
 // and starts the service's admission (Service.Run) in a goroutine that
 // runs until ctx ends or Close is called. Several Servers on one store
 // behave as several instances of the service.
-func NewServer(ctx context.Context, store Store, opts ServerOptions) (*Server, error) {
+func NewServer(ctx context.Context, store waitroom.Store, opts ServerOptions) (*Server, error) {
 	if store == nil {
 		return nil, fieldError("store", "must not be nil")
 	}
@@ -100,13 +101,13 @@ func NewServer(ctx context.Context, store Store, opts ServerOptions) (*Server, e
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	signer, err := NewSigner(opts.Secret, nil)
+	signer, err := waitroom.NewSigner(opts.Secret, nil)
 	if err != nil {
 		return nil, err
 	}
 
-	metrics := NewMetrics(reg)
-	scfg := DefaultServiceConfig()
+	metrics := waitroom.NewMetrics(reg)
+	scfg := waitroom.DefaultServiceConfig()
 	if opts.Instance != "" {
 		scfg.Instance = opts.Instance
 	}
@@ -118,21 +119,21 @@ func NewServer(ctx context.Context, store Store, opts ServerOptions) (*Server, e
 	scfg.Logger = log
 	scfg.OnPass = metrics.OnPass
 	if extra := opts.OnPass; extra != nil {
-		scfg.OnPass = func(room string, mode Mode, took time.Duration, res AdmitResult, err error) {
+		scfg.OnPass = func(room string, mode waitroom.Mode, took time.Duration, res waitroom.AdmitResult, err error) {
 			metrics.OnPass(room, mode, took, res, err)
 			extra(room, mode, took, res, err)
 		}
 	}
-	svc, err := NewService(store, scfg)
+	svc, err := waitroom.NewService(store, scfg)
 	if err != nil {
 		return nil, err
 	}
 
 	epoch := opts.KeyEpoch
 	if epoch == "" {
-		epoch = DefaultKeyEpoch
+		epoch = waitroom.DefaultKeyEpoch
 	}
-	admissions, err := NewAdmissionSigner(KeySpec{Secret: opts.Secret, Epoch: epoch}, opts.PreviousKeys, nil)
+	admissions, err := waitroom.NewAdmissionSigner(waitroom.KeySpec{Secret: opts.Secret, Epoch: epoch}, opts.PreviousKeys, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -168,13 +169,13 @@ func NewServer(ctx context.Context, store Store, opts ServerOptions) (*Server, e
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Service returns the running service.
-func (s *Server) Service() *Service { return s.svc }
+func (s *Server) Service() *waitroom.Service { return s.svc }
 
 // Signer returns the ticket token signer.
-func (s *Server) Signer() *Signer { return s.signer }
+func (s *Server) Signer() *waitroom.Signer { return s.signer }
 
 // Admissions returns the admission token signer.
-func (s *Server) Admissions() *AdmissionSigner { return s.admissions }
+func (s *Server) Admissions() *waitroom.AdmissionSigner { return s.admissions }
 
 // Registry returns the registry served on /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }

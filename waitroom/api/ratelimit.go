@@ -1,4 +1,4 @@
-package waitroom
+package api
 
 import (
 	"container/list"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // JoinLimitConfig configures the per-client limit on joins: a token bucket
@@ -216,6 +218,6 @@ func (h *handler) limitJoin(r *http.Request) error {
 		return nil
 	}
 	wait = max(time.Second, time.Duration(math.Ceil(wait.Seconds()))*time.Second)
-	return &Error{Code: CodeRateLimited, RetryAfter: wait,
+	return &waitroom.Error{Code: waitroom.CodeRateLimited, RetryAfter: wait,
 		Message: fmt.Sprintf("too many joins from your address; try again in %d s", int(wait.Seconds()))}
 }

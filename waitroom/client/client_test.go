@@ -1,4 +1,4 @@
-package waitroom_test
+package client_test
 
 import (
 	"context"
