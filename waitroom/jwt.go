@@ -11,6 +11,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/protocol"
 )
 
@@ -56,20 +57,23 @@ type KeySpec struct {
 // DefaultKeyEpoch is the key epoch used when none is configured.
 const DefaultKeyEpoch = "1"
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field by its snake_case name (secret,
+// key_epoch).
 func (k KeySpec) Validate() error {
+	var f stampede.Fields
 	if len(k.Secret) < minSecretLen {
-		return fieldError("secret", "must be at least %d bytes, got %d", minSecretLen, len(k.Secret))
+		f.Add("secret", "must be at least %d bytes, got %d", minSecretLen, len(k.Secret))
 	}
 	if len(k.Epoch) == 0 || len(k.Epoch) > 32 {
-		return fieldError("key_epoch", "must be 1 to 32 characters, got %d", len(k.Epoch))
+		f.Add("key_epoch", "must be 1 to 32 characters, got %d", len(k.Epoch))
 	}
 	for _, r := range k.Epoch {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fieldError("key_epoch", "may contain only letters, digits, '-', '_' and '.', got %q", r)
+			f.Add("key_epoch", "may contain only letters, digits, '-', '_' and '.', got %q", r)
+			break
 		}
 	}
-	return nil
+	return f.Err()
 }
 
 // admissionKey is one derived Ed25519 key pair with its kid.

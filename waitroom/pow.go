@@ -54,15 +54,16 @@ type PoWConfig struct {
 // spent ones (about 20 MB).
 func DefaultPoWConfig() PoWConfig { return PoWConfig{TTL: 5 * time.Minute, MaxSpent: 200_000} }
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field by its snake_case name.
 func (c PoWConfig) Validate() error {
-	switch {
-	case c.TTL < time.Second || c.TTL > time.Hour:
-		return fieldError("TTL", "must be between 1s and 1h, got %s", c.TTL)
-	case c.MaxSpent < 1:
-		return fieldError("MaxSpent", "must be at least 1, got %d", c.MaxSpent)
+	var f stampede.Fields
+	if c.TTL < time.Second || c.TTL > time.Hour {
+		f.Add("ttl", "must be between 1s and 1h, got %s", c.TTL)
 	}
-	return nil
+	if c.MaxSpent < 1 {
+		f.Add("max_spent", "must be at least 1, got %d", c.MaxSpent)
+	}
+	return f.Err()
 }
 
 // Challenge is a decoded challenge.

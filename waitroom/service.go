@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // ServiceConfig configures a Service.
@@ -53,26 +55,29 @@ func DefaultServiceConfig() ServiceConfig {
 	}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field by its snake_case name.
 func (c ServiceConfig) Validate() error {
-	switch {
-	case c.Instance == "":
-		return fieldError("Instance", "must not be empty")
-	case c.RoomRefresh <= 0:
-		return fieldError("RoomRefresh", "must be positive, got %s", c.RoomRefresh)
-	case c.RateWindow < c.RoomRefresh:
-		return fieldError("RateWindow", "must be at least RoomRefresh (%s), got %s", c.RoomRefresh, c.RateWindow)
-	case c.MinPoll <= 0 || c.MaxPoll < c.MinPoll:
-		return fieldError("MinPoll", "need 0 < MinPoll <= MaxPoll, got %s and %s", c.MinPoll, c.MaxPoll)
-	case c.Logger == nil:
-		return fieldError("Logger", "must not be nil")
+	var f stampede.Fields
+	if c.Instance == "" {
+		f.Add("instance", "must not be empty")
+	}
+	if c.RoomRefresh <= 0 {
+		f.Add("room_refresh", "must be positive, got %s", c.RoomRefresh)
+	} else if c.RateWindow < c.RoomRefresh {
+		f.Add("rate_window", "must be at least room_refresh (%s), got %s", c.RoomRefresh, c.RateWindow)
+	}
+	if c.MinPoll <= 0 || c.MaxPoll < c.MinPoll {
+		f.Add("min_poll", "need 0 < min_poll <= max_poll, got %s and %s", c.MinPoll, c.MaxPoll)
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
 	}
 	if c.LabMode != "" {
 		if _, err := ParseMode(string(c.LabMode)); err != nil {
-			return fieldError("LabMode", "%v", err)
+			f.Add("lab_mode", "%v", err)
 		}
 	}
-	return nil
+	return f.Err()
 }
 
 // Service is the waiting room's logic over a Store: it validates requests,

@@ -50,7 +50,7 @@ func TestServeWaitroomRejectsBadFlags(t *testing.T) {
 
 func TestServeWaitroomReadsTheEnvironment(t *testing.T) {
 	t.Setenv(envAdminToken, "short")
-	if _, _, err := execute(t, "serve", "waitroom"); err == nil || !strings.Contains(err.Error(), "--admin-token must be at least 16 bytes") {
+	if _, _, err := execute(t, "serve", "waitroom"); err == nil || !strings.Contains(err.Error(), "--admin-token: must be at least 16 bytes") {
 		t.Errorf("a short %s: %v", envAdminToken, err)
 	}
 	t.Setenv(envAdminToken, "0123456789abcdef0123")

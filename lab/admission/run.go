@@ -26,6 +26,7 @@ import (
 
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -214,9 +215,9 @@ func startInstance(ctx context.Context, opts *redis.Options, signer *waitroom.Si
 		client.Close()
 		return nil, err
 	}
-	hcfg := waitroom.DefaultHandlerConfig()
+	hcfg := api.DefaultHandlerConfig()
 	hcfg.AdminToken, hcfg.Logger = adminToken, log
-	handler, err := waitroom.NewHandler(svc, signer, hcfg, prometheus.NewRegistry())
+	handler, err := api.NewHandler(svc, signer, hcfg, prometheus.NewRegistry())
 	if err != nil {
 		client.Close()
 		return nil, err

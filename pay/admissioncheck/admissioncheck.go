@@ -15,6 +15,7 @@ import (
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/protocol"
 	"github.com/stampede-lab/stampede/waitroom"
+	wrclient "github.com/stampede-lab/stampede/waitroom/client"
 )
 
 var _ pay.AdmissionChecker = (*Checker)(nil)
@@ -47,11 +48,11 @@ func (c Config) Validate() error {
 		return stampede.InvalidField("CheckoutKey", "is required: the waiting room's checkout key")
 	}
 	for _, u := range strings.Split(c.WaitingRoom, ",") {
-		wc := waitroom.DefaultClientConfig()
+		wc := wrclient.DefaultConfig()
 		wc.BaseURL, wc.CheckoutKey, wc.Timeout = strings.TrimSpace(u), c.CheckoutKey, c.Timeout
 		if err := wc.Validate(); err != nil {
 			if e, ok := errors.AsType[*stampede.Error](err); ok {
-				field := map[string]string{"BaseURL": "WaitingRoom"}[e.Field]
+				field := map[string]string{"base_url": "WaitingRoom", "timeout": "Timeout", "checkout_key": "CheckoutKey"}[e.Field]
 				if field == "" {
 					field = e.Field
 				}
@@ -65,7 +66,7 @@ func (c Config) Validate() error {
 
 // Checker checks admissions of one room online.
 type Checker struct {
-	cs   []*waitroom.Client
+	cs   []*wrclient.Client
 	room string
 	next atomic.Uint32
 }
@@ -77,9 +78,9 @@ func New(cfg Config) (*Checker, error) {
 	}
 	ch := &Checker{room: cfg.Room}
 	for _, u := range strings.Split(cfg.WaitingRoom, ",") {
-		wc := waitroom.DefaultClientConfig()
+		wc := wrclient.DefaultConfig()
 		wc.BaseURL, wc.CheckoutKey, wc.Timeout = strings.TrimSpace(u), cfg.CheckoutKey, cfg.Timeout
-		c, err := waitroom.NewClient(wc)
+		c, err := wrclient.New(wc)
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +96,7 @@ func New(cfg Config) (*Checker, error) {
 // unknown room) is an error pay answers with 503.
 func (c *Checker) CheckAdmission(ctx context.Context, token string) (pay.Admission, error) {
 	var (
-		a   waitroom.Admission
+		a   wrclient.Admission
 		err error
 	)
 	first := int(c.next.Add(1))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/waitroom"
 )
@@ -76,34 +77,33 @@ func DefaultHandlerConfig() HandlerConfig {
 		JoinLimit: JoinLimitConfig{MaxClients: DefaultJoinLimitConfig().MaxClients}, PoW: waitroom.DefaultPoWConfig()}
 }
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field by its snake_case name, the
+// words of the `serve waitroom` flag that sets it (admin_token,
+// checkout_key, join_rate, ...).
 func (c HandlerConfig) Validate() error {
-	switch {
-	case len(c.AdminToken) < minAdminTokenLen:
-		return fieldError("AdminToken", "must be at least %d bytes, got %d", minAdminTokenLen, len(c.AdminToken))
-	case c.TicketTTL < time.Second:
-		return fieldError("TicketTTL", "must be at least 1s, got %s", c.TicketTTL)
-	case c.MaxBody < 64:
-		return fieldError("MaxBody", "must be at least 64 bytes, got %d", c.MaxBody)
-	case len(c.SiteSecret) > 0 && len(c.SiteSecret) < waitroom.MinSecretLen:
-		return fieldError("SiteSecret", "must be empty or at least %d bytes, got %d", waitroom.MinSecretLen, len(c.SiteSecret))
-	case c.CheckoutKey != "" && len(c.CheckoutKey) < minAdminTokenLen:
-		return fieldError("CheckoutKey", "must be empty or at least %d bytes, got %d", minAdminTokenLen, len(c.CheckoutKey))
-	case c.OnAdmit != "" && (!strings.HasPrefix(c.OnAdmit, "/") || strings.HasPrefix(c.OnAdmit, "//") ||
-		strings.ContainsAny(c.OnAdmit, "\\\"'<> \t\r\n")):
-		return fieldError("OnAdmit", "must be a same-origin path starting with one '/', got %q", c.OnAdmit)
+	var f stampede.Fields
+	if len(c.AdminToken) < minAdminTokenLen {
+		f.Add("admin_token", "must be at least %d bytes, got %d", minAdminTokenLen, len(c.AdminToken))
 	}
-	if err := c.JoinLimit.Validate(); err != nil {
-		e := err.(*waitroom.Error)
-		e.Field = "JoinLimit." + e.Field
-		return e
+	if c.TicketTTL < time.Second {
+		f.Add("ticket_ttl", "must be at least 1s, got %s", c.TicketTTL)
 	}
-	if err := c.PoW.Validate(); err != nil {
-		e := err.(*waitroom.Error)
-		e.Field = "PoW." + e.Field
-		return e
+	if c.MaxBody < 64 {
+		f.Add("max_body", "must be at least 64 bytes, got %d", c.MaxBody)
 	}
-	return nil
+	if len(c.SiteSecret) > 0 && len(c.SiteSecret) < waitroom.MinSecretLen {
+		f.Add("site_secret", "must be empty or at least %d bytes, got %d", waitroom.MinSecretLen, len(c.SiteSecret))
+	}
+	if c.CheckoutKey != "" && len(c.CheckoutKey) < minAdminTokenLen {
+		f.Add("checkout_key", "must be empty or at least %d bytes, got %d", minAdminTokenLen, len(c.CheckoutKey))
+	}
+	if c.OnAdmit != "" && (!strings.HasPrefix(c.OnAdmit, "/") || strings.HasPrefix(c.OnAdmit, "//") ||
+		strings.ContainsAny(c.OnAdmit, "\\\"'<> \t\r\n")) {
+		f.Add("on_admit", "must be a same-origin path starting with one '/', got %q", c.OnAdmit)
+	}
+	f.Check("", c.JoinLimit.Validate())
+	f.Check("pow", c.PoW.Validate())
+	return f.Err()
 }
 
 // handler serves the waiting room's HTTP API and its waiting page, on an
