@@ -175,9 +175,13 @@ func (o *waitroomOptions) validate() error {
 	if len(cfg.Secret) == 0 {
 		cfg.Secret = make([]byte, waitroom.MinSecretLen)
 	}
+	// The join limit as the flags give it (the server takes a zero
+	// --join-clients for the default), then the rest once.
 	var bad []error
-	for _, e := range stampede.FieldErrors(cfg.Validate()) {
-		if e.Field != "store" {
+	seen := map[string]bool{"store": true}
+	for _, e := range append(stampede.FieldErrors(cfg.JoinLimit.Validate()), stampede.FieldErrors(cfg.Validate())...) {
+		if !seen[e.Field] {
+			seen[e.Field] = true
 			bad = append(bad, e)
 		}
 	}
