@@ -86,11 +86,7 @@ func TestConformanceCluster(t *testing.T) {
 	client, _ := clusterClient(t)
 	for _, shards := range []int{0, testShards} {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
-			storetest.Run(t, storetest.Harness{
-				Store:       func(t *testing.T) waitroom.Store { return linStore(t, client) },
-				Advance:     func(t *testing.T, d time.Duration) { time.Sleep(d) },
-				QueueShards: shards,
-			})
+			storetest.Exercise(t, func(t *testing.T) waitroom.Store { return linStore(t, client) }, storetest.WithQueueShards(shards))
 		})
 	}
 }

@@ -67,15 +67,13 @@ func TestConformanceEmbedded(t *testing.T) {
 			m.SetTime(now)
 			client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 			t.Cleanup(func() { client.Close() })
-			storetest.Run(t, storetest.Harness{
-				Store: func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) },
-				Advance: func(t *testing.T, d time.Duration) {
+			storetest.Exercise(t, func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) },
+				storetest.WithAdvance(func(t *testing.T, d time.Duration) {
 					now = now.Add(d)
 					m.SetTime(now)
 					m.FastForward(d) // key TTLs
-				},
-				QueueShards: shards,
-			})
+				}),
+				storetest.WithQueueShards(shards))
 		}
 	})
 }
@@ -91,11 +89,7 @@ func TestConformanceRealRedis(t *testing.T) {
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
 	eachConfig(t, func(t *testing.T, cfg redisstore.Config, shards int) {
-		storetest.Run(t, storetest.Harness{
-			Store:       func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) },
-			Advance:     func(t *testing.T, d time.Duration) { time.Sleep(d) },
-			QueueShards: shards,
-		})
+		storetest.Exercise(t, func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) }, storetest.WithQueueShards(shards))
 	})
 }
 

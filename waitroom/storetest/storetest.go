@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every waitroom.Store must
-// pass. An adapter's tests call Run with a Harness that makes fresh stores
-// and moves the store's clock forward.
+// pass. An adapter's tests call Exercise with a function that opens the
+// store under test (and options: a clock the suite can move, sharded
+// rooms), or Run with a Harness.
 package storetest
 
 import (
@@ -33,6 +34,32 @@ type Harness struct {
 
 // sharded reports whether the harness's rooms have several queue shards.
 func (h Harness) sharded() bool { return h.QueueShards > 1 }
+
+// Option changes how Exercise runs the suite.
+type Option func(*Harness)
+
+// WithAdvance moves the store's clock forward by at least d; without it
+// the suite sleeps (right for a real server).
+func WithAdvance(advance func(t *testing.T, d time.Duration)) Option {
+	return func(h *Harness) { h.Advance = advance }
+}
+
+// WithQueueShards gives every room the suite creates n queue shards
+// (Harness.QueueShards).
+func WithQueueShards(n int) Option {
+	return func(h *Harness) { h.QueueShards = n }
+}
+
+// Exercise runs the suite on the stores open returns, one subtest per
+// behaviour. Rooms are named uniquely per test, so open may return one
+// shared store.
+func Exercise(t *testing.T, open func(t *testing.T) waitroom.Store, opts ...Option) {
+	h := Harness{Store: open, Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) }}
+	for _, o := range opts {
+		o(&h)
+	}
+	Run(t, h)
+}
 
 // Run runs the suite.
 func Run(t *testing.T, h Harness) {
