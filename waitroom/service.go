@@ -34,10 +34,6 @@ type ServiceConfig struct {
 	// OnPass, if set, is called after every admission pass with how long
 	// the store took (metrics hook).
 	OnPass func(room string, mode Mode, took time.Duration, res AdmitResult, err error)
-	// LabMode, for the admission lab only, admits in one of the unsafe
-	// modes (see Mode) through LabStore.AdmitMode. Empty, or ModeAtomic,
-	// is production: Store.Admit. The API never sets it.
-	LabMode Mode
 }
 
 // DefaultServiceConfig returns immediate admission, a one-second room
@@ -72,11 +68,6 @@ func (c ServiceConfig) Validate() error {
 	if c.Logger == nil {
 		f.Add("logger", "must not be nil")
 	}
-	if c.LabMode != "" {
-		if _, err := ParseMode(string(c.LabMode)); err != nil {
-			f.Add("lab_mode", "%v", err)
-		}
-	}
 	return f.Err()
 }
 
@@ -97,11 +88,6 @@ type Service struct {
 func NewService(store Store, cfg ServiceConfig) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.LabMode != "" && cfg.LabMode != ModeAtomic {
-		if _, ok := store.(LabStore); !ok {
-			return nil, fieldError("LabMode", "needs a LabStore, got %T", store)
-		}
 	}
 	return &Service{store: store, cfg: cfg, admitters: map[string]*admitter{}, rates: map[string]*rateMeter{}}, nil
 }

@@ -183,9 +183,6 @@ func TestClusterRoomKeysShareASlot(t *testing.T) {
 	if res, err := store.Admit(ctx, unique); err != nil || len(res.Admitted) != 1 {
 		t.Fatalf("Admit(atomic) = %+v, %v; want one admitted", res, err)
 	}
-	if res, err := store.AdmitMode(ctx, unique, waitroom.ModeLeader, "x"); err != nil || res.Skipped {
-		t.Fatalf("Admit(leader) = %+v, %v; want x to lead", res, err)
-	}
 	if _, err := store.Join(ctx, unique, "u3"); err != nil {
 		t.Fatal(err)
 	}

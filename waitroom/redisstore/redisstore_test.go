@@ -196,19 +196,6 @@ func TestFrozenRedisAnswersWithinOpTimeout(t *testing.T) {
 				},
 			}
 			calls["Admit atomic"] = func() error { _, err := s.Admit(ctx, "r"); return err }
-			if tc.tuned {
-				// The multi-step modes run under the caller's deadline
-				// (an admitter's pass deadline), which a tuned client
-				// honours.
-				for _, m := range []waitroom.Mode{waitroom.ModeNaive, waitroom.ModeLeader, waitroom.ModeOptimistic} {
-					calls["Admit "+string(m)] = func() error {
-						pctx, cancel := context.WithTimeout(ctx, opTimeout)
-						defer cancel()
-						_, err := s.AdmitMode(pctx, "r", m, "i")
-						return err
-					}
-				}
-			}
 			var wg sync.WaitGroup
 			for name, fn := range calls {
 				wg.Go(func() {

@@ -28,7 +28,7 @@ type Harness struct {
 	// QueueShards is the RoomConfig.QueueShards of every room the suite
 	// creates (0: one queue). A sharded room must behave as a room of one
 	// queue, except that its sequence numbers are its own, an admission
-	// pass takes several round trips, and only the atomic mode admits.
+	// pass takes several round trips.
 	QueueShards int
 }
 
@@ -74,8 +74,7 @@ func Run(t *testing.T, h Harness) {
 		{"LeaveWaitingAndAdmitted", testLeave},
 		{"LeaseExpiryReclaimsSlots", testLeaseExpiry},
 		{"RunOutLeaseReadsExpiredBeforeAnyPass", testSettleOnRead},
-		{"EveryModeAdmitsInOrderWhenAlone", testModesAlone},
-		{"LeaderSkipsWhenAnotherLeads", testLeaderSkips},
+		{"AdmitsInOrderWhenAlone", testAdmitsInOrderWhenAlone},
 		{"ConcurrentAtomicNeverOverCapacity", testConcurrentAtomic},
 		{"PingAndOldestWait", testPingAndOldestWait},
 		{"UpdateConfigChangesOnlyNamedFields", testUpdateConfig},
@@ -111,17 +110,6 @@ func newRoom(t *testing.T, h Harness, s waitroom.Store, capacity int, lease time
 		t.Cleanup(func() { _ = d.DeleteRoom(context.Background(), room) })
 	}
 	return room
-}
-
-// labAdmit runs one pass in mode, skipping the test when s is no
-// waitroom.LabStore.
-func labAdmit(t *testing.T, s waitroom.Store, ctx context.Context, room string, mode waitroom.Mode, instance string) (waitroom.AdmitResult, error) {
-	t.Helper()
-	lab, ok := s.(waitroom.LabStore)
-	if !ok {
-		t.Skipf("%T is no LabStore", s)
-	}
-	return lab.AdmitMode(ctx, room, mode, instance)
 }
 
 // newRoomWith configures a uniquely named room of capacity with a one-minute
@@ -402,62 +390,24 @@ func testSettleOnRead(t *testing.T, h Harness) {
 	}
 }
 
-func testModesAlone(t *testing.T, h Harness) {
-	for _, mode := range waitroom.Modes() {
-		t.Run(string(mode), func(t *testing.T) {
-			if h.sharded() && mode != waitroom.ModeAtomic {
-				t.Skipf("a sharded room admits atomically only; %s is a lab mode of one-queue rooms", mode)
-			}
-			s := h.Store(t)
-			ctx := context.Background()
-			room := newRoom(t, h, s, 3, time.Minute)
-			us := users(5)
-			join(t, s, room, us...)
-			res, err := labAdmit(t, s, ctx, room, mode, "only")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(res.Admitted, us[:3]) {
-				t.Fatalf("%s admitted %v, want %v", mode, res.Admitted, us[:3])
-			}
-			if len(res.AdmittedAt) != len(res.Admitted) || res.AdmittedAt[0].IsZero() {
-				t.Fatalf("%s: AdmittedAt = %v, want one store time per admitted user", mode, res.AdmittedAt)
-			}
-			if st := checkAccounting(t, s, room); st.Active != 3 || st.Waiting != 2 {
-				t.Fatalf("stats = %+v", st)
-			}
-		})
-	}
-}
-
-func testLeaderSkips(t *testing.T, h Harness) {
-	if h.sharded() {
-		t.Skip("a sharded room admits atomically only; the leader mode is a lab mode of one-queue rooms")
-	}
+func testAdmitsInOrderWhenAlone(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, h, s, 10, time.Minute)
-	join(t, s, room, users(4)...)
-	first, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "a")
-	if err != nil || first.Skipped || len(first.Admitted) != 4 {
-		t.Fatalf("first instance = %+v, %v; want it to lead and admit 4", first, err)
+	room := newRoom(t, h, s, 3, time.Minute)
+	us := users(5)
+	join(t, s, room, us...)
+	res, err := s.Admit(ctx, room)
+	if err != nil {
+		t.Fatal(err)
 	}
-	second, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "b")
-	if err != nil || !second.Skipped {
-		t.Fatalf("second instance in the same tick = %+v, %v; want skipped", second, err)
+	if !slices.Equal(res.Admitted, us[:3]) {
+		t.Fatalf("admitted %v, want %v", res.Admitted, us[:3])
 	}
-	join(t, s, room, "late")
-	again, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "a")
-	if err != nil || again.Skipped || len(again.Admitted) != 1 {
-		t.Fatalf("the leader's next pass = %+v, %v; want it to keep leading and admit the late user", again, err)
+	if len(res.AdmittedAt) != len(res.Admitted) || res.AdmittedAt[0].IsZero() {
+		t.Fatalf("AdmittedAt = %v, want one store time per admitted user", res.AdmittedAt)
 	}
-	// When the leader stops renewing, another instance takes over after
-	// the key's lifetime (two admit intervals).
-	h.Advance(t, 3*waitroom.DefaultRoomConfig().AdmitInterval)
-	join(t, s, room, "later")
-	took, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "b")
-	if err != nil || took.Skipped || len(took.Admitted) != 1 {
-		t.Fatalf("after the leader went quiet, b = %+v, %v; want b to lead", took, err)
+	if st := checkAccounting(t, s, room); st.Active != 3 || st.Waiting != 2 {
+		t.Fatalf("stats = %+v", st)
 	}
 }
 
