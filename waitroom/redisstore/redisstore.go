@@ -710,7 +710,9 @@ func (s *Store) Admit(ctx context.Context, room string) (waitroom.AdmitResult, e
 
 // QueueShards returns room's number of queue shards (1 for a room of one
 // queue, or one that does not exist).
-func (s *Store) QueueShards(ctx context.Context, room string) (int, error) { return s.queueShards(ctx, room) }
+func (s *Store) QueueShards(ctx context.Context, room string) (int, error) {
+	return s.queueShards(ctx, room)
+}
 
 func (s *Store) admitAtomic(ctx context.Context, room string) (waitroom.AdmitResult, error) {
 	seed := 1 + rand.Int64N(2147483646) // Park-Miller: [1, 2^31-2]
@@ -748,8 +750,6 @@ func (s *Store) Reclaim(ctx context.Context, room string) (int, int64, error) {
 	}
 	return int(out[0]), out[1], nil
 }
-
-
 
 // NextExpiry implements waitroom.Store.
 func (s *Store) NextExpiry(ctx context.Context, room string) (time.Time, bool, error) {
