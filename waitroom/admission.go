@@ -177,7 +177,11 @@ func (s *Service) ConfigOf(ctx context.Context, room string) (RoomConfig, error)
 	return s.store.Config(ctx, room)
 }
 
-// signAdmission is admissionToken for any caller (the handler, a gate).
+// signAdmission signs the admission token (a JWT) of admitted ticket t,
+// or returns "" when its lease ends within now's second (tokens count
+// whole seconds; it is over for any checkout that would see it). The
+// admission began one room lease before the lease's end (before any
+// sliding by a gate).
 func signAdmission(ctx context.Context, svc *Service, signer *AdmissionSigner, t Ticket, now time.Time) (string, error) {
 	if t.LeaseExpires.Unix() <= now.Unix() {
 		return "", nil

@@ -151,7 +151,7 @@ type handler struct {
 // that reads every room's gauges from the store at scrape time; nil means
 // a new registry holding only those. A registry serves at most one
 // handler. To expose the admission counters too, register NewMetrics on
-// the same registry and set ServiceConfig.OnPass to its OnPass (NewServer
+// the same registry and set ServiceConfig.OnPass to its OnPass (New
 // does all of this).
 func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfig, reg *prometheus.Registry) (http.Handler, error) {
 	if svc == nil {

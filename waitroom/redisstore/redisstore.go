@@ -327,9 +327,6 @@ func inPass[T any](ctx context.Context, fn func(ctx context.Context) (T, error))
 	return fn(ctx)
 }
 
-// inPass0 is inPass for functions without a result.
-func inPass0(ctx context.Context, fn func(ctx context.Context) error) error { return fn(ctx) }
-
 // Ping implements waitroom.Store: a PING within OpTimeout.
 func (s *Store) Ping(ctx context.Context) error {
 	return call0(s, ctx, func(ctx context.Context) error { return s.client.Ping(ctx).Err() })
