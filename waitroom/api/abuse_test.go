@@ -198,9 +198,9 @@ func TestJoinLimitMemoryBounded(t *testing.T) {
 
 func TestJoinLimitConfigValidate(t *testing.T) {
 	for field, c := range map[string]api.JoinLimitConfig{
-		"Rate":       {Rate: -1},
-		"Burst":      {Rate: 1, Burst: 0, MaxClients: 1},
-		"MaxClients": {Rate: 1, Burst: 1},
+		"join_rate":    {Rate: -1},
+		"join_burst":   {Rate: 1, Burst: 0, MaxClients: 1},
+		"join_clients": {Rate: 1, Burst: 1},
 	} {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%+v: %v, want an error naming %s", c, err, field)
@@ -219,13 +219,13 @@ func TestJoinLimitConfigValidate(t *testing.T) {
 	cfg := api.DefaultHandlerConfig()
 	cfg.AdminToken = adminToken
 	cfg.JoinLimit.Rate = 1
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "JoinLimit.Burst") {
-		t.Errorf("handler config with a bad limit: %v, want one naming JoinLimit.Burst", err)
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "join_burst") {
+		t.Errorf("handler config with a bad limit: %v, want one naming join_burst", err)
 	}
 	cfg = api.DefaultHandlerConfig()
 	cfg.AdminToken, cfg.OnAdmit = adminToken, "//evil.example/x"
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "OnAdmit") {
-		t.Errorf("OnAdmit //evil: %v, want an error naming OnAdmit", err)
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "on_admit") {
+		t.Errorf("OnAdmit //evil: %v, want an error naming on_admit", err)
 	}
 }
 
