@@ -102,3 +102,41 @@ func TestServeWaitroomStartsAndStops(t *testing.T) {
 		}
 	}
 }
+
+// TestServeGateRejectsBadFlags: every bad flag of the gate at once, each
+// named as on the command line.
+func TestServeGateRejectsBadFlags(t *testing.T) {
+	for _, env := range []string{envRedis, envSecret, envAdminToken} {
+		t.Setenv(env, "")
+	}
+	_, _, err := execute(t, "serve", "gate", "--admin-token=0123456789abcdef", "--upstream", "ftp://x",
+		"--room", "bad room", "--check-cache", "5s", "--max-session", "0s")
+	if err == nil {
+		t.Fatal("serve gate accepted bad flags")
+	}
+	for _, want := range []string{"--room:", "--upstream:", "--check-cache:", "--max-session:"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if _, _, err := execute(t, "serve", "gate", "--admin-token=0123456789abcdef", "--room", "drop"); err == nil || !strings.Contains(err.Error(), "--upstream") {
+		t.Errorf("serve gate without --upstream: %v, want an error naming it", err)
+	}
+}
+
+// TestServeWaitroomNamesEveryBadFlag: the waiting room's configuration
+// reports every bad flag at once.
+func TestServeWaitroomNamesEveryBadFlag(t *testing.T) {
+	for _, env := range []string{envRedis, envSecret, envAdminToken} {
+		t.Setenv(env, "")
+	}
+	_, _, err := execute(t, "serve", "waitroom", "--admin-token=short", "--checkout-key=x", "--key-epoch", "a b", "--join-rate", "-1")
+	if err == nil {
+		t.Fatal("serve waitroom accepted bad flags")
+	}
+	for _, want := range []string{"--admin-token:", "--checkout-key:", "--key-epoch:", "--join-rate:"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
