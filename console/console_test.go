@@ -25,6 +25,7 @@ import (
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -107,10 +108,10 @@ func newRig(t *testing.T, mutate func(*rigOptions)) *rig {
 	m := miniredis.RunT(t)
 	rc := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rc.Close() })
-	opts := waitroom.DefaultServerOptions()
+	opts := api.DefaultConfig()
 	opts.Secret, opts.AdminToken, opts.Logger = []byte(secret), waitroomToken, slog.New(slog.DiscardHandler)
 	opts.Instance = "console-test"
-	srv, err := waitroom.NewServer(t.Context(), redisstore.New(rc), opts)
+	srv, err := startServer(t, t.Context(), redisstore.New(rc), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

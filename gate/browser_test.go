@@ -28,6 +28,7 @@ import (
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/protocol"
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -61,13 +62,13 @@ func TestBrowserGate(t *testing.T) {
 	m := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
-	opts := waitroom.DefaultServerOptions()
+	opts := api.DefaultConfig()
 	opts.Instance = "gate-browser-" + randomName()
 	opts.Secret, opts.AdminToken, opts.CheckoutKey = testSecret, adminToken, checkoutKey
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.RoomRefresh = 50 * time.Millisecond
 	opts.OnAdmit = gate.AdmitPath // as serve gate sets it
-	srv, err := waitroom.NewServer(ctx, redisstore.New(client), opts)
+	srv, err := startServer(t, ctx, redisstore.New(client), opts)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
@@ -85,7 +86,7 @@ func TestBrowserGate(t *testing.T) {
 
 // browserGateFlow is one run of TestBrowserGate, on its own room, gate,
 // upstream and browser context (cookies ignore ports).
-func browserGateFlow(ctx context.Context, t *testing.T, srv *waitroom.Server, bctx context.Context, lang string, width int, dir string) {
+func browserGateFlow(ctx context.Context, t *testing.T, srv *running, bctx context.Context, lang string, width int, dir string) {
 	want := browserTexts[lang]
 	svc := srv.Service()
 	room := "gate-browser-" + randomName()
@@ -100,7 +101,7 @@ func browserGateFlow(ctx context.Context, t *testing.T, srv *waitroom.Server, bc
 	upURL, _ := url.Parse(ups.URL)
 	gcfg := gate.DefaultConfig()
 	gcfg.Room, gcfg.Upstream, gcfg.Logger = room, upURL, slog.New(slog.DiscardHandler)
-	g, err := gate.New(gcfg, srv)
+	g, err := gate.New(withWaitroom(gcfg, srv))
 	if err != nil {
 		t.Fatalf("gate.New: %v", err)
 	}
@@ -221,7 +222,7 @@ func (s *shop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.invalid++
 	}
 	s.mu.Unlock()
-	ko := waitroom.PageLang(r) == waitroom.LangKorean
+	ko := api.PageLang(r) == api.LangKorean
 	say := func(k, e string) string {
 		if ko {
 			return k

@@ -1,7 +1,8 @@
 // Package gate is a reverse proxy that puts a waiting room in front of any
-// checkout. It embeds a waiting-room instance (waitroom.Server) on the
-// shared store, so any number of gates and waiting-room instances on one
-// Redis hold one room's capacity together.
+// checkout. It embeds a waiting-room instance on the shared store (its
+// service, token signers and HTTP handler, given in Config), so any number
+// of gates and waiting-room instances on one Redis hold one room's
+// capacity together.
 //
 // A visitor without a valid admission cookie is sent to the waiting page
 // (GET /rooms/{room}?join=anonymous, served by the embedded waiting room,
@@ -30,6 +31,7 @@ import (
 	"log/slog"
 	"math"
 	"mime"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -47,7 +49,8 @@ import (
 // the gate.
 const AdmitPath = "/.stampede/gate/admit"
 
-// Config configures a Gate.
+// Config configures a Gate. Validate names each field in snake_case, in
+// the words of the `serve gate` flag that sets it.
 type Config struct {
 	// Room is the waiting room the gate guards.
 	Room string
@@ -70,43 +73,84 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the gate's clock.
 	Now func() time.Time
+
+	// The embedded waiting-room instance, on the store of Room (see
+	// package waitroom/api, whose Server gives all four).
+
+	// Service checks, slides and releases admissions.
+	Service *waitroom.Service
+	// Tickets verifies the ticket tokens the waiting page hands over.
+	Tickets *waitroom.Signer
+	// Admissions signs and verifies the admission cookie.
+	Admissions *waitroom.AdmissionSigner
+	// Waitroom serves the waiting room's API and page for Room and the
+	// JWKS.
+	Waitroom http.Handler
+
+	// HTTP is the address Run listens on; Server its HTTP settings.
+	HTTP   string
+	Server httpapi.ServerConfig
 }
 
 // DefaultConfig returns cookie "stampede_admission", a one-second check
-// cache, a 500 ms safety margin and 30-minute sessions; Room and Upstream
-// must be set.
+// cache, a 500 ms safety margin, 30-minute sessions and the default HTTP
+// settings on 127.0.0.1:8080; Room, Upstream and the waiting-room
+// instance must be set.
 func DefaultConfig() Config {
 	return Config{CookieName: "stampede_admission", CheckCache: time.Second, SafetyMargin: 500 * time.Millisecond,
-		MaxSession: 30 * time.Minute, Logger: slog.Default(), Now: time.Now}
+		MaxSession: 30 * time.Minute, Logger: slog.Default(), Now: time.Now,
+		HTTP: "127.0.0.1:8080", Server: httpapi.DefaultServerConfig()}
 }
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field by its snake_case name.
 func (c Config) Validate() error {
-	switch {
-	case waitroom.ValidateRoom(c.Room) != nil:
-		return stampede.InvalidField("Room", "%v", waitroom.ValidateRoom(c.Room))
-	case c.Upstream == nil || (c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https") || c.Upstream.Host == "":
-		return stampede.InvalidField("Upstream", "must be an http or https URL")
-	case c.CookieName == "" || strings.ContainsAny(c.CookieName, "=;, \t\r\n"):
-		return stampede.InvalidField("CookieName", "must be a cookie name, got %q", c.CookieName)
-	case c.CheckCache < 0 || c.CheckCache > time.Second:
-		return stampede.InvalidField("CheckCache", "must be between 0 and 1s, got %s", c.CheckCache)
-	case c.SafetyMargin < 0 || c.SafetyMargin > time.Minute:
-		return stampede.InvalidField("SafetyMargin", "must be between 0 and 1m, got %s", c.SafetyMargin)
-	case c.MaxSession < time.Second:
-		return stampede.InvalidField("MaxSession", "must be at least 1s, got %s", c.MaxSession)
-	case c.Logger == nil:
-		return stampede.InvalidField("Logger", "must not be nil")
-	case c.Now == nil:
-		return stampede.InvalidField("Now", "must not be nil")
+	var f stampede.Fields
+	if err := waitroom.ValidateRoom(c.Room); err != nil {
+		f.Add("room", "%s", stampede.As(err).Message)
 	}
-	return nil
+	if c.Upstream == nil || (c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https") || c.Upstream.Host == "" {
+		f.Add("upstream", "must be an http or https URL")
+	}
+	if c.CookieName == "" || strings.ContainsAny(c.CookieName, "=;, \t\r\n") {
+		f.Add("cookie", "must be a cookie name, got %q", c.CookieName)
+	}
+	if c.CheckCache < 0 || c.CheckCache > time.Second {
+		f.Add("check_cache", "must be between 0 and 1s, got %s", c.CheckCache)
+	}
+	if c.SafetyMargin < 0 || c.SafetyMargin > time.Minute {
+		f.Add("safety_margin", "must be between 0 and 1m, got %s", c.SafetyMargin)
+	}
+	if c.MaxSession < time.Second {
+		f.Add("max_session", "must be at least 1s, got %s", c.MaxSession)
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
+	}
+	if c.Now == nil {
+		f.Add("now", "must not be nil")
+	}
+	if c.Service == nil {
+		f.Add("service", "must not be nil: the embedded waiting room's")
+	}
+	if c.Tickets.Ready() != nil {
+		f.Add("tickets", "must be a signer made by waitroom.NewSigner")
+	}
+	if c.Admissions == nil {
+		f.Add("admissions", "must not be nil: the embedded waiting room's admission signer")
+	}
+	if c.Waitroom == nil {
+		f.Add("waitroom", "must not be nil: the embedded waiting room's HTTP handler")
+	}
+	if c.HTTP == "" {
+		f.Add("http", "must not be empty")
+	}
+	f.Check("", c.Server.Validate())
+	return f.Err()
 }
 
 // Gate is the reverse proxy. It is an http.Handler.
 type Gate struct {
 	cfg   Config
-	srv   *waitroom.Server
 	proxy *httputil.ReverseProxy
 
 	mu    sync.Mutex
@@ -122,16 +166,13 @@ type admissionKey struct {
 // cached is a held answer reusable until until.
 type cached struct{ until time.Time }
 
-// New returns a Gate for cfg in front of cfg.Upstream, on the waiting
-// room instance srv (which must serve cfg.Room's store).
-func New(cfg Config, srv *waitroom.Server) (*Gate, error) {
+// New returns a Gate for cfg in front of cfg.Upstream. It starts
+// nothing: serve it (it is an http.Handler) or Run it.
+func New(cfg Config) (*Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if srv == nil {
-		return nil, stampede.InvalidField("srv", "must not be nil")
-	}
-	g := &Gate{cfg: cfg, srv: srv, cache: map[admissionKey]cached{}}
+	g := &Gate{cfg: cfg, cache: map[admissionKey]cached{}}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 256 // one upstream: keep connections instead of churning ports
 	g.proxy = &httputil.ReverseProxy{
@@ -150,6 +191,21 @@ func New(cfg Config, srv *waitroom.Server) (*Gate, error) {
 	return g, nil
 }
 
+// Run listens on cfg.HTTP and serves the gate until ctx ends, then shuts
+// the HTTP server down (httpapi.Serve). It does not run the embedded
+// waiting room's admission: its owner does.
+func (g *Gate) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", g.cfg.HTTP)
+	if err != nil {
+		return stampede.InvalidField("http", "%v", err)
+	}
+	g.cfg.Logger.Info("gate listening", "addr", ln.Addr().String(), "room", g.cfg.Room, "upstream", g.cfg.Upstream.String())
+	if err := httpapi.Serve(ctx, ln, g, g.cfg.Server, g.cfg.Logger); err != nil {
+		return fmt.Errorf("gate: http server: %w", err)
+	}
+	return nil
+}
+
 // ServeHTTP routes the waiting room's own paths to the embedded instance,
 // the hand-off to admit, and everything else upstream or to the waiting
 // page.
@@ -159,7 +215,7 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p == AdmitPath:
 		g.admit(w, r)
 	case p == "/rooms/"+g.cfg.Room, p == "/v1/rooms/"+g.cfg.Room, strings.HasPrefix(p, "/v1/rooms/"+g.cfg.Room+"/"), p == "/.well-known/jwks.json":
-		g.srv.Handler().ServeHTTP(w, r)
+		g.cfg.Waitroom.ServeHTTP(w, r)
 	default:
 		g.guard(w, r)
 	}
@@ -175,8 +231,7 @@ func (g *Gate) guard(w http.ResponseWriter, r *http.Request) {
 		g.wait(w, r, false)
 		return
 	}
-	adm := g.srv.Admissions()
-	c, err := waitroom.VerifyAdmissionJWT(ck.Value, adm.JWKS(), g.cfg.Room, g.cfg.Now())
+	c, err := protocol.VerifyAdmission(ck.Value, g.cfg.Admissions.JWKS(), g.cfg.Room, g.cfg.Now())
 	if err != nil {
 		g.wait(w, r, true)
 		return
@@ -205,7 +260,7 @@ type admissionCtxKey struct{}
 // check tells whether admission c holds its slot: from the cache, or by
 // touching it in the store (which slides the lease), re-signing the token
 // when the lease has moved past its expiry. It returns the token to use.
-func (g *Gate) check(ctx context.Context, c waitroom.AdmissionClaims, token string) (string, bool, error) {
+func (g *Gate) check(ctx context.Context, c protocol.AdmissionClaims, token string) (string, bool, error) {
 	k := admissionKey{c.User, c.Seq}
 	now := g.cfg.Now()
 	g.mu.Lock()
@@ -214,8 +269,7 @@ func (g *Gate) check(ctx context.Context, c waitroom.AdmissionClaims, token stri
 	if ok && now.Before(e.until) {
 		return token, true, nil
 	}
-	svc := g.srv.Service()
-	st, err := svc.TouchAdmission(ctx, g.cfg.Room, c.User, c.Seq, c.AdmittedAt.Add(g.cfg.MaxSession))
+	st, err := g.cfg.Service.TouchAdmission(ctx, g.cfg.Room, c.User, c.Seq, c.AdmittedAt.Add(g.cfg.MaxSession))
 	if err != nil {
 		return "", false, err
 	}
@@ -235,7 +289,7 @@ func (g *Gate) check(ctx context.Context, c waitroom.AdmissionClaims, token stri
 	}
 	g.mu.Unlock()
 	if end.Unix() > c.Expires.Unix() {
-		fresh, err := g.srv.Admissions().Sign(waitroom.AdmissionClaims{Room: c.Room, User: c.User, Seq: c.Seq,
+		fresh, err := g.cfg.Admissions.Sign(protocol.AdmissionClaims{Room: c.Room, User: c.User, Seq: c.Seq,
 			AdmittedAt: c.AdmittedAt, IssuedAt: now, Expires: end})
 		if err == nil && fresh != "" {
 			token = fresh
@@ -263,17 +317,17 @@ func minTime(a, b time.Time) time.Time {
 func (g *Gate) modifyResponse(resp *http.Response) error {
 	v := resp.Header.Get(protocol.HeaderRelease)
 	resp.Header.Del(protocol.HeaderRelease)
-	if !strings.EqualFold(strings.TrimSpace(v), "done") {
+	if !strings.EqualFold(strings.TrimSpace(v), protocol.ReleaseDone) {
 		return nil
 	}
-	c, ok := resp.Request.Context().Value(admissionCtxKey{}).(waitroom.AdmissionClaims)
+	c, ok := resp.Request.Context().Value(admissionCtxKey{}).(protocol.AdmissionClaims)
 	if !ok {
 		return nil
 	}
 	g.forget(admissionKey{c.User, c.Seq})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := g.srv.Service().ReleaseAdmission(ctx, g.cfg.Room, c.User, c.Seq); err != nil {
+	if _, err := g.cfg.Service.ReleaseAdmission(ctx, g.cfg.Room, c.User, c.Seq); err != nil {
 		g.cfg.Logger.Warn("gate: releasing the slot failed; it ends with its lease", "user", c.User, "err", err)
 	}
 	resp.Header.Add("Set-Cookie", g.cookie(resp.Request, g.cfg.CookieName, "", -1).String())
@@ -310,7 +364,7 @@ func (g *Gate) wait(w http.ResponseWriter, r *http.Request, clear bool) {
 		e := &stampede.Error{Code: stampede.Unavailable, RetryAfter: 5 * time.Second,
 			Message: fmt.Sprintf("the checkout is full: join the waiting room %q", g.cfg.Room),
 			Extra:   map[string]any{"room": g.cfg.Room, "join": "/v1/rooms/" + g.cfg.Room + "/tickets"}}
-		if st, err := g.srv.Service().Room(r.Context(), g.cfg.Room); err == nil {
+		if st, err := g.cfg.Service.Room(r.Context(), g.cfg.Room); err == nil {
 			e.Extra["position"] = st.Waiting
 			if st.AdmissionRate > 0 {
 				e.RetryAfter = time.Duration(math.Min(300, float64(st.Waiting+1)/st.AdmissionRate)) * time.Second
@@ -358,7 +412,7 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request) {
 		fail(stampede.Errorf(stampede.Unauthorized, "missing Authorization: Bearer <ticket_token>"))
 		return
 	}
-	c, err := g.srv.Signer().Verify(strings.TrimSpace(tok), waitroom.TicketToken)
+	c, err := g.cfg.Tickets.Verify(strings.TrimSpace(tok), waitroom.TicketToken)
 	if err != nil {
 		fail(err)
 		return
@@ -367,7 +421,7 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request) {
 		fail(stampede.Errorf(stampede.Forbidden, "the ticket token is for another room"))
 		return
 	}
-	svc := g.srv.Service()
+	svc := g.cfg.Service
 	t, err := svc.Ticket(r.Context(), g.cfg.Room, c.User)
 	if errors.Is(err, waitroom.ErrNoTicket) {
 		fail(stampede.Errorf(stampede.NotFound, "no ticket; join first"))
@@ -381,7 +435,7 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request) {
 		fail(stampede.Errorf(stampede.Conflict, "the ticket is %s, not admitted", t.State))
 		return
 	}
-	token, err := svc.SignAdmission(r.Context(), g.srv.Admissions(), t, g.cfg.Now())
+	token, err := svc.SignAdmission(r.Context(), g.cfg.Admissions, t, g.cfg.Now())
 	if err != nil || token == "" {
 		fail(stampede.Errorf(stampede.Conflict, "the admission is ending; join again"))
 		return

@@ -29,6 +29,8 @@ import (
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/protocol"
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
+	wrclient "github.com/stampede-lab/stampede/waitroom/client"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -157,14 +159,14 @@ func newWorldWith(t *testing.T, client redis.UniversalClient, capacity int, leas
 	t.Cleanup(func() { store.DeleteRoom(context.Background(), room) })
 	w := &world{room: room, capacity: capacity}
 	var admissions *waitroom.AdmissionSigner
-	var srvs []*waitroom.Server
+	var srvs []*running
 	for i := range 3 {
-		opts := waitroom.DefaultServerOptions()
+		opts := api.DefaultConfig()
 		opts.Instance = fmt.Sprintf("gate-test-%d-%s", i, randomName())
 		opts.Secret, opts.AdminToken, opts.CheckoutKey = testSecret, adminToken, checkoutKey
 		opts.Logger = slog.New(slog.DiscardHandler)
 		opts.RoomRefresh = 50 * time.Millisecond
-		srv, err := waitroom.NewServer(ctx, store, opts)
+		srv, err := startServer(t, ctx, store, opts)
 		if err != nil {
 			t.Fatalf("NewServer: %v", err)
 		}
@@ -191,7 +193,7 @@ func newWorldWith(t *testing.T, client redis.UniversalClient, capacity int, leas
 		if change != nil {
 			change(&gcfg)
 		}
-		g, err := gate.New(gcfg, srv)
+		g, err := gate.New(withWaitroom(gcfg, srv))
 		if err != nil {
 			t.Fatalf("gate.New: %v", err)
 		}
@@ -290,7 +292,7 @@ func (b *buyer) enter(deadline time.Time) (string, error) {
 	if st != http.StatusSeeOther || loc != "/rooms/"+b.w.room+"?join=anonymous" {
 		return "", fmt.Errorf("first visit: %d %q, want 303 to the waiting page", st, loc)
 	}
-	var t waitroom.TicketInfo
+	var t wrclient.TicketInfo
 	if st, err := b.call(pick(3), "POST", "/v1/rooms/"+b.w.room+"/tickets", `{}`, "", &t); err != nil || st != http.StatusCreated {
 		return "", fmt.Errorf("join: %d %v", st, err)
 	}
@@ -456,7 +458,7 @@ func TestReleasedUserRefusedWithinOneSecond(t *testing.T) {
 				adm = c.Value
 			}
 		}
-		cl, err := waitroom.NewClient(waitroom.ClientConfig{BaseURL: w.apis[2], CheckoutKey: checkoutKey, Timeout: 2 * time.Second})
+		cl, err := wrclient.New(wrclient.Config{BaseURL: w.apis[2], CheckoutKey: checkoutKey, Timeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -508,7 +510,7 @@ func TestLeaseSlidesUpToMaxSession(t *testing.T) {
 		const lease, maxSession = 2 * time.Second, 5 * time.Second
 		w := newWorldWith(t, client, 1, lease, func(c *gate.Config) { c.MaxSession = maxSession })
 		b := newBuyer(w)
-		var tk waitroom.TicketInfo
+		var tk wrclient.TicketInfo
 		if st, err := b.call(0, "POST", "/v1/rooms/"+w.room+"/tickets", `{}`, "", &tk); err != nil || st != http.StatusCreated {
 			t.Fatalf("join: %d %v", st, err)
 		}
@@ -585,7 +587,7 @@ func TestSubresourceKeepsReturnAddress(t *testing.T) {
 		if res.StatusCode != http.StatusSeeOther {
 			t.Errorf("favicon while waiting: %d, want 303", res.StatusCode)
 		}
-		var tk waitroom.TicketInfo
+		var tk wrclient.TicketInfo
 		if st, err := b.call(0, "POST", "/v1/rooms/"+w.room+"/tickets", `{}`, "", &tk); err != nil || st != http.StatusCreated {
 			t.Fatalf("join: %d %v", st, err)
 		}

@@ -150,6 +150,30 @@ type KeySource interface {
 	AdmissionKeys(ctx context.Context) (jose.JSONWebKeySet, error)
 }
 
+// KeyRefresher is a KeySource that can fetch its keys again when a token
+// names a key it does not hold (the waiting room rotated its keys since the
+// last fetch). AdmissionVerifier asks it at most once per token; the
+// source bounds how often it really fetches.
+type KeyRefresher interface {
+	KeySource
+	// RefreshAdmissionKeys returns the key set, fetched again if it
+	// lacks kid and the source's bound allows.
+	RefreshAdmissionKeys(ctx context.Context, kid string) (jose.JSONWebKeySet, error)
+}
+
+// AdmissionKeyID returns the kid in an admission token's header, or ""
+// for a token that does not parse.
+func AdmissionKeyID(token string) string {
+	if len(token) > MaxTokenLen || len(token) == 0 {
+		return ""
+	}
+	tok, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{jose.EdDSA})
+	if err != nil || len(tok.Headers) != 1 {
+		return ""
+	}
+	return tok.Headers[0].KeyID
+}
+
 // StaticKeys is a KeySource with a fixed key set.
 type StaticKeys jose.JSONWebKeySet
 
@@ -224,6 +248,13 @@ func (v AdmissionVerifier) Verify(ctx context.Context, token, user string) (Admi
 		now = v.Now
 	}
 	c, err := VerifyAdmission(token, keys, v.Room, now())
+	if r, ok := v.Keys.(KeyRefresher); ok && err != nil {
+		if kid := AdmissionKeyID(token); kid != "" && len(keys.Key(kid)) == 0 {
+			if keys, rerr := r.RefreshAdmissionKeys(ctx, kid); rerr == nil {
+				c, err = VerifyAdmission(token, keys, v.Room, now())
+			}
+		}
+	}
 	if err != nil {
 		e := *stampede.As(err)
 		e.Field = HeaderAdmission

@@ -176,3 +176,29 @@ func (s *Service) ConfigOf(ctx context.Context, room string) (RoomConfig, error)
 	}
 	return s.store.Config(ctx, room)
 }
+
+// signAdmission signs the admission token (a JWT) of admitted ticket t,
+// or returns "" when its lease ends within now's second (tokens count
+// whole seconds; it is over for any checkout that would see it). The
+// admission began one room lease before the lease's end (before any
+// sliding by a gate).
+func signAdmission(ctx context.Context, svc *Service, signer *AdmissionSigner, t Ticket, now time.Time) (string, error) {
+	if t.LeaseExpires.Unix() <= now.Unix() {
+		return "", nil
+	}
+	adm := time.Time{}
+	if cfg, err := svc.ConfigOf(ctx, t.Room); err == nil {
+		adm = t.LeaseExpires.Add(-cfg.Lease)
+	}
+	if adm.IsZero() || adm.After(now) {
+		adm = now
+	}
+	return signer.Sign(AdmissionClaims{Room: t.Room, User: t.User, Seq: t.Seq, AdmittedAt: adm, IssuedAt: now, Expires: t.LeaseExpires})
+}
+
+// SignAdmission signs the admission token of admitted ticket t at now
+// with signer, as GET /v1/rooms/{room}/tickets/{user} does ("" when the
+// lease ends within now's second). For a gate embedding the service.
+func (s *Service) SignAdmission(ctx context.Context, signer *AdmissionSigner, t Ticket, now time.Time) (string, error) {
+	return signAdmission(ctx, s, signer, t, now)
+}

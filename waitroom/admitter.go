@@ -89,24 +89,14 @@ func (a *admitter) run(ctx context.Context) {
 func (a *admitter) pass(ctx context.Context, cfg RoomConfig, expiry *time.Timer, armed bool) bool {
 	log := a.svc.cfg.Logger
 	// A pass that has begun runs to its end even when the service is
-	// stopping: the multi-step modes would otherwise drop a user popped
-	// from the queue but not yet in the room.
+	// stopping: a store admitting in several steps would otherwise drop
+	// a user popped from the queue but not yet in the room.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), passTimeout)
 	defer cancel()
 	start := time.Now()
-	mode := a.svc.cfg.LabMode
-	var (
-		res AdmitResult
-		err error
-	)
-	if lab, ok := a.svc.store.(LabStore); ok && mode != "" && mode != ModeAtomic {
-		res, err = lab.AdmitMode(pctx, a.room, mode, a.svc.cfg.Instance)
-	} else {
-		mode = ModeAtomic
-		res, err = a.svc.store.Admit(pctx, a.room)
-	}
+	res, err := a.svc.store.Admit(pctx, a.room)
 	if hook := a.svc.cfg.OnPass; hook != nil {
-		hook(a.room, mode, time.Since(start), res, err)
+		hook(a.room, ModeAtomic, time.Since(start), res, err)
 	}
 	if err != nil {
 		if ctx.Err() == nil {

@@ -2,8 +2,6 @@ package waitroom
 
 import (
 	"errors"
-	"fmt"
-	"net/http"
 
 	"github.com/stampede-lab/stampede"
 )
@@ -55,18 +53,4 @@ func ErrorCode(err error) Code {
 		}
 	}
 	return stampede.CodeOf(err)
-}
-
-// mapError is the API's httpapi.Config.MapError: the store's sentinel
-// errors become not-found problems naming the room or user of the path.
-func mapError(r *http.Request, err error) error {
-	switch {
-	case errors.Is(err, ErrNoRoom):
-		return &Error{Code: CodeNotFound, Err: err,
-			Message: fmt.Sprintf("room %q does not exist; an admin creates it with PUT /v1/rooms/{room}", r.PathValue("room"))}
-	case errors.Is(err, ErrNoTicket):
-		return &Error{Code: CodeNotFound, Err: err,
-			Message: fmt.Sprintf("user %q has no ticket in room %q; join first", r.PathValue("user"), r.PathValue("room"))}
-	}
-	return err
 }

@@ -30,8 +30,9 @@ import (
 // ("Authorization: Bearer <ticket_token>"); any other such join answers
 // 409 conflict and never reveals nor replaces the token, signed or not.
 
-// anonPrefix starts every server-assigned user id.
-const anonPrefix = "anon-"
+// AnonPrefix starts every server-assigned user id: a join may not name
+// such an id itself.
+const AnonPrefix = "anon-"
 
 // anonEncoding is lower-case base32 without padding.
 var anonEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
@@ -41,7 +42,7 @@ var anonEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPa
 func AnonymousID() string {
 	var b [16]byte
 	rand.Read(b[:]) // never fails (crypto/rand)
-	return anonPrefix + anonEncoding.EncodeToString(b[:])
+	return AnonPrefix + anonEncoding.EncodeToString(b[:])
 }
 
 // userSigLabel prefixes the HMAC input of a user signature.

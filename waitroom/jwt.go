@@ -6,13 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
-	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/protocol"
 )
 
@@ -58,20 +57,23 @@ type KeySpec struct {
 // DefaultKeyEpoch is the key epoch used when none is configured.
 const DefaultKeyEpoch = "1"
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field by its snake_case name (secret,
+// key_epoch).
 func (k KeySpec) Validate() error {
+	var f stampede.Fields
 	if len(k.Secret) < minSecretLen {
-		return fieldError("secret", "must be at least %d bytes, got %d", minSecretLen, len(k.Secret))
+		f.Add("secret", "must be at least %d bytes, got %d", minSecretLen, len(k.Secret))
 	}
 	if len(k.Epoch) == 0 || len(k.Epoch) > 32 {
-		return fieldError("key_epoch", "must be 1 to 32 characters, got %d", len(k.Epoch))
+		f.Add("key_epoch", "must be 1 to 32 characters, got %d", len(k.Epoch))
 	}
 	for _, r := range k.Epoch {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fieldError("key_epoch", "may contain only letters, digits, '-', '_' and '.', got %q", r)
+			f.Add("key_epoch", "may contain only letters, digits, '-', '_' and '.', got %q", r)
+			break
 		}
 	}
-	return nil
+	return f.Err()
 }
 
 // admissionKey is one derived Ed25519 key pair with its kid.
@@ -183,11 +185,4 @@ func (s *AdmissionSigner) Verify(token, room string) (AdmissionClaims, error) {
 // protocol.VerifyAdmission).
 func VerifyAdmissionJWT(token string, keys jose.JSONWebKeySet, room string, now time.Time) (AdmissionClaims, error) {
 	return protocol.VerifyAdmission(token, keys, room, now)
-}
-
-// jwks answers GET /.well-known/jwks.json with the public keys.
-func (s *AdmissionSigner) serveJWKS(w http.ResponseWriter, r *http.Request) error {
-	w.Header().Set("Cache-Control", "public, max-age=300")
-	httpapi.WriteJSON(w, http.StatusOK, s.jwks)
-	return nil
 }

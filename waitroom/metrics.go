@@ -128,7 +128,9 @@ type roomCollector struct {
 	active, waiting, capacity, oldest, rate, up *prometheus.Desc
 }
 
-func newRoomCollector(svc *Service, log *slog.Logger) *roomCollector {
+// NewRoomCollector returns a collector that reads every room's gauges
+// from svc's store at scrape time; log receives its failures.
+func NewRoomCollector(svc *Service, log *slog.Logger) prometheus.Collector {
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", name), help, labels, nil)
 	}

@@ -54,15 +54,16 @@ type PoWConfig struct {
 // spent ones (about 20 MB).
 func DefaultPoWConfig() PoWConfig { return PoWConfig{TTL: 5 * time.Minute, MaxSpent: 200_000} }
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field by its snake_case name.
 func (c PoWConfig) Validate() error {
-	switch {
-	case c.TTL < time.Second || c.TTL > time.Hour:
-		return fieldError("TTL", "must be between 1s and 1h, got %s", c.TTL)
-	case c.MaxSpent < 1:
-		return fieldError("MaxSpent", "must be at least 1, got %d", c.MaxSpent)
+	var f stampede.Fields
+	if c.TTL < time.Second || c.TTL > time.Hour {
+		f.Add("ttl", "must be between 1s and 1h, got %s", c.TTL)
 	}
-	return nil
+	if c.MaxSpent < 1 {
+		f.Add("max_spent", "must be at least 1, got %d", c.MaxSpent)
+	}
+	return f.Err()
 }
 
 // Challenge is a decoded challenge.
@@ -129,8 +130,9 @@ func SolvesChallenge(challenge, solution string, difficulty int) bool {
 	return LeadingZeroBits(sum[:]) >= difficulty
 }
 
-// powIssuer issues and checks challenges.
-type powIssuer struct {
+// PoWIssuer issues and checks proof-of-work challenges. It is safe for
+// concurrent use.
+type PoWIssuer struct {
 	key []byte
 	cfg PoWConfig
 	now func() time.Time
@@ -140,25 +142,25 @@ type powIssuer struct {
 	byExp spentHeap
 }
 
-// newPoWIssuer returns an issuer whose challenges are keyed by a key
+// NewPoWIssuer returns an issuer whose challenges are keyed by a key
 // derived from secret (so that every instance with one secret accepts the
 // others' challenges).
-func newPoWIssuer(secret []byte, cfg PoWConfig, now func() time.Time) *powIssuer {
+func NewPoWIssuer(secret []byte, cfg PoWConfig, now func() time.Time) *PoWIssuer {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("stampede waitroom proof-of-work challenge key v1"))
-	return &powIssuer{key: m.Sum(nil), cfg: cfg, now: now, spent: map[string]time.Time{}}
+	return &PoWIssuer{key: m.Sum(nil), cfg: cfg, now: now, spent: map[string]time.Time{}}
 }
 
 // mac signs a challenge's fields for room.
-func (p *powIssuer) mac(room string, fields []byte) []byte {
+func (p *PoWIssuer) mac(room string, fields []byte) []byte {
 	m := hmac.New(sha256.New, p.key)
 	m.Write(fields)
 	m.Write([]byte(room))
 	return m.Sum(nil)[:challengeMACLen]
 }
 
-// issue returns a new challenge for room at difficulty and its expiry.
-func (p *powIssuer) issue(room string, difficulty int) (string, time.Time) {
+// Issue returns a new challenge for room at difficulty and its expiry.
+func (p *PoWIssuer) Issue(room string, difficulty int) (string, time.Time) {
 	exp := p.now().Add(p.cfg.TTL).Truncate(time.Second)
 	raw := make([]byte, 0, challengeLen)
 	raw = append(raw, challengeVersion, byte(difficulty))
@@ -170,11 +172,11 @@ func (p *powIssuer) issue(room string, difficulty int) (string, time.Time) {
 	return b64.EncodeToString(raw), exp
 }
 
-// check accepts a solved, unexpired, unspent challenge of room issued at
+// Check accepts a solved, unexpired, unspent challenge of room issued at
 // difficulty or more, and spends it. Errors name the field at fault: an
 // absent or bad challenge or solution is invalid (400), a replayed one
 // forbidden (403).
-func (p *powIssuer) check(room string, difficulty int, challenge, solution *string) error {
+func (p *PoWIssuer) Check(room string, difficulty int, challenge, solution *string) error {
 	if challenge == nil || *challenge == "" {
 		return &Error{Code: CodeInvalid, Field: "challenge", Extra: map[string]any{"pow_difficulty": difficulty},
 			Message: "this room asks for a proof of work: GET /v1/rooms/{room}/challenge, solve it, and join with challenge and solution"}
@@ -207,7 +209,7 @@ func (p *powIssuer) check(room string, difficulty int, challenge, solution *stri
 }
 
 // spend marks challenge used until exp, or refuses it if it was used.
-func (p *powIssuer) spend(challenge string, exp, now time.Time) error {
+func (p *PoWIssuer) spend(challenge string, exp, now time.Time) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for len(p.byExp) > 0 && !now.Before(p.byExp[0].exp) {

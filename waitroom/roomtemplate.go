@@ -57,7 +57,7 @@ func (t RoomTemplate) Validate() error {
 		}
 	}
 	if t.LogoURL != "" {
-		if err := validLogoURL(t.LogoURL); err != nil {
+		if err := ValidLogoURL(t.LogoURL); err != nil {
 			return err
 		}
 	}
@@ -98,9 +98,9 @@ func isHexColor(s string) bool {
 	return true
 }
 
-// validLogoURL accepts an absolute https URL, or http on a loopback host,
+// ValidLogoURL accepts an absolute https URL, or http on a loopback host,
 // without credentials.
-func validLogoURL(s string) error {
+func ValidLogoURL(s string) error {
 	const field = "template.logo_url"
 	if len(s) > maxTemplateURL {
 		return fieldError(field, "must be at most %d bytes", maxTemplateURL)
@@ -126,9 +126,9 @@ func validLogoURL(s string) error {
 	return fieldError(field, "must be https (or http on a loopback host), got scheme %q", u.Scheme)
 }
 
-// logoOrigin is the scheme://host[:port] of a valid logo URL, for the
+// LogoOrigin is the scheme://host[:port] of a valid logo URL, for the
 // page's Content-Security-Policy.
-func logoOrigin(s string) string {
+func LogoOrigin(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		return ""

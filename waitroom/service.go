@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // ServiceConfig configures a Service.
@@ -32,10 +34,6 @@ type ServiceConfig struct {
 	// OnPass, if set, is called after every admission pass with how long
 	// the store took (metrics hook).
 	OnPass func(room string, mode Mode, took time.Duration, res AdmitResult, err error)
-	// LabMode, for the admission lab only, admits in one of the unsafe
-	// modes (see Mode) through LabStore.AdmitMode. Empty, or ModeAtomic,
-	// is production: Store.Admit. The API never sets it.
-	LabMode Mode
 }
 
 // DefaultServiceConfig returns immediate admission, a one-second room
@@ -53,26 +51,24 @@ func DefaultServiceConfig() ServiceConfig {
 	}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field by its snake_case name.
 func (c ServiceConfig) Validate() error {
-	switch {
-	case c.Instance == "":
-		return fieldError("Instance", "must not be empty")
-	case c.RoomRefresh <= 0:
-		return fieldError("RoomRefresh", "must be positive, got %s", c.RoomRefresh)
-	case c.RateWindow < c.RoomRefresh:
-		return fieldError("RateWindow", "must be at least RoomRefresh (%s), got %s", c.RoomRefresh, c.RateWindow)
-	case c.MinPoll <= 0 || c.MaxPoll < c.MinPoll:
-		return fieldError("MinPoll", "need 0 < MinPoll <= MaxPoll, got %s and %s", c.MinPoll, c.MaxPoll)
-	case c.Logger == nil:
-		return fieldError("Logger", "must not be nil")
+	var f stampede.Fields
+	if c.Instance == "" {
+		f.Add("instance", "must not be empty")
 	}
-	if c.LabMode != "" {
-		if _, err := ParseMode(string(c.LabMode)); err != nil {
-			return fieldError("LabMode", "%v", err)
-		}
+	if c.RoomRefresh <= 0 {
+		f.Add("room_refresh", "must be positive, got %s", c.RoomRefresh)
+	} else if c.RateWindow < c.RoomRefresh {
+		f.Add("rate_window", "must be at least room_refresh (%s), got %s", c.RoomRefresh, c.RateWindow)
 	}
-	return nil
+	if c.MinPoll <= 0 || c.MaxPoll < c.MinPoll {
+		f.Add("min_poll", "need 0 < min_poll <= max_poll, got %s and %s", c.MinPoll, c.MaxPoll)
+	}
+	if c.Logger == nil {
+		f.Add("logger", "must not be nil")
+	}
+	return f.Err()
 }
 
 // Service is the waiting room's logic over a Store: it validates requests,
@@ -92,11 +88,6 @@ type Service struct {
 func NewService(store Store, cfg ServiceConfig) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.LabMode != "" && cfg.LabMode != ModeAtomic {
-		if _, ok := store.(LabStore); !ok {
-			return nil, fieldError("LabMode", "needs a LabStore, got %T", store)
-		}
 	}
 	return &Service{store: store, cfg: cfg, admitters: map[string]*admitter{}, rates: map[string]*rateMeter{}}, nil
 }
@@ -339,6 +330,9 @@ type RoomStatus struct {
 	// Config is the room's configuration.
 	Config RoomConfig
 }
+
+// Ping checks that the store answers (the readiness check).
+func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 
 // Room returns a room's counters and measured admission rate.
 func (s *Service) Room(ctx context.Context, room string) (RoomStatus, error) {

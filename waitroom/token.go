@@ -194,13 +194,25 @@ func (p tokenPayload) claims() Claims {
 	return c
 }
 
-// ready reports a Signer that was not made by NewSigner.
-func (s *Signer) ready() error {
+// Ready reports a Signer that was not made by NewSigner.
+func (s *Signer) Ready() error {
 	if s == nil || len(s.key) < minSecretLen || s.now == nil {
 		return &Error{Code: CodeInternal, Message: "token signer not initialised (use NewSigner)"}
 	}
 	return nil
 }
+
+// Now is the signer's clock.
+func (s *Signer) Now() time.Time { return s.now() }
+
+// Secret is the secret s was made with. The HTTP API derives the other
+// keys of the same instance from it (proof-of-work challenges, and the
+// admission keys when none are configured).
+func (s *Signer) Secret() []byte { return s.key }
+
+// MinSecretLen is the shortest secret NewSigner, SignUser and KeySpec
+// accept: 256 bits, the size of HMAC-SHA256's output.
+const MinSecretLen = minSecretLen
 
 // macHeads are the starts of the MAC inputs of the token kinds: macPrefix,
 // the kind and a NUL.
@@ -257,7 +269,7 @@ func appendPayload(dst []byte, p tokenPayload) []byte {
 // for admission tokens only. Times are truncated to whole seconds, and
 // Expires must then be after IssuedAt.
 func (s *Signer) Sign(c Claims) (string, error) {
-	if err := s.ready(); err != nil {
+	if err := s.Ready(); err != nil {
 		return "", err
 	}
 	if c.IssuedAt.IsZero() {
@@ -302,7 +314,7 @@ func tokenError(msg string, cause error) error {
 // The signature is checked, in constant time, before the payload is parsed,
 // and only the canonical encoding Sign produces is accepted.
 func (s *Signer) Verify(token string, kind TokenKind) (Claims, error) {
-	if err := s.ready(); err != nil {
+	if err := s.Ready(); err != nil {
 		return Claims{}, err
 	}
 	if !kind.known() {

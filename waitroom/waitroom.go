@@ -10,57 +10,28 @@
 // polling (RoomConfig.AbandonAfter) comes back to their place ahead.
 //
 // The domain lives here; the Redis implementation of Store is in
-// waitroom/redisstore. Production admits in one atomic step (Store.Admit);
-// three older, unsafe modes exist only so that the lab can compare them
-// (see Mode and LabStore) and are not reachable through the API.
+// waitroom/redisstore. A room is admitted to in one atomic step
+// (Store.Admit); the older, unsafe algorithms the admission lab compares
+// it with live in the lab, as stores wrapping a real one.
 package waitroom
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 )
 
-// Mode is how an admission pass moves users from the queue into the room.
-// Modes are a lab matter: production always admits atomically (Store.Admit);
-// LabStore.AdmitMode runs the others.
+// Mode names how an admission pass moves users from the queue into the
+// room: the label of the pass metrics (ServiceConfig.OnPass). A Service
+// always admits with Store.Admit, ModeAtomic.
 type Mode string
 
-// The admission modes. Only ModeAtomic is safe with several instances; the
-// others exist to be measured by the lab.
-const (
-	// ModeNaive counts the room, pops the free number of users and adds
-	// them, in separate round trips. Two instances admitting at once can
-	// both see the same free slots: the room overfills.
-	ModeNaive Mode = "naive"
-	// ModeLeader runs ModeNaive only on the instance that wins a per-tick
-	// SET NX PX election.
-	ModeLeader Mode = "leader"
-	// ModeOptimistic pops one user, adds them to the room, counts, and
-	// undoes the admission when the count is over capacity. The room can be
-	// over capacity for the moment between the add and the undo.
-	ModeOptimistic Mode = "optimistic"
-	// ModeAtomic reclaims expired leases, counts and admits in one server
-	// side script: never observable over capacity, FIFO kept.
-	ModeAtomic Mode = "atomic"
-)
-
-// Modes lists every mode in the order the lab reports them.
-func Modes() []Mode { return []Mode{ModeNaive, ModeLeader, ModeOptimistic, ModeAtomic} }
-
-// ParseMode turns a name into a Mode.
-func ParseMode(name string) (Mode, error) {
-	for _, m := range Modes() {
-		if string(m) == name {
-			return m, nil
-		}
-	}
-	return "", fmt.Errorf("unknown mode %q (want naive, leader, optimistic or atomic)", name)
-}
+// ModeAtomic reclaims expired leases, counts and admits in one server-side
+// step: never observable over capacity, FIFO kept.
+const ModeAtomic Mode = "atomic"
 
 // State is where a user stands in a room.
 type State string
@@ -302,7 +273,7 @@ type AdmitResult struct {
 	// RoundTrips counts requests sent to the store.
 	RoundTrips int
 	// Skipped is true when the pass did nothing because another instance
-	// leads this tick (ModeLeader).
+	// leads this tick (a leader-elected pass, as the admission lab's).
 	Skipped bool
 	// At is the store's clock when the pass began.
 	At time.Time
@@ -360,17 +331,6 @@ type Store interface {
 	Rooms(ctx context.Context) ([]string, error)
 	// Ping checks that the store answers (for /readyz).
 	Ping(ctx context.Context) error
-}
-
-// LabStore is a Store that can also admit in the lab's unsafe modes, for
-// the admission lab to compare them with the atomic pass. Production code
-// never uses it: a Service runs AdmitMode only when its
-// ServiceConfig.LabMode is set.
-type LabStore interface {
-	Store
-	// AdmitMode runs one admission pass in mode on behalf of instance
-	// (the leader election's candidate). ModeAtomic is Admit.
-	AdmitMode(ctx context.Context, room string, mode Mode, instance string) (AdmitResult, error)
 }
 
 // Errors a Store returns.

@@ -22,7 +22,6 @@ import (
 	"github.com/stampede-lab/stampede/checkout/sqlstore"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/lab/unsafeinventory"
-	"github.com/stampede-lab/stampede/protocol"
 	"github.com/stampede-lab/stampede/waitroom"
 )
 
@@ -164,37 +163,17 @@ func (o *checkoutOptions) serverConfig() (httpapi.ServerConfig, error) {
 // admissions returns the admission verifier the flags ask for.
 func (o *checkoutOptions) admissions(hc *http.Client) (checkout.Admissions, error) {
 	var f stampede.Fields
-	if o.waitroom == "" {
-		f.Add("waitroom", "is required: the waiting room's (or its gates') base URL, whose keys verify admissions")
-	}
-	if o.room == "" {
-		f.Add("room", "is required: the room whose admissions the checkout accepts")
-	} else if err := waitroom.ValidateRoom(o.room); err != nil {
-		f.Add("room", "%s", stampede.As(err).Message)
-	}
-	if o.onlineCheck && o.checkoutKey == "" {
-		f.Add("checkout_key", "is required with --online-check: the waiting room's checkout key")
+	if o.room != "" {
+		f.Check("room", waitroom.ValidateRoom(o.room))
 	}
 	if !o.onlineCheck && o.checkoutKey != "" {
 		f.Add("checkout_key", "needs --online-check")
 	}
-	if o.admissionTO <= 0 {
-		f.Add("admission_timeout", "must be positive, got %s", o.admissionTO)
-	}
-	if err := f.Err(); err != nil || o.waitroom == "" {
+	a := admissionFlags{waitroom: o.waitroom, room: o.room, roomFlag: "room", checkoutKey: o.checkoutKey, online: o.onlineCheck, timeout: o.admissionTO}
+	v, err := a.verifier(hc)
+	f.Check("", err)
+	if err := f.Err(); err != nil {
 		return nil, err
-	}
-	keys, err := newWaitroomKeys(o.waitroom, hc, o.admissionTO)
-	if err != nil {
-		return nil, err
-	}
-	v := refetchingVerifier{AdmissionVerifier: protocol.AdmissionVerifier{Room: o.room, Keys: keys}, keys: keys}
-	if o.onlineCheck {
-		c, err := newWaitroomChecker(o.waitroom, o.checkoutKey, hc, o.admissionTO)
-		if err != nil {
-			return nil, err
-		}
-		v.Online = c
 	}
 	return v, nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/gate"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/waitroom/api"
 )
 
 // gateOptions are the flags of `stampede serve gate`: the embedded waiting
@@ -68,11 +68,13 @@ The gate also serves the waiting room's API for --room, its page and
 	return cmd
 }
 
-// config is the gate's configuration from the flags.
-func (o *gateOptions) config(cmd *cobra.Command) (gate.Config, error) {
+// config is the gate's configuration from the flags, embedding the
+// waiting-room instance srv (nil while only validating the flags).
+func (o *gateOptions) config(cmd *cobra.Command, srv *api.Server) (gate.Config, error) {
 	cfg := gate.DefaultConfig()
 	cfg.Room, cfg.CookieName, cfg.CheckCache, cfg.MaxSession = o.room, o.cookie, o.checkCache, o.maxSession
 	cfg.Logger = loggerOf(cmd)
+	cfg.HTTP, cfg.Server = o.wr.http, o.wr.server
 	if o.upstream == "" {
 		return cfg, errors.New("--upstream is required: the checkout's URL")
 	}
@@ -81,44 +83,49 @@ func (o *gateOptions) config(cmd *cobra.Command) (gate.Config, error) {
 		return cfg, fmt.Errorf("--upstream: %w", err)
 	}
 	cfg.Upstream = u
-	if err := cfg.Validate(); err != nil {
-		flag := map[string]string{"Room": "--room", "Upstream": "--upstream", "CookieName": "--cookie",
-			"CheckCache": "--check-cache", "MaxSession": "--max-session"}
-		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
-			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
-		}
-		return cfg, err
+	embedded := map[string]bool{"service": true, "tickets": true, "admissions": true, "waitroom": true}
+	if srv != nil {
+		cfg.Service, cfg.Tickets, cfg.Admissions, cfg.Waitroom = srv.Service(), srv.Tickets(), srv.Admissions(), srv
+		embedded = nil
 	}
-	return cfg, nil
+	var bad []error
+	for _, e := range stampede.FieldErrors(cfg.Validate()) {
+		if !embedded[e.Field] {
+			bad = append(bad, e)
+		}
+	}
+	return cfg, flagErrors("", stampede.Join(bad...))
 }
 
 func runGate(cmd *cobra.Command, opts *gateOptions) error {
 	if err := opts.wr.validate(); err != nil {
 		return err
 	}
-	cfg, err := opts.config(cmd)
-	if err != nil {
+	if _, err := opts.config(cmd, nil); err != nil {
 		return err
 	}
-	log := loggerOf(cmd)
 	opts.wr.onAdmit = gate.AdmitPath
 	srv, stop, err := opts.wr.start(cmd)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	g, err := gate.New(cfg, srv)
+	cfg, err := opts.config(cmd, srv)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", opts.wr.http)
+	g, err := gate.New(cfg)
 	if err != nil {
-		return fmt.Errorf("--http: %w", err)
+		return err
 	}
-	log.Info("gate listening", "addr", ln.Addr().String(), "room", cfg.Room, "upstream", cfg.Upstream.String())
-	if err := httpapi.Serve(cmd.Context(), ln, g, opts.wr.server, log); err != nil {
-		return fmt.Errorf("http server: %w", err)
+	admitting, stopAdmitting := runInBackground(cmd.Context(), srv.Run)
+	defer func() { stopAdmitting(); <-admitting }()
+	if err := g.Run(cmd.Context()); err != nil {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && e.Field != "" {
+			return flagErrors("", err) // --http
+		}
+		return err
 	}
-	log.Info("stopped")
+	loggerOf(cmd).Info("stopped")
 	return nil
 }

@@ -50,7 +50,7 @@ func TestServeWaitroomRejectsBadFlags(t *testing.T) {
 
 func TestServeWaitroomReadsTheEnvironment(t *testing.T) {
 	t.Setenv(envAdminToken, "short")
-	if _, _, err := execute(t, "serve", "waitroom"); err == nil || !strings.Contains(err.Error(), "--admin-token must be at least 16 bytes") {
+	if _, _, err := execute(t, "serve", "waitroom"); err == nil || !strings.Contains(err.Error(), "--admin-token: must be at least 16 bytes") {
 		t.Errorf("a short %s: %v", envAdminToken, err)
 	}
 	t.Setenv(envAdminToken, "0123456789abcdef0123")
@@ -99,6 +99,44 @@ func TestServeWaitroomStartsAndStops(t *testing.T) {
 	for _, want := range []string{"miniredis", "no --secret given", "waiting room listening", "stopped"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, errOut.String())
+		}
+	}
+}
+
+// TestServeGateRejectsBadFlags: every bad flag of the gate at once, each
+// named as on the command line.
+func TestServeGateRejectsBadFlags(t *testing.T) {
+	for _, env := range []string{envRedis, envSecret, envAdminToken} {
+		t.Setenv(env, "")
+	}
+	_, _, err := execute(t, "serve", "gate", "--admin-token=0123456789abcdef", "--upstream", "ftp://x",
+		"--room", "bad room", "--check-cache", "5s", "--max-session", "0s")
+	if err == nil {
+		t.Fatal("serve gate accepted bad flags")
+	}
+	for _, want := range []string{"--room:", "--upstream:", "--check-cache:", "--max-session:"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if _, _, err := execute(t, "serve", "gate", "--admin-token=0123456789abcdef", "--room", "drop"); err == nil || !strings.Contains(err.Error(), "--upstream") {
+		t.Errorf("serve gate without --upstream: %v, want an error naming it", err)
+	}
+}
+
+// TestServeWaitroomNamesEveryBadFlag: the waiting room's configuration
+// reports every bad flag at once.
+func TestServeWaitroomNamesEveryBadFlag(t *testing.T) {
+	for _, env := range []string{envRedis, envSecret, envAdminToken} {
+		t.Setenv(env, "")
+	}
+	_, _, err := execute(t, "serve", "waitroom", "--admin-token=short", "--checkout-key=x", "--key-epoch", "a b", "--join-rate", "-1")
+	if err == nil {
+		t.Fatal("serve waitroom accepted bad flags")
+	}
+	for _, want := range []string{"--admin-token:", "--checkout-key:", "--key-epoch:", "--join-rate:"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
 }

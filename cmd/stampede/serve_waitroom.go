@@ -16,6 +16,7 @@ import (
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -129,7 +130,7 @@ func (opts *waitroomOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&opts.immediate, "immediate", true, "admit right after a release and when a lease runs out, not only on the tick")
 	f.BoolVar(&opts.pipeline, "autopipeline", true, "send the join, ticket and leave scripts of concurrent requests to Redis in shared pipelines\n"+
 		"(go-redis automatic pipelining, an experimental go-redis feature; false: one round trip each)")
-	jl := waitroom.DefaultJoinLimitConfig()
+	jl := api.DefaultJoinLimitConfig()
 	f.Float64Var(&opts.joinRate, "join-rate", jl.Rate, "joins per second allowed per client address (token bucket, per instance); 0: no limit")
 	f.IntVar(&opts.joinBurst, "join-burst", jl.Burst, "joins a client address may make at once before --join-rate applies")
 	f.IntVar(&opts.joinClients, "join-clients", jl.MaxClients, "client addresses whose buckets are kept (least recently seen dropped first)")
@@ -156,37 +157,36 @@ func (o *waitroomOptions) validate() error {
 	if o.adminToken == "" {
 		return fmt.Errorf("--admin-token (or %s) is required: the token that authorizes room configuration", envAdminToken)
 	}
-	if n := len(o.adminToken); n < 16 {
-		return fmt.Errorf("--admin-token must be at least 16 bytes, got %d", n)
-	}
-	if o.secret != "" && len(o.secret) < 32 {
-		return fmt.Errorf("--secret must be at least 32 bytes, got %d (use random bytes, e.g. openssl rand -hex 32)", len(o.secret))
+	if o.secret != "" && len(o.secret) < waitroom.MinSecretLen {
+		return fmt.Errorf("--secret: must be at least %d bytes, got %d (use random bytes, e.g. openssl rand -hex 32)", waitroom.MinSecretLen, len(o.secret))
 	}
 	if o.http == "" {
-		return errors.New("--http must not be empty")
+		return errors.New("--http: must not be empty")
 	}
-	if _, err := o.joinLimit(); err != nil {
+	if (o.previousSecret != "" || o.previousKeyEpoch != "") && o.secret == "" {
+		return errors.New("--previous-secret and --previous-key-epoch need --secret: a random secret cannot be rotated")
+	}
+	// The server's configuration, every bad field at once; its store is
+	// made later, and an empty --secret means a random one.
+	cfg, err := o.serverConfig(nil, []byte(o.secret))
+	if err != nil {
 		return err
 	}
-	if n := len(o.checkoutKey); n > 0 && n < 16 {
-		return fmt.Errorf("--checkout-key must be at least 16 bytes, got %d", n)
+	if len(cfg.Secret) == 0 {
+		cfg.Secret = make([]byte, waitroom.MinSecretLen)
 	}
-	if n := len(o.siteSecret); n > 0 && n < 32 {
-		return fmt.Errorf("--site-secret must be at least 32 bytes, got %d", n)
+	// The join limit as the flags give it (the server takes a zero
+	// --join-clients for the default), then the rest once.
+	var bad []error
+	seen := map[string]bool{"store": true}
+	for _, e := range append(stampede.FieldErrors(cfg.JoinLimit.Validate()), stampede.FieldErrors(cfg.Validate())...) {
+		if !seen[e.Field] {
+			seen[e.Field] = true
+			bad = append(bad, e)
+		}
 	}
-	if err := (waitroom.KeySpec{Secret: make([]byte, 32), Epoch: o.keyEpoch}).Validate(); err != nil {
-		return fmt.Errorf("--key-epoch: %v", err)
-	}
-	if o.previousSecret != "" || o.previousKeyEpoch != "" {
-		if o.secret == "" {
-			return errors.New("--previous-secret and --previous-key-epoch need --secret: a random secret cannot be rotated")
-		}
-		if n := len(o.previousSecret); n > 0 && n < 32 {
-			return fmt.Errorf("--previous-secret must be at least 32 bytes, got %d", n)
-		}
-		if err := (waitroom.KeySpec{Secret: make([]byte, 32), Epoch: o.prevEpoch()}).Validate(); err != nil {
-			return fmt.Errorf("--previous-key-epoch: %v", err)
-		}
+	if err := flagErrors("", stampede.Join(bad...)); err != nil {
+		return err
 	}
 	if o.ackReplicas > 0 && o.redis == "" {
 		return fmt.Errorf("--ack-replicas %d needs --redis naming a Redis whose masters have replicas; the embedded server has none, and every join would answer 503", o.ackReplicas)
@@ -218,20 +218,24 @@ func (o *waitroomOptions) validate() error {
 	return nil
 }
 
-// joinLimit is the join limit from the flags, validated; errors name the
-// flag.
-func (o *waitroomOptions) joinLimit() (waitroom.JoinLimitConfig, error) {
-	proxies, err := waitroom.ParseTrustedProxies(o.trustedProxy)
+// serverConfig is the waiting room's configuration from the flags, on
+// store with secret. Only --trusted-proxy can fail to parse here; the
+// rest is left to Config.Validate.
+func (o *waitroomOptions) serverConfig(store waitroom.Store, secret []byte) (api.Config, error) {
+	proxies, err := api.ParseTrustedProxies(o.trustedProxy)
 	if err != nil {
-		return waitroom.JoinLimitConfig{}, fmt.Errorf("--trusted-proxy: %w", err)
+		return api.Config{}, fmt.Errorf("--trusted-proxy: %w", err)
 	}
-	cfg := waitroom.JoinLimitConfig{Rate: o.joinRate, Burst: o.joinBurst, MaxClients: o.joinClients, TrustedProxies: proxies}
-	if err := cfg.Validate(); err != nil {
-		flag := map[string]string{"Rate": "--join-rate", "Burst": "--join-burst", "MaxClients": "--join-clients"}
-		if e, ok := errors.AsType[*stampede.Error](err); ok && flag[e.Field] != "" {
-			return cfg, fmt.Errorf("%s %s", flag[e.Field], e.Message)
-		}
-		return cfg, err
+	cfg := api.DefaultConfig()
+	cfg.Store = store
+	cfg.Instance, cfg.Immediate = o.instance, o.immediate
+	cfg.Secret, cfg.AdminToken = secret, o.adminToken
+	cfg.JoinLimit = api.JoinLimitConfig{Rate: o.joinRate, Burst: o.joinBurst, MaxClients: o.joinClients, TrustedProxies: proxies}
+	cfg.OnAdmit = o.onAdmit
+	cfg.CheckoutKey, cfg.AllowUnsignedUsers = o.checkoutKey, o.allowUnsigned
+	cfg.KeyEpoch, cfg.PreviousKeys = o.keyEpoch, o.previousKeys()
+	if o.siteSecret != "" {
+		cfg.SiteSecret = []byte(o.siteSecret)
 	}
 	return cfg, nil
 }
@@ -285,10 +289,10 @@ func redisClient(url string, cfg redisstore.Config) (redis.UniversalClient, erro
 	return redis.NewClient(ropts), nil
 }
 
-// start connects to Redis (or starts an embedded one) and starts a
-// waiting-room instance on it. stop closes both; call it once the HTTP
-// server is done.
-func (opts *waitroomOptions) start(cmd *cobra.Command) (srv *waitroom.Server, stop func(), err error) {
+// start connects to Redis (or starts an embedded one) and makes a
+// waiting-room instance on it, not yet running (api.Server.Run admits).
+// stop closes the store and Redis; call it once the server is done.
+func (opts *waitroomOptions) start(cmd *cobra.Command) (srv *api.Server, stop func(), err error) {
 	log := loggerOf(cmd)
 	ctx := cmd.Context()
 	scfg := opts.storeConfig()
@@ -337,29 +341,36 @@ func (opts *waitroomOptions) start(cmd *cobra.Command) (srv *waitroom.Server, st
 		log.Warn("no --secret given: using a random one; tokens will not survive a restart nor verify on other instances")
 	}
 
-	sopts := waitroom.DefaultServerOptions()
-	sopts.Instance, sopts.Immediate = opts.instance, opts.immediate
-	sopts.Secret, sopts.AdminToken, sopts.Logger = secret, opts.adminToken, log
-	sopts.JoinLimit, _ = opts.joinLimit() // validated above
-	sopts.OnAdmit = opts.onAdmit
-	sopts.CheckoutKey, sopts.AllowUnsignedUsers = opts.checkoutKey, opts.allowUnsigned
-	sopts.KeyEpoch, sopts.PreviousKeys = opts.keyEpoch, opts.previousKeys()
-	if opts.siteSecret != "" {
-		sopts.SiteSecret = []byte(opts.siteSecret)
-	}
 	store, err := redisstore.NewWithConfig(client, scfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	closers = append(closers, func() { _ = store.Close() })
-	srv, err = waitroom.NewServer(ctx, store, sopts)
+	cfg, err := opts.serverConfig(store, secret)
 	if err != nil {
 		return nil, nil, err
 	}
-	closers = append(closers, srv.Close)
+	cfg.Logger = log
+	srv, err = api.New(cfg)
+	if err != nil {
+		return nil, nil, flagErrors("", err)
+	}
 	log.Info("admission tokens: EdDSA JWTs", "kid", srv.Admissions().KeyID(), "jwks", "/.well-known/jwks.json",
 		"online_check", opts.checkoutKey != "", "trusted_joins", opts.siteSecret != "", "unsigned_joins", opts.allowUnsigned)
 	return srv, closeAll, nil
+}
+
+// runInBackground runs run in a goroutine under a context of its own,
+// derived from ctx. stop cancels that context and waits for run to
+// return; done is closed when it has.
+func runInBackground(ctx context.Context, run func(context.Context) error) (done <-chan struct{}, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		_ = run(ctx)
+	}()
+	return ch, func() { cancel(); <-ch }
 }
 
 func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
@@ -379,11 +390,14 @@ func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
 	}
 	log.Info("waiting room listening", "addr", ln.Addr().String(), "page", "http://"+ln.Addr().String()+"/rooms/{room}",
 		"redis_timeout", opts.redisTimeout)
-	if err := httpapi.Serve(cmd.Context(), ln, srv.Handler(), opts.server, log); err != nil {
+	admitting, stopAdmitting := runInBackground(cmd.Context(), srv.Run)
+	if err := httpapi.Serve(cmd.Context(), ln, srv, opts.server, log); err != nil {
+		stopAdmitting()
 		return fmt.Errorf("http server: %w", err)
 	}
 	log.Info("shutting down: HTTP server closed, stopping admission")
-	srv.Close()
+	stopAdmitting()
+	<-admitting
 	log.Info("stopped")
 	return nil
 }

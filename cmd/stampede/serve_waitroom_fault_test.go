@@ -25,7 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
-	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -283,7 +283,7 @@ func TestWaitroomRedisFrozen(t *testing.T) {
 		insts = append(insts, wrStart(t, fmt.Sprintf("wr-frozen-%d", i),
 			"--redis", "redis://"+rs.addr+"/0", "--redis-timeout", redisTimeout.String()))
 	}
-	v := apitest.New(t, waitroom.OpenAPI())
+	v := apitest.New(t, api.OpenAPI())
 	tr := &http.Transport{MaxIdleConnsPerHost: 16}
 	t.Cleanup(tr.CloseIdleConnections)
 	hc := &http.Client{Transport: v.Transport(t, tr), Timeout: 10 * time.Second}

@@ -110,7 +110,7 @@ func DefaultConfig() Config {
 		Abandon:      0.1,
 		Lease:        3 * time.Second,
 		Ticks:        []time.Duration{2 * time.Second, 200 * time.Millisecond},
-		Modes:        waitroom.Modes(),
+		Modes:        Modes(),
 		Immediate:    []bool{false, true},
 		Duration:     5 * time.Second,
 		Repeat:       1,
@@ -183,7 +183,7 @@ func (c Config) Validate() error {
 		}
 	}
 	for _, m := range c.Modes {
-		if _, err := waitroom.ParseMode(string(m)); err != nil {
+		if _, err := ParseMode(string(m)); err != nil {
 			return fmt.Errorf("admission: modes: %w", err)
 		}
 	}
@@ -287,7 +287,7 @@ func (e *Experiment) Columns() []string {
 func ParseModes(names []string) ([]waitroom.Mode, error) {
 	var out []waitroom.Mode
 	for _, n := range names {
-		m, err := waitroom.ParseMode(strings.TrimSpace(n))
+		m, err := ParseMode(strings.TrimSpace(n))
 		if err != nil {
 			return nil, err
 		}

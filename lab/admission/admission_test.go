@@ -64,7 +64,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 }
 
 func TestParseModesAndOnOff(t *testing.T) {
-	if m, err := ParseModes([]string{"atomic", " naive"}); err != nil || len(m) != 2 || m[1] != waitroom.ModeNaive {
+	if m, err := ParseModes([]string{"atomic", " naive"}); err != nil || len(m) != 2 || m[1] != ModeNaive {
 		t.Errorf("ParseModes = %v, %v", m, err)
 	}
 	for _, bad := range [][]string{{"atomic", "atomic"}, {"magic"}} {
@@ -89,7 +89,7 @@ func TestRunHoldsTheCapAndAccountsForEveryone(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Capacity, cfg.Users, cfg.Hold = 5, 60, 100*time.Millisecond
 	cfg.Ticks, cfg.Immediate = []time.Duration{50 * time.Millisecond}, []bool{true}
-	cfg.Modes = []waitroom.Mode{waitroom.ModeAtomic, waitroom.ModeNaive}
+	cfg.Modes = []waitroom.Mode{waitroom.ModeAtomic, ModeNaive}
 	cfg.Duration = 1500 * time.Millisecond
 	// This test is about the cap and the accounting, not the observer's
 	// pace on a loaded machine: 1 sample at least, and one per 50 ms tick
@@ -145,7 +145,7 @@ func TestObserverSeesNaiveGoOverCapacity(t *testing.T) {
 	cfg.Instances, cfg.Capacity, cfg.Users = 8, 5, 200
 	cfg.Hold, cfg.Lease, cfg.Abandon = time.Minute, time.Minute, 0
 	cfg.Ticks, cfg.Immediate = []time.Duration{10 * time.Millisecond}, []bool{false}
-	cfg.Modes = []waitroom.Mode{waitroom.ModeNaive}
+	cfg.Modes = []waitroom.Mode{ModeNaive}
 	cfg.Duration = time.Second
 	cfg.ObserveMinSamples = 1
 	e, err := New(cfg)

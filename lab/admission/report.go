@@ -102,7 +102,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 		v, ok := maxBy[string(m)]
 		var claim string
 		switch m {
-		case waitroom.ModeNaive:
+		case ModeNaive:
 			claim = fmt.Sprintf("naive with %d instances goes over capacity (seed: 193 in a room of 100)", c.Instances)
 		case waitroom.ModeAtomic:
 			claim = "atomic never goes over capacity, in any run"
@@ -117,7 +117,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 			continue
 		}
 		figure := fmt.Sprintf("max %.0f in a room of %d", v, c.Capacity)
-		if m == waitroom.ModeNaive {
+		if m == ModeNaive {
 			x.Check(claim, figure, v > float64(c.Capacity))
 		} else {
 			x.Check(claim, figure, v <= float64(c.Capacity))

@@ -26,6 +26,7 @@ import (
 
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -206,17 +207,22 @@ func startInstance(ctx context.Context, opts *redis.Options, signer *waitroom.Si
 	client := redis.NewClient(&o) // each instance its own pool
 	scfg := waitroom.DefaultServiceConfig()
 	scfg.Instance, scfg.Immediate, scfg.Logger, scfg.OnPass = name, immediate, log, hook
-	scfg.LabMode = mode // the unsafe modes are lab-only, never in the API
 	scfg.RoomRefresh, scfg.RateWindow = 200*time.Millisecond, 2*time.Second
 	scfg.MinPoll, scfg.MaxPoll = 50*time.Millisecond, maxPoll
-	svc, err := waitroom.NewService(redisstore.New(client), scfg)
+	// The unsafe modes are the lab's own stores, wrapping the real one.
+	store, err := StoreFor(redisstore.New(client), client, mode, name)
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
-	hcfg := waitroom.DefaultHandlerConfig()
+	svc, err := waitroom.NewService(store, scfg)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	hcfg := api.DefaultHandlerConfig()
 	hcfg.AdminToken, hcfg.Logger = adminToken, log
-	handler, err := waitroom.NewHandler(svc, signer, hcfg, prometheus.NewRegistry())
+	handler, err := api.NewHandler(svc, signer, hcfg, prometheus.NewRegistry())
 	if err != nil {
 		client.Close()
 		return nil, err

@@ -86,11 +86,7 @@ func TestConformanceCluster(t *testing.T) {
 	client, _ := clusterClient(t)
 	for _, shards := range []int{0, testShards} {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
-			storetest.Run(t, storetest.Harness{
-				Store:       func(t *testing.T) waitroom.Store { return linStore(t, client) },
-				Advance:     func(t *testing.T, d time.Duration) { time.Sleep(d) },
-				QueueShards: shards,
-			})
+			storetest.Exercise(t, func(t *testing.T) waitroom.Store { return linStore(t, client) }, storetest.WithQueueShards(shards))
 		})
 	}
 }
@@ -186,9 +182,6 @@ func TestClusterRoomKeysShareASlot(t *testing.T) {
 	}
 	if res, err := store.Admit(ctx, unique); err != nil || len(res.Admitted) != 1 {
 		t.Fatalf("Admit(atomic) = %+v, %v; want one admitted", res, err)
-	}
-	if res, err := store.AdmitMode(ctx, unique, waitroom.ModeLeader, "x"); err != nil || res.Skipped {
-		t.Fatalf("Admit(leader) = %+v, %v; want x to lead", res, err)
 	}
 	if _, err := store.Join(ctx, unique, "u3"); err != nil {
 		t.Fatal(err)

@@ -327,9 +327,6 @@ func inPass[T any](ctx context.Context, fn func(ctx context.Context) (T, error))
 	return fn(ctx)
 }
 
-// inPass0 is inPass for functions without a result.
-func inPass0(ctx context.Context, fn func(ctx context.Context) error) error { return fn(ctx) }
-
 // Ping implements waitroom.Store: a PING within OpTimeout.
 func (s *Store) Ping(ctx context.Context) error {
 	return call0(s, ctx, func(ctx context.Context) error { return s.client.Ping(ctx).Err() })
@@ -692,51 +689,26 @@ func ticketFrom(room, user string, res []any) (waitroom.Ticket, error) {
 }
 
 // Admit implements waitroom.Store: the atomic pass, one script bounded by
-// OpTimeout.
+// OpTimeout (one per queue shard for a sharded room).
 func (s *Store) Admit(ctx context.Context, room string) (waitroom.AdmitResult, error) {
-	return s.AdmitMode(ctx, room, waitroom.ModeAtomic, "")
-}
-
-var _ waitroom.LabStore = (*Store)(nil)
-
-// AdmitMode implements waitroom.LabStore, for the lab only. The atomic
-// mode is Admit. The multi-step modes (kept to be measured, never for
-// production) run under the caller's deadline (the admitter's pass
-// deadline) and are never abandoned halfway: see inPass. They reclaim
-// leases and admit up to capacity, nothing else: the outflow limit,
-// opening time, pause, close, abandonment, arrival and retention are the
-// atomic pass's alone.
-func (s *Store) AdmitMode(ctx context.Context, room string, mode waitroom.Mode, instance string) (waitroom.AdmitResult, error) {
-	var (
-		res waitroom.AdmitResult
-		err error
-	)
 	k, err := s.queueShards(ctx, room)
 	if err != nil {
-		return res, err
+		return waitroom.AdmitResult{}, err
 	}
 	if k > 1 {
-		if mode != waitroom.ModeAtomic {
-			return res, fmt.Errorf("redisstore: a room of %d queue shards admits atomically only, not %q", k, mode)
-		}
 		return s.shardedAdmit(ctx, room, k)
 	}
-	switch mode {
-	case waitroom.ModeAtomic:
-		res, err = call(s, ctx, func(ctx context.Context) (waitroom.AdmitResult, error) { return s.admitAtomic(ctx, room) })
-	case waitroom.ModeNaive:
-		res, err = s.admitNaive(ctx, room)
-	case waitroom.ModeLeader:
-		res, err = s.admitLeader(ctx, room, instance)
-	case waitroom.ModeOptimistic:
-		res, err = s.admitOptimistic(ctx, room)
-	default:
-		return res, fmt.Errorf("redisstore: unknown admission mode %q", mode)
-	}
+	res, err := call(s, ctx, func(ctx context.Context) (waitroom.AdmitResult, error) { return s.admitAtomic(ctx, room) })
 	if err != nil {
 		return res, storeError(err)
 	}
 	return res, nil
+}
+
+// QueueShards returns room's number of queue shards (1 for a room of one
+// queue, or one that does not exist).
+func (s *Store) QueueShards(ctx context.Context, room string) (int, error) {
+	return s.queueShards(ctx, room)
 }
 
 func (s *Store) admitAtomic(ctx context.Context, room string) (waitroom.AdmitResult, error) {
@@ -762,9 +734,11 @@ func (s *Store) admitAtomic(ctx context.Context, room string) (waitroom.AdmitRes
 	return res, nil
 }
 
-// reclaim runs the reclaim script and returns the expired count and the
-// server time, for the modes that admit in several steps.
-func (s *Store) reclaim(ctx context.Context, room string) (int, int64, error) {
+// Reclaim ends the leases that have run out in room, in one script, and
+// returns how many it ended and the server time (ms). The atomic pass
+// does this itself; Reclaim is for admission passes built from several
+// steps (the admission lab's), under the caller's deadline.
+func (s *Store) Reclaim(ctx context.Context, room string) (int, int64, error) {
 	out, err := inPass(ctx, func(ctx context.Context) ([]int64, error) {
 		return reclaimScript.Run(ctx, s.client, KeysFor(room).scriptKeys()).Int64Slice()
 	})
@@ -772,204 +746,6 @@ func (s *Store) reclaim(ctx context.Context, room string) (int, int64, error) {
 		return 0, 0, err
 	}
 	return int(out[0]), out[1], nil
-}
-
-// capacityAndLease reads the two configuration fields admission needs.
-func (s *Store) capacityAndLease(ctx context.Context, k Keys) (int64, int64, error) {
-	vals, err := inPass(ctx, func(ctx context.Context) ([]any, error) {
-		return s.client.HMGet(ctx, k.Config, "capacity", "lease_ms").Result()
-	})
-	if err != nil {
-		return 0, 0, err
-	}
-	if vals[0] == nil {
-		return 0, 0, waitroom.ErrNoRoom
-	}
-	capacity, _ := strconv.ParseInt(fmt.Sprint(vals[0]), 10, 64)
-	lease, _ := strconv.ParseInt(fmt.Sprint(vals[1]), 10, 64)
-	return capacity, lease, nil
-}
-
-// zcard counts a sorted set: one round trip.
-func (s *Store) zcard(ctx context.Context, key string) (int64, error) {
-	return inPass(ctx, func(ctx context.Context) (int64, error) { return s.client.ZCard(ctx, key).Result() })
-}
-
-// admitNaive is the seed's first design, kept to be measured: count, pop
-// the free number, add each, in separate round trips. Two instances between
-// the count and the adds both fill the same free slots.
-func (s *Store) admitNaive(ctx context.Context, room string) (waitroom.AdmitResult, error) {
-	k := KeysFor(room)
-	var res waitroom.AdmitResult
-	capacity, lease, err := s.capacityAndLease(ctx, k)
-	res.RoundTrips++
-	if err != nil {
-		return res, err
-	}
-	expired, now, err := s.reclaim(ctx, room)
-	res.RoundTrips++
-	if err != nil {
-		return res, err
-	}
-	res.Expired, res.At = expired, time.UnixMilli(now).UTC()
-	active, err := s.zcard(ctx, k.Active)
-	res.RoundTrips++
-	if err != nil {
-		return res, err
-	}
-	free := min(capacity-active, MaxBatch)
-	if free <= 0 {
-		return res, nil
-	}
-	popped, at, err := s.popWithTime(ctx, k, free)
-	res.RoundTrips++
-	if err != nil {
-		return res, err
-	}
-	for _, z := range popped {
-		user := fmt.Sprint(z.Member)
-		if err := s.enter(ctx, k, user, at.UnixMilli()+lease); err != nil {
-			return res, err
-		}
-		res.RoundTrips++
-		res.Admitted = append(res.Admitted, user)
-		res.AdmittedAt = append(res.AdmittedAt, at)
-	}
-	return res, nil
-}
-
-// popped is what popWithTime read.
-type popped struct {
-	users []redis.Z
-	at    time.Time
-}
-
-// popWithTime pops up to n users and reads the server clock in the same
-// round trip, just before the pop: the moment these users left the queue.
-func (s *Store) popWithTime(ctx context.Context, k Keys, n int64) ([]redis.Z, time.Time, error) {
-	p, err := inPass(ctx, func(ctx context.Context) (popped, error) {
-		var (
-			now *redis.TimeCmd
-			pop *redis.ZSliceCmd
-		)
-		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			now = p.Time(ctx)
-			pop = p.ZPopMin(ctx, k.Queue, n)
-			return nil
-		})
-		if err != nil {
-			return popped{}, err
-		}
-		return popped{pop.Val(), now.Val().UTC().Truncate(time.Millisecond)}, nil
-	})
-	return p.users, p.at, err
-}
-
-// enter adds one popped user to the room: one round trip.
-func (s *Store) enter(ctx context.Context, k Keys, user string, expiresMS int64) error {
-	return inPass0(ctx, func(ctx context.Context) error {
-		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.ZAdd(ctx, k.Active, redis.Z{Score: float64(expiresMS), Member: user})
-			p.HSet(ctx, k.State, user, string(waitroom.StateAdmitted))
-			p.HIncrBy(ctx, k.Stats, "admitted", 1)
-			return nil
-		})
-		return err
-	})
-}
-
-// admitLeader runs naive admission only on the elected instance. The
-// election key lives for two admit intervals and its holder renews it on
-// every pass, so one instance leads while it is alive.
-func (s *Store) admitLeader(ctx context.Context, room, instance string) (waitroom.AdmitResult, error) {
-	k := KeysFor(room)
-	interval, err := inPass(ctx, func(ctx context.Context) (int64, error) { return s.client.HGet(ctx, k.Config, "interval_ms").Int64() })
-	if errors.Is(err, redis.Nil) {
-		return waitroom.AdmitResult{RoundTrips: 1}, waitroom.ErrNoRoom
-	}
-	if err != nil {
-		return waitroom.AdmitResult{RoundTrips: 1}, err
-	}
-	leads, err := inPass(ctx, func(ctx context.Context) (int64, error) {
-		return leaderScript.Run(ctx, s.client, []string{k.Leader}, instance, 2*interval).Int64()
-	})
-	if err != nil {
-		return waitroom.AdmitResult{RoundTrips: 2}, err
-	}
-	if leads != 1 {
-		return waitroom.AdmitResult{RoundTrips: 2, Skipped: true}, nil
-	}
-	res, err := s.admitNaive(ctx, room)
-	res.RoundTrips += 2
-	return res, err
-}
-
-// admitOptimistic is the seed's leaderless design, kept to be measured: pop
-// one user, add them, count; over capacity, undo and put the user back with
-// their original score. Between the add and the undo the room is over
-// capacity.
-func (s *Store) admitOptimistic(ctx context.Context, room string) (waitroom.AdmitResult, error) {
-	k := KeysFor(room)
-	var res waitroom.AdmitResult
-	capacity, lease, err := s.capacityAndLease(ctx, k)
-	res.RoundTrips++
-	if err != nil {
-		return res, err
-	}
-	expired, now, err := s.reclaim(ctx, room)
-	res.RoundTrips++
-	if err != nil {
-		return res, err
-	}
-	res.Expired, res.At = expired, time.UnixMilli(now).UTC()
-	for range MaxBatch {
-		popped, at, err := s.popWithTime(ctx, k, 1)
-		res.RoundTrips++
-		if err != nil || len(popped) == 0 {
-			return res, err
-		}
-		user := fmt.Sprint(popped[0].Member)
-		err = inPass0(ctx, func(ctx context.Context) error {
-			return s.client.ZAdd(ctx, k.Active, redis.Z{Score: float64(at.UnixMilli() + lease), Member: user}).Err()
-		})
-		if err != nil {
-			return res, err
-		}
-		res.RoundTrips++
-		active, err := s.zcard(ctx, k.Active)
-		res.RoundTrips++
-		if err != nil {
-			return res, err
-		}
-		if active > capacity {
-			// Over: undo and restore the user at their place in line.
-			err := inPass0(ctx, func(ctx context.Context) error {
-				_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-					p.ZRem(ctx, k.Active, user)
-					p.ZAdd(ctx, k.Queue, popped[0])
-					return nil
-				})
-				return err
-			})
-			res.RoundTrips++
-			return res, err
-		}
-		err = inPass0(ctx, func(ctx context.Context) error {
-			_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-				p.HSet(ctx, k.State, user, string(waitroom.StateAdmitted))
-				p.HIncrBy(ctx, k.Stats, "admitted", 1)
-				return nil
-			})
-			return err
-		})
-		res.RoundTrips++
-		if err != nil {
-			return res, err
-		}
-		res.Admitted = append(res.Admitted, user)
-		res.AdmittedAt = append(res.AdmittedAt, at)
-	}
-	return res, nil
 }
 
 // NextExpiry implements waitroom.Store.

@@ -67,15 +67,13 @@ func TestConformanceEmbedded(t *testing.T) {
 			m.SetTime(now)
 			client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 			t.Cleanup(func() { client.Close() })
-			storetest.Run(t, storetest.Harness{
-				Store: func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) },
-				Advance: func(t *testing.T, d time.Duration) {
+			storetest.Exercise(t, func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) },
+				storetest.WithAdvance(func(t *testing.T, d time.Duration) {
 					now = now.Add(d)
 					m.SetTime(now)
 					m.FastForward(d) // key TTLs
-				},
-				QueueShards: shards,
-			})
+				}),
+				storetest.WithQueueShards(shards))
 		}
 	})
 }
@@ -91,11 +89,7 @@ func TestConformanceRealRedis(t *testing.T) {
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
 	eachConfig(t, func(t *testing.T, cfg redisstore.Config, shards int) {
-		storetest.Run(t, storetest.Harness{
-			Store:       func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) },
-			Advance:     func(t *testing.T, d time.Duration) { time.Sleep(d) },
-			QueueShards: shards,
-		})
+		storetest.Exercise(t, func(t *testing.T) waitroom.Store { return newStore(t, client, cfg) }, storetest.WithQueueShards(shards))
 	})
 }
 
@@ -202,19 +196,6 @@ func TestFrozenRedisAnswersWithinOpTimeout(t *testing.T) {
 				},
 			}
 			calls["Admit atomic"] = func() error { _, err := s.Admit(ctx, "r"); return err }
-			if tc.tuned {
-				// The multi-step modes run under the caller's deadline
-				// (an admitter's pass deadline), which a tuned client
-				// honours.
-				for _, m := range []waitroom.Mode{waitroom.ModeNaive, waitroom.ModeLeader, waitroom.ModeOptimistic} {
-					calls["Admit "+string(m)] = func() error {
-						pctx, cancel := context.WithTimeout(ctx, opTimeout)
-						defer cancel()
-						_, err := s.AdmitMode(pctx, "r", m, "i")
-						return err
-					}
-				}
-			}
 			var wg sync.WaitGroup
 			for name, fn := range calls {
 				wg.Go(func() {

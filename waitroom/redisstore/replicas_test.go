@@ -139,15 +139,11 @@ func TestConformanceHACluster(t *testing.T) {
 	client := haClient(t)
 	for _, shards := range []int{0, 3} {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
-			storetest.Run(t, storetest.Harness{
-				Store: func(t *testing.T) waitroom.Store {
-					s := newStore(t, client, ackConfig()).(*redisstore.Store)
-					t.Cleanup(func() { s.Close() })
-					return s
-				},
-				Advance:     func(t *testing.T, d time.Duration) { time.Sleep(d) },
-				QueueShards: shards,
-			})
+			storetest.Exercise(t, func(t *testing.T) waitroom.Store {
+				s := newStore(t, client, ackConfig()).(*redisstore.Store)
+				t.Cleanup(func() { s.Close() })
+				return s
+			}, storetest.WithQueueShards(shards))
 		})
 	}
 }

@@ -216,23 +216,6 @@ end
 return out
 `)
 
-// leaderScript elects the instance that runs naive admission this tick:
-// KEYS leader; ARGV instance, ttl_ms. The key is taken when free and
-// renewed by its holder, so a live leader keeps leading and a dead one is
-// replaced once the key expires. Returns 1 when ARGV[1] leads.
-var leaderScript = newScript(`
-local cur = redis.call('GET', KEYS[1])
-if not cur then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-if cur == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-`)
-
 // statsScript returns {capacity, active, waiting, oldest_wait_ms, away,
 // counter, value, ...}, where oldest_wait_ms is how long the head of the
 // queue has waited (-1 when nobody waits or the head's join time is

@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every waitroom.Store must
-// pass. An adapter's tests call Run with a Harness that makes fresh stores
-// and moves the store's clock forward.
+// pass. An adapter's tests call Exercise with a function that opens the
+// store under test (and options: a clock the suite can move, sharded
+// rooms), or Run with a Harness.
 package storetest
 
 import (
@@ -27,12 +28,38 @@ type Harness struct {
 	// QueueShards is the RoomConfig.QueueShards of every room the suite
 	// creates (0: one queue). A sharded room must behave as a room of one
 	// queue, except that its sequence numbers are its own, an admission
-	// pass takes several round trips, and only the atomic mode admits.
+	// pass takes several round trips.
 	QueueShards int
 }
 
 // sharded reports whether the harness's rooms have several queue shards.
 func (h Harness) sharded() bool { return h.QueueShards > 1 }
+
+// Option changes how Exercise runs the suite.
+type Option func(*Harness)
+
+// WithAdvance moves the store's clock forward by at least d; without it
+// the suite sleeps (right for a real server).
+func WithAdvance(advance func(t *testing.T, d time.Duration)) Option {
+	return func(h *Harness) { h.Advance = advance }
+}
+
+// WithQueueShards gives every room the suite creates n queue shards
+// (Harness.QueueShards).
+func WithQueueShards(n int) Option {
+	return func(h *Harness) { h.QueueShards = n }
+}
+
+// Exercise runs the suite on the stores open returns, one subtest per
+// behaviour. Rooms are named uniquely per test, so open may return one
+// shared store.
+func Exercise(t *testing.T, open func(t *testing.T) waitroom.Store, opts ...Option) {
+	h := Harness{Store: open, Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) }}
+	for _, o := range opts {
+		o(&h)
+	}
+	Run(t, h)
+}
 
 // Run runs the suite.
 func Run(t *testing.T, h Harness) {
@@ -47,8 +74,7 @@ func Run(t *testing.T, h Harness) {
 		{"LeaveWaitingAndAdmitted", testLeave},
 		{"LeaseExpiryReclaimsSlots", testLeaseExpiry},
 		{"RunOutLeaseReadsExpiredBeforeAnyPass", testSettleOnRead},
-		{"EveryModeAdmitsInOrderWhenAlone", testModesAlone},
-		{"LeaderSkipsWhenAnotherLeads", testLeaderSkips},
+		{"AdmitsInOrderWhenAlone", testAdmitsInOrderWhenAlone},
 		{"ConcurrentAtomicNeverOverCapacity", testConcurrentAtomic},
 		{"PingAndOldestWait", testPingAndOldestWait},
 		{"UpdateConfigChangesOnlyNamedFields", testUpdateConfig},
@@ -84,17 +110,6 @@ func newRoom(t *testing.T, h Harness, s waitroom.Store, capacity int, lease time
 		t.Cleanup(func() { _ = d.DeleteRoom(context.Background(), room) })
 	}
 	return room
-}
-
-// labAdmit runs one pass in mode, skipping the test when s is no
-// waitroom.LabStore.
-func labAdmit(t *testing.T, s waitroom.Store, ctx context.Context, room string, mode waitroom.Mode, instance string) (waitroom.AdmitResult, error) {
-	t.Helper()
-	lab, ok := s.(waitroom.LabStore)
-	if !ok {
-		t.Skipf("%T is no LabStore", s)
-	}
-	return lab.AdmitMode(ctx, room, mode, instance)
 }
 
 // newRoomWith configures a uniquely named room of capacity with a one-minute
@@ -375,62 +390,24 @@ func testSettleOnRead(t *testing.T, h Harness) {
 	}
 }
 
-func testModesAlone(t *testing.T, h Harness) {
-	for _, mode := range waitroom.Modes() {
-		t.Run(string(mode), func(t *testing.T) {
-			if h.sharded() && mode != waitroom.ModeAtomic {
-				t.Skipf("a sharded room admits atomically only; %s is a lab mode of one-queue rooms", mode)
-			}
-			s := h.Store(t)
-			ctx := context.Background()
-			room := newRoom(t, h, s, 3, time.Minute)
-			us := users(5)
-			join(t, s, room, us...)
-			res, err := labAdmit(t, s, ctx, room, mode, "only")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(res.Admitted, us[:3]) {
-				t.Fatalf("%s admitted %v, want %v", mode, res.Admitted, us[:3])
-			}
-			if len(res.AdmittedAt) != len(res.Admitted) || res.AdmittedAt[0].IsZero() {
-				t.Fatalf("%s: AdmittedAt = %v, want one store time per admitted user", mode, res.AdmittedAt)
-			}
-			if st := checkAccounting(t, s, room); st.Active != 3 || st.Waiting != 2 {
-				t.Fatalf("stats = %+v", st)
-			}
-		})
-	}
-}
-
-func testLeaderSkips(t *testing.T, h Harness) {
-	if h.sharded() {
-		t.Skip("a sharded room admits atomically only; the leader mode is a lab mode of one-queue rooms")
-	}
+func testAdmitsInOrderWhenAlone(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
-	room := newRoom(t, h, s, 10, time.Minute)
-	join(t, s, room, users(4)...)
-	first, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "a")
-	if err != nil || first.Skipped || len(first.Admitted) != 4 {
-		t.Fatalf("first instance = %+v, %v; want it to lead and admit 4", first, err)
+	room := newRoom(t, h, s, 3, time.Minute)
+	us := users(5)
+	join(t, s, room, us...)
+	res, err := s.Admit(ctx, room)
+	if err != nil {
+		t.Fatal(err)
 	}
-	second, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "b")
-	if err != nil || !second.Skipped {
-		t.Fatalf("second instance in the same tick = %+v, %v; want skipped", second, err)
+	if !slices.Equal(res.Admitted, us[:3]) {
+		t.Fatalf("admitted %v, want %v", res.Admitted, us[:3])
 	}
-	join(t, s, room, "late")
-	again, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "a")
-	if err != nil || again.Skipped || len(again.Admitted) != 1 {
-		t.Fatalf("the leader's next pass = %+v, %v; want it to keep leading and admit the late user", again, err)
+	if len(res.AdmittedAt) != len(res.Admitted) || res.AdmittedAt[0].IsZero() {
+		t.Fatalf("AdmittedAt = %v, want one store time per admitted user", res.AdmittedAt)
 	}
-	// When the leader stops renewing, another instance takes over after
-	// the key's lifetime (two admit intervals).
-	h.Advance(t, 3*waitroom.DefaultRoomConfig().AdmitInterval)
-	join(t, s, room, "later")
-	took, err := labAdmit(t, s, ctx, room, waitroom.ModeLeader, "b")
-	if err != nil || took.Skipped || len(took.Admitted) != 1 {
-		t.Fatalf("after the leader went quiet, b = %+v, %v; want b to lead", took, err)
+	if st := checkAccounting(t, s, room); st.Active != 3 || st.Waiting != 2 {
+		t.Fatalf("stats = %+v", st)
 	}
 }
 

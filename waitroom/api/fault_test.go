@@ -1,4 +1,4 @@
-package waitroom_test
+package api_test
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -37,9 +38,9 @@ var faultSecret = []byte("fault-test-secret-0123456789abcdef0123456789")
 
 // faultStart runs one waiting-room instance on store behind an httptest
 // server. Both are closed when the test ends (closing twice is harmless).
-func faultStart(t *testing.T, store waitroom.Store, instance string, onPass func(string, waitroom.Mode, time.Duration, waitroom.AdmitResult, error)) (*waitroom.Server, *httptest.Server) {
+func faultStart(t *testing.T, store waitroom.Store, instance string, onPass func(string, waitroom.Mode, time.Duration, waitroom.AdmitResult, error)) (*running, *httptest.Server) {
 	t.Helper()
-	opts := waitroom.DefaultServerOptions()
+	opts := api.DefaultConfig()
 	opts.AllowUnsignedUsers = true // these tests join as named users
 	opts.Instance = instance
 	opts.Immediate = true
@@ -47,7 +48,7 @@ func faultStart(t *testing.T, store waitroom.Store, instance string, onPass func
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.RoomRefresh = 50 * time.Millisecond
 	opts.OnPass = onPass
-	srv, err := waitroom.NewServer(context.Background(), store, opts)
+	srv, err := startServer(t, context.Background(), store, opts)
 	if err != nil {
 		t.Fatalf("NewServer(%s): %v", instance, err)
 	}
@@ -65,7 +66,7 @@ func faultStart(t *testing.T, store waitroom.Store, instance string, onPass func
 func faultHTTPClient(t *testing.T) *http.Client {
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: apitest.New(t, waitroom.OpenAPI()).Transport(t, tr), Timeout: 10 * time.Second}
+	return &http.Client{Transport: apitest.New(t, api.OpenAPI()).Transport(t, tr), Timeout: 10 * time.Second}
 }
 
 func faultRand() string {
@@ -460,7 +461,7 @@ func TestRedisOutageAnswers503AndRecovers(t *testing.T) {
 type faultInstance struct {
 	name   string
 	client *redis.Client
-	srv    *waitroom.Server
+	srv    *running
 	ts     *httptest.Server
 	url    string
 	// served counts successful joins answered; unavailable counts 503s.

@@ -1,4 +1,4 @@
-package waitroom_test
+package api_test
 
 import (
 	"encoding/json"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -44,7 +45,7 @@ type abuseEnv struct {
 	clock *fakeClock
 }
 
-func newAbuseEnv(t *testing.T, limit waitroom.JoinLimitConfig) *abuseEnv {
+func newAbuseEnv(t *testing.T, limit api.JoinLimitConfig) *abuseEnv {
 	t.Helper()
 	store := redisstore.New(miniBackend(t).client)
 	scfg := waitroom.DefaultServiceConfig()
@@ -58,14 +59,14 @@ func newAbuseEnv(t *testing.T, limit waitroom.JoinLimitConfig) *abuseEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := waitroom.DefaultHandlerConfig()
+	cfg := api.DefaultHandlerConfig()
 	cfg.AdminToken, cfg.Logger, cfg.Now, cfg.JoinLimit = adminToken, slog.New(slog.DiscardHandler), clock.Now, limit
 	cfg.AllowUnsignedUsers = true // these tests name their users; identity has its own tests
-	h, err := waitroom.NewHandler(svc, signer, cfg, nil)
+	h, err := api.NewHandler(svc, signer, cfg, nil)
 	if err != nil {
 		t.Fatalf("NewHandler: %v", err)
 	}
-	return &abuseEnv{h: h, api: apitest.New(t, waitroom.OpenAPI()), clock: clock}
+	return &abuseEnv{h: h, api: apitest.New(t, api.OpenAPI()), clock: clock}
 }
 
 // do sends one request from peer (host:port) with extra headers.
@@ -105,7 +106,7 @@ func (e *abuseEnv) room(t *testing.T, body string) string {
 
 func TestJoinRateLimit(t *testing.T) {
 	proxy := netip.MustParsePrefix("10.0.0.0/8")
-	e := newAbuseEnv(t, waitroom.JoinLimitConfig{Rate: 0.5, Burst: 3, MaxClients: 100, TrustedProxies: []netip.Prefix{proxy}})
+	e := newAbuseEnv(t, api.JoinLimitConfig{Rate: 0.5, Burst: 3, MaxClients: 100, TrustedProxies: []netip.Prefix{proxy}})
 	room := e.room(t, `{"capacity":5}`)
 	join := func(peer, xff string, n int) answer {
 		hdr := map[string]string{}
@@ -177,7 +178,7 @@ func TestJoinRateLimit(t *testing.T) {
 }
 
 func TestJoinLimitMemoryBounded(t *testing.T) {
-	e := newAbuseEnv(t, waitroom.JoinLimitConfig{Rate: 0.001, Burst: 1, MaxClients: 2})
+	e := newAbuseEnv(t, api.JoinLimitConfig{Rate: 0.001, Burst: 1, MaxClients: 2})
 	room := e.room(t, `{"capacity":5}`)
 	join := func(peer string, n int) int {
 		return e.do(t, "POST", "/v1/rooms/"+room+"/tickets", `{"user_id":"m`+strconv.Itoa(n)+`"}`, peer, nil).status
@@ -196,35 +197,35 @@ func TestJoinLimitMemoryBounded(t *testing.T) {
 }
 
 func TestJoinLimitConfigValidate(t *testing.T) {
-	for field, c := range map[string]waitroom.JoinLimitConfig{
-		"Rate":       {Rate: -1},
-		"Burst":      {Rate: 1, Burst: 0, MaxClients: 1},
-		"MaxClients": {Rate: 1, Burst: 1},
+	for field, c := range map[string]api.JoinLimitConfig{
+		"join_rate":    {Rate: -1},
+		"join_burst":   {Rate: 1, Burst: 0, MaxClients: 1},
+		"join_clients": {Rate: 1, Burst: 1},
 	} {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%+v: %v, want an error naming %s", c, err, field)
 		}
 	}
-	if err := waitroom.DefaultJoinLimitConfig().Validate(); err != nil {
+	if err := api.DefaultJoinLimitConfig().Validate(); err != nil {
 		t.Errorf("default: %v", err)
 	}
-	got, err := waitroom.ParseTrustedProxies(" 10.0.0.0/8, 192.0.2.1,::1 ,")
+	got, err := api.ParseTrustedProxies(" 10.0.0.0/8, 192.0.2.1,::1 ,")
 	if err != nil || len(got) != 3 || got[1].String() != "192.0.2.1/32" || got[2].String() != "::1/128" {
 		t.Errorf("ParseTrustedProxies = %v, %v", got, err)
 	}
-	if _, err := waitroom.ParseTrustedProxies("10.0.0.0/33"); err == nil {
+	if _, err := api.ParseTrustedProxies("10.0.0.0/33"); err == nil {
 		t.Error("ParseTrustedProxies accepted /33")
 	}
-	cfg := waitroom.DefaultHandlerConfig()
+	cfg := api.DefaultHandlerConfig()
 	cfg.AdminToken = adminToken
 	cfg.JoinLimit.Rate = 1
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "JoinLimit.Burst") {
-		t.Errorf("handler config with a bad limit: %v, want one naming JoinLimit.Burst", err)
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "join_burst") {
+		t.Errorf("handler config with a bad limit: %v, want one naming join_burst", err)
 	}
-	cfg = waitroom.DefaultHandlerConfig()
+	cfg = api.DefaultHandlerConfig()
 	cfg.AdminToken, cfg.OnAdmit = adminToken, "//evil.example/x"
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "OnAdmit") {
-		t.Errorf("OnAdmit //evil: %v, want an error naming OnAdmit", err)
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "on_admit") {
+		t.Errorf("OnAdmit //evil: %v, want an error naming on_admit", err)
 	}
 }
 
@@ -242,7 +243,7 @@ func solve(t testing.TB, challenge string, difficulty int) string {
 }
 
 func TestProofOfWork(t *testing.T) {
-	e := newAbuseEnv(t, waitroom.JoinLimitConfig{})
+	e := newAbuseEnv(t, api.JoinLimitConfig{})
 	const bits = 10
 	room := e.room(t, `{"capacity":5,"pow_difficulty":10}`)
 	other := e.room(t, `{"capacity":5,"pow_difficulty":10}`)
@@ -373,7 +374,7 @@ func FuzzParseChallenge(f *testing.F) {
 
 // TestChallengeNotFound: an unknown room has no challenge.
 func TestChallengeNotFound(t *testing.T) {
-	e := newAbuseEnv(t, waitroom.JoinLimitConfig{})
+	e := newAbuseEnv(t, api.JoinLimitConfig{})
 	if a := e.do(t, "GET", "/v1/rooms/nope/challenge", "", "192.0.2.1:1", nil); a.status != http.StatusNotFound {
 		t.Errorf("challenge of an unknown room = %d %s", a.status, a.raw)
 	}

@@ -1,4 +1,4 @@
-package waitroom_test
+package api_test
 
 import (
 	"net/http"
@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 )
 
 // identityFuzzEnv is one handler-only server for a fuzz target, with a room.
 func identityFuzzEnv(f *testing.F) (*env, string) {
-	e := newEnvWith(f, miniBackend(f), false, func(o *waitroom.ServerOptions) {
+	e := newEnvWith(f, miniBackend(f), false, func(o *api.Config) {
 		o.AllowUnsignedUsers = false
 		o.SiteSecret, o.CheckoutKey = siteSecret, checkoutKey
 	})

@@ -1,4 +1,4 @@
-package waitroom_test
+package api_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-lab/stampede/internal/testenv"
-	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -124,12 +124,12 @@ func scaleJoins(b *testing.B, n int) {
 		if store == nil {
 			store = s
 		}
-		so := waitroom.DefaultServerOptions()
+		so := api.DefaultConfig()
 		so.AllowUnsignedUsers = true // the clients join as named users
 		so.Instance = fmt.Sprintf("scale-%d-%s", i, faultRand())
 		so.Secret, so.AdminToken = secret, admin
 		so.Logger = slog.New(slog.DiscardHandler)
-		srv, err := waitroom.NewServer(ctx, s, so)
+		srv, err := startServer(b, ctx, s, so)
 		if err != nil {
 			b.Fatalf("NewServer: %v", err)
 		}

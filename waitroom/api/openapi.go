@@ -1,4 +1,4 @@
-package waitroom
+package api
 
 import (
 	_ "embed"

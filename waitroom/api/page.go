@@ -1,4 +1,4 @@
-package waitroom
+package api
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // pageSource is the waiting page: an html/template with one inline style
@@ -190,7 +191,7 @@ type pageData struct {
 
 // renderPage writes the waiting page for room (with its configuration
 // when known) in lang, with its Content-Security-Policy.
-func (h *handler) renderPage(w http.ResponseWriter, r *http.Request, room string, cfg *RoomConfig, status int) {
+func (h *handler) renderPage(w http.ResponseWriter, r *http.Request, room string, cfg *waitroom.RoomConfig, status int) {
 	lang := PageLang(r)
 	var nonceRaw [16]byte
 	rand.Read(nonceRaw[:])
@@ -215,9 +216,9 @@ func (h *handler) renderPage(w http.ResponseWriter, r *http.Request, room string
 		if lang == LangKorean && t.TextKO != "" || t.TextEN == "" {
 			d.Text = t.TextKO
 		}
-		if t.LogoURL != "" && validLogoURL(t.LogoURL) == nil {
+		if t.LogoURL != "" && waitroom.ValidLogoURL(t.LogoURL) == nil {
 			d.LogoURL = t.LogoURL
-			imgSrc = logoOrigin(t.LogoURL)
+			imgSrc = waitroom.LogoOrigin(t.LogoURL)
 		}
 	}
 	var buf bytes.Buffer
@@ -252,7 +253,7 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 	}
 	cfg, err := h.svc.RoomConfig(r.Context(), room)
 	switch {
-	case errors.Is(err, ErrNoRoom):
+	case errors.Is(err, waitroom.ErrNoRoom):
 		h.renderPage(w, r, room, nil, http.StatusNotFound)
 	case err != nil:
 		h.cfg.Logger.Warn("waitroom: reading the room for its page failed; serving it plain", "room", room, "err", err)

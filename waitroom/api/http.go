@@ -1,4 +1,4 @@
-package waitroom
+package api
 
 import (
 	"bytes"
@@ -15,7 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // HandlerConfig configures the HTTP handler made by NewHandler.
@@ -37,7 +39,7 @@ type HandlerConfig struct {
 	JoinLimit JoinLimitConfig
 	// PoW configures the proof-of-work challenges of rooms that ask for
 	// one (RoomConfig.PoWDifficulty).
-	PoW PoWConfig
+	PoW waitroom.PoWConfig
 	// OnAdmit, when set, is a same-origin path the waiting page POSTs to
 	// once its holder is admitted, then follows the answer's redirect
 	// (the gate's hook: it sets an admission cookie). Empty: the page
@@ -61,7 +63,7 @@ type HandlerConfig struct {
 	// Admissions signs the admission tokens (JWTs) and serves their
 	// public keys; nil means keys derived from the ticket signer's secret
 	// with DefaultKeyEpoch.
-	Admissions *AdmissionSigner
+	Admissions *waitroom.AdmissionSigner
 }
 
 // minAdminTokenLen is the shortest admin token accepted.
@@ -72,52 +74,51 @@ const minAdminTokenLen = 16
 // DefaultPoWConfig. AdminToken is empty and must be set.
 func DefaultHandlerConfig() HandlerConfig {
 	return HandlerConfig{TicketTTL: 24 * time.Hour, MaxBody: 4096, Logger: slog.Default(),
-		JoinLimit: JoinLimitConfig{MaxClients: DefaultJoinLimitConfig().MaxClients}, PoW: DefaultPoWConfig()}
+		JoinLimit: JoinLimitConfig{MaxClients: DefaultJoinLimitConfig().MaxClients}, PoW: waitroom.DefaultPoWConfig()}
 }
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field by its snake_case name, the
+// words of the `serve waitroom` flag that sets it (admin_token,
+// checkout_key, join_rate, ...).
 func (c HandlerConfig) Validate() error {
-	switch {
-	case len(c.AdminToken) < minAdminTokenLen:
-		return fieldError("AdminToken", "must be at least %d bytes, got %d", minAdminTokenLen, len(c.AdminToken))
-	case c.TicketTTL < time.Second:
-		return fieldError("TicketTTL", "must be at least 1s, got %s", c.TicketTTL)
-	case c.MaxBody < 64:
-		return fieldError("MaxBody", "must be at least 64 bytes, got %d", c.MaxBody)
-	case len(c.SiteSecret) > 0 && len(c.SiteSecret) < minSecretLen:
-		return fieldError("SiteSecret", "must be empty or at least %d bytes, got %d", minSecretLen, len(c.SiteSecret))
-	case c.CheckoutKey != "" && len(c.CheckoutKey) < minAdminTokenLen:
-		return fieldError("CheckoutKey", "must be empty or at least %d bytes, got %d", minAdminTokenLen, len(c.CheckoutKey))
-	case c.OnAdmit != "" && (!strings.HasPrefix(c.OnAdmit, "/") || strings.HasPrefix(c.OnAdmit, "//") ||
-		strings.ContainsAny(c.OnAdmit, "\\\"'<> \t\r\n")):
-		return fieldError("OnAdmit", "must be a same-origin path starting with one '/', got %q", c.OnAdmit)
+	var f stampede.Fields
+	if len(c.AdminToken) < minAdminTokenLen {
+		f.Add("admin_token", "must be at least %d bytes, got %d", minAdminTokenLen, len(c.AdminToken))
 	}
-	if err := c.JoinLimit.Validate(); err != nil {
-		e := err.(*Error)
-		e.Field = "JoinLimit." + e.Field
-		return e
+	if c.TicketTTL < time.Second {
+		f.Add("ticket_ttl", "must be at least 1s, got %s", c.TicketTTL)
 	}
-	if err := c.PoW.Validate(); err != nil {
-		e := err.(*Error)
-		e.Field = "PoW." + e.Field
-		return e
+	if c.MaxBody < 64 {
+		f.Add("max_body", "must be at least 64 bytes, got %d", c.MaxBody)
 	}
-	return nil
+	if len(c.SiteSecret) > 0 && len(c.SiteSecret) < waitroom.MinSecretLen {
+		f.Add("site_secret", "must be empty or at least %d bytes, got %d", waitroom.MinSecretLen, len(c.SiteSecret))
+	}
+	if c.CheckoutKey != "" && len(c.CheckoutKey) < minAdminTokenLen {
+		f.Add("checkout_key", "must be empty or at least %d bytes, got %d", minAdminTokenLen, len(c.CheckoutKey))
+	}
+	if c.OnAdmit != "" && (!strings.HasPrefix(c.OnAdmit, "/") || strings.HasPrefix(c.OnAdmit, "//") ||
+		strings.ContainsAny(c.OnAdmit, "\\\"'<> \t\r\n")) {
+		f.Add("on_admit", "must be a same-origin path starting with one '/', got %q", c.OnAdmit)
+	}
+	f.Check("", c.JoinLimit.Validate())
+	f.Check("pow", c.PoW.Validate())
+	return f.Err()
 }
 
 // handler serves the waiting room's HTTP API and its waiting page, on an
 // httpapi.API that adds /healthz, /readyz, /metrics and /openapi.json.
 type handler struct {
-	svc       *Service
-	signer    *Signer
+	svc       *waitroom.Service
+	signer    *waitroom.Signer
 	cfg       HandlerConfig
 	api       *httpapi.API
 	adminHash [sha256.Size]byte
 	limiter   *joinLimiter // nil: no join limit
-	pow       *powIssuer
+	pow       *waitroom.PoWIssuer
 	// checkoutHash is the SHA-256 of CheckoutKey; zero when it is empty.
 	checkoutHash [sha256.Size]byte
-	admissions   *AdmissionSigner
+	admissions   *waitroom.AdmissionSigner
 }
 
 // NewHandler returns the waiting room's HTTP handler:
@@ -150,13 +151,13 @@ type handler struct {
 // that reads every room's gauges from the store at scrape time; nil means
 // a new registry holding only those. A registry serves at most one
 // handler. To expose the admission counters too, register NewMetrics on
-// the same registry and set ServiceConfig.OnPass to its OnPass (NewServer
+// the same registry and set ServiceConfig.OnPass to its OnPass (New
 // does all of this).
-func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus.Registry) (http.Handler, error) {
+func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfig, reg *prometheus.Registry) (http.Handler, error) {
 	if svc == nil {
 		return nil, fieldError("svc", "must not be nil")
 	}
-	if err := signer.ready(); err != nil {
+	if err := signer.Ready(); err != nil {
 		return nil, fieldError("signer", "must be made by NewSigner")
 	}
 	if cfg.Logger == nil {
@@ -171,7 +172,7 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	if err := reg.Register(newRoomCollector(svc, cfg.Logger)); err != nil {
+	if err := reg.Register(waitroom.NewRoomCollector(svc, cfg.Logger)); err != nil {
 		return nil, fmt.Errorf("waitroom: registering the room gauges: %w (use one registry per handler)", err)
 	}
 	api, err := httpapi.New(httpapi.Config{
@@ -180,14 +181,14 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 	if err != nil {
 		return nil, err
 	}
-	api.AddCheck(httpapi.Check{Name: "redis", Ping: svc.store.Ping})
+	api.AddCheck(httpapi.Check{Name: "redis", Ping: svc.Ping})
 	if cfg.Admissions == nil {
-		if cfg.Admissions, err = NewAdmissionSigner(KeySpec{Secret: signer.key, Epoch: DefaultKeyEpoch}, nil, signer.now); err != nil {
+		if cfg.Admissions, err = waitroom.NewAdmissionSigner(waitroom.KeySpec{Secret: signer.Secret(), Epoch: waitroom.DefaultKeyEpoch}, nil, signer.Now); err != nil {
 			return nil, err
 		}
 	}
 	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken)), admissions: cfg.Admissions,
-		pow: newPoWIssuer(signer.key, cfg.PoW, cfg.Now)}
+		pow: waitroom.NewPoWIssuer(signer.Secret(), cfg.PoW, cfg.Now)}
 	if cfg.CheckoutKey != "" {
 		h.checkoutHash = sha256.Sum256([]byte(cfg.CheckoutKey))
 	}
@@ -221,7 +222,7 @@ func NewHandler(svc *Service, signer *Signer, cfg HandlerConfig, reg *prometheus
 		http.MethodPost: h.doneAdmission,
 	})
 	api.Handle("/.well-known/jwks.json", httpapi.Methods{
-		http.MethodGet: h.admissions.serveJWKS,
+		http.MethodGet: h.serveJWKS,
 	})
 	api.HandleHTTP("/rooms/{room}", map[string]http.Handler{
 		http.MethodGet: http.HandlerFunc(h.page),
@@ -241,7 +242,7 @@ func (h *handler) decodeJSON(w http.ResponseWriter, r *http.Request, dst any, al
 // roomParam returns the validated {room} of the path.
 func roomParam(r *http.Request) (string, error) {
 	room := r.PathValue("room")
-	return room, ValidateRoom(room)
+	return room, waitroom.ValidateRoom(room)
 }
 
 // ticketParams returns the validated {room} and {user} of the path.
@@ -250,7 +251,7 @@ func ticketParams(r *http.Request) (room, user string, err error) {
 		return "", "", err
 	}
 	user = r.PathValue("user")
-	return room, user, ValidateUser(user)
+	return room, user, waitroom.ValidateUser(user)
 }
 
 // bearer returns the request's bearer token, or an unauthorized error
@@ -259,7 +260,7 @@ func bearer(r *http.Request, what string) (string, error) {
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
 	if h == "" || !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return "", &Error{Code: CodeUnauthorized, Message: fmt.Sprintf("missing Authorization: Bearer <%s>", what)}
+		return "", &waitroom.Error{Code: waitroom.CodeUnauthorized, Message: fmt.Sprintf("missing Authorization: Bearer <%s>", what)}
 	}
 	return strings.TrimSpace(token), nil
 }
@@ -273,7 +274,7 @@ func (h *handler) authAdmin(r *http.Request) error {
 	}
 	got := sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(got[:], h.adminHash[:]) != 1 {
-		return &Error{Code: CodeUnauthorized, Message: "admin token invalid"}
+		return &waitroom.Error{Code: waitroom.CodeUnauthorized, Message: "admin token invalid"}
 	}
 	return nil
 }
@@ -285,12 +286,12 @@ func (h *handler) authTicket(r *http.Request, room, user string) error {
 	if err != nil {
 		return err
 	}
-	c, err := h.signer.Verify(token, TicketToken)
+	c, err := h.signer.Verify(token, waitroom.TicketToken)
 	if err != nil {
 		return err
 	}
 	if c.Room != room || c.User != user {
-		return &Error{Code: CodeForbidden, Message: "the ticket token is for another user or room"}
+		return &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another user or room"}
 	}
 	return nil
 }
@@ -313,13 +314,13 @@ type roomConfigJSON struct {
 	RetentionSeconds    float64 `json:"retention_seconds"`
 	PoWDifficulty       int     `json:"pow_difficulty"`
 	// Template is null when the room has none.
-	Template *RoomTemplate `json:"template"`
+	Template *waitroom.RoomTemplate `json:"template"`
 	// QueueShards: see RoomConfig.QueueShards.
 	QueueShards int `json:"queue_shards"`
 }
 
 // configView shows cfg.
-func configView(room string, cfg RoomConfig) roomConfigJSON {
+func configView(room string, cfg waitroom.RoomConfig) roomConfigJSON {
 	v := roomConfigJSON{
 		Room: room, Capacity: cfg.Capacity, LeaseSeconds: cfg.Lease.Seconds(),
 		AdmitIntervalMS: cfg.AdmitInterval.Milliseconds(), MaxAdmissionsPerMinute: cfg.MaxAdmissionsPerMinute,
@@ -370,7 +371,7 @@ func (b *roomConfigBody) present() []string {
 	var out []string
 	for i, r := range b.raw() {
 		if len(r) > 0 {
-			out = append(out, RoomConfigFields[i])
+			out = append(out, waitroom.RoomConfigFields[i])
 		}
 	}
 	if len(b.QueueShards) > 0 {
@@ -394,7 +395,7 @@ func seconds(field string, r json.RawMessage, lo, hi float64) (time.Duration, er
 
 // apply sets the fields the body names on cfg, checking each one's type
 // and range.
-func (b *roomConfigBody) apply(cfg *RoomConfig) error {
+func (b *roomConfigBody) apply(cfg *waitroom.RoomConfig) error {
 	integer := func(field string, r json.RawMessage, lo, hi int64) (int64, error) {
 		var v int64
 		if err := json.Unmarshal(r, &v); err != nil || string(r) == "null" {
@@ -466,17 +467,17 @@ func (b *roomConfigBody) apply(cfg *RoomConfig) error {
 	}
 	if r := b.PoWDifficulty; err == nil && len(r) > 0 {
 		var n int64
-		n, err = integer("pow_difficulty", r, 0, MaxPoWDifficulty)
+		n, err = integer("pow_difficulty", r, 0, waitroom.MaxPoWDifficulty)
 		cfg.PoWDifficulty = int(n)
 	}
 	if r := b.QueueShards; err == nil && len(r) > 0 {
 		var n int64
-		n, err = integer("queue_shards", r, 0, MaxQueueShards)
+		n, err = integer("queue_shards", r, 0, waitroom.MaxQueueShards)
 		cfg.QueueShards = int(n)
 	}
 	if r := b.Template; err == nil && len(r) > 0 {
 		// null and {} both mean no template.
-		var t RoomTemplate
+		var t waitroom.RoomTemplate
 		if string(r) != "null" {
 			dec := json.NewDecoder(bytes.NewReader(r))
 			dec.DisallowUnknownFields()
@@ -498,7 +499,7 @@ func (b *roomConfigBody) apply(cfg *RoomConfig) error {
 }
 
 // roomConfigAllowed lists the configuration fields for error messages.
-var roomConfigAllowed = `"` + strings.Join(RoomConfigFields, `", "`) + `"`
+var roomConfigAllowed = `"` + strings.Join(waitroom.RoomConfigFields, `", "`) + `"`
 
 // putRoom creates a room or replaces its configuration: the body must
 // name every field (a missing one would otherwise silently reset).
@@ -517,14 +518,14 @@ func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 	var missing []string
 	for i, raw := range body.raw() {
 		if len(raw) == 0 {
-			missing = append(missing, RoomConfigFields[i])
+			missing = append(missing, waitroom.RoomConfigFields[i])
 		}
 	}
 	if len(missing) > 0 {
-		return &Error{Code: CodeInvalid, Field: missing[0], Extra: map[string]any{"missing_fields": missing},
+		return &waitroom.Error{Code: waitroom.CodeInvalid, Field: missing[0], Extra: map[string]any{"missing_fields": missing},
 			Message: fmt.Sprintf("PUT needs the complete configuration; missing: %s (PATCH changes single fields)", strings.Join(missing, ", "))}
 	}
-	cfg := DefaultRoomConfig()
+	cfg := waitroom.DefaultRoomConfig()
 	if err := body.apply(&cfg); err != nil {
 		return err
 	}
@@ -586,7 +587,7 @@ func (h *handler) listRooms(w http.ResponseWriter, r *http.Request) error {
 	}{Rooms: []roomConfigJSON{}}
 	for _, name := range names {
 		cfg, err := h.svc.RoomConfig(r.Context(), name)
-		if errors.Is(err, ErrNoRoom) {
+		if errors.Is(err, waitroom.ErrNoRoom) {
 			continue // deleted meanwhile
 		}
 		if err != nil {
@@ -651,9 +652,9 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 
 // ticketJSON is a ticket as the API shows it.
 type ticketJSON struct {
-	Room   string `json:"room"`
-	UserID string `json:"user_id"`
-	State  State  `json:"state"`
+	Room   string         `json:"room"`
+	UserID string         `json:"user_id"`
+	State  waitroom.State `json:"state"`
 	// Position is null unless waiting.
 	Position *int64 `json:"position"`
 	// ETASeconds is null unless waiting with a measured admission rate;
@@ -668,11 +669,11 @@ type ticketJSON struct {
 }
 
 // ticketView shows t with the service's wait estimate.
-func (h *handler) ticketView(t Ticket) ticketJSON {
+func (h *handler) ticketView(t waitroom.Ticket) ticketJSON {
 	eta, poll := h.svc.Estimate(t)
 	v := ticketJSON{Room: t.Room, UserID: t.User, State: t.State, PollAfterMS: poll.Milliseconds()}
 	switch t.State {
-	case StateWaiting:
+	case waitroom.StateWaiting:
 		if t.Position >= 0 {
 			pos := t.Position
 			v.Position = &pos
@@ -681,10 +682,10 @@ func (h *handler) ticketView(t Ticket) ticketJSON {
 			s := math.Round(eta.Seconds()*10) / 10
 			v.ETASeconds = &s
 		}
-	case StateAdmitted:
+	case waitroom.StateAdmitted:
 		zero := 0.0
 		v.ETASeconds = &zero
-	case StateClosed:
+	case waitroom.StateClosed:
 		v.Message = t.Message
 	}
 	return v
@@ -714,12 +715,12 @@ func (h *handler) joinUser(r *http.Request, room string, body joinBody) (user st
 		if err != nil {
 			return "", false, err
 		}
-		c, err := h.signer.Verify(token, TicketToken)
+		c, err := h.signer.Verify(token, waitroom.TicketToken)
 		if err != nil {
 			return "", false, err
 		}
 		if c.Room != room {
-			return "", false, &Error{Code: CodeForbidden, Message: "the ticket token is for another room"}
+			return "", false, &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another room"}
 		}
 		tokenUser = c.User
 	}
@@ -730,14 +731,14 @@ func (h *handler) joinUser(r *http.Request, room string, body joinBody) (user st
 		if tokenUser != "" {
 			return tokenUser, true, nil
 		}
-		return AnonymousID(), false, nil
+		return waitroom.AnonymousID(), false, nil
 	}
 	user = *body.UserID
-	if err := ValidateUser(user); err != nil {
+	if err := waitroom.ValidateUser(user); err != nil {
 		return "", false, err
 	}
 	if tokenUser != "" && tokenUser != user {
-		return "", false, &Error{Code: CodeForbidden, Message: "the ticket token is for another user"}
+		return "", false, &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another user"}
 	}
 	switch {
 	case body.UserSig != nil || body.UserExpires != nil:
@@ -747,15 +748,15 @@ func (h *handler) joinUser(r *http.Request, room string, body joinBody) (user st
 		if body.UserExpires == nil {
 			return "", false, fieldError("user_expires", "is required with user_sig")
 		}
-		if err := VerifyUser(h.cfg.SiteSecret, room, user, *body.UserSig, *body.UserExpires, h.signer.now()); err != nil {
+		if err := waitroom.VerifyUser(h.cfg.SiteSecret, room, user, *body.UserSig, *body.UserExpires, h.signer.Now()); err != nil {
 			return "", false, err
 		}
 	case tokenUser != "":
-	case strings.HasPrefix(user, anonPrefix):
-		return "", false, &Error{Code: CodeForbidden, Field: "user_id",
+	case strings.HasPrefix(user, waitroom.AnonPrefix):
+		return "", false, &waitroom.Error{Code: waitroom.CodeForbidden, Field: "user_id",
 			Message: "anon- ids are assigned by the server; present the ticket_token to join again"}
 	case !h.cfg.AllowUnsignedUsers:
-		return "", false, &Error{Code: CodeForbidden, Field: "user_sig",
+		return "", false, &waitroom.Error{Code: waitroom.CodeForbidden, Field: "user_sig",
 			Message: "unsigned user ids are not accepted: omit user_id for an anonymous ticket, or sign it (user_sig, user_expires)"}
 	}
 	return user, tokenUser != "", nil
@@ -782,7 +783,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if cfg.PoWDifficulty > 0 {
-		if err := h.pow.check(room, cfg.PoWDifficulty, body.Challenge, body.Solution); err != nil {
+		if err := h.pow.Check(room, cfg.PoWDifficulty, body.Challenge, body.Solution); err != nil {
 			return err
 		}
 	}
@@ -792,7 +793,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	}
 	if !t.Created && !owner {
 		// Never reveal nor replace a live ticket's token.
-		return &Error{Code: CodeConflict, Field: "user_id",
+		return &waitroom.Error{Code: waitroom.CodeConflict, Field: "user_id",
 			Message: "user already holds a ticket; present its ticket_token (Authorization: Bearer) to join again"}
 	}
 	status := http.StatusOK // an existing ticket, returned unchanged
@@ -800,9 +801,9 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 		status = http.StatusCreated
 	}
 	v := h.ticketView(t)
-	v.TicketToken, err = h.signer.Sign(Claims{Kind: TicketToken, Room: room, User: user, Expires: h.signer.now().Add(h.cfg.TicketTTL)})
+	v.TicketToken, err = h.signer.Sign(waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: user, Expires: h.signer.Now().Add(h.cfg.TicketTTL)})
 	if err != nil {
-		return &Error{Code: CodeInternal, Message: "cannot sign the ticket token", Err: err}
+		return &waitroom.Error{Code: waitroom.CodeInternal, Message: "cannot sign the ticket token", Err: err}
 	}
 	writeTicket(w, status, v)
 	return nil
@@ -821,11 +822,11 @@ func (h *handler) getTicket(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v := h.ticketView(t)
-	if t.State == StateAdmitted && !t.LeaseExpires.IsZero() {
+	if t.State == waitroom.StateAdmitted && !t.LeaseExpires.IsZero() {
 		v.LeaseExpiresAt = t.LeaseExpires.UTC().Format(time.RFC3339Nano)
 		// Tokens count whole seconds: a lease ending within this second
 		// gets no token (it is over for any checkout that would see it).
-		if t.LeaseExpires.Unix() > h.signer.now().Unix() {
+		if t.LeaseExpires.Unix() > h.signer.Now().Unix() {
 			if v.AdmissionToken, err = h.admissionToken(r.Context(), t); err != nil {
 				return err
 			}
@@ -873,7 +874,7 @@ func (h *handler) challenge(w http.ResponseWriter, r *http.Request) error {
 	v := challengeJSON{Room: room, Difficulty: cfg.PoWDifficulty}
 	if cfg.PoWDifficulty > 0 {
 		var exp time.Time
-		v.Challenge, exp = h.pow.issue(room, cfg.PoWDifficulty)
+		v.Challenge, exp = h.pow.Issue(room, cfg.PoWDifficulty)
 		v.ExpiresAt = exp.UTC().Format(time.RFC3339)
 	}
 	w.Header().Set("Cache-Control", "no-store")

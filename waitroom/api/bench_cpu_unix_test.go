@@ -1,6 +1,6 @@
 //go:build unix
 
-package waitroom_test
+package api_test
 
 import (
 	"syscall"

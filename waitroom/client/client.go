@@ -1,9 +1,16 @@
-package waitroom
+// Package client is the Go client of the waiting room's HTTP API (package
+// waitroom/api): join, ticket and leave for tests and the lab, the online
+// admission check and release for checkouts, and the two pieces a service
+// needs to verify admission tokens with protocol.AdmissionVerifier: Keys
+// (the room's JWKS, fetched and cached) and the Client itself as the
+// online protocol.AdmissionChecker.
+package client
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,11 +18,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/protocol"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
-// ClientConfig configures a Client.
-type ClientConfig struct {
+// Config configures a Client.
+type Config struct {
 	// BaseURL is the waiting room's address, such as
 	// "https://queue.example.com".
 	BaseURL string
@@ -28,21 +38,25 @@ type ClientConfig struct {
 	HTTPClient *http.Client
 }
 
-// DefaultClientConfig returns a two-second timeout; BaseURL must be set.
-func DefaultClientConfig() ClientConfig { return ClientConfig{Timeout: 2 * time.Second} }
+// DefaultConfig returns a two-second timeout; BaseURL must be set.
+func DefaultConfig() Config { return Config{Timeout: 2 * time.Second} }
 
-// Validate reports the first unusable field by name.
-func (c ClientConfig) Validate() error {
-	u, err := url.Parse(c.BaseURL)
-	switch {
-	case c.BaseURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return fieldError("BaseURL", "must be an http or https URL, got %q", c.BaseURL)
-	case c.Timeout <= 0:
-		return fieldError("Timeout", "must be positive, got %s", c.Timeout)
-	case c.CheckoutKey != "" && len(c.CheckoutKey) < minAdminTokenLen:
-		return fieldError("CheckoutKey", "must be empty or at least %d bytes, got %d", minAdminTokenLen, len(c.CheckoutKey))
+// minKeyLen is the shortest checkout key the waiting room accepts.
+const minKeyLen = 16
+
+// Validate reports every unusable field by its snake_case name.
+func (c Config) Validate() error {
+	var f stampede.Fields
+	if u, err := url.Parse(c.BaseURL); c.BaseURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		f.Add("base_url", "must be an http or https URL, got %q", c.BaseURL)
 	}
-	return nil
+	if c.Timeout <= 0 {
+		f.Add("timeout", "must be positive, got %s", c.Timeout)
+	}
+	if c.CheckoutKey != "" && len(c.CheckoutKey) < minKeyLen {
+		f.Add("checkout_key", "must be empty or at least %d bytes, got %d", minKeyLen, len(c.CheckoutKey))
+	}
+	return f.Err()
 }
 
 // Client calls a waiting room's HTTP API: the online admission check and
@@ -51,13 +65,13 @@ func (c ClientConfig) Validate() error {
 // transport failure or timeout is returned as it is. Safe for concurrent
 // use.
 type Client struct {
-	cfg  ClientConfig
+	cfg  Config
 	base string
 	hc   *http.Client
 }
 
-// NewClient returns a Client for cfg.
-func NewClient(cfg ClientConfig) (*Client, error) {
+// New returns a Client for cfg.
+func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -66,6 +80,47 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		hc = &http.Client{}
 	}
 	return &Client{cfg: cfg, base: strings.TrimSuffix(cfg.BaseURL, "/"), hc: hc}, nil
+}
+
+var _ protocol.AdmissionChecker = (*Client)(nil)
+
+// CheckAdmission implements protocol.AdmissionChecker with Check: a
+// service verifying admissions with protocol.AdmissionVerifier sets its
+// Online to a Client made with the waiting room's checkout key. The
+// waiting room's refusal of the token itself is Forbidden naming the
+// admission header; any other failure (no answer, a 5xx, a checkout key
+// the room refuses) is an error that is not a *stampede.Error, which the
+// verifier answers as Unavailable: it is not the buyer's fault.
+func (c *Client) CheckAdmission(ctx context.Context, room, token string) (protocol.AdmissionStatus, error) {
+	a, err := c.Check(ctx, room, token)
+	if err != nil {
+		if e, ok := errors.AsType[*stampede.Error](err); ok && e.Field == "admission_token" && e.Class() != stampede.Unavailable {
+			return protocol.AdmissionStatus{}, &stampede.Error{Code: stampede.Forbidden, Field: protocol.HeaderAdmission,
+				Message: "the waiting room does not accept the admission token"}
+		}
+		return protocol.AdmissionStatus{}, fmt.Errorf("the waiting room's online check: %v", err)
+	}
+	return protocol.AdmissionStatus{Held: a.Held, Reason: a.Reason, User: a.UserID, ExpiresAt: a.ExpiresAt}, nil
+}
+
+// Failover is a protocol.AdmissionChecker over several instances of one
+// waiting room (or its gates): each is asked in turn until one answers,
+// and the first answer, or the token's refusal, is the result.
+type Failover []*Client
+
+var _ protocol.AdmissionChecker = Failover(nil)
+
+// CheckAdmission implements protocol.AdmissionChecker.
+func (f Failover) CheckAdmission(ctx context.Context, room, token string) (protocol.AdmissionStatus, error) {
+	err := errors.New("no waiting room to ask")
+	for _, c := range f {
+		var st protocol.AdmissionStatus
+		st, err = c.CheckAdmission(ctx, room, token)
+		if _, refused := errors.AsType[*stampede.Error](err); err == nil || refused || ctx.Err() != nil {
+			return st, err
+		}
+	}
+	return protocol.AdmissionStatus{}, err
 }
 
 // Admission is the answer of Check and Done.
@@ -86,15 +141,15 @@ type Admission struct {
 
 // TicketInfo is a ticket as the API shows it.
 type TicketInfo struct {
-	Room           string    `json:"room"`
-	UserID         string    `json:"user_id"`
-	State          State     `json:"state"`
-	Position       *int64    `json:"position"`
-	ETASeconds     *float64  `json:"eta_seconds"`
-	PollAfterMS    int64     `json:"poll_after_ms"`
-	TicketToken    string    `json:"ticket_token"`
-	AdmissionToken string    `json:"admission_token"`
-	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	Room           string         `json:"room"`
+	UserID         string         `json:"user_id"`
+	State          waitroom.State `json:"state"`
+	Position       *int64         `json:"position"`
+	ETASeconds     *float64       `json:"eta_seconds"`
+	PollAfterMS    int64          `json:"poll_after_ms"`
+	TicketToken    string         `json:"ticket_token"`
+	AdmissionToken string         `json:"admission_token"`
+	LeaseExpiresAt time.Time      `json:"lease_expires_at"`
 }
 
 // JoinRequest says who joins: all empty is an anonymous join; UserID with

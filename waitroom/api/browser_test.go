@@ -1,4 +1,4 @@
-package waitroom_test
+package api_test
 
 import (
 	"bytes"
@@ -30,6 +30,7 @@ import (
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -62,21 +63,21 @@ func newBrowserServer(t *testing.T) *browserServer {
 	client := redis.NewClient(&redis.Options{Addr: emb.Addr()})
 	t.Cleanup(func() { client.Close() })
 
-	opts := waitroom.DefaultServerOptions()
+	opts := api.DefaultConfig()
 	opts.Immediate = true
 	opts.Instance = "browser-test"
 	opts.Secret, opts.AdminToken = browserSecret, browserAdminToken
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.AllowUnsignedUsers = true // the tests name the users in line ahead of the page
 	opts.RoomRefresh = 50 * time.Millisecond
-	srv, err := waitroom.NewServer(context.Background(), redisstore.New(client), opts)
+	srv, err := startServer(t, context.Background(), redisstore.New(client), opts)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
 	t.Cleanup(srv.Close)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	return &browserServer{url: ts.URL, hc: apitest.New(t, waitroom.OpenAPI()).Client(t)}
+	return &browserServer{url: ts.URL, hc: apitest.New(t, api.OpenAPI()).Client(t)}
 }
 
 // call sends one API request and decodes the JSON answer; it fails the
@@ -676,12 +677,12 @@ func TestBrowserRoomStates(t *testing.T) {
 	t.Cleanup(emb.Close)
 	client := redis.NewClient(&redis.Options{Addr: emb.Addr()})
 	t.Cleanup(func() { client.Close() })
-	opts := waitroom.DefaultServerOptions()
+	opts := api.DefaultConfig()
 	opts.Secret, opts.AdminToken = browserSecret, browserAdminToken
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.AllowUnsignedUsers = true // the test names the user ahead of the page
 	opts.RoomRefresh = 50 * time.Millisecond
-	srv, err := waitroom.NewServer(context.Background(), redisstore.New(client), opts)
+	srv, err := startServer(t, context.Background(), redisstore.New(client), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -756,11 +757,11 @@ func TestBrowserOnAdmitHook(t *testing.T) {
 	t.Cleanup(emb.Close)
 	client := redis.NewClient(&redis.Options{Addr: emb.Addr()})
 	t.Cleanup(func() { client.Close() })
-	opts := waitroom.DefaultServerOptions()
+	opts := api.DefaultConfig()
 	opts.Secret, opts.AdminToken = browserSecret, browserAdminToken
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.OnAdmit = "/.stampede/admitted"
-	srv, err := waitroom.NewServer(context.Background(), redisstore.New(client), opts)
+	srv, err := startServer(t, context.Background(), redisstore.New(client), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package waitroom_test
+package api_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 )
 
 var (
@@ -23,7 +24,7 @@ var (
 // strictEnv is a server with the production identity rules: no unsigned
 // user ids, trusted joins with siteSecret, and a checkout key.
 func strictEnv(t *testing.T, b backend) *env {
-	return newEnvWith(t, b, false, func(o *waitroom.ServerOptions) {
+	return newEnvWith(t, b, false, func(o *api.Config) {
 		o.AllowUnsignedUsers = false
 		o.SiteSecret, o.CheckoutKey = siteSecret, checkoutKey
 	})
@@ -40,7 +41,7 @@ func TestNoTakeover(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, unsigned := range []bool{false, true} {
 			t.Run(fmt.Sprintf("allow_unsigned=%v", unsigned), func(t *testing.T) {
-				e := newEnvWith(t, b, false, func(o *waitroom.ServerOptions) {
+				e := newEnvWith(t, b, false, func(o *api.Config) {
 					o.AllowUnsignedUsers = unsigned
 					o.SiteSecret, o.CheckoutKey = siteSecret, checkoutKey
 				})
@@ -213,7 +214,7 @@ func TestAdmissionCheckAndDone(t *testing.T) {
 		}
 
 		// Bad input: 4xx problems, never 500.
-		other := newEnvWith(t, b, false, func(o *waitroom.ServerOptions) { o.CheckoutKey = "" })
+		other := newEnvWith(t, b, false, func(o *api.Config) { o.CheckoutKey = "" })
 		for _, c := range []struct {
 			name   string
 			env    *env

@@ -1,4 +1,4 @@
-package waitroom
+package api
 
 import (
 	"container/list"
@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // JoinLimitConfig configures the per-client limit on joins: a token bucket
@@ -37,22 +40,26 @@ func DefaultJoinLimitConfig() JoinLimitConfig {
 	return JoinLimitConfig{Rate: 1, Burst: 10, MaxClients: 100_000}
 }
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field by its snake_case name, the
+// words of its `serve waitroom` flag (join_rate, join_burst,
+// join_clients, trusted_proxy).
 func (c JoinLimitConfig) Validate() error {
-	switch {
-	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
-		return fieldError("Rate", "must be 0 (off) or a positive number of joins per second, got %v", c.Rate)
-	case c.Rate > 0 && c.Burst < 1:
-		return fieldError("Burst", "must be at least 1 when Rate is set, got %d", c.Burst)
-	case c.Rate > 0 && c.MaxClients < 1:
-		return fieldError("MaxClients", "must be at least 1 when Rate is set, got %d", c.MaxClients)
+	var f stampede.Fields
+	if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
+		f.Add("join_rate", "must be 0 (off) or a positive number of joins per second, got %v", c.Rate)
+	}
+	if c.Rate > 0 && c.Burst < 1 {
+		f.Add("join_burst", "must be at least 1 when the rate is set, got %d", c.Burst)
+	}
+	if c.Rate > 0 && c.MaxClients < 1 {
+		f.Add("join_clients", "must be at least 1 when the rate is set, got %d", c.MaxClients)
 	}
 	for i, p := range c.TrustedProxies {
 		if !p.IsValid() {
-			return fieldError("TrustedProxies", "entry %d is not a valid prefix", i)
+			f.Add("trusted_proxy", "entry %d is not a valid prefix", i)
 		}
 	}
-	return nil
+	return f.Err()
 }
 
 // ParseTrustedProxies parses a comma-separated list of CIDR prefixes (a
@@ -216,6 +223,6 @@ func (h *handler) limitJoin(r *http.Request) error {
 		return nil
 	}
 	wait = max(time.Second, time.Duration(math.Ceil(wait.Seconds()))*time.Second)
-	return &Error{Code: CodeRateLimited, RetryAfter: wait,
+	return &waitroom.Error{Code: waitroom.CodeRateLimited, RetryAfter: wait,
 		Message: fmt.Sprintf("too many joins from your address; try again in %d s", int(wait.Seconds()))}
 }

@@ -1,4 +1,4 @@
-package waitroom_test
+package api_test
 
 import (
 	"bytes"
@@ -9,29 +9,30 @@ import (
 	"testing"
 
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 )
 
 func TestPageLang(t *testing.T) {
 	for _, tc := range []struct {
 		accept, query string
-		want          waitroom.Lang
+		want          api.Lang
 	}{
-		{"", "", waitroom.LangEnglish},
-		{"ko-KR,ko;q=0.9,en-US;q=0.8,en;q=0.7", "", waitroom.LangKorean},
-		{"ko", "", waitroom.LangKorean},
-		{"en-US,en;q=0.9,ko;q=0.8", "", waitroom.LangEnglish},
-		{"fr-FR, ko;q=0.5, en;q=0.4", "", waitroom.LangKorean},
-		{"de, ja", "", waitroom.LangEnglish},
-		{"kok", "", waitroom.LangEnglish}, // Konkani is not Korean
-		{"ko;q=0, en;q=0.1", "", waitroom.LangEnglish},
-		{"ko-KR", "en", waitroom.LangEnglish},
-		{"en", "ko", waitroom.LangKorean},
+		{"", "", api.LangEnglish},
+		{"ko-KR,ko;q=0.9,en-US;q=0.8,en;q=0.7", "", api.LangKorean},
+		{"ko", "", api.LangKorean},
+		{"en-US,en;q=0.9,ko;q=0.8", "", api.LangEnglish},
+		{"fr-FR, ko;q=0.5, en;q=0.4", "", api.LangKorean},
+		{"de, ja", "", api.LangEnglish},
+		{"kok", "", api.LangEnglish}, // Konkani is not Korean
+		{"ko;q=0, en;q=0.1", "", api.LangEnglish},
+		{"ko-KR", "en", api.LangEnglish},
+		{"en", "ko", api.LangKorean},
 	} {
 		r := httptest.NewRequest("GET", "/rooms/r?lang="+tc.query, nil)
 		if tc.accept != "" {
 			r.Header.Set("Accept-Language", tc.accept)
 		}
-		if got := waitroom.PageLang(r); got != tc.want {
+		if got := api.PageLang(r); got != tc.want {
 			t.Errorf("Accept-Language %q, lang %q: %s, want %s", tc.accept, tc.query, got, tc.want)
 		}
 	}

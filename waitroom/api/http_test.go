@@ -1,4 +1,4 @@
-package waitroom_test
+package api_test
 
 import (
 	"bytes"
@@ -20,9 +20,11 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -75,7 +77,7 @@ func miniBackend(t testing.TB) backend {
 type env struct {
 	b     backend
 	store *redisstore.Store
-	srv   *waitroom.Server
+	srv   *running
 	url   string // of an httptest server; empty when handler-only
 	// api checks every answer against the OpenAPI description; hc is its
 	// validating client.
@@ -90,10 +92,10 @@ func newEnv(t testing.TB, b backend, network bool) *env {
 
 // newEnvWith is newEnv with the server options changed by change (if not
 // nil) after the tests' defaults.
-func newEnvWith(t testing.TB, b backend, network bool, change func(*waitroom.ServerOptions)) *env {
+func newEnvWith(t testing.TB, b backend, network bool, change func(*api.Config)) *env {
 	t.Helper()
 	store := redisstore.New(b.client)
-	opts := waitroom.DefaultServerOptions()
+	opts := api.DefaultConfig()
 	opts.AllowUnsignedUsers = true // these tests join as named users
 	opts.Instance = "test-" + randomName()
 	opts.Secret, opts.AdminToken = testSecret, adminToken
@@ -102,12 +104,12 @@ func newEnvWith(t testing.TB, b backend, network bool, change func(*waitroom.Ser
 	if change != nil {
 		change(&opts)
 	}
-	srv, err := waitroom.NewServer(context.Background(), store, opts)
+	srv, err := startServer(t, context.Background(), store, opts)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
 	t.Cleanup(srv.Close)
-	api := apitest.New(t, waitroom.OpenAPI())
+	api := apitest.New(t, api.OpenAPI())
 	e := &env{b: b, store: store, srv: srv, api: api, hc: api.Client(t)}
 	if network {
 		ts := httptest.NewServer(srv.Handler())
@@ -679,7 +681,7 @@ func TestMetricsHealthzAndPage(t *testing.T) {
 	if r := e.must(t, http.StatusOK, req{method: "GET", path: "/readyz"}); r.str("status") != "ready" {
 		t.Errorf("/readyz = %s", r.raw)
 	}
-	if o := e.must(t, http.StatusOK, req{method: "GET", path: "/openapi.json"}); !bytes.Equal(o.raw, waitroom.OpenAPI().JSON) || o.str("openapi") != "3.0.3" {
+	if o := e.must(t, http.StatusOK, req{method: "GET", path: "/openapi.json"}); !bytes.Equal(o.raw, api.OpenAPI().JSON) || o.str("openapi") != "3.0.3" {
 		t.Errorf("/openapi.json does not serve the description: %.200s", o.raw)
 	}
 	h := e.must(t, http.StatusOK, req{method: "GET", path: "/healthz"})
@@ -697,17 +699,17 @@ func TestMetricsHealthzAndPage(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	cfg := waitroom.DefaultHandlerConfig()
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "AdminToken") {
-		t.Errorf("default config without an admin token: %v, want an error naming AdminToken", err)
+	cfg := api.DefaultHandlerConfig()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "admin_token") {
+		t.Errorf("default config without an admin token: %v, want an error naming admin_token", err)
 	}
 	cfg.AdminToken = adminToken
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("valid config: %v", err)
 	}
-	for field, mutate := range map[string]func(*waitroom.HandlerConfig){
-		"TicketTTL": func(c *waitroom.HandlerConfig) { c.TicketTTL = 0 },
-		"MaxBody":   func(c *waitroom.HandlerConfig) { c.MaxBody = 1 },
+	for field, mutate := range map[string]func(*api.HandlerConfig){
+		"ticket_ttl": func(c *api.HandlerConfig) { c.TicketTTL = 0 },
+		"max_body":   func(c *api.HandlerConfig) { c.MaxBody = 1 },
 	} {
 		c := cfg
 		mutate(&c)
@@ -717,15 +719,26 @@ func TestConfigValidation(t *testing.T) {
 	}
 
 	store := redisstore.New(miniBackend(t).client)
-	opts := waitroom.DefaultServerOptions()
+	opts := api.DefaultConfig()
 	opts.AdminToken = adminToken
 	opts.Secret = []byte("short")
-	if _, err := waitroom.NewServer(context.Background(), store, opts); err == nil || !strings.Contains(err.Error(), "secret") {
-		t.Errorf("NewServer with a short secret: %v, want an error naming the secret", err)
+	if _, err := startServer(t, context.Background(), store, opts); err == nil || !strings.Contains(err.Error(), "secret") {
+		t.Errorf("New with a short secret: %v, want an error naming the secret", err)
 	}
 	opts.Secret, opts.AdminToken = testSecret, "short"
-	if _, err := waitroom.NewServer(context.Background(), store, opts); err == nil || !strings.Contains(err.Error(), "AdminToken") {
-		t.Errorf("NewServer with a short admin token: %v, want an error naming AdminToken", err)
+	if _, err := startServer(t, context.Background(), store, opts); err == nil || !strings.Contains(err.Error(), "admin_token") {
+		t.Errorf("New with a short admin token: %v, want an error naming admin_token", err)
+	}
+	// Every bad field at once.
+	opts = api.DefaultConfig()
+	opts.Secret, opts.AdminToken, opts.CheckoutKey, opts.KeyEpoch = []byte("short"), "short", "short", "bad epoch"
+	err := opts.Validate()
+	var fields []string
+	for _, e := range stampede.FieldErrors(err) {
+		fields = append(fields, e.Field)
+	}
+	if got, want := strings.Join(fields, ","), "store,secret,key_epoch,admin_token,checkout_key"; got != want {
+		t.Errorf("Validate named %s, want %s (%v)", got, want, err)
 	}
 }
 

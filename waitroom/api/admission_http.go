@@ -1,4 +1,4 @@
-package waitroom
+package api
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"errors"
 	"net/http"
 	"time"
+
+	"github.com/stampede-lab/stampede/protocol"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // admissionToken signs the admission token (a JWT) of admitted ticket t,
@@ -14,36 +17,14 @@ import (
 // count whole seconds; it is over for any checkout that would see it).
 // The admission began one room lease before the lease's end (before any
 // sliding by a gate).
-func (h *handler) admissionToken(ctx context.Context, t Ticket) (string, error) {
-	return signAdmission(ctx, h.svc, h.admissions, t, h.signer.now())
-}
-
-// signAdmission is admissionToken for any caller (the handler, a gate).
-func signAdmission(ctx context.Context, svc *Service, signer *AdmissionSigner, t Ticket, now time.Time) (string, error) {
-	if t.LeaseExpires.Unix() <= now.Unix() {
-		return "", nil
-	}
-	adm := time.Time{}
-	if cfg, err := svc.ConfigOf(ctx, t.Room); err == nil {
-		adm = t.LeaseExpires.Add(-cfg.Lease)
-	}
-	if adm.IsZero() || adm.After(now) {
-		adm = now
-	}
-	return signer.Sign(AdmissionClaims{Room: t.Room, User: t.User, Seq: t.Seq, AdmittedAt: adm, IssuedAt: now, Expires: t.LeaseExpires})
-}
-
-// SignAdmission signs the admission token of admitted ticket t at now
-// with signer, as GET /v1/rooms/{room}/tickets/{user} does ("" when the
-// lease ends within now's second). For a gate embedding the service.
-func (s *Service) SignAdmission(ctx context.Context, signer *AdmissionSigner, t Ticket, now time.Time) (string, error) {
-	return signAdmission(ctx, s, signer, t, now)
+func (h *handler) admissionToken(ctx context.Context, t waitroom.Ticket) (string, error) {
+	return h.svc.SignAdmission(ctx, h.admissions, t, h.signer.Now())
 }
 
 // authCheckout checks the checkout key in constant time (hashing first).
 func (h *handler) authCheckout(r *http.Request) error {
 	if h.cfg.CheckoutKey == "" {
-		return &Error{Code: CodeForbidden, Message: "online admission checks are off: the server has no checkout key (--checkout-key)"}
+		return &waitroom.Error{Code: waitroom.CodeForbidden, Message: "online admission checks are off: the server has no checkout key (--checkout-key)"}
 	}
 	key, err := bearer(r, "checkout key")
 	if err != nil {
@@ -51,7 +32,7 @@ func (h *handler) authCheckout(r *http.Request) error {
 	}
 	got := sha256.Sum256([]byte(key))
 	if subtle.ConstantTimeCompare(got[:], h.checkoutHash[:]) != 1 {
-		return &Error{Code: CodeUnauthorized, Message: "checkout key invalid"}
+		return &waitroom.Error{Code: waitroom.CodeUnauthorized, Message: "checkout key invalid"}
 	}
 	return nil
 }
@@ -86,39 +67,39 @@ const (
 // readAdmission authorizes the checkout, decodes the body and verifies
 // the token offline. A token that does not verify is not an error: it
 // yields a reason and zero claims.
-func (h *handler) readAdmission(w http.ResponseWriter, r *http.Request) (string, AdmissionClaims, string, error) {
+func (h *handler) readAdmission(w http.ResponseWriter, r *http.Request) (string, waitroom.AdmissionClaims, string, error) {
 	if err := h.authCheckout(r); err != nil {
-		return "", AdmissionClaims{}, "", err
+		return "", waitroom.AdmissionClaims{}, "", err
 	}
 	room, err := roomParam(r)
 	if err != nil {
-		return "", AdmissionClaims{}, "", err
+		return "", waitroom.AdmissionClaims{}, "", err
 	}
 	var body admissionBody
 	if err := h.decodeJSON(w, r, &body, `"admission_token"`); err != nil {
-		return "", AdmissionClaims{}, "", err
+		return "", waitroom.AdmissionClaims{}, "", err
 	}
 	if body.AdmissionToken == nil || *body.AdmissionToken == "" {
-		return "", AdmissionClaims{}, "", fieldError("admission_token", "is required")
+		return "", waitroom.AdmissionClaims{}, "", fieldError("admission_token", "is required")
 	}
 	c, err := h.admissions.Verify(*body.AdmissionToken, room)
 	if err != nil {
-		e, ok := errors.AsType[*Error](err)
+		e, ok := errors.AsType[*waitroom.Error](err)
 		switch {
-		case ok && e.Message == msgExpired:
-			return room, c, ReasonExpired, nil
-		case ok && e.Code == CodeForbidden:
+		case ok && e.Message == protocol.MsgExpired:
+			return room, c, waitroom.ReasonExpired, nil
+		case ok && e.Code == waitroom.CodeForbidden:
 			return room, c, ReasonOtherRoom, nil
-		case ok && e.Code == CodeUnauthorized:
+		case ok && e.Code == waitroom.CodeUnauthorized:
 			return room, c, ReasonInvalidToken, nil
 		}
-		return "", AdmissionClaims{}, "", err
+		return "", waitroom.AdmissionClaims{}, "", err
 	}
 	return room, c, "", nil
 }
 
 // admissionView shows st for claims c.
-func admissionView(c AdmissionClaims, st AdmissionStatus) admissionJSON {
+func admissionView(c waitroom.AdmissionClaims, st waitroom.AdmissionStatus) admissionJSON {
 	v := admissionJSON{Held: st.Held, Reason: st.Reason, UserID: c.User, Seq: c.Seq}
 	if st.Held && !st.Ticket.LeaseExpires.IsZero() {
 		v.ExpiresAt = st.Ticket.LeaseExpires.UTC().Format(time.RFC3339Nano)
@@ -161,7 +142,7 @@ func (h *handler) doneAdmission(w http.ResponseWriter, r *http.Request) error {
 	v := admissionView(c, st)
 	v.Held, v.ExpiresAt, v.Released = false, "", &released
 	if released {
-		v.Reason = ReasonReleased
+		v.Reason = waitroom.ReasonReleased
 	}
 	writeJSON(w, http.StatusOK, v)
 	return nil

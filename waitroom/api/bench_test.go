@@ -1,4 +1,4 @@
-package waitroom_test
+package api_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-lab/stampede/internal/testenv"
-	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -115,7 +115,7 @@ func BenchmarkHTTPJoin(b *testing.B) {
 	// Three instances, each with its own Redis client and HTTP server.
 	var urls []string
 	var stores []*redisstore.Store
-	var servers []*waitroom.Server
+	var servers []*running
 	for i := range 3 {
 		client := redis.NewClient(opts)
 		b.Cleanup(func() { client.Close() })
@@ -124,12 +124,12 @@ func BenchmarkHTTPJoin(b *testing.B) {
 		}
 		store := redisstore.New(client)
 		stores = append(stores, store)
-		so := waitroom.DefaultServerOptions()
+		so := api.DefaultConfig()
 		so.AllowUnsignedUsers = true
 		so.Instance = fmt.Sprintf("bench-join-%d-%s", i, faultRand())
 		so.Secret, so.AdminToken = faultSecret, faultAdminToken
 		so.Logger = slog.New(slog.DiscardHandler)
-		srv, err := waitroom.NewServer(ctx, store, so)
+		srv, err := startServer(b, ctx, store, so)
 		if err != nil {
 			b.Fatalf("NewServer: %v", err)
 		}
@@ -366,7 +366,7 @@ func BenchmarkJoinHandler(b *testing.B) {
 	if err := client.Ping(context.Background()).Err(); err != nil {
 		b.Fatalf("STAMPEDE_REDIS_URL: %v", err)
 	}
-	e := newEnvWith(b, backend{client: client}, false, func(o *waitroom.ServerOptions) { o.RoomRefresh = time.Second })
+	e := newEnvWith(b, backend{client: client}, false, func(o *api.Config) { o.RoomRefresh = time.Second })
 	room := e.newRoom(b, `{"capacity":100,"lease_seconds":3600}`)
 	b.Cleanup(func() { e.store.DeleteRoom(context.Background(), room) })
 	for !slices.Contains(e.srv.Service().Rooms(), room) {

@@ -1,4 +1,4 @@
-package waitroom_test
+package api_test
 
 import (
 	"net/http"
