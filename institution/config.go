@@ -136,7 +136,7 @@ type Behavior struct {
 	StatusAPI StatusAPI `json:"status_api"`
 }
 
-// DefaultBehavior is NORMAL, an 8-second hang (the retry-stampede seed's),
+// DefaultBehavior is NORMAL, an 8-second hang (the published ParityPay write-up's),
 // idempotent, status API up. A reset returns to it.
 func DefaultBehavior() Behavior {
 	return Behavior{Mode: ModeNormal, HangMS: 8000, Idempotent: true, StatusAPI: StatusAPIUp}

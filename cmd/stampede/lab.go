@@ -56,7 +56,7 @@ one success (the admission lab also needs its observer to have read the room
 without error and often enough). An invalid run or a broken invariant makes
 the command exit with status 2 (other errors: 1), after the report is written.
 
-Each experiment also checks claims (from the issue, the seed write-ups and the
+Each experiment also checks claims (from the published write-ups and the
 design) against its medians; a claim whose figure is missing does not hold.
 They are listed under "expectations" in <experiment>.json and at the top of
 REPORT.md. A claim that does not hold is reported ("VALID, 2 expectations do
@@ -68,7 +68,7 @@ then it exits with status 2 as well.`,
 	f := cmd.PersistentFlags()
 	f.StringVar(&opts.out, "out", "lab-report", "directory for REPORT.md, <experiment>.json and the charts")
 	f.BoolVar(&opts.json, "json", false, "also print the summaries as JSON on stdout")
-	f.BoolVar(&opts.full, "full", false, "the seed write-ups' parameters (longer runs, 3 repeats) instead of the quick profile")
+	f.BoolVar(&opts.full, "full", false, "the published write-ups' parameters (longer runs, 3 repeats) instead of the quick profile")
 	f.IntVar(&opts.repeat, "repeat", 0, "repeats per condition (default: 1, or 3 with --full)")
 	f.Float64Var(&opts.seconds, "seconds", 0, "seconds of load per run (default: the profile's)")
 	f.Uint64Var(&opts.seed, "seed", 1, "seed of the random arrival streams")

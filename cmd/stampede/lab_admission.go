@@ -16,7 +16,7 @@ func newLabAdmissionCmd(opts *labOptions) *cobra.Command {
 	d := admission.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "admission",
-		Short: "Waiting room: the cap under N instances, per admission mode (seed 002)",
+		Short: "Waiting room: the cap under N instances, per admission mode",
 		Long: `Several waiting-room instances (each its own HTTP server and Redis pool) share
 one Redis. Users join and poll through the HTTP API, hold their slot and
 release it, or abandon it to the lease. An observer counts the room directly

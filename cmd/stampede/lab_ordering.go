@@ -25,7 +25,7 @@ longer than --steal-after), keyed (per-key FIFO, one item of a key in flight,
 any idle worker takes the next ready key).
 
 The quick profile runs 4 s per condition, once (about a minute); --full runs
-the seed's 20 s, 3 repeats (about 15 minutes). Keyed and partition must keep
+the published dispatcher write-up's 20 s, 3 repeats (about 15 minutes). Keyed and partition must keep
 per-key order and no strategy may lose or repeat an item: otherwise the
 command exits with status 2.`,
 		Args: cobra.NoArgs,

@@ -36,8 +36,8 @@ client p50, charges, double charges and UNKNOWN answers; then puts the
 institution back to NORMAL (ledger kept), reconciles every UNKNOWN payment by
 status inquiry and checks parity with the institution's ledger.
 
-The quick profile halves the seed's hang and timeout (%s, %s) and runs
-%s × %s once (about a minute); --full runs the seed's %s hang and %s timeout,
+The quick profile halves the published ParityPay write-up's hang and timeout (%s, %s) and runs
+%s × %s once (about a minute); --full runs the write-up's %s hang and %s timeout,
 every scenario × %s, 3 repeats (about ten minutes). Policy none must never
 double-charge nor disagree with the ledger, and every payment must end
 settled or flagged for review: otherwise the command exits with status 2.

@@ -3,7 +3,6 @@ package natskeyed
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -147,5 +146,3 @@ func TestOwnerTimeoutValidated(t *testing.T) {
 		t.Errorf("Validate() = %v, want an error naming prefer", err)
 	}
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -1,5 +1,5 @@
-// Package admission is the lab experiment of the waiting room (seed
-// shared/seeds/002_502de0883d7f120f.txt): several service instances on one
+// Package admission is the lab experiment of the waiting room (after the
+// published waiting-room write-up): several service instances on one
 // Redis admit users into a room of fixed capacity, under each admission
 // mode, while an observer counts the room directly on Redis every
 // millisecond.

@@ -103,7 +103,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 		var claim string
 		switch m {
 		case ModeNaive:
-			claim = fmt.Sprintf("naive with %d instances goes over capacity (seed: 193 in a room of 100)", c.Instances)
+			claim = fmt.Sprintf("naive with %d instances goes over capacity (the published write-up: 193 in a room of 100)", c.Instances)
 		case waitroom.ModeAtomic:
 			claim = "atomic never goes over capacity, in any run"
 		default:
@@ -134,7 +134,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 		}
 	}
 	if hasMode(waitroom.ModeAtomic) && hasImmediate(false) && len(c.Ticks) >= 2 {
-		claim := "immediate off: a shorter tick admits more per second (the seed: 2 s → 15/s, 200 ms → 19/s)"
+		claim := "immediate off: a shorter tick admits more per second (the published write-up: 2 s → 15/s, 200 ms → 19/s)"
 		var parts, missing []string
 		increasing := true
 		prev := -1.0

@@ -149,7 +149,7 @@ func (s *UnsafeStore) zcard(ctx context.Context, key string) (int64, error) {
 	return step(ctx, func(ctx context.Context) (int64, error) { return s.client.ZCard(ctx, key).Result() })
 }
 
-// admitNaive is the seed's first design, kept to be measured: count, pop
+// admitNaive is the published waiting-room write-up's first design, kept to be measured: count, pop
 // the free number, add each, in separate round trips. Two instances between
 // the count and the adds both fill the same free slots.
 func (s *UnsafeStore) admitNaive(ctx context.Context, room string) (waitroom.AdmitResult, error) {
@@ -258,7 +258,7 @@ func (s *UnsafeStore) admitLeader(ctx context.Context, room, instance string) (w
 	return res, err
 }
 
-// admitOptimistic is the seed's leaderless design, kept to be measured: pop
+// admitOptimistic is the published write-up's leaderless design, kept to be measured: pop
 // one user, add them, count; over capacity, undo and put the user back with
 // their original score. Between the add and the undo the room is over
 // capacity.

@@ -84,7 +84,7 @@ type handler struct {
 	cfg   Config
 }
 
-// New returns the payment API of DESIGN.md on httpapi over svc and its
+// New returns the merchant payment API on httpapi over svc and its
 // store: POST /v1/payments, GET /v1/payments/{id} (both for a merchant
 // authenticated by "Authorization: Bearer <API key>"), the operator's
 // /v1/admin endpoints when Config.AdminToken is set, /healthz, /readyz
