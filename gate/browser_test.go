@@ -1,31 +1,24 @@
 package gate_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"html"
-	"image/png"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/emulation"
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-lab/stampede/gate"
-	"github.com/stampede-lab/stampede/internal/testenv"
+	"github.com/stampede-lab/stampede/internal/browsertest"
 	"github.com/stampede-lab/stampede/protocol"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/api"
@@ -34,11 +27,6 @@ import (
 
 // The names of this file start with "browser" or "shop" so that they do
 // not clash with gate_test.go's.
-
-// browserShotsEnv names a folder for the screenshots, for a person to look
-// at (docs/gate.md: the lab report's lab-report/screenshots); without it they go
-// to t.TempDir().
-const browserShotsEnv = "STAMPEDE_SCREENSHOTS"
 
 // browserTexts are what the waiting page must say in each language.
 var browserTexts = map[string]struct{ accept, waiting, released string }{
@@ -57,7 +45,7 @@ var browserTexts = map[string]struct{ accept, waiting, released string }{
 func TestBrowserGate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	bctx := browserStart(t, ctx)
+	bctx := browsertest.Start(t, ctx)
 
 	m := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -74,7 +62,7 @@ func TestBrowserGate(t *testing.T) {
 	}
 	t.Cleanup(srv.Close)
 
-	dir := browserShotDir(t)
+	dir := browsertest.ShotDir(t)
 	for _, lang := range []string{"ko", "en"} {
 		for _, width := range []int{1200, 390} {
 			t.Run(fmt.Sprintf("%s-%d", lang, width), func(t *testing.T) {
@@ -122,7 +110,7 @@ func browserGateFlow(ctx context.Context, t *testing.T, srv *running, bctx conte
 	}
 
 	// The protected page leads to the waiting page: first in line.
-	tab := browserTab(t, bctx, int64(width), want.accept, gs.URL+"/checkout/page")
+	tab := browsertest.Tab(t, bctx, browsertest.TabOptions{Width: int64(width), AcceptLanguage: want.accept, OwnCookies: true}, gs.URL+"/checkout/page")
 	p := browserWait(tab, t, room, "the waiting page, first in line", 20*time.Second, func(p browserPage) bool {
 		return p.Path == "/rooms/"+room && p.State == "waiting" && p.Position == "1"
 	})
@@ -133,7 +121,7 @@ func browserGateFlow(ctx context.Context, t *testing.T, srv *running, bctx conte
 	if p.Query != "?join=anonymous" || p.Token == "" || strings.Contains(p.HTML, p.Token) {
 		t.Errorf("waiting page: query %q, ticket token stored %t, in the page %t", p.Query, p.Token != "", p.Token != "" && strings.Contains(p.HTML, p.Token))
 	}
-	browserShot(t, tab, dir, fmt.Sprintf("gate-%s-%d-1-waiting", lang, width), width)
+	browsertest.Shot(t, tab, dir, fmt.Sprintf("gate-%s-%d-1-waiting", lang, width), width, 0)
 
 	// The occupant leaves: the page is admitted, hands its ticket to the
 	// gate and goes to the address first asked for.
@@ -151,7 +139,7 @@ func browserGateFlow(ctx context.Context, t *testing.T, srv *running, bctx conte
 	if !strings.Contains(p.Marker, user) || strings.Contains(p.Cookies, "stampede_admission") {
 		t.Errorf("upstream page: marker %q (want user %q); document.cookie %q must not show the HttpOnly admission", p.Marker, user, p.Cookies)
 	}
-	browserShot(t, tab, dir, fmt.Sprintf("gate-%s-%d-2-upstream", lang, width), width)
+	browsertest.Shot(t, tab, dir, fmt.Sprintf("gate-%s-%d-2-upstream", lang, width), width, 0)
 
 	// finish: the upstream answers Stampede-Release: done.
 	if err := chromedp.Do(tab, chromedp.Click(chromedp.ID("finish"))); err != nil {
@@ -183,7 +171,7 @@ func browserGateFlow(ctx context.Context, t *testing.T, srv *running, bctx conte
 	if up.bad() != 0 {
 		t.Errorf("%d upstream requests lacked a valid Stampede-User / Stampede-Admission", up.bad())
 	}
-	browserShot(t, tab, dir, fmt.Sprintf("gate-%s-%d-3-after-release", lang, width), width)
+	browsertest.Shot(t, tab, dir, fmt.Sprintf("gate-%s-%d-3-after-release", lang, width), width, 0)
 }
 
 // shop is the upstream checkout: /checkout/page shows the admitted user
@@ -329,114 +317,4 @@ func browserCheck(t *testing.T, p browserPage, width int) {
 	if strings.Contains(p.HTML, "eyJ") { // a JWT's base64url header
 		t.Errorf("%s: a token is in the page", p.Path)
 	}
-}
-
-// browserLog keeps the browser's output for a failing test's log.
-type browserLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *browserLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.buf.Len() < 1<<20 {
-		l.buf.Write(p)
-	}
-	return len(p), nil
-}
-
-// browserStart starts headless Chromium (testenv.Chromium: skipped, or
-// failed in CI, without one) and returns its chromedp context.
-func browserStart(t *testing.T, ctx context.Context) context.Context {
-	t.Helper()
-	chromium := testenv.Chromium(t)
-	out := &browserLog{}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.Headless, chromedp.DisableGPU, chromedp.Flag("disable-quic", true),
-		chromedp.Flag("font-render-hinting", "none"), chromedp.UserDataDir(t.TempDir()), chromedp.CombinedOutput(out))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	t.Cleanup(func() {
-		if t.Failed() {
-			out.mu.Lock()
-			t.Logf("browser output:\n%s", out.buf.String())
-			out.mu.Unlock()
-		}
-		chromedp.Cancel(bctx)
-		cancelBrowser()
-		cancelAlloc()
-	})
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting %s: %v", chromium, err)
-	}
-	return bctx
-}
-
-// browserTab opens a tab of width × 860 CSS pixels in a new browser
-// context (its own cookies), whose requests carry Accept-Language: accept,
-// and loads url in it.
-func browserTab(t *testing.T, bctx context.Context, width int64, accept, url string) context.Context {
-	t.Helper()
-	tab, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
-	t.Cleanup(cancel)
-	err := chromedp.Do(tab,
-		chromedp.EmulateViewport(width, 860, func(p *emulation.SetDeviceMetricsOverrideParams, _ *emulation.SetTouchEmulationEnabledParams) {
-			p.Mobile = width < 600
-		}),
-		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
-				return err
-			}
-			_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
-				Headers: network.Headers{"Accept-Language": accept}})
-			return err
-		}),
-		chromedp.Navigate(url),
-	)
-	if err != nil {
-		t.Fatalf("opening %s: %v", url, err)
-	}
-	return tab
-}
-
-// browserShotDir is where the screenshots go: $STAMPEDE_SCREENSHOTS (a
-// relative path from the module root), or a temporary folder.
-func browserShotDir(t *testing.T) string {
-	if dir := os.Getenv(browserShotsEnv); dir != "" {
-		// go test runs in the package's folder: a relative path is the
-		// module root's, as typed there.
-		for root, _ := os.Getwd(); !filepath.IsAbs(dir) && root != filepath.Dir(root); root = filepath.Dir(root) {
-			if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
-				dir = filepath.Join(root, dir)
-			}
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatalf("%s: %v", browserShotsEnv, err)
-		}
-		return dir
-	}
-	return t.TempDir()
-}
-
-// browserShot saves a full-page PNG of tab as dir/name.png and checks it
-// is as wide as the viewport.
-func browserShot(t *testing.T, tab context.Context, dir, name string, width int) {
-	t.Helper()
-	shot, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
-	}
-	img, err := png.Decode(bytes.NewReader(shot))
-	if err != nil {
-		t.Fatalf("screenshot %s is not a PNG: %v", name, err)
-	}
-	if b := img.Bounds(); b.Dx() != width {
-		t.Errorf("screenshot %s is %d wide, want %d", name, b.Dx(), width)
-	}
-	path := filepath.Join(dir, name+".png")
-	if err := os.WriteFile(path, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot %s", path)
 }

@@ -1,18 +1,15 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"image/png"
 	"io"
 	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -21,14 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/emulation"
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/internal/browsertest"
 	"github.com/stampede-lab/stampede/internal/httpapi/apitest"
-	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
@@ -39,9 +33,6 @@ import (
 
 const (
 	browserAdminToken = "browser-test-admin-token-0123456789"
-	// browserShotsEnv names a folder for the test's screenshots, for a
-	// person to look at; without it they go to t.TempDir().
-	browserShotsEnv = "STAMPEDE_SCREENSHOTS"
 )
 
 var browserSecret = []byte("browser-test-secret-0123456789abcdef-0123")
@@ -209,142 +200,6 @@ func browserWait(ctx context.Context, t *testing.T, what string, limit time.Dura
 	}
 }
 
-// browserLog is the browser's output, kept for a failing test's log.
-type browserLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *browserLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.buf.Len() < 1<<20 {
-		l.buf.Write(p)
-	}
-	return len(p), nil
-}
-
-// String is the output without the lines about D-Bus, which a machine
-// without a session bus prints by the dozen.
-func (l *browserLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var keep []string
-	for line := range strings.Lines(l.buf.String()) {
-		if !strings.Contains(line, "dbus") {
-			keep = append(keep, line)
-		}
-	}
-	return strings.Join(keep, "")
-}
-
-// startBrowser starts headless Chromium for the test and returns its
-// chromedp context; tabs are made from it with chromedp.NewContext.
-func startBrowser(t *testing.T, ctx context.Context) context.Context {
-	t.Helper()
-	chromium := testenv.Chromium(t) // skips, or fails in CI, without one
-	out := &browserLog{}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox,
-		chromedp.Headless,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
-		chromedp.Flag("font-render-hinting", "none"),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.CombinedOutput(out),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("browser output (without its D-Bus complaints):\n%s", out)
-		}
-		// Close the browser gracefully, and wait for it.
-		if err := chromedp.Cancel(bctx); err != nil && ctx.Err() == nil {
-			t.Logf("closing the browser: %v", err)
-		}
-		cancelBrowser()
-		cancelAlloc()
-	})
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting %s: %v", chromium, err)
-	}
-	return bctx
-}
-
-// openTab opens a tab of width × 860 CSS pixels whose requests carry
-// Accept-Language: accept, and loads url in it.
-func openTab(t *testing.T, bctx context.Context, width int64, accept, url string) context.Context {
-	t.Helper()
-	tab, cancel := chromedp.NewContext(bctx)
-	t.Cleanup(cancel)
-	err := chromedp.Do(tab,
-		chromedp.EmulateViewport(width, 860, func(p *emulation.SetDeviceMetricsOverrideParams, _ *emulation.SetTouchEmulationEnabledParams) {
-			p.Mobile = width < 600
-		}),
-		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
-				return err
-			}
-			_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
-				Headers: network.Headers{"Accept-Language": accept}})
-			return err
-		}),
-		chromedp.Navigate(url),
-	)
-	if err != nil {
-		t.Fatalf("opening %s: %v", url, err)
-	}
-	return tab
-}
-
-// screenshotDir is where the screenshots go: $STAMPEDE_SCREENSHOTS (a
-// relative path from the module root), or a temporary folder.
-func screenshotDir(t *testing.T) string {
-	if dir := os.Getenv(browserShotsEnv); dir != "" {
-		// go test runs in the package's folder: a relative path is the
-		// module root's, as typed there.
-		for root, _ := os.Getwd(); !filepath.IsAbs(dir) && root != filepath.Dir(root); root = filepath.Dir(root) {
-			if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
-				dir = filepath.Join(root, dir)
-			}
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatalf("%s: %v", browserShotsEnv, err)
-		}
-		return dir
-	}
-	return t.TempDir()
-}
-
-// screenshot saves a full-page PNG of tab as dir/name.png and checks it
-// decodes and is at least as wide as the viewport.
-func screenshot(t *testing.T, tab context.Context, dir, name string, width int) {
-	t.Helper()
-	shot, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
-	}
-	img, err := png.Decode(bytes.NewReader(shot))
-	if err != nil {
-		t.Fatalf("screenshot %s (%d bytes) is not a PNG: %v", name, len(shot), err)
-	}
-	if b := img.Bounds(); b.Dx() != width || b.Dy() < 300 {
-		t.Errorf("screenshot %s is %dx%d, want %d wide", name, b.Dx(), b.Dy(), width)
-	}
-	path := filepath.Join(dir, name+".png")
-	if err := os.WriteFile(path, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot %s", path)
-}
-
 // browserTexts are what the page must say in each language.
 var browserTexts = map[string]struct {
 	accept, waiting, ahead, admitted, released string
@@ -365,9 +220,9 @@ func TestBrowserWaitingToAdmitted(t *testing.T) {
 	defer cancel()
 	// The browser starts first: alice's lease runs from her admission, and
 	// a slow browser start must not eat it.
-	bctx := startBrowser(t, ctx)
+	bctx := browsertest.Start(t, ctx)
 	s := newBrowserServer(t)
-	dir := screenshotDir(t)
+	dir := browsertest.ShotDir(t)
 	for _, lang := range []string{"ko", "en"} {
 		for _, width := range []int{1200, 390} {
 			t.Run(fmt.Sprintf("%s-%d", lang, width), func(t *testing.T) {
@@ -398,7 +253,7 @@ func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx conte
 		}
 	}
 
-	tab := openTab(t, bctx, int64(width), want.accept, s.url+"/rooms/"+room)
+	tab := browsertest.Tab(t, bctx, browsertest.TabOptions{Width: int64(width), AcceptLanguage: want.accept}, s.url+"/rooms/"+room)
 	p := browserWait(tab, t, "second in line", 20*time.Second, func(p browserPage) bool {
 		return p.State == "waiting" && p.Position == "2"
 	})
@@ -440,7 +295,7 @@ func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx conte
 	}
 	p = browserWait(tab, t, "the polite announcement", 5*time.Second, func(p browserPage) bool { return strings.Contains(p.Polite, "1") })
 	time.Sleep(700 * time.Millisecond) // the progress bar's transition
-	screenshot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-1-waiting", lang, width), width)
+	browsertest.Shot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-1-waiting", lang, width), width, 300)
 
 	// Stand in for a granted notification permission (headless Chromium
 	// has none to grant) and record the notifications the page makes.
@@ -477,7 +332,7 @@ func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx conte
 	if strings.Contains(p.HTML, adm) || strings.Contains(p.HTML, adm[:20]) {
 		t.Error("the admission token is in the page")
 	}
-	screenshot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-2-admitted", lang, width), width)
+	browsertest.Shot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-2-admitted", lang, width), width, 300)
 
 	if err := chromedp.Do(tab, chromedp.Click(chromedp.ID("done"))); err != nil {
 		t.Fatalf("clicking #done: %v", err)
@@ -488,7 +343,7 @@ func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx conte
 	if !strings.Contains(p.EndedText, want.released) || p.EndedHidden || !p.AdmittedHidden || p.TicketToken != "" {
 		t.Errorf("after leaving: %s (token kept: %t)", p, p.TicketToken != "")
 	}
-	screenshot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-3-released", lang, width), width)
+	browsertest.Shot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-3-released", lang, width), width, 300)
 	st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", "")
 	if st["active"] != 0.0 || st["waiting"] != 0.0 || st["admitted_total"] != 3.0 || st["released_total"] != 3.0 {
 		t.Errorf("the room after bob left = %v", st)
@@ -525,10 +380,10 @@ func checkBrowserPage(t *testing.T, p browserPage, lang string, width int, title
 func TestBrowserUnknownRoom(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	bctx := startBrowser(t, ctx)
+	bctx := browsertest.Start(t, ctx)
 	s := newBrowserServer(t)
 	for lang, want := range map[string]string{"ko": "대기실을 찾을 수 없습니다", "en": "We can't find this waiting room"} {
-		tab := openTab(t, bctx, 390, browserTexts[lang].accept, s.url+"/rooms/no-such-room")
+		tab := browsertest.Tab(t, bctx, browsertest.TabOptions{Width: 390, AcceptLanguage: browserTexts[lang].accept}, s.url+"/rooms/no-such-room")
 		p := browserWait(tab, t, "the unknown-room text", 10*time.Second, func(p browserPage) bool {
 			return p.State == "unknown" && strings.Contains(p.Text, want)
 		})
@@ -542,11 +397,11 @@ func TestBrowserUnknownRoom(t *testing.T) {
 func TestBrowserProofOfWork(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	bctx := startBrowser(t, ctx)
+	bctx := browsertest.Start(t, ctx)
 	s := newBrowserServer(t)
 	room := "pow-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1,"pow_difficulty":12}`), browserAdminToken)
-	tab := openTab(t, bctx, 1200, "en", s.url+"/rooms/"+room)
+	tab := browsertest.Tab(t, bctx, browsertest.TabOptions{Width: 1200, AcceptLanguage: "en"}, s.url+"/rooms/"+room)
 	p := browserWait(tab, t, "admitted after the proof of work", 30*time.Second, func(p browserPage) bool { return p.State == "admitted" })
 	st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", "")
 	if st["joined_total"] != 1.0 || p.Notice != "" {
@@ -564,13 +419,13 @@ func TestBrowserPoWCost(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
-	bctx := startBrowser(t, ctx)
+	bctx := browsertest.Start(t, ctx)
 	s := newBrowserServer(t)
 	room := "cost-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	// Capacity 1 with someone inside: the page waits and stays idle.
 	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1}`), browserAdminToken)
 	s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", `{"user_id":"holder"}`, "")
-	tab := openTab(t, bctx, 1200, "en", s.url+"/rooms/"+room)
+	tab := browsertest.Tab(t, bctx, browsertest.TabOptions{Width: 1200, AcceptLanguage: "en"}, s.url+"/rooms/"+room)
 	browserWait(tab, t, "waiting", 20*time.Second, func(p browserPage) bool { return p.State == "waiting" })
 	runs := 15
 	if v, err := strconv.Atoi(os.Getenv("STAMPEDE_POW_RUNS")); err == nil && v > 0 {
@@ -669,7 +524,7 @@ func (o *roomOverlay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestBrowserRoomStates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	bctx := startBrowser(t, ctx)
+	bctx := browsertest.Start(t, ctx)
 	emb, err := redisstore.StartEmbedded()
 	if err != nil {
 		t.Fatal(err)
@@ -691,7 +546,7 @@ func TestBrowserRoomStates(t *testing.T) {
 	ts := httptest.NewServer(overlay)
 	t.Cleanup(ts.Close)
 	s := &browserServer{url: ts.URL, hc: http.DefaultClient}
-	dir := screenshotDir(t)
+	dir := browsertest.ShotDir(t)
 
 	room := "states-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1}`), browserAdminToken)
@@ -699,7 +554,7 @@ func TestBrowserRoomStates(t *testing.T) {
 
 	// Opens in 3 s: a countdown, then the page joins by itself.
 	overlay.set(map[string]any{"opens_at": time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)})
-	tab := openTab(t, bctx, 390, browserTexts["ko"].accept, s.url+"/rooms/"+room)
+	tab := browsertest.Tab(t, bctx, browsertest.TabOptions{Width: 390, AcceptLanguage: browserTexts["ko"].accept}, s.url+"/rooms/"+room)
 	countdown := `document.getElementById("countdown").textContent`
 	browserWait(tab, t, "the countdown", 10*time.Second, func(p browserPage) bool {
 		return p.State == "scheduled" && strings.Contains(p.Text, "오픈까지")
@@ -708,7 +563,7 @@ func TestBrowserRoomStates(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`^00:00:0[1-3]$`).MatchString(cd) {
 		t.Errorf("countdown = %q, %v", cd, err)
 	}
-	screenshot(t, tab, dir, "waitroom-ko-390-0-scheduled", 390)
+	browsertest.Shot(t, tab, dir, "waitroom-ko-390-0-scheduled", 390, 300)
 	if st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", ""); st["joined_total"] != 1.0 {
 		t.Errorf("the page joined before opening: %v", st)
 	}
@@ -728,7 +583,7 @@ func TestBrowserRoomStates(t *testing.T) {
 	if p.Position != "1" {
 		t.Errorf("paused: position %q, want 1 (kept)", p.Position)
 	}
-	screenshot(t, tab, dir, "waitroom-ko-390-4-paused", 390)
+	browsertest.Shot(t, tab, dir, "waitroom-ko-390-4-paused", 390, 300)
 
 	// Closed with a message: shown, and no way to rejoin.
 	overlay.set(map[string]any{"closed": true, "message": "오늘 판매는 매진되었습니다. <b>감사합니다</b>"})
@@ -740,7 +595,7 @@ func TestBrowserRoomStates(t *testing.T) {
 	if !strings.Contains(p.EndedText, "매진되었습니다. <b>감사합니다</b>") || strings.Contains(p.HTML, "<b>감사") || !rejoinHidden {
 		t.Errorf("closed: %s (rejoin hidden %t)", p, rejoinHidden)
 	}
-	screenshot(t, tab, dir, "waitroom-ko-390-5-closed", 390)
+	browsertest.Shot(t, tab, dir, "waitroom-ko-390-5-closed", 390, 300)
 }
 
 // TestBrowserOnAdmitHook: a page served with data-on-admit (the gate's
@@ -749,7 +604,7 @@ func TestBrowserRoomStates(t *testing.T) {
 func TestBrowserOnAdmitHook(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	bctx := startBrowser(t, ctx)
+	bctx := browsertest.Start(t, ctx)
 	emb, err := redisstore.StartEmbedded()
 	if err != nil {
 		t.Fatal(err)
@@ -789,7 +644,7 @@ func TestBrowserOnAdmitHook(t *testing.T) {
 	room := "hook-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1}`), browserAdminToken)
 
-	tab := openTab(t, bctx, 390, "en", s.url+"/rooms/"+room)
+	tab := browsertest.Tab(t, bctx, browsertest.TabOptions{Width: 390, AcceptLanguage: "en"}, s.url+"/rooms/"+room)
 	select {
 	case c := <-calls:
 		if !strings.HasPrefix(c.auth, "Bearer ") || c.body["room"] != room || c.body["user_id"] == "" || c.body["admission_token"] == "" {
@@ -825,7 +680,7 @@ func TestBrowserETARange(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	bctx := startBrowser(t, ctx)
+	bctx := browsertest.Start(t, ctx)
 	s := newBrowserServer(t)
 	room := "eta-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1,"lease_seconds":600}`), browserAdminToken)
@@ -857,7 +712,7 @@ func TestBrowserETARange(t *testing.T) {
 	}()
 	defer func() { close(stop); <-done }()
 
-	tab := openTab(t, bctx, 390, "en", s.url+"/rooms/"+room)
+	tab := browsertest.Tab(t, bctx, browsertest.TabOptions{Width: 390, AcceptLanguage: "en"}, s.url+"/rooms/"+room)
 	minutes := regexp.MustCompile(`^about (\d+)–(\d+) min$`)
 	var before []string // the texts shown before the first range
 	p := browserWait(tab, t, "an ETA in minutes", 40*time.Second, func(p browserPage) bool {
