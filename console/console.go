@@ -20,6 +20,7 @@ package console
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -87,6 +88,9 @@ type Config struct {
 	Registry *prometheus.Registry
 	// HTTP are the limits Run serves with.
 	HTTP httpapi.ServerConfig
+	// Listener is where Run serves; needed by Run only (a test may serve
+	// the Server as an http.Handler instead).
+	Listener net.Listener
 }
 
 // DefaultConfig updates the page every second, gives each part 1 s to

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -126,10 +125,13 @@ func New(cfg Config) (*Server, error) {
 // ServeHTTP serves the console.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.api.ServeHTTP(w, r) }
 
-// Run serves on ln until ctx ends, then shuts the HTTP server down within
-// cfg.HTTP.ShutdownTimeout (open event streams end with it).
-func (s *Server) Run(ctx context.Context, ln net.Listener) error {
-	return httpapi.Serve(ctx, ln, s, s.cfg.HTTP, s.cfg.Logger)
+// Run serves on Config.Listener until ctx ends, then shuts the HTTP server
+// down within cfg.HTTP.ShutdownTimeout (open event streams end with it).
+func (s *Server) Run(ctx context.Context) error {
+	if s.cfg.Listener == nil {
+		return stampede.InvalidField("listener", "is required to run: where to serve")
+	}
+	return httpapi.Serve(ctx, s.cfg.Listener, s, s.cfg.HTTP, s.cfg.Logger)
 }
 
 // asset serves an embedded file.

@@ -89,18 +89,20 @@ func runConsole(cmd *cobra.Command, opts *consoleOptions) error {
 	cfg.Logger = log
 	cfg.Registry = prometheus.NewRegistry()
 	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := console.New(cfg)
-	if err != nil {
-		return flagErrors("", err)
-	}
 	ln, err := net.Listen("tcp", opts.http)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
+	cfg.Listener = ln
+	srv, err := console.New(cfg)
+	if err != nil {
+		ln.Close()
+		return flagErrors("", err)
+	}
 	log.Info("console listening", "addr", ln.Addr().String(), "page", "http://"+ln.Addr().String()+"/console",
 		"waitroom", cfg.Waitroom.URL, "pay", cfg.Pay.URL, "checkout", cfg.Checkout.URL, "events", cfg.Events,
 		"workers", cfg.Workers, "interval", cfg.Interval)
-	if err := srv.Run(cmd.Context(), ln); err != nil {
+	if err := srv.Run(cmd.Context()); err != nil {
 		return fmt.Errorf("http server: %w", err)
 	}
 	log.Info("stopped")

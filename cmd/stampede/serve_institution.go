@@ -99,21 +99,23 @@ func runInstitution(cmd *cobra.Command, opts *institutionOptions) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Registry = reg
-	srv, err := instapi.New(cfg)
-	if err != nil {
-		return flagErrors("", err)
-	}
-	defer srv.Close()
-
 	ln, err := net.Listen("tcp", opts.http)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
+	cfg.Listener = ln
+	srv, err := instapi.New(cfg)
+	if err != nil {
+		ln.Close()
+		return flagErrors("", err)
+	}
+	defer srv.Close()
+
 	log.Info("institution simulator listening", "addr", ln.Addr().String(),
 		"not_found_window", cfg.NotFoundWindow, "max_hung", cfg.MaxHung,
 		"read_header_timeout", cfg.HTTP.ReadHeaderTimeout, "read_timeout", cfg.HTTP.ReadTimeout,
 		"write_timeout", cfg.HTTP.WriteTimeout, "idle_timeout", cfg.HTTP.IdleTimeout)
-	if err := srv.Run(cmd.Context(), ln); err != nil {
+	if err := srv.Run(cmd.Context()); err != nil {
 		return fmt.Errorf("http server: %w", err)
 	}
 	log.Info("stopped")

@@ -23,6 +23,7 @@ import (
 // waitroomOptions are the flags of `stampede serve waitroom`.
 type waitroomOptions struct {
 	http         string
+	listener     net.Listener // where serve waitroom serves; nil for a gate's embedded instance
 	redis        string
 	redisTimeout time.Duration
 	ackReplicas  int
@@ -350,7 +351,7 @@ func (opts *waitroomOptions) start(cmd *cobra.Command) (srv *api.Server, stop fu
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.Logger = log
+	cfg.Logger, cfg.Listener, cfg.HTTP = log, opts.listener, opts.server
 	srv, err = api.New(cfg)
 	if err != nil {
 		return nil, nil, flagErrors("", err)
@@ -378,26 +379,22 @@ func runWaitroom(cmd *cobra.Command, opts *waitroomOptions) error {
 		return err
 	}
 	log := loggerOf(cmd)
-	srv, stop, err := opts.start(cmd)
-	if err != nil {
-		return err
-	}
-	defer stop()
-
 	ln, err := net.Listen("tcp", opts.http)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
+	opts.listener = ln
+	srv, stop, err := opts.start(cmd)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stop()
 	log.Info("waiting room listening", "addr", ln.Addr().String(), "page", "http://"+ln.Addr().String()+"/rooms/{room}",
 		"redis_timeout", opts.redisTimeout)
-	admitting, stopAdmitting := runInBackground(cmd.Context(), srv.Run)
-	if err := httpapi.Serve(cmd.Context(), ln, srv, opts.server, log); err != nil {
-		stopAdmitting()
+	if err := srv.Run(cmd.Context()); err != nil {
 		return fmt.Errorf("http server: %w", err)
 	}
-	log.Info("shutting down: HTTP server closed, stopping admission")
-	stopAdmitting()
-	<-admitting
 	log.Info("stopped")
 	return nil
 }

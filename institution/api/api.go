@@ -56,6 +56,9 @@ type Config struct {
 	Registry *prometheus.Registry
 	// HTTP are the limits Run serves with (ServerConfig).
 	HTTP httpapi.ServerConfig
+	// Listener is where Run serves; needed by Run only (a test may serve
+	// the Server as an http.Handler instead).
+	Listener net.Listener
 }
 
 // ServerConfig returns the limits to serve the simulator with:
@@ -146,10 +149,14 @@ func New(cfg Config) (*Server, error) {
 // ServeHTTP serves the simulator's API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.api.ServeHTTP(w, r) }
 
-// Run serves on ln until ctx ends. Then it closes the simulator first,
+// Run serves on Config.Listener until ctx ends. Then it closes the simulator first,
 // releasing every held request (each answers 504 released), and shuts the
 // HTTP server down within cfg.HTTP.ShutdownTimeout.
-func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+func (s *Server) Run(ctx context.Context) error {
+	ln := s.cfg.Listener
+	if ln == nil {
+		return stampede.InvalidField("listener", "is required to run: where to serve")
+	}
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServing()
 	defer context.AfterFunc(ctx, func() {

@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/waitroom"
 )
 
@@ -66,6 +69,12 @@ type Config struct {
 	// CheckoutKey authorizes the online admission check and done
 	// endpoints (HandlerConfig.CheckoutKey); empty turns them off.
 	CheckoutKey string
+	// Listener, when set, is where Run serves the API; nil serves no
+	// HTTP (a gate embeds the instance and serves it itself).
+	Listener net.Listener
+	// HTTP bounds the server's reads, writes and shutdown when Listener
+	// is set; the zero value means httpapi.DefaultServerConfig().
+	HTTP httpapi.ServerConfig
 	// OnPass, if set, is called after every admission pass, after the
 	// metrics have recorded it (for example by the lab, to count store
 	// round trips).
@@ -144,6 +153,9 @@ func (c Config) Validate() error {
 		f.Check("previous", p.Validate())
 	}
 	f.Check("", c.handlerConfig(log).Validate())
+	if c.Listener != nil && c.HTTP != (httpapi.ServerConfig{}) {
+		f.Check("", c.HTTP.Validate())
+	}
 	if c.RoomRefresh >= 0 {
 		f.Check("", c.serviceConfig(log).Validate())
 	}
@@ -153,6 +165,8 @@ func (c Config) Validate() error {
 // Server is one waiting-room instance: a waitroom.Service admitting in
 // the background (Run) and its HTTP handler (ServeHTTP).
 type Server struct {
+	cfg        Config
+	log        *slog.Logger
 	svc        *waitroom.Service
 	handler    http.Handler
 	signer     *waitroom.Signer
@@ -203,13 +217,34 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{svc: svc, handler: handler, signer: signer, admissions: admissions, registry: reg}, nil
+	return &Server{cfg: cfg, log: log, svc: svc, handler: handler, signer: signer, admissions: admissions, registry: reg}, nil
 }
 
 // Run admits until ctx ends (waitroom.Service.Run: the room refresh and
-// one admitter per room), then waits for its goroutines. It does not
-// close the store.
-func (s *Server) Run(ctx context.Context) error { return s.svc.Run(ctx) }
+// one admitter per room) and, with Config.Listener, serves the API on it
+// meanwhile; when ctx ends the HTTP server shuts down first, then
+// admission stops. It does not close the store.
+func (s *Server) Run(ctx context.Context) error {
+	if s.cfg.Listener == nil {
+		return s.svc.Run(ctx)
+	}
+	hcfg := s.cfg.HTTP
+	if hcfg == (httpapi.ServerConfig{}) {
+		hcfg = httpapi.DefaultServerConfig()
+	}
+	admitCtx, stopAdmitting := context.WithCancel(context.WithoutCancel(ctx))
+	admitted := make(chan error, 1)
+	go func() { admitted <- s.svc.Run(admitCtx) }()
+	err := httpapi.Serve(ctx, s.cfg.Listener, s, hcfg, s.log)
+	if err == nil {
+		s.log.Info("shutting down: HTTP server closed, stopping admission")
+	}
+	stopAdmitting()
+	if aerr := <-admitted; err == nil && aerr != nil && !errors.Is(aerr, context.Canceled) {
+		err = aerr
+	}
+	return err
+}
 
 // ServeHTTP serves the API and the waiting page (see NewHandler).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
