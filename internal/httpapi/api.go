@@ -170,7 +170,7 @@ func (a *API) Fail(w http.ResponseWriter, r *http.Request, err error) {
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status),
 			slog.String("code", string(e.Code)), slog.Any("err", err))
 	}
-	WriteProblem(w, e, "stampede-"+a.cfg.Name)
+	WriteProblem(w, err, "stampede-"+a.cfg.Name)
 }
 
 // adapt turns a HandlerFunc into an http.Handler: no caching of API

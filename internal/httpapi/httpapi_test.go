@@ -402,3 +402,30 @@ func TestRequestMetricsCountEveryLabelSet(t *testing.T) {
 		t.Errorf("duration samples of OTHER = %d, want %d", got, each)
 	}
 }
+
+// TestProblemListsEveryBadField: a validation that reports several bad
+// fields answers 400 naming the first in field and detail, and every one in
+// the errors member; a single bad field has no errors member.
+func TestProblemListsEveryBadField(t *testing.T) {
+	var f stampede.Fields
+	f.Add("capacity", "must be positive, got 0")
+	f.Add("lease_seconds", "must be at least 1, got 0")
+	rec := httptest.NewRecorder()
+	httpapi.WriteProblem(rec, f.Err(), "")
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatal(err)
+	}
+	list, _ := body["errors"].([]any)
+	if rec.Code != 400 || body["field"] != "capacity" || len(list) != 2 {
+		t.Fatalf("answer %d %v, want 400 naming capacity with both fields in errors", rec.Code, body)
+	}
+	if second, _ := list[1].(map[string]any); second["field"] != "lease_seconds" || second["detail"] != "must be at least 1, got 0" {
+		t.Errorf("errors[1] = %v, want lease_seconds and its detail", list[1])
+	}
+	rec = httptest.NewRecorder()
+	httpapi.WriteProblem(rec, stampede.InvalidField("capacity", "must be positive"), "")
+	if strings.Contains(rec.Body.String(), `"errors"`) {
+		t.Errorf("one bad field: %s, want no errors member", rec.Body.String())
+	}
+}

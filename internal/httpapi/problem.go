@@ -88,10 +88,37 @@ func (p *Problem) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// ProblemOf returns the problem body err answers with. Internal errors
-// show a fixed text: their cause is for the log.
+// FieldDetail is one member of a problem's "errors": a field at fault and
+// what is wrong with it.
+type FieldDetail struct {
+	Field  string `json:"field"`
+	Detail string `json:"detail"`
+}
+
+// ProblemOf returns the problem body err answers with: the first error's
+// code, field and detail and, when err joins several errors of fields
+// (a validation reports every bad field at once), each of them in the
+// extension member "errors". Internal errors show a fixed text: their
+// cause is for the log.
 func ProblemOf(err error) Problem {
 	e := stampede.As(err)
+	if all := stampede.FieldErrors(err); len(all) > 1 {
+		var list []FieldDetail
+		for _, fe := range all {
+			if fe.Field != "" && fe.Class() == e.Class() {
+				list = append(list, FieldDetail{Field: fe.Field, Detail: fe.Message})
+			}
+		}
+		if len(list) > 1 {
+			extra := map[string]any{"errors": list}
+			for k, v := range e.Extra {
+				extra[k] = v
+			}
+			c := *e
+			c.Extra = extra
+			e = &c
+		}
+	}
 	status := ErrorStatus(e)
 	p := Problem{
 		Type: ProblemType + string(e.Code), Title: http.StatusText(status), Status: status,
@@ -114,7 +141,7 @@ func ProblemOf(err error) Problem {
 // (realm), and no error answer is cached.
 func WriteProblem(w http.ResponseWriter, err error, realm string) {
 	e := stampede.As(err)
-	p := ProblemOf(e)
+	p := ProblemOf(err)
 	h := w.Header()
 	if p.Status == http.StatusServiceUnavailable || p.Status == http.StatusTooManyRequests || e.RetryAfter > 0 {
 		ra := e.RetryAfter

@@ -22,6 +22,18 @@ var problemSchema = map[string]any{
 		"detail": map[string]any{"type": "string", "description": "what went wrong, safe to show"},
 		"code":   map[string]any{"type": "string", "description": "a stable error code such as invalid or not_found"},
 		"field":  map[string]any{"type": "string", "description": "the field, header or parameter at fault"},
+		"errors": map[string]any{
+			"type":        "array",
+			"description": "every field at fault, when a request has more than one (the first is field and detail)",
+			"items": map[string]any{
+				"type":     "object",
+				"required": []any{"field", "detail"},
+				"properties": map[string]any{
+					"field":  map[string]any{"type": "string"},
+					"detail": map[string]any{"type": "string"},
+				},
+			},
+		},
 	},
 	"additionalProperties": true,
 }
