@@ -41,7 +41,7 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede"
-	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 // Ticket is the one ticket issued for an order.
@@ -63,7 +63,7 @@ type Release struct {
 	OrderID    string
 	PaymentID  string
 	EventID    string
-	Status     pay.Status // DECLINED or FAILED
+	Status     protocol.PaymentStatus // DECLINED or FAILED
 	ReleasedAt time.Time
 }
 
@@ -175,7 +175,7 @@ type Tx interface {
 	LockPayment(ctx context.Context, paymentID string, now time.Time) (lastSeq int64, err error)
 	// AdvancePayment records seq and status as the payment's last applied
 	// event; the payment must be locked.
-	AdvancePayment(ctx context.Context, paymentID string, seq int64, status pay.Status, now time.Time) error
+	AdvancePayment(ctx context.Context, paymentID string, seq int64, status protocol.PaymentStatus, now time.Time) error
 	// LockOrder returns the order (OrderOpen when new, created as such)
 	// and holds it until the transaction ends.
 	LockOrder(ctx context.Context, merchantID, orderID string, now time.Time) (Order, error)

@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stampede-lab/stampede"
-	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 // Config configures a Handler.
@@ -75,7 +75,7 @@ func (h *Handler) Process(ctx context.Context, ev Event) (Outcome, error) {
 	if err := ev.Validate(); err != nil {
 		return "", err
 	}
-	now := pay.StoreTime(h.cfg.Now())
+	now := h.cfg.Now().UTC().Truncate(time.Microsecond) // as the stores keep times
 	var out Outcome
 	err := h.store.Update(ctx, func(ctx context.Context, tx Tx) error {
 		out = ""
@@ -132,14 +132,14 @@ func (h *Handler) apply(ctx context.Context, tx Tx, ev Event, now time.Time) (Ou
 		return "", fmt.Errorf("lock order %s/%s: %w", ev.MerchantID, ev.OrderID, err)
 	}
 	if o.State == OrderTicketed {
-		if ev.Status == pay.StatusApproved {
+		if ev.Status == protocol.StatusApproved {
 			return OutcomeAlreadyTicketed, nil
 		}
 		return OutcomeReleaseSuperseded, nil
 	}
 	o.PaymentID, o.UpdatedAt = ev.PaymentID, now
 	var out Outcome
-	if ev.Status == pay.StatusApproved {
+	if ev.Status == protocol.StatusApproved {
 		t := Ticket{
 			ID: h.cfg.NewTicketID(), MerchantID: ev.MerchantID, OrderID: ev.OrderID, PaymentID: ev.PaymentID,
 			EventID: ev.ID(), Amount: ev.Amount, Currency: ev.Currency, IssuedAt: now,

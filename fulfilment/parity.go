@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 // PaymentRecord is what Parity needs of a payment: its id and status
@@ -14,7 +14,7 @@ type PaymentRecord struct {
 	PaymentID  string
 	MerchantID string // optional
 	OrderID    string // optional
-	Status     pay.Status
+	Status     protocol.PaymentStatus
 }
 
 // ParityReport compares the tickets with the APPROVED payments. Exact
@@ -66,15 +66,15 @@ func Parity(payments []PaymentRecord, tickets []Ticket) ParityReport {
 	for id, p := range byPayment {
 		n := ticketsOf[id]
 		switch {
-		case p.Status == pay.StatusApproved && n == 0:
+		case p.Status == protocol.StatusApproved && n == 0:
 			if p.OrderID != "" && ticketedOrder[[2]string{p.MerchantID, p.OrderID}] {
 				r.OrderAlreadyTicketed = append(r.OrderAlreadyTicketed, id)
 			} else {
 				r.MissingTicket = append(r.MissingTicket, id)
 			}
-		case p.Status == pay.StatusApproved && n == 1:
+		case p.Status == protocol.StatusApproved && n == 1:
 			r.Matched++
-		case n > 0 && p.Status != pay.StatusApproved:
+		case n > 0 && p.Status != protocol.StatusApproved:
 			r.NotApproved = append(r.NotApproved, id)
 		}
 		if n > 1 {
