@@ -6,17 +6,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +29,6 @@ import (
 // the other tests of the package.
 
 const (
-	cbChildEnv      = "STAMPEDE_CONSOLE_CHILD_ARGS"
 	cbConsoleToken  = "cb-console-admin-token-0123456789"
 	cbWaitroomToken = "cb-waitroom-admin-token-0123456789"
 	cbPayToken      = "cb-pay-admin-token-0123456789"
@@ -46,39 +41,22 @@ const (
 	cbTick = 200 * time.Millisecond
 )
 
-// TestConsoleChildProcess is not a test: it is a `stampede` command run as
-// a child process by TestConsoleBrowser.
-func TestConsoleChildProcess(t *testing.T) {
-	args := os.Getenv(cbChildEnv)
-	if args == "" {
-		t.Skip("only runs as a child process of TestConsoleBrowser")
-	}
-	cmd := newRootCmd()
-	cmd.SetArgs(strings.Split(args, "\x1f"))
-	if err := cmd.ExecuteContext(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// cbEnv is the environment of a child: this one without any STAMPEDE_
-// variable, so that every part runs on its embedded defaults.
-func cbEnv(args []string) []string {
+// cbEnv is what a child's environment adds: every STAMPEDE_ variable of
+// this one emptied, so that every part runs on its embedded defaults.
+func cbEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "STAMPEDE_") {
-			env = append(env, kv)
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "STAMPEDE_") {
+			env = append(env, k+"=")
 		}
 	}
-	return append(env, cbChildEnv+"="+strings.Join(args, "\x1f"))
+	return env
 }
 
 // cbRun runs a stampede command to its end and returns its stdout.
 func cbRun(t *testing.T, args ...string) []byte {
 	t.Helper()
-	c := exec.Command(os.Args[0], "-test.run=^TestConsoleChildProcess$")
-	c.Env = cbEnv(args)
+	c := childCmd(args, cbEnv()...)
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	if err := c.Run(); err != nil {
@@ -87,64 +65,12 @@ func cbRun(t *testing.T, args ...string) []byte {
 	return out.Bytes()
 }
 
-// cbStart starts `stampede serve <args>` on a free address and waits for
-// its health path; it is stopped (SIGTERM) when the test ends. It returns
-// the base URL.
-func cbStart(t *testing.T, name, health string, args ...string) string {
+// cbStart starts `stampede serve <name> args...` (startChild) on the
+// embedded defaults and returns its base URL and the path of its log.
+func cbStart(t *testing.T, name, health string, args ...string) (string, string) {
 	t.Helper()
-	url, _ := cbStartLog(t, name, health, args...)
-	return url
-}
-
-// cbStartLog is cbStart that also returns the path of the process's log.
-func cbStartLog(t *testing.T, name, health string, args ...string) (string, string) {
-	t.Helper()
-	addr := wrFreeAddr(t)
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := append([]string{"serve", name, "--http", addr}, args...)
-	c := exec.Command(os.Args[0], "-test.run=^TestConsoleChildProcess$")
-	c.Env = cbEnv(all)
-	c.Stdout, c.Stderr = logf, logf
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _, _ = c.Process.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = c.Process.Kill()
-			<-done
-		}
-		logf.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(logPath); err == nil {
-				if len(b) > 3000 {
-					b = b[len(b)-3000:]
-				}
-				t.Logf("%s's log (tail):\n%s", name, b)
-			}
-		}
-	})
-	url := "http://" + addr
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp, err := http.Get(url + health)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url, logPath
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve %s did not come up on %s", name, addr)
-		}
-	}
+	c := startChild(t, name, name, health, cbEnv(), args...)
+	return c.url, c.log
 }
 
 // cbCall sends a JSON request and decodes a JSON answer.
@@ -264,9 +190,9 @@ func TestConsoleBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 
-	wr := cbStart(t, "waitroom", "/healthz", "--admin-token", cbWaitroomToken, "--secret", cbSecret,
+	wr, _ := cbStart(t, "waitroom", "/healthz", "--admin-token", cbWaitroomToken, "--secret", cbSecret,
 		"--join-rate", "0", "--instance", "cb-1")
-	inst := cbStart(t, "institution", "/healthz", "--admin-token", cbInstToken)
+	inst, _ := cbStart(t, "institution", "/healthz", "--admin-token", cbInstToken)
 	payDir := t.TempDir()
 	var merchant struct {
 		Key string `json:"api_key"`
@@ -274,7 +200,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if err := json.Unmarshal(cbRun(t, "pay", "merchant", "add", "cb-shop", "--data-dir", payDir), &merchant); err != nil || merchant.Key == "" {
 		t.Fatalf("pay merchant add: %v", err)
 	}
-	pay, payLog := cbStartLog(t, "pay", "/readyz", "--institution", inst, "--data-dir", payDir, "--admin-token", cbPayToken)
+	pay, payLog := cbStart(t, "pay", "/readyz", "--institution", inst, "--data-dir", payDir, "--admin-token", cbPayToken)
 	// serve pay started its embedded nats-server on a free port: its log
 	// says which. One worker consumes the payment events.
 	logged, err := os.ReadFile(payLog)
@@ -285,10 +211,10 @@ func TestConsoleBrowser(t *testing.T) {
 	if m == nil {
 		t.Fatalf("serve pay's log names no embedded nats-server URL")
 	}
-	worker := cbStart(t, "worker", "/healthz", "--nats", string(m[1]), "--data-dir", t.TempDir())
-	co := cbStart(t, "checkout", "/healthz", "--pay", pay, "--pay-key", merchant.Key, "--admin-token", cbCheckoutToken,
+	worker, _ := cbStart(t, "worker", "/healthz", "--nats", string(m[1]), "--data-dir", t.TempDir())
+	co, _ := cbStart(t, "checkout", "/healthz", "--pay", pay, "--pay-key", merchant.Key, "--admin-token", cbCheckoutToken,
 		"--data-dir", t.TempDir(), "--waitroom", wr, "--room", cbRoom)
-	console := cbStart(t, "console", "/healthz", "--admin-token", cbConsoleToken, "--waitroom", wr, "--waitroom-token", cbWaitroomToken,
+	console, _ := cbStart(t, "console", "/healthz", "--admin-token", cbConsoleToken, "--waitroom", wr, "--waitroom-token", cbWaitroomToken,
 		"--pay", pay, "--pay-token", cbPayToken, "--checkout", co, "--events", cbEvent, "--workers", worker, "--interval", "250ms")
 
 	room := map[string]any{"capacity": 15, "lease_seconds": 60, "admit_interval_ms": cbTick.Milliseconds(), "max_admissions_per_minute": 0,

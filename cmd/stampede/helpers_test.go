@@ -3,10 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -112,6 +119,100 @@ func startServe(t *testing.T, service string, args ...string) (string, *syncBuff
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("serve %s did not come up on %s:\n%s", service, addr, logs.String())
+		}
+	}
+}
+
+// childArgsEnv carries the arguments of a child process (see
+// TestChildProcess), separated by \x1f.
+const childArgsEnv = "STAMPEDE_TEST_CHILD_ARGS"
+
+// TestChildProcess is not a test: it is the stampede command line run as a
+// child process of this test binary (childCmd), so that a test can kill a
+// service with SIGKILL or stop it with SIGTERM as main does.
+func TestChildProcess(t *testing.T) {
+	args := os.Getenv(childArgsEnv)
+	if args == "" {
+		t.Skip("only runs as a child process of another test (childCmd)")
+	}
+	cmd := newRootCmd()
+	cmd.SetArgs(strings.Split(args, "\x1f"))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// childCmd returns the command that runs `stampede args...` as a child
+// process (TestChildProcess), in this process's environment plus env.
+func childCmd(args []string, env ...string) *exec.Cmd {
+	c := exec.Command(os.Args[0], "-test.run=^TestChildProcess$")
+	c.Env = append(append(os.Environ(), env...), childArgsEnv+"="+strings.Join(args, "\x1f"))
+	return c
+}
+
+// child is a service started by startChild.
+type child struct {
+	// url is its base URL, "http://" and the address it serves.
+	url string
+	// log is the path of its stdout and stderr.
+	log string
+	// cmd is its process.
+	cmd *exec.Cmd
+}
+
+// startChild runs `stampede serve <service> --http ADDR args...` as a child
+// process on a free address, its output in a log file named after name,
+// in this environment plus env, and waits (60 s at most) until health
+// answers 200. When the test ends it is stopped with SIGTERM (SIGKILL after
+// 10 s), and a failed test logs the tail of its log.
+func startChild(t *testing.T, name, service, health string, env []string, args ...string) *child {
+	t.Helper()
+	addr := freeAddr(t)
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := childCmd(append([]string{"serve", service, "--http", addr}, args...), env...)
+	c.Stdout, c.Stderr = logf, logf
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _, _ = c.Process.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = c.Process.Kill()
+			<-done
+		}
+		logf.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				if len(b) > 4000 {
+					b = b[len(b)-4000:]
+				}
+				t.Logf("%s's log (tail):\n%s", name, b)
+			}
+		}
+	})
+	ch := &child{url: "http://" + addr, log: logPath, cmd: c}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(ch.url + health); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return ch
+			}
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("serve %s (%s) did not come up on %s:\n%s", service, name, addr, b)
 		}
 	}
 }

@@ -80,14 +80,13 @@ func TestLabEventsR3NodeKilled(t *testing.T) {
 }
 
 // useTestWorkers makes the events lab's worker processes this test binary
-// re-run as `lab events-worker` (through TestPayChildProcess).
+// re-run as `lab events-worker` (through TestChildProcess).
 func useTestWorkers(t *testing.T) {
 	orig := eventsWorkerCmd
 	t.Cleanup(func() { eventsWorkerCmd = orig })
 	eventsWorkerCmd = func(args []string) *exec.Cmd {
-		c := exec.Command(os.Args[0], "-test.run=^TestPayChildProcess$")
 		all := append(append(append([]string{}, labEventsWorkerCmd...), "--log-level", "warn"), args...)
-		c.Env = append(os.Environ(), "STAMPEDE_PAY_CHILD_ARGS="+strings.Join(all, "\x1f"), "STAMPEDE_NATS_URL=")
+		c := childCmd(all, "STAMPEDE_NATS_URL=")
 		c.Stderr = os.Stderr
 		return c
 	}

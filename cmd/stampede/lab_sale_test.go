@@ -14,14 +14,12 @@ import (
 )
 
 // useTestSelf makes the sale's parts run as this test binary (through
-// TestPayChildProcess) instead of the stampede binary.
+// TestChildProcess) instead of the stampede binary.
 func useTestSelf(t *testing.T) {
 	orig := selfCmd
 	t.Cleanup(func() { selfCmd = orig })
 	selfCmd = func(args []string) *exec.Cmd {
-		c := exec.Command(os.Args[0], "-test.run=^TestPayChildProcess$")
-		c.Env = append(os.Environ(), "STAMPEDE_PAY_CHILD_ARGS="+strings.Join(args, "\x1f"))
-		return c
+		return childCmd(args)
 	}
 }
 

@@ -7,11 +7,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,33 +20,11 @@ import (
 	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
-// TestPayChildProcess is not a test: it is the payment service run as a
-// child process by TestPayKilledMidStampedeLosesNothing and
-// TestPayEventsSurviveRestarts, so that the parent can kill it with
-// SIGKILL, or stop it gracefully with SIGTERM as main does.
-func TestPayChildProcess(t *testing.T) {
-	args := os.Getenv("STAMPEDE_PAY_CHILD_ARGS")
-	if args == "" {
-		t.Skip("only runs as the child process of TestPayKilledMidStampedeLosesNothing")
-	}
-	cmd := newRootCmd()
-	cmd.SetArgs(strings.Split(args, "\x1f"))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
 // startPayChild runs `stampede serve pay` in a child process and waits
 // until it answers.
 func startPayChild(t *testing.T, addr string, args ...string) *exec.Cmd {
 	t.Helper()
-	child := exec.Command(os.Args[0], "-test.run=^TestPayChildProcess$")
-	child.Env = append(os.Environ(), "STAMPEDE_PAY_CHILD_ARGS="+strings.Join(append([]string{"serve", "pay", "--http", addr}, args...), "\x1f"),
-		"STAMPEDE_POSTGRES_URL=", "STAMPEDE_NATS_URL=")
+	child := childCmd(append([]string{"serve", "pay", "--http", addr}, args...), "STAMPEDE_POSTGRES_URL=", "STAMPEDE_NATS_URL=")
 	child.Stderr = os.Stderr
 	if err := child.Start(); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,36 +37,7 @@ import (
 const (
 	wrAdminToken = "wr-fault-admin-token-0123456789"
 	wrSecret     = "wr-fault-secret-0123456789abcdef0123456789"
-	// wrChildEnv carries a child's arguments, separated by \x1f.
-	wrChildEnv = "STAMPEDE_WAITROOM_CHILD_ARGS"
 )
-
-// TestWaitroomChildProcess is not a test: it is `stampede serve waitroom`
-// run as a child process by the fault tests below.
-func TestWaitroomChildProcess(t *testing.T) {
-	args := os.Getenv(wrChildEnv)
-	if args == "" {
-		t.Skip("only runs as the child process of the waiting room's fault tests")
-	}
-	cmd := newRootCmd()
-	cmd.SetArgs(strings.Split(args, "\x1f"))
-	if err := cmd.ExecuteContext(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// wrFreeAddr returns a loopback address that was free a moment ago.
-func wrFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // wrRedis is a redis-server process of the test's own.
 type wrRedis struct {
@@ -91,7 +61,7 @@ func wrStartRedis(t *testing.T) *wrRedis {
 		}
 		t.Skip(msg)
 	}
-	addr := wrFreeAddr(t)
+	addr := freeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
 	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning", "--dir", t.TempDir())
@@ -126,57 +96,11 @@ type wrInstance struct {
 // waits until it answers /healthz.
 func wrStart(t *testing.T, name string, args ...string) *wrInstance {
 	t.Helper()
-	addr := wrFreeAddr(t)
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := append([]string{"serve", "waitroom", "--http", addr, "--instance", name, "--allow-unsigned-users",
-		"--admin-token", wrAdminToken, "--secret", wrSecret, "--join-rate", "0"}, args...)
-	child := exec.Command(os.Args[0], "-test.run=^TestWaitroomChildProcess$")
 	// An empty STAMPEDE_REDIS_URL: the embedded Redis unless --redis is
 	// among args, never a Redis of the environment.
-	child.Env = append(os.Environ(), wrChildEnv+"="+strings.Join(all, "\x1f"), envRedis+"=")
-	child.Stdout, child.Stderr = logf, logf
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	in := &wrInstance{url: "http://" + addr, log: logPath}
-	t.Cleanup(func() {
-		_ = child.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _, _ = child.Process.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = child.Process.Kill()
-			<-done
-		}
-		logf.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(logPath); err == nil {
-				if len(b) > 4000 {
-					b = b[len(b)-4000:]
-				}
-				t.Logf("%s's log (tail):\n%s", name, b)
-			}
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(in.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return in
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not come up on %s", name, addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	c := startChild(t, name, "waitroom", "/healthz", []string{envRedis + "="}, append([]string{"--instance", name, "--allow-unsigned-users",
+		"--admin-token", wrAdminToken, "--secret", wrSecret, "--join-rate", "0"}, args...)...)
+	return &wrInstance{url: c.url, log: c.log}
 }
 
 // wrAnswer is one HTTP answer.
