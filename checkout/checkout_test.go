@@ -442,6 +442,30 @@ func TestConfigValidateNamesFields(t *testing.T) {
 	}
 }
 
+// TestBuyerValidate: a buyer has one field of its own, the Stampede-User
+// header, named as the API names it: missing is unauthorized, unclean
+// text invalid; the admission is left to the verifier.
+func TestBuyerValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		buyer checkout.Buyer
+		want  stampede.Code // "" for valid
+	}{
+		{"valid", checkout.Buyer{User: "kim"}, ""},
+		{"no user", checkout.Buyer{Admission: "x"}, stampede.Unauthorized},
+		{"control character", checkout.Buyer{User: "k\x00m"}, stampede.Invalid},
+		{"too long", checkout.Buyer{User: strings.Repeat("k", checkout.MaxUserLen+1)}, stampede.Invalid},
+	} {
+		errs := stampede.FieldErrors(tc.buyer.Validate())
+		switch {
+		case tc.want == "" && len(errs) != 0:
+			t.Errorf("%s: Validate() = %v, want nil", tc.name, errs)
+		case tc.want != "" && (len(errs) != 1 || errs[0].Code != tc.want || errs[0].Field != protocol.HeaderUser):
+			t.Errorf("%s: Validate() = %v, want one %s error naming %s", tc.name, errs, tc.want, protocol.HeaderUser)
+		}
+	}
+}
+
 // noPayer is a Payer that is never called.
 type noPayer struct{}
 

@@ -185,14 +185,19 @@ type Buyer struct {
 	Admission string
 }
 
-// Validate checks the user header: present, and clean text of at most
-// MaxUserLen bytes.
+// Validate checks the user header, named as the API names it
+// (Stampede-User): present (else unauthorized), and clean text of at most
+// MaxUserLen bytes. The admission is left to Config.Admissions, which
+// verifies it where one is needed.
 func (b Buyer) Validate() error {
+	var f stampede.Fields
 	if b.User == "" {
-		return &Error{Code: stampede.Unauthorized, Field: "Stampede-User",
-			Message: "header is required: the checkout is reached through the gate, which names the admitted user"}
+		f.Check(protocol.HeaderUser, stampede.Errorf(stampede.Unauthorized,
+			"header is required: the checkout is reached through the gate, which names the admitted user"))
+	} else {
+		f.Check("", pay.ValidateText(protocol.HeaderUser, b.User, MaxUserLen))
 	}
-	return pay.ValidateText("Stampede-User", b.User, MaxUserLen)
+	return f.Err()
 }
 
 // admission verifies b's admission (Config.Admissions) and returns

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // RoomTemplate brands a room's waiting page. Every field is optional; the
@@ -37,31 +39,25 @@ const (
 // IsZero reports whether the template sets nothing.
 func (t RoomTemplate) IsZero() bool { return t == RoomTemplate{} }
 
-// Validate reports the first unusable field by its JSON name under
-// "template".
+// Validate reports every unusable field at once, each by its JSON name
+// under "template" ("template.title"), as the room's configuration nests
+// it.
 func (t RoomTemplate) Validate() error {
-	if err := templateText("template.title", t.Title, maxTemplateTitle, false); err != nil {
-		return err
-	}
-	if err := templateText("template.text_ko", t.TextKO, maxTemplateText, true); err != nil {
-		return err
-	}
-	if err := templateText("template.text_en", t.TextEN, maxTemplateText, true); err != nil {
-		return err
-	}
+	var f stampede.Fields
+	f.Check("", templateText("template.title", t.Title, maxTemplateTitle, false))
+	f.Check("", templateText("template.text_ko", t.TextKO, maxTemplateText, true))
+	f.Check("", templateText("template.text_en", t.TextEN, maxTemplateText, true))
 	for _, c := range []struct{ field, v string }{
 		{"template.primary_color", t.PrimaryColor}, {"template.background_color", t.BackgroundColor},
 	} {
 		if c.v != "" && !isHexColor(c.v) {
-			return fieldError(c.field, "must be a colour as #rrggbb, got %q", c.v)
+			f.Add(c.field, "must be a colour as #rrggbb, got %q", c.v)
 		}
 	}
 	if t.LogoURL != "" {
-		if err := ValidLogoURL(t.LogoURL); err != nil {
-			return err
-		}
+		f.Check("", ValidLogoURL(t.LogoURL))
 	}
-	return nil
+	return f.Err()
 }
 
 // templateText checks a text field: valid UTF-8, at most limit

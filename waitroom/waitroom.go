@@ -22,6 +22,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // Mode names how an admission pass moves users from the queue into the
@@ -182,35 +184,48 @@ func DefaultRoomConfig() RoomConfig {
 	return RoomConfig{Capacity: 100, Lease: 5 * time.Minute, AdmitInterval: 200 * time.Millisecond, Retention: DefaultRetention}
 }
 
-// Validate reports the first unusable field by its JSON name.
+// Validate reports every unusable field at once, each by its JSON name
+// (the template's under "template.").
 func (c RoomConfig) Validate() error {
-	switch {
-	case c.Capacity < 1 || c.Capacity > 1_000_000:
-		return fieldError("capacity", "must be between 1 and 1000000, got %d", c.Capacity)
-	case c.Lease < time.Second || c.Lease > 24*time.Hour:
-		return fieldError("lease_seconds", "must be between 1 and 86400, got %v", c.Lease.Seconds())
-	case c.AdmitInterval < 10*time.Millisecond || c.AdmitInterval > time.Minute:
-		return fieldError("admit_interval_ms", "must be between 10 and 60000, got %d", c.AdmitInterval.Milliseconds())
-	case c.MaxAdmissionsPerMinute < 0 || c.MaxAdmissionsPerMinute > 60_000_000:
-		return fieldError("max_admissions_per_minute", "must be between 0 (no limit) and 60000000, got %d", c.MaxAdmissionsPerMinute)
-	case !c.OpensAt.IsZero() && (c.OpensAt.Year() < 2000 || c.OpensAt.Year() > 9999):
-		return fieldError("opens_at", "must be a time between the years 2000 and 9999, got %s", c.OpensAt)
-	case len(c.ClosedMessage) > 500:
-		return fieldError("closed_message", "must be at most 500 bytes, got %d", len(c.ClosedMessage))
-	case c.AbandonAfter != 0 && (c.AbandonAfter < time.Second || c.AbandonAfter > 24*time.Hour):
-		return fieldError("abandon_after_seconds", "must be 0 (off) or between 1 and 86400, got %v", c.AbandonAfter.Seconds())
-	case c.Arrival != 0 && (c.Arrival < time.Second || c.Arrival > c.Lease):
-		return fieldError("arrival_seconds", "must be 0 (off) or between 1 and lease_seconds (%v), got %v", c.Lease.Seconds(), c.Arrival.Seconds())
-	case c.Retention < time.Second || c.Retention > 30*24*time.Hour:
-		return fieldError("retention_seconds", "must be between 1 and 2592000, got %v", c.Retention.Seconds())
+	var f stampede.Fields
+	if c.Capacity < 1 || c.Capacity > 1_000_000 {
+		f.Add("capacity", "must be between 1 and 1000000, got %d", c.Capacity)
+	}
+	leaseOK := c.Lease >= time.Second && c.Lease <= 24*time.Hour
+	if !leaseOK {
+		f.Add("lease_seconds", "must be between 1 and 86400, got %v", c.Lease.Seconds())
+	}
+	if c.AdmitInterval < 10*time.Millisecond || c.AdmitInterval > time.Minute {
+		f.Add("admit_interval_ms", "must be between 10 and 60000, got %d", c.AdmitInterval.Milliseconds())
+	}
+	if c.MaxAdmissionsPerMinute < 0 || c.MaxAdmissionsPerMinute > 60_000_000 {
+		f.Add("max_admissions_per_minute", "must be between 0 (no limit) and 60000000, got %d", c.MaxAdmissionsPerMinute)
+	}
+	if !c.OpensAt.IsZero() && (c.OpensAt.Year() < 2000 || c.OpensAt.Year() > 9999) {
+		f.Add("opens_at", "must be a time between the years 2000 and 9999, got %s", c.OpensAt)
+	}
+	if len(c.ClosedMessage) > 500 {
+		f.Add("closed_message", "must be at most 500 bytes, got %d", len(c.ClosedMessage))
+	}
+	if c.AbandonAfter != 0 && (c.AbandonAfter < time.Second || c.AbandonAfter > 24*time.Hour) {
+		f.Add("abandon_after_seconds", "must be 0 (off) or between 1 and 86400, got %v", c.AbandonAfter.Seconds())
+	}
+	// The arrival bound is the lease: checked only against a usable one.
+	if leaseOK && c.Arrival != 0 && (c.Arrival < time.Second || c.Arrival > c.Lease) {
+		f.Add("arrival_seconds", "must be 0 (off) or between 1 and lease_seconds (%v), got %v", c.Lease.Seconds(), c.Arrival.Seconds())
+	}
+	if c.Retention < time.Second || c.Retention > 30*24*time.Hour {
+		f.Add("retention_seconds", "must be between 1 and 2592000, got %v", c.Retention.Seconds())
 	}
 	if c.QueueShards < 0 || c.QueueShards > MaxQueueShards {
-		return fieldError("queue_shards", "must be between 0 (one queue) and %d, got %d", MaxQueueShards, c.QueueShards)
+		f.Add("queue_shards", "must be between 0 (one queue) and %d, got %d", MaxQueueShards, c.QueueShards)
 	}
 	if c.PoWDifficulty < 0 || c.PoWDifficulty > MaxPoWDifficulty {
-		return fieldError("pow_difficulty", "must be between 0 (off) and %d bits, got %d", MaxPoWDifficulty, c.PoWDifficulty)
+		f.Add("pow_difficulty", "must be between 0 (off) and %d bits, got %d", MaxPoWDifficulty, c.PoWDifficulty)
 	}
-	return c.Template.Validate()
+	// The template names its fields "template.title" and so on already.
+	f.Check("", c.Template.Validate())
+	return f.Err()
 }
 
 // Ticket is one user's place in one room.

@@ -48,6 +48,21 @@ func TestServeWaitroomRejectsBadFlags(t *testing.T) {
 	}
 }
 
+// TestServeWaitroomNamesEveryBadStoreFlag: the Redis store's bad flags
+// are reported together, each by its flag.
+func TestServeWaitroomNamesEveryBadStoreFlag(t *testing.T) {
+	for _, env := range []string{envRedis, envSecret, envAdminToken} {
+		t.Setenv(env, "")
+	}
+	_, _, err := execute(t, "serve", "waitroom", "--admin-token=0123456789abcdef", "--redis", "redis://127.0.0.1:1/0",
+		"--redis-timeout", "2m", "--ack-replicas", "17")
+	for _, want := range []string{"--redis-timeout: must be between 1ms and 1m", "--ack-replicas: must be between 0 and 16"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want one saying %q", err, want)
+		}
+	}
+}
+
 func TestServeWaitroomReadsTheEnvironment(t *testing.T) {
 	t.Setenv(envAdminToken, "short")
 	if _, _, err := execute(t, "serve", "waitroom"); err == nil || !strings.Contains(err.Error(), "--admin-token: must be at least 16 bytes") {

@@ -177,10 +177,12 @@ func (o *waitroomOptions) validate() error {
 		cfg.Secret = make([]byte, waitroom.MinSecretLen)
 	}
 	// The join limit as the flags give it (the server takes a zero
-	// --join-clients for the default), then the rest once.
+	// --join-clients for the default), then the rest once, then the
+	// Redis store's.
 	var bad []error
 	seen := map[string]bool{"store": true}
-	for _, e := range append(stampede.FieldErrors(cfg.JoinLimit.Validate()), stampede.FieldErrors(cfg.Validate())...) {
+	all := append(stampede.FieldErrors(cfg.JoinLimit.Validate()), stampede.FieldErrors(cfg.Validate())...)
+	for _, e := range append(all, stampede.FieldErrors(o.storeConfig().Validate())...) {
 		if !seen[e.Field] {
 			seen[e.Field] = true
 			bad = append(bad, e)
@@ -191,15 +193,6 @@ func (o *waitroomOptions) validate() error {
 	}
 	if o.ackReplicas > 0 && o.redis == "" {
 		return fmt.Errorf("--ack-replicas %d needs --redis naming a Redis whose masters have replicas; the embedded server has none, and every join would answer 503", o.ackReplicas)
-	}
-	if err := o.storeConfig().Validate(); err != nil {
-		switch {
-		case strings.Contains(err.Error(), "AckReplicas"):
-			return fmt.Errorf("--ack-replicas must be between 0 and 16, got %d", o.ackReplicas)
-		case strings.Contains(err.Error(), "AckTimeout"):
-			return fmt.Errorf("--ack-timeout must be at least 1ms and below --redis-timeout (%s), got %s", o.redisTimeout, o.ackTimeout)
-		}
-		return fmt.Errorf("--redis-timeout must be between 1ms and 1m, got %s", o.redisTimeout)
 	}
 	if err := o.server.Validate(); err != nil {
 		return flagErrors("", err)

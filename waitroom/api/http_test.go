@@ -583,6 +583,12 @@ func TestPutWholePatchOne(t *testing.T) {
 	if a := e.do(t, req{method: "PATCH", path: path, body: `{"arrival_seconds":1000}`, auth: admin}); a.status != 400 || a.str("field") != "arrival_seconds" {
 		t.Errorf("PATCH arrival over the lease = %d %s, want 400 naming arrival_seconds", a.status, a.raw)
 	}
+	// Every bad field of the template is named at once, the first in
+	// "field", all in "errors".
+	if a := e.do(t, req{method: "PATCH", path: path, body: `{"template":{"primary_color":"red","background_color":"blue"}}`, auth: admin}); a.status != 400 ||
+		a.str("field") != "template.primary_color" || !strings.Contains(string(a.raw), `"template.background_color"`) {
+		t.Errorf("PATCH with two bad colours = %d %s, want 400 naming template.primary_color and template.background_color", a.status, a.raw)
+	}
 	// A PATCH with one bad field writes none of the others.
 	if a := e.do(t, req{method: "PATCH", path: path, body: `{"capacity":3,"paused":"yes"}`, auth: admin}); a.status != 400 || a.str("field") != "paused" {
 		t.Errorf("PATCH with a bad paused = %d %s, want 400 naming paused", a.status, a.raw)

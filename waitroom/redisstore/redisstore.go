@@ -23,6 +23,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/waitroom"
 )
 
@@ -105,21 +106,29 @@ func DefaultConfig() Config {
 	return Config{AutoPipeline: true, OpTimeout: time.Second, PositionCache: time.Second, AckTimeout: 200 * time.Millisecond}
 }
 
-// Validate reports the first unusable field by name.
+// Validate reports every unusable field at once, each in snake_case by
+// the words of the stampede serve waitroom flag that sets it: OpTimeout is
+// redis_timeout (--redis-timeout), AckReplicas ack_replicas, AckTimeout
+// ack_timeout; PositionCache, which no flag sets, is position_cache.
 func (c Config) Validate() error {
-	if c.OpTimeout < time.Millisecond || c.OpTimeout > time.Minute {
-		return fmt.Errorf("redisstore: Config.OpTimeout must be between 1ms and 1m, got %s", c.OpTimeout)
+	var f stampede.Fields
+	opOK := c.OpTimeout >= time.Millisecond && c.OpTimeout <= time.Minute
+	if !opOK {
+		f.Add("redis_timeout", "must be between 1ms and 1m, got %s", c.OpTimeout)
 	}
-	if c.AckReplicas < 0 || c.AckReplicas > 16 {
-		return fmt.Errorf("redisstore: Config.AckReplicas must be between 0 and 16, got %d", c.AckReplicas)
+	acksOK := c.AckReplicas >= 0 && c.AckReplicas <= 16
+	if !acksOK {
+		f.Add("ack_replicas", "must be between 0 and 16, got %d", c.AckReplicas)
 	}
-	if c.AckReplicas > 0 && (c.AckTimeout < time.Millisecond || c.AckTimeout >= c.OpTimeout) {
-		return fmt.Errorf("redisstore: Config.AckTimeout must be at least 1ms and below OpTimeout (%s), got %s", c.OpTimeout, c.AckTimeout)
+	// The WAIT's bound is checked only against usable replicas and
+	// OpTimeout.
+	if opOK && acksOK && c.AckReplicas > 0 && (c.AckTimeout < time.Millisecond || c.AckTimeout >= c.OpTimeout) {
+		f.Add("ack_timeout", "must be at least 1ms and below redis_timeout (%s), got %s", c.OpTimeout, c.AckTimeout)
 	}
 	if c.PositionCache < 0 || c.PositionCache > time.Minute {
-		return fmt.Errorf("redisstore: Config.PositionCache must be between 0 and 1m, got %s", c.PositionCache)
+		f.Add("position_cache", "must be between 0 and 1m, got %s", c.PositionCache)
 	}
-	return nil
+	return f.Err()
 }
 
 // ApplyTimeouts sets o's timeouts from OpTimeout: contexts' deadlines

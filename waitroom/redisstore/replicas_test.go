@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
@@ -30,15 +32,17 @@ func TestAckReplicasConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		edit func(*redisstore.Config)
-		want string // "" for valid
+		want string // the field named; "" for valid
 	}{
 		{"off", func(c *redisstore.Config) {}, ""},
 		{"one", func(c *redisstore.Config) { c.AckReplicas = 1 }, ""},
-		{"negative", func(c *redisstore.Config) { c.AckReplicas = -1 }, "AckReplicas"},
-		{"too many", func(c *redisstore.Config) { c.AckReplicas = 17 }, "AckReplicas"},
-		{"timeout zero", func(c *redisstore.Config) { c.AckReplicas, c.AckTimeout = 1, 0 }, "AckTimeout"},
-		{"timeout past OpTimeout", func(c *redisstore.Config) { c.AckReplicas, c.AckTimeout = 1, c.OpTimeout }, "AckTimeout"},
+		{"negative", func(c *redisstore.Config) { c.AckReplicas = -1 }, "ack_replicas"},
+		{"too many", func(c *redisstore.Config) { c.AckReplicas = 17 }, "ack_replicas"},
+		{"timeout zero", func(c *redisstore.Config) { c.AckReplicas, c.AckTimeout = 1, 0 }, "ack_timeout"},
+		{"timeout past OpTimeout", func(c *redisstore.Config) { c.AckReplicas, c.AckTimeout = 1, c.OpTimeout }, "ack_timeout"},
 		{"timeout unused when off", func(c *redisstore.Config) { c.AckTimeout = 0 }, ""},
+		{"op timeout", func(c *redisstore.Config) { c.OpTimeout = 0 }, "redis_timeout"},
+		{"position cache", func(c *redisstore.Config) { c.PositionCache = -1 }, "position_cache"},
 	} {
 		cfg := redisstore.DefaultConfig()
 		tc.edit(&cfg)
@@ -46,9 +50,26 @@ func TestAckReplicasConfigValidate(t *testing.T) {
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: Validate() = %v, want nil", tc.name, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+		case tc.want != "" && (err == nil || stampede.FieldErrors(err)[0].Field != tc.want):
 			t.Errorf("%s: Validate() = %v, want an error naming %s", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestConfigValidateEveryField: Validate reports every bad field at once,
+// in order, and skips the WAIT's bound when OpTimeout is unusable.
+func TestConfigValidateEveryField(t *testing.T) {
+	cfg := redisstore.DefaultConfig()
+	cfg.OpTimeout, cfg.AckReplicas, cfg.AckTimeout, cfg.PositionCache = 0, 1, 0, 2*time.Minute
+	var got []string
+	for _, e := range stampede.FieldErrors(cfg.Validate()) {
+		if e.Code != stampede.Invalid {
+			t.Errorf("%s: code %s, want %s", e.Field, e.Code, stampede.Invalid)
+		}
+		got = append(got, e.Field)
+	}
+	if want := []string{"redis_timeout", "position_cache"}; !slices.Equal(got, want) {
+		t.Errorf("fields %v, want %v", got, want)
 	}
 }
 
