@@ -95,7 +95,8 @@ func DefaultConfig() Config {
 	return Config{Strategy: Keyed, Workers: 8, QueueSize: 1024, StealAfter: 500 * time.Millisecond}
 }
 
-// Validate reports the first invalid field.
+// Validate reports every invalid field at once, each named in snake_case
+// (strategy, workers, queue_size, steal_after).
 func (c Config) Validate() error {
 	var f stampede.Fields
 	_, serr := ParseStrategy(string(c.Strategy))

@@ -145,7 +145,7 @@ func DefaultBehavior() Behavior {
 // Hang returns HangMS as a duration.
 func (b Behavior) Hang() time.Duration { return time.Duration(b.HangMS) * time.Millisecond }
 
-// Validate reports the first unusable field by its JSON name.
+// Validate reports every unusable field at once, each by its JSON name.
 func (b Behavior) Validate() error {
 	var f stampede.Fields
 	f.Check("", validateMode(b.Mode))
@@ -206,7 +206,7 @@ type ApproveRequest struct {
 	Currency string `json:"currency"`
 }
 
-// Validate reports the first unusable field by its JSON name.
+// Validate reports every unusable field at once, each by its JSON name.
 func (r ApproveRequest) Validate() error {
 	var f stampede.Fields
 	f.Check("", ValidateExternalKey(r.ExternalKey))

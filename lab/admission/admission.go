@@ -131,7 +131,9 @@ func FullConfig() Config {
 	return c
 }
 
-// Validate reports the first unusable field by its flag name.
+// Validate reports every unusable field at once, each named in snake_case
+// as the `stampede lab admission` flag that sets it (Duration is
+// "seconds"; ObserveEvery, which no flag sets, "observe_every").
 func (c Config) Validate() error {
 	var f stampede.Fields
 	if c.Instances < 1 || c.Instances > 32 {

@@ -95,7 +95,9 @@ func DefaultCapacityConfig() CapacityConfig {
 		Replicas: 1, Repeat: 1, Seed: 11}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in snake_case
+// as the `stampede lab events --capacity` flag that sets it (WorkerCmd,
+// which no flag sets, is "worker_cmd").
 func (c CapacityConfig) Validate() error {
 	var f stampede.Fields
 	if c.Backlog < 1 {

@@ -139,7 +139,9 @@ func faultsOf(f string) []string {
 	return strings.Split(f, "+")
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in snake_case
+// as the `stampede lab events` flag that sets it (WorkerCmd, which no flag
+// sets, is "worker_cmd").
 func (c Config) Validate() error {
 	var f stampede.Fields
 	if !(c.Rate > 0) {

@@ -38,7 +38,8 @@ type WorkerConfig struct {
 	Jitter float64
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in snake_case
+// as the events-worker flag that sets it, then the consumer's.
 func (c WorkerConfig) Validate() error {
 	var f stampede.Fields
 	if c.NATS == "" {

@@ -103,7 +103,9 @@ func FullConfig() Config {
 	return c
 }
 
-// Validate reports the first unusable field by its flag name.
+// Validate reports every unusable field at once, each named in snake_case
+// as the `stampede lab ordering` flag that sets it (HotLoads is
+// "hot_loads", Duration "seconds").
 func (c Config) Validate() error {
 	var f stampede.Fields
 	if c.Workers < 1 {

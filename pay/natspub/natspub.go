@@ -259,7 +259,8 @@ func DefaultEmbeddedConfig(dir string) EmbeddedConfig {
 	return EmbeddedConfig{Dir: dir, ReadyTimeout: 10 * time.Second}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in
+// snake_case (dir, sync_interval, ready_timeout, port).
 func (c EmbeddedConfig) Validate() error {
 	var f stampede.Fields
 	if c.Dir == "" {
