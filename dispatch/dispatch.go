@@ -33,6 +33,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/stampede-lab/stampede"
 )
 
 // Strategy names a way of handing keyed items to workers.
@@ -93,21 +95,22 @@ func DefaultConfig() Config {
 	return Config{Strategy: Keyed, Workers: 8, QueueSize: 1024, StealAfter: 500 * time.Millisecond}
 }
 
-// Validate reports the first invalid field.
+// Validate reports every invalid field at once, each named in snake_case
+// (strategy, workers, queue_size, steal_after).
 func (c Config) Validate() error {
-	if _, err := ParseStrategy(string(c.Strategy)); err != nil {
-		return fmt.Errorf("dispatch: Strategy: %w", err)
-	}
+	var f stampede.Fields
+	_, serr := ParseStrategy(string(c.Strategy))
+	f.Check("strategy", serr)
 	if c.Workers < 1 {
-		return fmt.Errorf("dispatch: Workers: must be at least 1, got %d", c.Workers)
+		f.Add("workers", "must be at least 1, got %d", c.Workers)
 	}
 	if c.QueueSize < 1 {
-		return fmt.Errorf("dispatch: QueueSize: must be at least 1, got %d", c.QueueSize)
+		f.Add("queue_size", "must be at least 1, got %d", c.QueueSize)
 	}
-	if c.Strategy == Steal && c.StealAfter <= 0 {
-		return fmt.Errorf("dispatch: StealAfter: must be positive for the steal strategy, got %s", c.StealAfter)
+	if serr == nil && c.Strategy == Steal && c.StealAfter <= 0 {
+		f.Add("steal_after", "must be positive for the steal strategy, got %s", c.StealAfter)
 	}
-	return nil
+	return f.Err()
 }
 
 // Stats is a snapshot of a dispatcher's counters.

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"go.uber.org/goleak"
 )
 
@@ -50,16 +52,16 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		mutate func(*Config)
 		field  string
 	}{
-		{func(c *Config) { c.Strategy = "fifo" }, "Strategy"},
-		{func(c *Config) { c.Workers = 0 }, "Workers"},
-		{func(c *Config) { c.QueueSize = 0 }, "QueueSize"},
-		{func(c *Config) { c.Strategy, c.StealAfter = Steal, 0 }, "StealAfter"},
+		{func(c *Config) { c.Strategy = "fifo" }, "strategy"},
+		{func(c *Config) { c.Workers = 0 }, "workers"},
+		{func(c *Config) { c.QueueSize = 0 }, "queue_size"},
+		{func(c *Config) { c.Strategy, c.StealAfter = Steal, 0 }, "steal_after"},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()
 		tc.mutate(&c)
 		err := c.Validate()
-		if err == nil || !contains(err.Error(), tc.field) {
+		if fe := stampede.FieldErrors(err); len(fe) != 1 || fe[0].Field != tc.field {
 			t.Errorf("Validate() = %v, want an error naming %s", err, tc.field)
 		}
 	}
@@ -78,6 +80,18 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+func TestConfigValidateNamesEveryBadField(t *testing.T) {
+	c := DefaultConfig()
+	c.Workers, c.QueueSize = 0, 0
+	var got []string
+	for _, e := range stampede.FieldErrors(c.Validate()) {
+		got = append(got, e.Field)
+	}
+	if want := []string{"workers", "queue_size"}; !slices.Equal(got, want) {
+		t.Errorf("bad fields = %v, want %v", got, want)
+	}
 }
 
 func TestParseStrategy(t *testing.T) {

@@ -145,15 +145,13 @@ func DefaultBehavior() Behavior {
 // Hang returns HangMS as a duration.
 func (b Behavior) Hang() time.Duration { return time.Duration(b.HangMS) * time.Millisecond }
 
-// Validate reports the first unusable field by its JSON name.
+// Validate reports every unusable field at once, each by its JSON name.
 func (b Behavior) Validate() error {
-	if err := validateMode(b.Mode); err != nil {
-		return err
-	}
-	if err := validateHangMS(b.HangMS); err != nil {
-		return err
-	}
-	return validateStatusAPI(b.StatusAPI)
+	var f stampede.Fields
+	f.Check("", validateMode(b.Mode))
+	f.Check("", validateHangMS(b.HangMS))
+	f.Check("", validateStatusAPI(b.StatusAPI))
+	return f.Err()
 }
 
 func validateMode(m Mode) error {
@@ -208,18 +206,17 @@ type ApproveRequest struct {
 	Currency string `json:"currency"`
 }
 
-// Validate reports the first unusable field by its JSON name.
+// Validate reports every unusable field at once, each by its JSON name.
 func (r ApproveRequest) Validate() error {
-	if err := ValidateExternalKey(r.ExternalKey); err != nil {
-		return err
-	}
+	var f stampede.Fields
+	f.Check("", ValidateExternalKey(r.ExternalKey))
 	if r.Amount < 1 || r.Amount > MaxAmount {
-		return stampede.InvalidField("amount", "must be a whole number of minor units between 1 and %d, got %d", int64(MaxAmount), r.Amount)
+		f.Add("amount", "must be a whole number of minor units between 1 and %d, got %d", int64(MaxAmount), r.Amount)
 	}
 	if !slices.Contains(Currencies, r.Currency) {
-		return stampede.InvalidField("currency", "must be one of %s, got %q", joinQuoted(Currencies), r.Currency)
+		f.Add("currency", "must be one of %s, got %q", joinQuoted(Currencies), r.Currency)
 	}
-	return nil
+	return f.Err()
 }
 
 // joinQuoted lists values as "A", "B", "C".

@@ -105,40 +105,37 @@ func DecodePaymentEvent(body []byte) (PaymentEvent, error) {
 
 // Validate checks what processing an event needs: a payment id and a
 // positive seq, a known status, and, for a terminal status, the merchant
-// and order ids. The error is Invalid and names the member.
+// and order ids. Every bad member is reported, each by an Invalid error
+// naming it, in the order of the event's members: errors.As on the result
+// finds the first, which a consumer rejecting the event can log.
 func (e PaymentEvent) Validate() error {
-	if err := checkID("payment_id", e.PaymentID, true); err != nil {
-		return err
-	}
+	var f stampede.Fields
+	f.Check("", checkID("payment_id", e.PaymentID, true))
 	if e.Seq < 1 {
-		return stampede.InvalidField("seq", "must be at least 1, got %d", e.Seq)
+		f.Add("seq", "must be at least 1, got %d", e.Seq)
 	}
 	if !e.Status.Valid() {
-		return stampede.InvalidField("status", "must be one of %v, got %q", PaymentStatuses(), e.Status)
+		f.Add("status", "must be one of %v, got %q", PaymentStatuses(), e.Status)
 	}
 	if e.From != "" && !e.From.Valid() {
-		return stampede.InvalidField("from", "must be one of %v, got %q", PaymentStatuses(), e.From)
+		f.Add("from", "must be one of %v, got %q", PaymentStatuses(), e.From)
 	}
+	// An invalid status is not terminal: the two IDs are then checked
+	// only for their form.
 	terminal := e.Status.Terminal()
-	if err := checkID("merchant_id", e.MerchantID, terminal); err != nil {
-		return err
-	}
-	if err := checkID("order_id", e.OrderID, terminal); err != nil {
-		return err
-	}
+	f.Check("", checkID("merchant_id", e.MerchantID, terminal))
+	f.Check("", checkID("order_id", e.OrderID, terminal))
 	if e.Amount < 0 {
-		return stampede.InvalidField("amount", "must not be negative, got %d", e.Amount)
+		f.Add("amount", "must not be negative, got %d", e.Amount)
 	}
 	if len(e.Currency) > MaxCurrency || checkID("currency", e.Currency, false) != nil {
-		return stampede.InvalidField("currency", "must be a currency code, got %q", e.Currency)
+		f.Add("currency", "must be a currency code, got %q", e.Currency)
 	}
 	if y := e.At.UTC().Year(); !e.At.IsZero() && (y < 1 || y > 9999) {
-		return stampede.InvalidField("at", "must be a time between the years 1 and 9999")
+		f.Add("at", "must be a time between the years 1 and 9999")
 	}
-	if err := checkID("type", e.Type, false); err != nil {
-		return err
-	}
-	return nil
+	f.Check("", checkID("type", e.Type, false))
+	return f.Err()
 }
 
 // checkID checks an identifier: valid UTF-8 without control characters,

@@ -135,7 +135,11 @@ func buildAdmission(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error
 	if x.err != nil {
 		return nil, x.err
 	}
-	return admission.New(cfg)
+	exp, err := admission.New(cfg)
+	if err != nil {
+		return nil, flagErrors("", err)
+	}
+	return exp, nil
 }
 
 // buildFailover makes the failover experiment (--failover) from its

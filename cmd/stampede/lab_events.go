@@ -124,7 +124,11 @@ func buildEvents(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
 		return nil, x.err
 	}
 	cfg.WorkerCmd = eventsWorkerCmd
-	return events.New(cfg)
+	exp, err := events.New(cfg)
+	if err != nil {
+		return nil, flagErrors("", err)
+	}
+	return exp, nil
 }
 
 // eventsWorkerCmd runs this binary's hidden events-worker with args; its

@@ -50,5 +50,9 @@ func buildEventsCapacity(cmd *cobra.Command, opts *labOptions) (lab.Experiment, 
 		return nil, errors.New("--seconds: does not apply to --capacity (a run lasts until the backlog is drained)")
 	}
 	cfg.WorkerCmd = eventsWorkerCmd
-	return events.NewCapacity(cfg)
+	exp, err := events.NewCapacity(cfg)
+	if err != nil {
+		return nil, flagErrors("", err)
+	}
+	return exp, nil
 }

@@ -82,5 +82,9 @@ func buildOrdering(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error)
 	if x.err != nil {
 		return nil, x.err
 	}
-	return ordering.New(cfg)
+	exp, err := ordering.New(cfg)
+	if err != nil {
+		return nil, flagErrors("", err)
+	}
+	return exp, nil
 }

@@ -11,12 +11,12 @@ package admission
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"time"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/waitroom"
 )
@@ -131,63 +131,92 @@ func FullConfig() Config {
 	return c
 }
 
-// Validate reports the first unusable field by its flag name.
+// Validate reports every unusable field at once, each named in snake_case
+// as the `stampede lab admission` flag that sets it (Duration is
+// "seconds"; ObserveEvery, which no flag sets, "observe_every").
 func (c Config) Validate() error {
-	switch {
-	case c.Instances < 1 || c.Instances > 32:
-		return fmt.Errorf("admission: instances: must be 1 to 32, got %d", c.Instances)
-	case c.Capacity < 1 || c.Capacity > 100_000:
-		return fmt.Errorf("admission: capacity: must be 1 to 100000, got %d", c.Capacity)
-	case c.Users < 1 || c.Users > 100_000:
-		return fmt.Errorf("admission: users: must be 1 to 100000, got %d", c.Users)
-	case c.Arrival != Burst && c.Arrival != Rate:
-		return fmt.Errorf("admission: arrival: want %q or %q, got %q", Burst, Rate, c.Arrival)
-	case c.Arrival == Rate && (!(c.Rate > 0) || math.IsInf(c.Rate, 0)):
-		return fmt.Errorf("admission: rate: must be a positive number of users per second, got %v", c.Rate)
-	case c.Hold <= 0:
-		return fmt.Errorf("admission: hold: must be positive, got %s", c.Hold)
-	case c.Abandon < 0 || c.Abandon > 1:
-		return fmt.Errorf("admission: abandon: must be in [0, 1], got %v", c.Abandon)
-	case c.Lease < time.Second:
-		return fmt.Errorf("admission: lease: must be at least 1s, got %s", c.Lease)
-	case len(c.Ticks) == 0:
-		return errors.New("admission: ticks: need at least one")
-	case len(c.Modes) == 0:
-		return errors.New("admission: modes: need at least one")
-	case len(c.Immediate) == 0:
-		return errors.New("admission: immediate: need on, off or both")
-	case c.Duration <= 0:
-		return fmt.Errorf("admission: seconds: must be positive, got %s", c.Duration)
-	case c.Repeat < 1:
-		return fmt.Errorf("admission: repeat: must be at least 1, got %d", c.Repeat)
-	case c.ObserveEvery <= 0 || c.ObserveEvery > time.Millisecond:
-		return fmt.Errorf("admission: observe-every: must be in (0, 1ms], got %s", c.ObserveEvery)
-	case c.ObserveMinSamples < 1:
-		return fmt.Errorf("admission: observe-min-samples: must be at least 1, got %d", c.ObserveMinSamples)
-	case c.Prequeue < 0 || c.Prequeue > c.Users:
-		return fmt.Errorf("admission: prequeue: must be 0 to users (%d), got %d", c.Users, c.Prequeue)
-	case c.Prequeue > 0 && (c.OpensAfter < 100*time.Millisecond || c.OpensAfter >= c.Duration):
-		return fmt.Errorf("admission: opens-after: must be at least 100ms and shorter than the run (%s), got %s", c.Duration, c.OpensAfter)
-	case c.AbandonFraction < 0 || c.AbandonFraction > 1:
-		return fmt.Errorf("admission: abandon-fraction: must be in [0, 1], got %v", c.AbandonFraction)
-	case c.AbandonAfter != 0 && (c.AbandonAfter < time.Second || c.AbandonAfter > time.Hour):
-		return fmt.Errorf("admission: abandon-after: must be 0 (off) or 1s to 1h, got %s", c.AbandonAfter)
-	case c.ArrivalWindow != 0 && (c.ArrivalWindow < time.Second || c.ArrivalWindow > c.Lease):
-		return fmt.Errorf("admission: arrival-window: must be 0 (off) or 1s to the lease (%s), got %s", c.Lease, c.ArrivalWindow)
+	var f stampede.Fields
+	if c.Instances < 1 || c.Instances > 32 {
+		f.Add("instances", "must be 1 to 32, got %d", c.Instances)
+	}
+	if c.Capacity < 1 || c.Capacity > 100_000 {
+		f.Add("capacity", "must be 1 to 100000, got %d", c.Capacity)
+	}
+	usersOK := c.Users >= 1 && c.Users <= 100_000
+	if !usersOK {
+		f.Add("users", "must be 1 to 100000, got %d", c.Users)
+	}
+	if c.Arrival != Burst && c.Arrival != Rate {
+		f.Add("arrival", "want %q or %q, got %q", Burst, Rate, c.Arrival)
+	} else if c.Arrival == Rate && (!(c.Rate > 0) || math.IsInf(c.Rate, 0)) {
+		f.Add("rate", "must be a positive number of users per second, got %v", c.Rate)
+	}
+	if c.Hold <= 0 {
+		f.Add("hold", "must be positive, got %s", c.Hold)
+	}
+	if c.Abandon < 0 || c.Abandon > 1 {
+		f.Add("abandon", "must be in [0, 1], got %v", c.Abandon)
+	}
+	leaseOK := c.Lease >= time.Second
+	if !leaseOK {
+		f.Add("lease", "must be at least 1s, got %s", c.Lease)
+	}
+	if len(c.Ticks) == 0 {
+		f.Add("ticks", "need at least one")
+	}
+	if len(c.Modes) == 0 {
+		f.Add("modes", "need at least one")
+	}
+	if len(c.Immediate) == 0 {
+		f.Add("immediate", "need on, off or both")
+	}
+	durationOK := c.Duration > 0
+	if !durationOK {
+		f.Add("seconds", "must be positive, got %s", c.Duration)
+	}
+	if c.Repeat < 1 {
+		f.Add("repeat", "must be at least 1, got %d", c.Repeat)
+	}
+	if c.ObserveEvery <= 0 || c.ObserveEvery > time.Millisecond {
+		f.Add("observe_every", "must be in (0, 1ms], got %s", c.ObserveEvery)
+	}
+	if c.ObserveMinSamples < 1 {
+		f.Add("observe_min_samples", "must be at least 1, got %d", c.ObserveMinSamples)
+	}
+	// The prequeue is bounded by the users, the opening by the run and
+	// the arrival window by the lease: each is checked only when the
+	// field it depends on is valid.
+	prequeueOK := c.Prequeue >= 0 && (!usersOK || c.Prequeue <= c.Users)
+	if !prequeueOK {
+		f.Add("prequeue", "must be 0 to users (%d), got %d", c.Users, c.Prequeue)
+	}
+	if prequeueOK && durationOK && c.Prequeue > 0 && (c.OpensAfter < 100*time.Millisecond || c.OpensAfter >= c.Duration) {
+		f.Add("opens_after", "must be at least 100ms and shorter than the run (%s), got %s", c.Duration, c.OpensAfter)
+	}
+	if c.AbandonFraction < 0 || c.AbandonFraction > 1 {
+		f.Add("abandon_fraction", "must be in [0, 1], got %v", c.AbandonFraction)
+	}
+	if c.AbandonAfter != 0 && (c.AbandonAfter < time.Second || c.AbandonAfter > time.Hour) {
+		f.Add("abandon_after", "must be 0 (off) or 1s to 1h, got %s", c.AbandonAfter)
+	}
+	if leaseOK && c.ArrivalWindow != 0 && (c.ArrivalWindow < time.Second || c.ArrivalWindow > c.Lease) {
+		f.Add("arrival_window", "must be 0 (off) or 1s to the lease (%s), got %s", c.Lease, c.ArrivalWindow)
 	}
 	for _, tick := range c.Ticks {
 		room := waitroom.DefaultRoomConfig()
 		room.AdmitInterval = tick
 		if err := room.Validate(); err != nil {
-			return fmt.Errorf("admission: ticks: %s: %w", tick, err)
+			f.Add("ticks", "%s: %v", tick, err)
+			break
 		}
 	}
 	for _, m := range c.Modes {
 		if _, err := ParseMode(string(m)); err != nil {
-			return fmt.Errorf("admission: modes: %w", err)
+			f.Check("modes", err)
+			break
 		}
 	}
-	return nil
+	return f.Err()
 }
 
 // Experiment is the admission experiment; it implements lab.Experiment.

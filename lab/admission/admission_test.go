@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
@@ -47,12 +48,12 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(c *Config) { c.Immediate = nil }, "immediate"},
 		{func(c *Config) { c.Duration = 0 }, "seconds"},
 		{func(c *Config) { c.Repeat = 0 }, "repeat"},
-		{func(c *Config) { c.ObserveMinSamples = 0 }, "observe-min-samples"},
+		{func(c *Config) { c.ObserveMinSamples = 0 }, "observe_min_samples"},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()
 		tc.mutate(&c)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
+		if err := c.Validate(); !slices.Equal(badFields(err), []string{tc.flag}) {
 			t.Errorf("Validate() = %v, want an error naming %s", err, tc.flag)
 		}
 	}
@@ -61,6 +62,25 @@ func TestValidateNamesTheFlag(t *testing.T) {
 			t.Errorf("Validate() = %v", err)
 		}
 	}
+}
+
+func TestValidateNamesEveryBadField(t *testing.T) {
+	c := DefaultConfig()
+	c.Capacity, c.Lease, c.ArrivalWindow = 0, time.Millisecond, time.Hour
+	// The arrival window is bounded by the lease, which is bad: it is
+	// not checked.
+	if got, want := badFields(c.Validate()), []string{"capacity", "lease"}; !slices.Equal(got, want) {
+		t.Errorf("bad fields = %v, want %v", got, want)
+	}
+}
+
+// badFields lists the fields err names, in order.
+func badFields(err error) []string {
+	var fields []string
+	for _, e := range stampede.FieldErrors(err) {
+		fields = append(fields, e.Field)
+	}
+	return fields
 }
 
 func TestParseModesAndOnOff(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stampede-lab/stampede"
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/pay/natspub"
@@ -94,52 +95,66 @@ func DefaultCapacityConfig() CapacityConfig {
 		Replicas: 1, Repeat: 1, Seed: 11}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in snake_case
+// as the `stampede lab events --capacity` flag that sets it (WorkerCmd,
+// which no flag sets, is "worker_cmd").
 func (c CapacityConfig) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("events: %s: %s", field, fmt.Sprintf(format, args...))
+	var f stampede.Fields
+	if c.Backlog < 1 {
+		f.Add("backlog", "must be at least 1, got %d", c.Backlog)
 	}
-	switch {
-	case c.Backlog < 1:
-		return bad("Backlog", "must be at least 1, got %d", c.Backlog)
-	case c.Keys < 1:
-		return bad("Keys", "must be at least 1, got %d", c.Keys)
-	case c.Keys < 2 && c.HotShare > 0:
-		return bad("Keys", "need at least 2 with a hot key, got %d", c.Keys)
-	case !(c.HotShare >= 0 && c.HotShare < 1):
-		return bad("HotShare", "must be at least 0 and below 1, got %g", c.HotShare)
-	case len(c.Workers) == 0:
-		return bad("Workers", "need at least one count")
-	case len(c.Ledgers) == 0:
-		return bad("Ledgers", "need at least one (shared, per-worker)")
-	case c.Concurrency < 1:
-		return bad("Concurrency", "must be at least 1, got %d", c.Concurrency)
-	case c.Partitions < 1:
-		return bad("Partitions", "must be at least 1, got %d", c.Partitions)
-	case c.MaxPending < 1:
-		return bad("MaxPending", "must be at least 1, got %d", c.MaxPending)
-	case c.Cost <= 0:
-		return bad("Cost", "must be positive, got %s", c.Cost)
-	case c.AckWait < time.Second:
-		return bad("AckWait", "must be at least 1s, got %s", c.AckWait)
-	case c.Replicas < 1 || c.Replicas > 5:
-		return bad("Replicas", "must be 1 to 5, got %d", c.Replicas)
-	case c.Repeat < 1:
-		return bad("Repeat", "must be at least 1, got %d", c.Repeat)
-	case c.WorkerCmd == nil:
-		return bad("WorkerCmd", "must not be nil")
+	if c.Keys < 1 {
+		f.Add("keys", "must be at least 1, got %d", c.Keys)
+	} else if c.Keys < 2 && c.HotShare > 0 {
+		f.Add("keys", "need at least 2 with a hot key, got %d", c.Keys)
 	}
+	if !(c.HotShare >= 0 && c.HotShare < 1) {
+		f.Add("hot_share", "must be at least 0 and below 1, got %g", c.HotShare)
+	}
+	if len(c.Workers) == 0 {
+		f.Add("workers", "need at least one count")
+	}
+	if len(c.Ledgers) == 0 {
+		f.Add("ledgers", "need at least one (shared, per-worker)")
+	}
+	if c.Concurrency < 1 {
+		f.Add("concurrency", "must be at least 1, got %d", c.Concurrency)
+	}
+	if c.Partitions < 1 {
+		f.Add("partitions", "must be at least 1, got %d", c.Partitions)
+	}
+	if c.MaxPending < 1 {
+		f.Add("max_pending", "must be at least 1, got %d", c.MaxPending)
+	}
+	if c.Cost <= 0 {
+		f.Add("cost", "must be positive, got %s", c.Cost)
+	}
+	if c.AckWait < time.Second {
+		f.Add("ack_wait", "must be at least 1s, got %s", c.AckWait)
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		f.Add("replicas", "must be 1 to 5, got %d", c.Replicas)
+	}
+	if c.Repeat < 1 {
+		f.Add("repeat", "must be at least 1, got %d", c.Repeat)
+	}
+	if c.WorkerCmd == nil {
+		f.Add("worker_cmd", "must not be nil")
+	}
+	// A count is checked against the partitions only when they are valid.
 	for _, w := range c.Workers {
-		if w < 1 || w > c.Partitions {
-			return bad("Workers", "counts must be 1 to Partitions (%d): a worker without a partition idles, got %d", c.Partitions, w)
+		if c.Partitions >= 1 && (w < 1 || w > c.Partitions) {
+			f.Add("workers", "counts must be 1 to partitions (%d): a worker without a partition idles, got %d", c.Partitions, w)
+			break
 		}
 	}
 	for _, l := range c.Ledgers {
 		if l != LedgerShared && l != LedgerPerWorker {
-			return bad("Ledgers", "unknown ledger layout %q (shared, per-worker)", l)
+			f.Add("ledgers", "unknown ledger layout %q (shared, per-worker)", l)
+			break
 		}
 	}
-	return nil
+	return f.Err()
 }
 
 // Capacity is the events lab's capacity sweep as a lab.Experiment: closed

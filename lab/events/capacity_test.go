@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
+	"slices"
 	"testing"
 	"time"
 )
@@ -22,21 +22,29 @@ func TestCapacityConfigValidateNamesTheField(t *testing.T) {
 		t.Fatalf("the default config (with a WorkerCmd) is invalid: %v", err)
 	}
 	for field, mutate := range map[string]func(*CapacityConfig){
-		"Backlog":    func(c *CapacityConfig) { c.Backlog = 0 },
-		"Keys":       func(c *CapacityConfig) { c.Keys, c.HotShare = 1, 0.1 },
-		"HotShare":   func(c *CapacityConfig) { c.HotShare = 1 },
-		"Workers":    func(c *CapacityConfig) { c.Workers = []int{9} }, // more than the 8 partitions
-		"Ledgers":    func(c *CapacityConfig) { c.Ledgers = []string{"mine"} },
-		"MaxPending": func(c *CapacityConfig) { c.MaxPending = 0 },
-		"Cost":       func(c *CapacityConfig) { c.Cost = 0 },
-		"AckWait":    func(c *CapacityConfig) { c.AckWait = 0 },
-		"WorkerCmd":  func(c *CapacityConfig) { c.WorkerCmd = nil },
+		"backlog":     func(c *CapacityConfig) { c.Backlog = 0 },
+		"keys":        func(c *CapacityConfig) { c.Keys, c.HotShare = 1, 0.1 },
+		"hot_share":   func(c *CapacityConfig) { c.HotShare = 1 },
+		"workers":     func(c *CapacityConfig) { c.Workers = []int{9} }, // more than the 8 partitions
+		"ledgers":     func(c *CapacityConfig) { c.Ledgers = []string{"mine"} },
+		"max_pending": func(c *CapacityConfig) { c.MaxPending = 0 },
+		"cost":        func(c *CapacityConfig) { c.Cost = 0 },
+		"ack_wait":    func(c *CapacityConfig) { c.AckWait = 0 },
+		"worker_cmd":  func(c *CapacityConfig) { c.WorkerCmd = nil },
 	} {
 		c := validCapacityConfig()
 		mutate(&c)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), field) {
+		if err := c.Validate(); !slices.Equal(badFields(err), []string{field}) {
 			t.Errorf("%s: Validate() = %v, want an error naming it", field, err)
 		}
+	}
+}
+
+func TestCapacityConfigValidateNamesEveryBadField(t *testing.T) {
+	c := validCapacityConfig()
+	c.Backlog, c.Ledgers = 0, []string{"mine"}
+	if got, want := badFields(c.Validate()), []string{"backlog", "ledgers"}; !slices.Equal(got, want) {
+		t.Errorf("bad fields = %v, want %v", got, want)
 	}
 }
 

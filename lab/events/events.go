@@ -37,6 +37,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/dispatch"
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/lab"
@@ -138,88 +139,105 @@ func faultsOf(f string) []string {
 	return strings.Split(f, "+")
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in snake_case
+// as the `stampede lab events` flag that sets it (WorkerCmd, which no flag
+// sets, is "worker_cmd").
 func (c Config) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("events: %s: %s", field, fmt.Sprintf(format, args...))
+	var f stampede.Fields
+	if !(c.Rate > 0) {
+		f.Add("rate", "must be positive, got %g", c.Rate)
 	}
-	switch {
-	case !(c.Rate > 0):
-		return bad("Rate", "must be positive, got %g", c.Rate)
-	case c.Keys < 2:
-		return bad("Keys", "need at least 2 (one hot, one victim), got %d", c.Keys)
-	case len(c.HotLoads) == 0:
-		return bad("HotLoads", "need at least one")
-	case !(c.Seconds > 0):
-		return bad("Seconds", "must be positive, got %g", c.Seconds)
-	case c.Repeat < 1:
-		return bad("Repeat", "must be at least 1, got %d", c.Repeat)
-	case len(c.Workers) == 0:
-		return bad("Workers", "need at least one count")
-	case len(c.Faults) == 0:
-		return bad("Faults", "need at least one (none for no fault)")
-	case c.Concurrency < 1:
-		return bad("Concurrency", "must be at least 1, got %d", c.Concurrency)
-	case c.Partitions < 1:
-		return bad("Partitions", "must be at least 1, got %d", c.Partitions)
-	case c.Cost <= 0:
-		return bad("Cost", "must be positive, got %s", c.Cost)
-	case c.AckWait < 100*time.Millisecond:
-		return bad("AckWait", "must be at least 100ms, got %s", c.AckWait)
-	case c.HotCost < 0:
-		return bad("HotCost", "must not be negative, got %s", c.HotCost)
-	case c.Jitter < 0 || c.Jitter >= 1:
-		return bad("Jitter", "must be in [0, 1), got %g", c.Jitter)
-	case c.OwnerTimeout < 0 || c.OwnerTimeout > 0 && c.OwnerTimeout < 30*time.Millisecond:
-		return bad("OwnerTimeout", "must be 0 (off) or at least 30ms, got %s", c.OwnerTimeout)
-	case c.WorkerCmd == nil:
-		return bad("WorkerCmd", "must not be nil")
-	case c.Replicas < 1 || c.Replicas > 5:
-		return bad("Replicas", "must be 1 to 5, got %d", c.Replicas)
+	if c.Keys < 2 {
+		f.Add("keys", "need at least 2 (one hot, one victim), got %d", c.Keys)
+	}
+	if len(c.HotLoads) == 0 {
+		f.Add("hot_loads", "need at least one")
+	}
+	if !(c.Seconds > 0) {
+		f.Add("seconds", "must be positive, got %g", c.Seconds)
+	}
+	if c.Repeat < 1 {
+		f.Add("repeat", "must be at least 1, got %d", c.Repeat)
+	}
+	if len(c.Workers) == 0 {
+		f.Add("workers", "need at least one count")
+	}
+	if len(c.Faults) == 0 {
+		f.Add("faults", "need at least one (none for no fault)")
+	}
+	if c.Concurrency < 1 {
+		f.Add("concurrency", "must be at least 1, got %d", c.Concurrency)
+	}
+	if c.Partitions < 1 {
+		f.Add("partitions", "must be at least 1, got %d", c.Partitions)
+	}
+	if c.Cost <= 0 {
+		f.Add("cost", "must be positive, got %s", c.Cost)
+	}
+	if c.AckWait < 100*time.Millisecond {
+		f.Add("ack_wait", "must be at least 100ms, got %s", c.AckWait)
+	}
+	if c.HotCost < 0 {
+		f.Add("hot_cost", "must not be negative, got %s", c.HotCost)
+	}
+	if c.Jitter < 0 || c.Jitter >= 1 {
+		f.Add("jitter", "must be in [0, 1), got %g", c.Jitter)
+	}
+	if c.OwnerTimeout < 0 || c.OwnerTimeout > 0 && c.OwnerTimeout < 30*time.Millisecond {
+		f.Add("owner_timeout", "must be 0 (off) or at least 30ms, got %s", c.OwnerTimeout)
+	}
+	if c.WorkerCmd == nil {
+		f.Add("worker_cmd", "must not be nil")
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		f.Add("replicas", "must be 1 to 5, got %d", c.Replicas)
 	}
 	for _, w := range c.Workers {
 		if w < 1 {
-			return bad("Workers", "counts must be at least 1, got %d", w)
+			f.Add("workers", "counts must be at least 1, got %d", w)
+			break
 		}
 	}
+faults:
 	for _, joined := range c.Faults {
 		parts := strings.Split(joined, "+")
-		for _, f := range parts {
-			if f == FaultNone && len(parts) > 1 {
-				return bad("Faults", "none cannot be joined with other faults (%q)", joined)
+		for _, fault := range parts {
+			if fault == FaultNone && len(parts) > 1 {
+				f.Add("faults", "none cannot be joined with other faults (%q)", joined)
+				break faults
 			}
-			if err := c.validFault(f); err != nil {
-				return err
+			if err := c.validFault(fault); err != nil {
+				f.Check("", err)
+				break faults
 			}
 		}
 	}
-	for _, l := range c.HotLoads {
-		if hot := l / c.hotCost().Seconds(); !(l > 0) || hot >= c.Rate {
-			return bad("HotLoads", "%g workers needs %.0f hot events/s, not below the %.0f/s rate (or not positive)", l, hot, c.Rate)
+	// A load's hot rate needs a valid rate and hot cost.
+	if c.Rate > 0 && c.HotCost >= 0 && c.hotCost() > 0 {
+		for _, l := range c.HotLoads {
+			if hot := l / c.hotCost().Seconds(); !(l > 0) || hot >= c.Rate {
+				f.Add("hot_loads", "%g workers needs %.0f hot events/s, not below the %.0f/s rate (or not positive)", l, hot, c.Rate)
+				break
+			}
 		}
 	}
-	return nil
+	return f.Err()
 }
 
 // validFault checks one fault.
 func (c Config) validFault(f string) error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("events: %s: %s", field, fmt.Sprintf(format, args...))
-	}
-	{
-		switch f {
-		case FaultNone, FaultKill, FaultPause:
-		case FaultNATSRestart:
-			if c.NATS != "" {
-				return bad("Faults", "nats-restart needs the embedded server (no NATS URL)")
-			}
-		case FaultNodeKill:
-			if c.NodeKill == nil {
-				return bad("Faults", "node-kill needs NodeKill (a NATS cluster and the command that kills a node)")
-			}
-		default:
-			return bad("Faults", "unknown fault %q (none, kill, pause, nats-restart, node-kill, or several joined with +)", f)
+	switch f {
+	case FaultNone, FaultKill, FaultPause:
+	case FaultNATSRestart:
+		if c.NATS != "" {
+			return stampede.InvalidField("faults", "nats-restart needs the embedded server (no NATS URL)")
 		}
+	case FaultNodeKill:
+		if c.NodeKill == nil {
+			return stampede.InvalidField("faults", "node-kill needs NodeKill (a NATS cluster and the command that kills a node)")
+		}
+	default:
+		return stampede.InvalidField("faults", "unknown fault %q (none, kill, pause, nats-restart, node-kill, or several joined with +)", f)
 	}
 	return nil
 }

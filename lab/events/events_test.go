@@ -2,9 +2,13 @@ package events
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/dispatch/natskeyed"
 )
 
 func validConfig() Config {
@@ -18,21 +22,21 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		t.Fatalf("the default config (with a WorkerCmd) is invalid: %v", err)
 	}
 	for field, mutate := range map[string]func(*Config){
-		"Rate":         func(c *Config) { c.Rate = 0 },
-		"Keys":         func(c *Config) { c.Keys = 1 },
-		"HotLoads":     func(c *Config) { c.HotLoads = []float64{100} },
-		"Workers":      func(c *Config) { c.Workers = []int{0} },
-		"Faults":       func(c *Config) { c.Faults = []string{"node-kill"} },
-		"WorkerCmd":    func(c *Config) { c.WorkerCmd = nil },
-		"Replicas":     func(c *Config) { c.Replicas = 0 },
-		"AckWait":      func(c *Config) { c.AckWait = 0 },
-		"HotCost":      func(c *Config) { c.HotCost = -time.Second },
-		"Jitter":       func(c *Config) { c.Jitter = 1 },
-		"OwnerTimeout": func(c *Config) { c.OwnerTimeout = time.Millisecond },
+		"rate":          func(c *Config) { c.Rate = 0 },
+		"keys":          func(c *Config) { c.Keys = 1 },
+		"hot_loads":     func(c *Config) { c.HotLoads = []float64{100} },
+		"workers":       func(c *Config) { c.Workers = []int{0} },
+		"faults":        func(c *Config) { c.Faults = []string{"node-kill"} },
+		"worker_cmd":    func(c *Config) { c.WorkerCmd = nil },
+		"replicas":      func(c *Config) { c.Replicas = 0 },
+		"ack_wait":      func(c *Config) { c.AckWait = 0 },
+		"hot_cost":      func(c *Config) { c.HotCost = -time.Second },
+		"jitter":        func(c *Config) { c.Jitter = 1 },
+		"owner_timeout": func(c *Config) { c.OwnerTimeout = time.Millisecond },
 	} {
 		c := validConfig()
 		mutate(&c)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), field) {
+		if err := c.Validate(); !slices.Equal(badFields(err), []string{field}) {
 			t.Errorf("%s: Validate() = %v, want an error naming it", field, err)
 		}
 	}
@@ -43,8 +47,8 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	}
 	for _, f := range []string{"none+kill", "kill+bogus"} {
 		c.Faults = []string{f}
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "Faults") {
-			t.Errorf("%s: Validate() = %v, want an error naming Faults", f, err)
+		if err := c.Validate(); !slices.Equal(badFields(err), []string{"faults"}) {
+			t.Errorf("%s: Validate() = %v, want an error naming faults", f, err)
 		}
 	}
 	c = validConfig()
@@ -52,6 +56,23 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "nats-restart") {
 		t.Errorf("nats-restart on a real server: Validate() = %v, want an error", err)
 	}
+}
+
+func TestConfigValidateNamesEveryBadField(t *testing.T) {
+	c := validConfig()
+	c.Keys, c.Replicas = 1, 9
+	if got, want := badFields(c.Validate()), []string{"keys", "replicas"}; !slices.Equal(got, want) {
+		t.Errorf("bad fields = %v, want %v", got, want)
+	}
+}
+
+// badFields lists the fields err names, in order.
+func badFields(err error) []string {
+	var fields []string
+	for _, e := range stampede.FieldErrors(err) {
+		fields = append(fields, e.Field)
+	}
+	return fields
 }
 
 // TestScheduleHotShare: the hot key gets its load's share of the
@@ -114,5 +135,13 @@ func TestFaultWindows(t *testing.T) {
 	all := e.victimLatencies(vs, nil)
 	if all.calm < 1000 {
 		t.Errorf("without fault windows the p99 is %.1f ms, want a stalled one (over 1,000)", all.calm)
+	}
+}
+
+func TestWorkerConfigValidateNamesEveryBadField(t *testing.T) {
+	c := WorkerConfig{Consumer: natskeyed.DefaultConfig(), Cost: time.Millisecond, Jitter: 2}
+	got := badFields(c.Validate())
+	if want := []string{"nats", "ledger", "jitter"}; len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
+		t.Errorf("bad fields = %v, want %v first", got, want)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stampede-lab/stampede"
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 )
 
@@ -38,21 +38,27 @@ type WorkerConfig struct {
 	Jitter float64
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in snake_case
+// as the events-worker flag that sets it, then the consumer's.
 func (c WorkerConfig) Validate() error {
-	switch {
-	case c.NATS == "":
-		return fmt.Errorf("events: NATS: must not be empty")
-	case c.Ledger == "":
-		return fmt.Errorf("events: Ledger: must not be empty")
-	case c.Cost <= 0:
-		return fmt.Errorf("events: Cost: must be positive, got %s", c.Cost)
-	case c.HotCost < 0:
-		return fmt.Errorf("events: HotCost: must not be negative, got %s", c.HotCost)
-	case c.Jitter < 0 || c.Jitter >= 1:
-		return fmt.Errorf("events: Jitter: must be in [0, 1), got %g", c.Jitter)
+	var f stampede.Fields
+	if c.NATS == "" {
+		f.Add("nats", "must not be empty")
 	}
-	return c.Consumer.Validate()
+	if c.Ledger == "" {
+		f.Add("ledger", "must not be empty")
+	}
+	if c.Cost <= 0 {
+		f.Add("cost", "must be positive, got %s", c.Cost)
+	}
+	if c.HotCost < 0 {
+		f.Add("hot_cost", "must not be negative, got %s", c.HotCost)
+	}
+	if c.Jitter < 0 || c.Jitter >= 1 {
+		f.Add("jitter", "must be in [0, 1), got %g", c.Jitter)
+	}
+	f.Check("", c.Consumer.Validate())
+	return f.Err()
 }
 
 // RunWorker consumes the lab's stream until ctx ends. Each event's handler

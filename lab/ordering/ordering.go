@@ -16,7 +16,6 @@ package ordering
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/dispatch"
 	"github.com/stampede-lab/stampede/lab"
 )
@@ -103,46 +103,66 @@ func FullConfig() Config {
 	return c
 }
 
-// Validate reports the first unusable field by its flag name.
+// Validate reports every unusable field at once, each named in snake_case
+// as the `stampede lab ordering` flag that sets it (HotLoads is
+// "hot_loads", Duration "seconds").
 func (c Config) Validate() error {
-	switch {
-	case c.Workers < 1:
-		return fmt.Errorf("ordering: workers: must be at least 1, got %d", c.Workers)
-	case !(c.Rate > 0) || math.IsInf(c.Rate, 0):
-		return fmt.Errorf("ordering: rate: must be a positive number of items per second, got %v", c.Rate)
-	case c.Keys < 2:
-		return fmt.Errorf("ordering: keys: need at least 2 (one hot, one victim), got %d", c.Keys)
-	case len(c.HotLoads) == 0:
-		return errors.New("ordering: hot-loads: need at least one")
-	case c.NormalCost <= 0:
-		return fmt.Errorf("ordering: normal-cost: must be positive, got %s", c.NormalCost)
-	case c.HotCost <= 0:
-		return fmt.Errorf("ordering: hot-cost: must be positive, got %s", c.HotCost)
-	case c.Jitter < 0 || c.Jitter >= 1:
-		return fmt.Errorf("ordering: jitter: must be in [0, 1), got %v", c.Jitter)
-	case c.StealAfter <= 0:
-		return fmt.Errorf("ordering: steal-after: must be positive, got %s", c.StealAfter)
-	case len(c.Strategies) == 0:
-		return errors.New("ordering: strategies: need at least one")
-	case c.Duration <= 0:
-		return fmt.Errorf("ordering: seconds: must be positive, got %s", c.Duration)
-	case c.Repeat < 1:
-		return fmt.Errorf("ordering: repeat: must be at least 1, got %d", c.Repeat)
-	case c.HotArrivals != HotPoisson && c.HotArrivals != HotEven:
-		return fmt.Errorf("ordering: hot-arrivals: want %q or %q, got %q", HotPoisson, HotEven, c.HotArrivals)
+	var f stampede.Fields
+	if c.Workers < 1 {
+		f.Add("workers", "must be at least 1, got %d", c.Workers)
 	}
+	rateOK := c.Rate > 0 && !math.IsInf(c.Rate, 0)
+	if !rateOK {
+		f.Add("rate", "must be a positive number of items per second, got %v", c.Rate)
+	}
+	if c.Keys < 2 {
+		f.Add("keys", "need at least 2 (one hot, one victim), got %d", c.Keys)
+	}
+	if len(c.HotLoads) == 0 {
+		f.Add("hot_loads", "need at least one")
+	}
+	if c.NormalCost <= 0 {
+		f.Add("normal_cost", "must be positive, got %s", c.NormalCost)
+	}
+	if c.HotCost <= 0 {
+		f.Add("hot_cost", "must be positive, got %s", c.HotCost)
+	}
+	if c.Jitter < 0 || c.Jitter >= 1 {
+		f.Add("jitter", "must be in [0, 1), got %v", c.Jitter)
+	}
+	if c.StealAfter <= 0 {
+		f.Add("steal_after", "must be positive, got %s", c.StealAfter)
+	}
+	if len(c.Strategies) == 0 {
+		f.Add("strategies", "need at least one")
+	}
+	if c.Duration <= 0 {
+		f.Add("seconds", "must be positive, got %s", c.Duration)
+	}
+	if c.Repeat < 1 {
+		f.Add("repeat", "must be at least 1, got %d", c.Repeat)
+	}
+	if c.HotArrivals != HotPoisson && c.HotArrivals != HotEven {
+		f.Add("hot_arrivals", "want %q or %q, got %q", HotPoisson, HotEven, c.HotArrivals)
+	}
+	// A load's share of the arrivals needs a valid rate and hot cost.
 	for _, load := range c.HotLoads {
+		if !rateOK || c.HotCost <= 0 {
+			break
+		}
 		if share := c.hotShare(load); !(share > 0) || share > 1 {
-			return fmt.Errorf("ordering: hot-loads: %v workers needs %.0f hot items/s, more than the %.0f/s arrival rate (or not positive)",
+			f.Add("hot_loads", "%v workers needs %.0f hot items/s, more than the %.0f/s arrival rate (or not positive)",
 				load, load/c.HotCost.Seconds(), c.Rate)
+			break
 		}
 	}
 	for _, s := range c.Strategies {
 		if _, err := dispatch.ParseStrategy(string(s)); err != nil {
-			return fmt.Errorf("ordering: strategies: %w", err)
+			f.Check("strategies", err)
+			break
 		}
 	}
-	return nil
+	return f.Err()
 }
 
 // hotShare is the fraction of arrivals that belong to the hot key at a

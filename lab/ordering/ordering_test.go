@@ -3,12 +3,14 @@ package ordering
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/dispatch"
 	"github.com/stampede-lab/stampede/lab"
 )
@@ -24,23 +26,23 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(c *Config) { c.Rate = 0 }, "rate"},
 		{func(c *Config) { c.Rate = math.NaN() }, "rate"},
 		{func(c *Config) { c.Keys = 1 }, "keys"},
-		{func(c *Config) { c.HotLoads = nil }, "hot-loads"},
-		{func(c *Config) { c.HotLoads = []float64{-1} }, "hot-loads"},
-		{func(c *Config) { c.HotLoads = []float64{50} }, "hot-loads"}, // 500 hot items/s > 400/s
-		{func(c *Config) { c.NormalCost = 0 }, "normal-cost"},
-		{func(c *Config) { c.HotCost = -time.Second }, "hot-cost"},
+		{func(c *Config) { c.HotLoads = nil }, "hot_loads"},
+		{func(c *Config) { c.HotLoads = []float64{-1} }, "hot_loads"},
+		{func(c *Config) { c.HotLoads = []float64{50} }, "hot_loads"}, // 500 hot items/s > 400/s
+		{func(c *Config) { c.NormalCost = 0 }, "normal_cost"},
+		{func(c *Config) { c.HotCost = -time.Second }, "hot_cost"},
 		{func(c *Config) { c.Jitter = 1 }, "jitter"},
-		{func(c *Config) { c.StealAfter = 0 }, "steal-after"},
+		{func(c *Config) { c.StealAfter = 0 }, "steal_after"},
 		{func(c *Config) { c.Strategies = nil }, "strategies"},
 		{func(c *Config) { c.Strategies = []dispatch.Strategy{"fifo"} }, "strategies"},
 		{func(c *Config) { c.Duration = 0 }, "seconds"},
 		{func(c *Config) { c.Repeat = 0 }, "repeat"},
-		{func(c *Config) { c.HotArrivals = "bursty" }, "hot-arrivals"},
+		{func(c *Config) { c.HotArrivals = "bursty" }, "hot_arrivals"},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()
 		tc.mutate(&c)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
+		if err := c.Validate(); !slices.Equal(badFields(err), []string{tc.flag}) {
 			t.Errorf("Validate() = %v, want an error naming %s", err, tc.flag)
 		}
 	}
@@ -49,6 +51,23 @@ func TestValidateNamesTheFlag(t *testing.T) {
 			t.Errorf("Validate() = %v", err)
 		}
 	}
+}
+
+func TestValidateNamesEveryBadField(t *testing.T) {
+	c := DefaultConfig()
+	c.Workers, c.Jitter = 0, 2
+	if got, want := badFields(c.Validate()), []string{"workers", "jitter"}; !slices.Equal(got, want) {
+		t.Errorf("bad fields = %v, want %v", got, want)
+	}
+}
+
+// badFields lists the fields err names, in order.
+func badFields(err error) []string {
+	var fields []string
+	for _, e := range stampede.FieldErrors(err) {
+		fields = append(fields, e.Field)
+	}
+	return fields
 }
 
 func TestParseStrategies(t *testing.T) {

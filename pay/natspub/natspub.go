@@ -259,19 +259,23 @@ func DefaultEmbeddedConfig(dir string) EmbeddedConfig {
 	return EmbeddedConfig{Dir: dir, ReadyTimeout: 10 * time.Second}
 }
 
-// Validate reports the first unusable field.
+// Validate reports every unusable field at once, each named in
+// snake_case (dir, sync_interval, ready_timeout, port).
 func (c EmbeddedConfig) Validate() error {
-	switch {
-	case c.Dir == "":
-		return pay.Invalid("Dir", "must name the JetStream directory")
-	case c.SyncInterval < 0:
-		return pay.Invalid("SyncInterval", "must not be negative, got %s", c.SyncInterval)
-	case c.ReadyTimeout <= 0:
-		return pay.Invalid("ReadyTimeout", "must be positive, got %s", c.ReadyTimeout)
-	case c.Port < 0 || c.Port > 65535:
-		return pay.Invalid("Port", "must be 0 (a free port) to 65535, got %d", c.Port)
+	var f stampede.Fields
+	if c.Dir == "" {
+		f.Add("dir", "must name the JetStream directory")
 	}
-	return nil
+	if c.SyncInterval < 0 {
+		f.Add("sync_interval", "must not be negative, got %s", c.SyncInterval)
+	}
+	if c.ReadyTimeout <= 0 {
+		f.Add("ready_timeout", "must be positive, got %s", c.ReadyTimeout)
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		f.Add("port", "must be 0 (a free port) to 65535, got %d", c.Port)
+	}
+	return f.Err()
 }
 
 // Embedded is an in-process nats-server with JetStream, the zero-set-up

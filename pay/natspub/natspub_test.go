@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stampede-lab/stampede"
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/pay"
@@ -227,6 +229,21 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		if err := cfg.Validate(); !containsField(err, field) {
 			t.Errorf("%s: Validate() = %v, want an error naming it", field, err)
 		}
+	}
+}
+
+func TestEmbeddedConfigValidateNamesEveryBadField(t *testing.T) {
+	c := natspub.DefaultEmbeddedConfig("")
+	c.Port = -1
+	var got []string
+	for _, e := range stampede.FieldErrors(c.Validate()) {
+		got = append(got, e.Field)
+	}
+	if want := []string{"dir", "port"}; !slices.Equal(got, want) {
+		t.Errorf("bad fields = %v, want %v", got, want)
+	}
+	if err := natspub.DefaultEmbeddedConfig(t.TempDir()).Validate(); err != nil {
+		t.Errorf("DefaultEmbeddedConfig(dir).Validate() = %v", err)
 	}
 }
 
