@@ -73,15 +73,6 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	}
 }
 
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
-}
-
 func TestConfigValidateNamesEveryBadField(t *testing.T) {
 	c := DefaultConfig()
 	c.Workers, c.QueueSize = 0, 0
