@@ -370,8 +370,20 @@ func (s *Service) approve(ctx context.Context, p Payment) (Status, string) {
 	}
 	var verdict Verdict
 	sent := false
+	// The payment is ours until NextInquiryAt less TakeoverMargin: the
+	// first call must end by then, however long recording the payment
+	// took (a slow database must not leave a call in flight past the
+	// moment another instance may take the payment over).
+	owned := p.NextInquiryAt.Add(-s.cfg.TakeoverMargin).Sub(s.cfg.Now())
+	if owned <= 0 {
+		return StatusFailed, reason(ReasonNotSent, "recording the payment took its whole approval timeout (%s); the request was not sent", s.cfg.ApprovalTimeout)
+	}
 	attempts, err := retry.Do(ctx, s.cfg.Retry, s.cfg.Sleep, func(ctx context.Context, attempt int) error {
-		actx, cancel := context.WithTimeout(ctx, s.cfg.ApprovalTimeout)
+		timeout := s.cfg.ApprovalTimeout
+		if attempt == 1 {
+			timeout = min(timeout, owned)
+		}
+		actx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		v, err := s.inst.Approve(actx, ApprovalRequest{ExternalKey: p.ExternalKey, Amount: p.Amount, Currency: p.Currency})
 		if !errors.Is(err, ErrNotSent) {
