@@ -129,3 +129,52 @@ func TestTwoInstancesOnePostgres(t *testing.T) {
 		t.Errorf("no payment went UNKNOWN: the test exercised no inquiry")
 	}
 }
+
+// slowInsert is a store whose CreatePending takes delay before it writes,
+// as a busy database's pool does.
+type slowInsert struct {
+	pay.Store
+	delay time.Duration
+}
+
+func (s slowInsert) CreatePending(ctx context.Context, p pay.Payment, r pay.IdempotencyRecord) (pay.Payment, error) {
+	time.Sleep(s.delay)
+	return s.Store.CreatePending(ctx, p, r)
+}
+
+// TestApprovalEndsWithinOwnership: the first approval call ends by the
+// payment's creation plus ApprovalTimeout, however long recording it took,
+// so that no call is in flight once another instance may take the
+// payment over; a payment recorded after its whole timeout is not sent at
+// all (FAILED, nothing charged).
+func TestApprovalEndsWithinOwnership(t *testing.T) {
+	inst := newSimInst(t, 2*time.Second, func(s *simInst) {
+		s.approveDelay = func(int64) time.Duration { return 2 * time.Second }
+	})
+	cfg := pay.DefaultConfig()
+	cfg.ApprovalTimeout, cfg.TakeoverMargin, cfg.Logger = time.Second, 500*time.Millisecond, quiet()
+	for _, c := range []struct {
+		delay time.Duration
+		want  pay.Status
+	}{
+		{600 * time.Millisecond, pay.StatusUnknown}, // sent, cut at creation + 1 s
+		{1100 * time.Millisecond, pay.StatusFailed}, // never sent
+	} {
+		svc, err := pay.NewService(slowInsert{openSQLite(t), c.delay}, inst.adapter, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, start := inst.approvals.Load(), time.Now()
+		p, _, err := svc.Create(context.Background(), fmt.Sprint("own-", c.delay), pay.CreateRequest{MerchantID: merchant, OrderID: fmt.Sprint("own-", c.delay), Amount: 100, Currency: "KRW"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		if p.Status != c.want || took >= cfg.ApprovalTimeout+cfg.TakeoverMargin {
+			t.Errorf("recorded after %s: %s after %s, want %s before the takeover at %s", c.delay, p.Status, took, c.want, cfg.ApprovalTimeout+cfg.TakeoverMargin)
+		}
+		if sent := inst.approvals.Load() - before; (c.want == pay.StatusFailed) != (sent == 0) {
+			t.Errorf("recorded after %s: %d approval requests reached the institution", c.delay, sent)
+		}
+	}
+}
