@@ -245,7 +245,7 @@ func (s *UnsafeStore) admitLeader(ctx context.Context, room, instance string) (w
 		return waitroom.AdmitResult{RoundTrips: 1}, err
 	}
 	leads, err := step(ctx, func(ctx context.Context) (int64, error) {
-		return leaderScript.Run(ctx, s.client, []string{k.Leader}, instance, 2*interval).Int64()
+		return leaderScript.Run(ctx, s.client, []string{leaderKey(room)}, instance, 2*interval).Int64()
 	})
 	if err != nil {
 		return waitroom.AdmitResult{RoundTrips: 2}, err
@@ -342,3 +342,8 @@ if cur == ARGV[1] then
 end
 return 0
 `)
+
+// leaderKey is the leader mode's lease of room: in the room's hash slot
+// (its tag), but not one of the store's keys, since production has no
+// leader; it expires two ticks after its last renewal.
+func leaderKey(room string) string { return "{" + room + "}:leader" }

@@ -215,7 +215,7 @@ func (e *env) newRoom(t testing.TB, body string) string {
 	t.Cleanup(func() {
 		ctx := context.Background()
 		k := redisstore.KeysFor(room)
-		e.b.client.Del(ctx, k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.Leader)
+		e.b.client.Del(ctx, k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats)
 		e.b.client.SRem(ctx, roomsKey, room)
 	})
 	e.must(t, http.StatusOK, req{method: "PUT", path: "/v1/rooms/" + room, body: roomBody(t, body), auth: "Bearer " + adminToken})

@@ -104,7 +104,7 @@ func TestLinearizableCluster(t *testing.T) {
 
 // allKeys lists every key of a room, KeysFor's fields in order.
 func allKeys(k redisstore.Keys) []string {
-	return []string{k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats, k.Leader,
+	return []string{k.Config, k.Seq, k.Queue, k.Active, k.State, k.SeqOf, k.Stats,
 		k.JoinedAt, k.Seen, k.Unarrived, k.Bucket, k.Done}
 }
 

@@ -343,7 +343,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Keys names the Redis keys of one room.
 type Keys struct {
-	Config, Seq, Queue, Active, State, SeqOf, Stats, Leader string
+	Config, Seq, Queue, Active, State, SeqOf, Stats string
 	// JoinedAt maps each user to when they last joined (ms, Redis TIME),
 	// for the wait of the queue's head.
 	JoinedAt string
@@ -373,7 +373,7 @@ func KeysFor(room string) Keys {
 	p := "{" + room + "}:"
 	return Keys{
 		Config: p + "cfg", Seq: p + "seq", Queue: p + "queue", Active: p + "active",
-		State: p + "state", SeqOf: p + "seqof", Stats: p + "stats", Leader: p + "leader",
+		State: p + "state", SeqOf: p + "seqof", Stats: p + "stats",
 		JoinedAt: p + "joinedat", Seen: p + "seen", Away: p + "away", AwayAt: p + "awayat",
 		Unarrived: p + "unarrived", Done: p + "done", Bucket: p + "bucket", Ack: p + "ack",
 		AdmStamp: p + "admstamp", Moving: p + "moving", MovingInfo: p + "movinginfo",
@@ -393,7 +393,7 @@ func (k Keys) scriptKeys() []string {
 }
 
 // All lists every key of the room.
-func (k Keys) All() []string { return append(k.shardedKeys(), k.Leader, k.Ack) }
+func (k Keys) All() []string { return append(k.shardedKeys(), k.Ack) }
 
 // configFields maps each JSON name of a RoomConfig field to its field and
 // value in the room's configuration hash.
