@@ -152,7 +152,7 @@ func (b *cbBuyers) buyer(i int) {
 		select {
 		case <-b.stop:
 			return
-		case <-time.After(150 * time.Millisecond):
+		case <-time.After(300 * time.Millisecond):
 		}
 		if code, err := cbCall(http.MethodGet, b.waitroom+"/v1/rooms/"+cbRoom+"/tickets/"+tk.UserID, token, nil, nil, &tk); err != nil || code != 200 {
 			continue
@@ -228,14 +228,18 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("create event = %d %v", code, err)
 	}
 
-	// The surge: 400 buyers within about 2 s.
+	// The surge: 200 buyers within about 2 s, polling every 300 ms: enough
+	// to keep people waiting through the pause, light enough that the
+	// embedded waiting room answers every admitted buyer's poll in time on
+	// 2 cores under -race (with 400 polling every 150 ms, admitted buyers
+	// sometimes missed their admission and held the slots for the lease).
 	crowd := &cbBuyers{waitroom: wr, checkout: co, stop: make(chan struct{})}
 	defer func() { close(crowd.stop); crowd.wg.Wait() }()
 	go func() {
-		for i := range 400 {
+		for i := range 200 {
 			crowd.wg.Add(1)
 			go crowd.buyer(i)
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond)
 		}
 	}()
 
