@@ -219,7 +219,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 			}
 			prev = v
 		}
-		check("shared: violations grow with hot load (seed: 0, 0, 56)", seqMissing,
+		check("shared: violations grow with hot load (write-up: 0, 0, 56)", seqMissing,
 			func() (string, bool) { return strings.Join(seq, ", "), grows && prev > 0 })
 	}
 	if has(dispatch.Keyed) {

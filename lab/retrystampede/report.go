@@ -187,12 +187,12 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 	if has(hb, retry.None) {
 		var miss []string
 		v := need(&miss, hb, retry.None, "amplification")
-		check("none: 1.00× (seed: 150 requests for 150 payments)", miss,
+		check("none: 1.00× (write-up: 150 requests for 150 payments)", miss,
 			func() (string, bool) { return fmt.Sprintf("%.2f×", v), v == 1 })
 		miss = nil
 		p := need(&miss, hb, retry.None, "peak_1s")
 		w := need(&miss, hb, retry.None, "first_wave_ms")
-		check(fmt.Sprintf("none: no arrival after the first %s, peaks 0 (seed: 0 and 0)", c.ExcludeFirst), miss,
+		check(fmt.Sprintf("none: no arrival after the first %s, peaks 0 (write-up: 0 and 0)", c.ExcludeFirst), miss,
 			func() (string, bool) { return fmt.Sprintf("peak_1s %.0f; first wave over %.0f ms", p, w), p == 0 })
 	}
 	for _, p := range []string{retry.Exponential, retry.FullJitter, retry.DecorrelatedJitter} {
@@ -202,13 +202,13 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 		var miss []string
 		amp := need(&miss, hb, p, "amplification")
 		rr := need(&miss, hb, p, "retry_requests")
-		check(fmt.Sprintf("%s: %.2f×, retry_requests = %d × payments = %.0f (seed: 3.00×, 300)", p, att, c.Attempts-1, (att-1)*n), miss,
+		check(fmt.Sprintf("%s: %.2f×, retry_requests = %d × payments = %.0f (write-up: 3.00×, 300)", p, att, c.Attempts-1, (att-1)*n), miss,
 			func() (string, bool) { return fmt.Sprintf("%.2f×, %.0f", amp, rr), amp == att && rr == (att-1)*n })
 	}
 	if has(hb, retry.Exponential) {
 		var miss []string
 		exp100 := need(&miss, hb, retry.Exponential, "peak_100ms")
-		check(fmt.Sprintf("exponential: peak_100ms close to payments, ≥ 80 %% of %d (seed: 141 of 150)", c.Payments), miss,
+		check(fmt.Sprintf("exponential: peak_100ms close to payments, ≥ 80 %% of %d (write-up: 141 of 150)", c.Payments), miss,
 			func() (string, bool) { return fmt.Sprintf("%.0f (%.0f %%)", exp100, 100*exp100/n), exp100 >= 0.8*n })
 	}
 	if has(hb, retry.FullJitter) {
@@ -229,7 +229,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 			metric, reading, modelNote string
 			peak                       PeakFunc
 		}{
-			{"peak_100ms", "full-jitter: peak_100ms a quarter of exponential's or less (seed: 38 vs 141, 0.27×)", "the schedule alone", SlidingPeak},
+			{"peak_100ms", "full-jitter: peak_100ms a quarter of exponential's or less (write-up: 38 vs 141, 0.27×)", "the schedule alone", SlidingPeak},
 			{"peak_100ms_fixed", "full-jitter, read as the write-up read it (fixed 100 ms windows from the start signal): peak_100ms_fixed a quarter of exponential's or less", "the schedule alone, its waves lined up with the windows,", FixedPeak},
 		} {
 			var miss []string
@@ -245,7 +245,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 		var miss []string
 		exp1s := need(&miss, hb, retry.Exponential, "peak_1s")
 		fj1s := need(&miss, hb, retry.FullJitter, "peak_1s")
-		check("peak_1s the same for exponential and full-jitter, within 5 % of payments (seed: 150 and 150)", miss,
+		check("peak_1s the same for exponential and full-jitter, within 5 % of payments (write-up: 150 and 150)", miss,
 			func() (string, bool) {
 				return fmt.Sprintf("%.0f and %.0f", exp1s, fj1s), math.Abs(exp1s-fj1s) <= 0.05*n
 			})

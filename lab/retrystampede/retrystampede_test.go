@@ -82,7 +82,7 @@ func TestProfiles(t *testing.T) {
 	// of the write-up's shape.
 	if q.Hang*2 != f.Hang || q.Timeout*2 != f.Timeout || q.Base != f.Base || q.Attempts != f.Attempts ||
 		q.ExcludeFirst != f.ExcludeFirst || q.Payments != f.Payments || q.Repeat != 1 {
-		t.Errorf("DefaultConfig is not the halved seed: %+v", q)
+		t.Errorf("DefaultConfig is not the halved write-up profile: %+v", q)
 	}
 	e, err := New(f)
 	if err != nil {
@@ -155,7 +155,7 @@ func TestPeaks(t *testing.T) {
 		t.Errorf("FixedPeak(100ms, nothing excluded) = %d, want 4 (0, 1, 2, 3 ms)", got)
 	}
 	if got := FixedPeak(offs[:6], w100, w1s); got != 0 {
-		t.Errorf("FixedPeak of the first wave alone = %d, want 0 (seed: none has 0 and 0)", got)
+		t.Errorf("FixedPeak of the first wave alone = %d, want 0 (write-up: none has 0 and 0)", got)
 	}
 	if got := SlidingPeak(nil, w100, w1s); got != 0 {
 		t.Errorf("SlidingPeak(nil) = %d", got)
