@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -157,6 +158,23 @@ type faultCapWatch struct {
 	max      atomic.Int64
 	samples  atomic.Int64
 	failures atomic.Int64 // reads that failed (the store was down)
+
+	mu     sync.Mutex
+	slowAt []time.Time // when reads failed: the store down, or too slow to answer in 200 ms
+}
+
+// storeSlowNear reports whether the observer failed to read the store
+// within d of at: then a 503 at that moment is the store's own (down, or
+// starved of CPU on a loaded machine), not the instance's.
+func (w *faultCapWatch) storeSlowNear(at time.Time, d time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.slowAt {
+		if s.Sub(at) < d && at.Sub(s) < d {
+			return true
+		}
+	}
+	return false
 }
 
 func faultWatchCap(t *testing.T, addr, room string) *faultCapWatch {
@@ -176,6 +194,9 @@ func faultWatchCap(t *testing.T, addr, room string) *faultCapWatch {
 			n, err := client.ZCard(context.Background(), key).Result()
 			if err != nil {
 				w.failures.Add(1)
+				w.mu.Lock()
+				w.slowAt = append(w.slowAt, time.Now())
+				w.mu.Unlock()
 				time.Sleep(20 * time.Millisecond) // the store is down: no need to hammer it
 				continue
 			}
@@ -466,6 +487,8 @@ type faultInstance struct {
 	url    string
 	// served counts successful joins answered; unavailable counts 503s.
 	served, unavailable atomic.Int64
+	mu                  sync.Mutex
+	unavailableAt       []time.Time // when each 503 came back
 }
 
 // TestInstanceKilledMidRunLosesNoUser runs three instances on one store,
@@ -495,9 +518,22 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 	var insts []*faultInstance
 	for i := range 3 {
 		in := &faultInstance{name: fmt.Sprintf("fault-kill-%d", i)}
-		in.client = redis.NewClient(&redis.Options{Addr: emb.Addr()})
+		// A store deadline of 3 s, not the default 1 s: this test is
+		// about an instance dying, not about a slow store (the frozen-Redis
+		// tests above are), and on 2 cores under -race beside other
+		// packages' tests an embedded store's script can take over a
+		// second, which would turn every join into a 503.
+		scfg := redisstore.DefaultConfig()
+		scfg.OpTimeout = 3 * time.Second
+		ropts := &redis.Options{Addr: emb.Addr()}
+		scfg.ApplyTimeouts(ropts)
+		in.client = redis.NewClient(ropts)
 		t.Cleanup(func() { in.client.Close() })
-		in.srv, in.ts = faultStart(t, redisstore.New(in.client), in.name, nil)
+		st, err := redisstore.NewWithConfig(in.client, scfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.srv, in.ts = faultStart(t, st, in.name, nil)
 		in.url = in.ts.URL
 		insts = append(insts, in)
 	}
@@ -514,12 +550,23 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 		roomBody(t, fmt.Sprintf(`{"capacity":%d,"lease_seconds":1,"admit_interval_ms":20}`, capacity)), "Bearer "+faultAdminToken)
 	watch := faultWatchCap(t, emb.Addr(), room)
 
-	var dead atomic.Bool
+	var (
+		dead atomic.Bool
+		// uncertainJoins counts join attempts whose fate the user does not
+		// know (no answer, or 503 after the store's deadline): each may
+		// have joined. A user whose lost join then ended (admitted and
+		// expired, nobody following it) joins again on the retry, and
+		// that join counts too.
+		uncertainJoins atomic.Int64
+	)
 	// send tries instance first, then the next ones: a transport failure
 	// or a 503 means "this instance cannot serve me now". It gives up
-	// after 10 s.
+	// after 30 s: on a starved machine (2 cores, -race, other packages'
+	// tests beside it) the store's own one-second deadline can pass on
+	// every instance for seconds at a time, and a user who retries is
+	// what the test is about, not a user who gives up early.
 	send := func(first int, method, p, body, auth string) (faultAnswer, int, error) {
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		var last error
 		for attempt := 0; ; attempt++ {
 			k := (first + attempt) % len(insts)
@@ -527,17 +574,31 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 			switch {
 			case err != nil:
 				last = err
+				if method == "POST" {
+					uncertainJoins.Add(1) // the request may have reached the store before the connection broke
+				}
 			case a.status == http.StatusServiceUnavailable:
 				insts[k].unavailable.Add(1)
+				insts[k].mu.Lock()
+				insts[k].unavailableAt = append(insts[k].unavailableAt, time.Now())
+				insts[k].mu.Unlock()
+				if method == "POST" {
+					uncertainJoins.Add(1) // the join may have reached the store after its deadline
+				}
 				last = fmt.Errorf("%s answered 503: %s", insts[k].name, a.raw)
 			default:
 				return a, k, nil
 			}
 			if time.Now().After(deadline) {
-				return a, k, fmt.Errorf("%s %s: no instance answered within 10s; last: %v", method, p, last)
+				return a, k, fmt.Errorf("%s %s: no instance answered within 30s; last: %v", method, p, last)
 			}
-			if attempt%len(insts) == len(insts)-1 {
-				time.Sleep(5 * time.Millisecond)
+			if round := attempt / len(insts); attempt%len(insts) == len(insts)-1 {
+				// Back off like a browser after each round of refusals
+				// (exponentially, with jitter, up to half a second): a
+				// crowd retrying every few milliseconds would be a retry
+				// stampede of the test's own making on a starved store.
+				backoff := 5 * time.Millisecond << min(round, 7)
+				time.Sleep(backoff/2 + mrand.N(backoff/2))
 			}
 		}
 	}
@@ -680,7 +741,7 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 	// admitter. The room is read before and after; nobody joins in between
 	// (the second wave waits for the kill), so the queue only shrinks
 	// meanwhile: whoever still waits after the kill waited during it.
-	before, whyNot := faultAwaitMidRun(store, room, firstWaveIn, 20*time.Second)
+	before, whyNot := faultAwaitMidRun(store, room, firstWaveIn, 45*time.Second)
 	in := insts[killed]
 	servedBefore := in.served.Load()
 	if whyNot == "" {
@@ -724,7 +785,7 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 	// admitters reclaim them.
 	alive := []int{1, 2}
 	counts := map[string]int64{}
-	faultWaitFor(t, 15*time.Second, "every user to reach a final state", func() bool {
+	faultWaitFor(t, 30*time.Second, "every user to reach a final state", func() bool {
 		clear(counts)
 		done := true
 		for i, o := range outcomes {
@@ -787,12 +848,16 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 
 	watch.stop()
 	st := faultCheckAccounting(t, store, room)
-	if st.JoinedTotal != nUsers || st.Waiting != 0 || st.Active != 0 {
-		t.Errorf("stats = %+v, want %d joined, none waiting or active", st, nUsers)
+	// Each user joined once, plus at most one re-join per join attempt
+	// whose answer was lost (see uncertainJoins); every re-join's first
+	// ticket ended, unseen, as expired.
+	rejoins := st.JoinedTotal - nUsers
+	if rejoins < 0 || rejoins > uncertainJoins.Load() || st.Waiting != 0 || st.Active != 0 {
+		t.Errorf("stats = %+v, want %d joined (plus at most %d re-joins after lost answers), none waiting or active", st, nUsers, uncertainJoins.Load())
 	}
-	if st.ReleasedTotal != counts["released"] || st.LeftTotal != counts["left"] || st.ExpiredTotal != counts["expired"] {
-		t.Errorf("counters released/left/expired = %d/%d/%d, users in those states = %d/%d/%d",
-			st.ReleasedTotal, st.LeftTotal, st.ExpiredTotal, counts["released"], counts["left"], counts["expired"])
+	if st.ReleasedTotal != counts["released"] || st.LeftTotal != counts["left"] || st.ExpiredTotal != counts["expired"]+rejoins {
+		t.Errorf("counters released/left/expired = %d/%d/%d, users in those states = %d/%d/%d (+%d first tickets of re-joins expired)",
+			st.ReleasedTotal, st.LeftTotal, st.ExpiredTotal, counts["released"], counts["left"], counts["expired"], rejoins)
 	}
 	if max := watch.max.Load(); max > capacity {
 		t.Errorf("the observer saw %d users in a room of %d", max, capacity)
@@ -806,9 +871,24 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 	if n := joinsAfterKill.Load(); n != nUsers-firstWave {
 		t.Errorf("%d users joined after the kill, want the second wave's %d", n, nUsers-firstWave)
 	}
+	// The kill must not make the survivors unavailable. A 503 is
+	// excused only when the store itself failed the observer's 200 ms
+	// reads within a second of it (a store starved of CPU on a loaded
+	// machine answers every instance late, killed or not).
 	for _, k := range alive {
-		if n := insts[k].unavailable.Load(); n > 0 {
-			t.Errorf("the surviving instance %s answered 503 %d times", insts[k].name, n)
+		insts[k].mu.Lock()
+		var unexcused int
+		for _, at := range insts[k].unavailableAt {
+			if !watch.storeSlowNear(at, time.Second) {
+				unexcused++
+			}
+		}
+		n := len(insts[k].unavailableAt)
+		insts[k].mu.Unlock()
+		if unexcused > 0 {
+			t.Errorf("the surviving instance %s answered 503 %d times, %d of them while the store answered the observer promptly", insts[k].name, n, unexcused)
+		} else if n > 0 {
+			t.Logf("the surviving instance %s answered 503 %d times, each while the store itself was too slow for the observer", insts[k].name, n)
 		}
 	}
 	t.Logf("joins served by instance: %d/%d/%d (%d after the kill); final states %v (%d leases ran out before the user's next poll; %d join answers lost); observer: %d samples, max active %d",
