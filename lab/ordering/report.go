@@ -200,7 +200,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 			id := need(&miss, s, load, "ideal_victim_p99_ms")
 			n := need(&miss, s, load, "sleep_overshoot_p99_ms")
 			check(claim, miss, func() (string, bool) {
-				return fmt.Sprintf("%.1f ms ≤ %.1f ms (replay %.1f ms + overshoot %.1f ms; ideal machine %.1f ms)", v, bound, re, n, id), v <= bound
+				return fmt.Sprintf("%.1f ms %s %.1f ms (replay %.1f ms + overshoot %.1f ms; ideal machine %.1f ms)", v, sign(v <= bound, "≤", ">"), bound, re, n, id), v <= bound
 			})
 		}
 
@@ -209,7 +209,9 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 			v := need(&miss, dispatch.Partition, load, "victim_p99_ms")
 			id := need(&miss, dispatch.Partition, load, "ideal_victim_p99_ms")
 			check(fmt.Sprintf("partition at hot load %g: victims wait behind the hot key, p99 at least 90 %% of the ideal machine's on the run's stream", load), miss,
-				func() (string, bool) { return fmt.Sprintf("%.1f ms ≥ 0.9 × %.1f ms", v, id), v >= 0.9*id })
+				func() (string, bool) {
+					return fmt.Sprintf("%.1f ms %s 0.9 × %.1f ms", v, sign(v >= 0.9*id, "≥", "<"), id), v >= 0.9*id
+				})
 
 			floor := hp.divergenceFloor()
 			claim := fmt.Sprintf("partition at hot load %g, %s: victim p99 diverges with the hot partition's backlog, "+
@@ -225,12 +227,12 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 					hint = fmt.Sprintf("; %s runs (`--full`) would show at least %.1f s", longer.Duration, lf.Seconds())
 				}
 				x.Skip(claim, fmt.Sprintf("the hot partition is %s: that floor, %.2f s, is under 10 hot handler times (%.1f s), "+
-					"too short a run to tell divergence from chance%s", hp, floor.Seconds(), (10 * c.HotCost).Seconds(), hint))
+					"too short a run to tell divergence from chance%s", hp, floor.Seconds(), (10*c.HotCost).Seconds(), hint))
 			default:
 				var miss []string
 				v := need(&miss, dispatch.Partition, load, "victim_p99_ms")
 				check(claim, miss, func() (string, bool) {
-					return fmt.Sprintf("%.0f ms ≥ %.0f ms (%s)", v, msOf(floor), hp), v >= msOf(floor)
+					return fmt.Sprintf("%.0f ms %s %.0f ms (%s)", v, sign(v >= msOf(floor), "≥", "<"), msOf(floor), hp), v >= msOf(floor)
 				})
 			}
 		}
@@ -261,7 +263,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 				st := need(&miss, dispatch.Steal, load, "stretch")
 				check(claims[2], miss, func() (string, bool) {
 					b := msOf(bound)*st + n + o
-					return fmt.Sprintf("%.0f ms ≤ %.0f ms (%.0f ms × stretch %.3f + lag %.1f ms + overshoot %.1f ms)", p, b, msOf(bound), st, n, o), p <= b
+					return fmt.Sprintf("%.0f ms %s %.0f ms (%.0f ms × stretch %.3f + lag %.1f ms + overshoot %.1f ms)", p, sign(p <= b, "≤", ">"), b, msOf(bound), st, n, o), p <= b
 				})
 			}
 		}
@@ -414,4 +416,13 @@ func (e *Experiment) publishedComparison(r *lab.Result) string {
 		"so their divergent figures scale with the run length; compare them with the write-up at 20 s (`--full`).\n\n",
 		e.cfg.Duration, e.cfg.Repeat)
 	return b.String()
+}
+
+// sign returns yes when a comparison holds and no otherwise, so that a
+// figure never reads "1468 ms ≤ 24 ms".
+func sign(holds bool, yes, no string) string {
+	if holds {
+		return yes
+	}
+	return no
 }
