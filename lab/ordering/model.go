@@ -194,6 +194,12 @@ type hotPartition struct {
 	Sigma time.Duration
 }
 
+// offered is the work offered to the whole pool at load, in workers: the
+// hot load plus the victims'.
+func (c Config) offered(load float64) float64 {
+	return load + (c.Rate-c.Rate*c.hotShare(load))*c.NormalCost.Seconds()
+}
+
 // hotPartition returns the closed form of the hot key's partition at load.
 func (c Config) hotPartition(load float64) hotPartition {
 	hot := keyName(0)
