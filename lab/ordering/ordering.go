@@ -376,25 +376,9 @@ func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (l
 	slept := make([]time.Duration, len(plan))
 	took := make([]time.Duration, len(plan))      // handler entry to exit
 	submitted := make([]time.Duration, len(plan)) // since start
-	// The hot key's hand-off gap: when a hot item was already queued as
-	// the previous one finished, the time from that finish to its start.
-	// Partition and keyed run the hot key's items one at a time, so this
-	// is the dispatcher's own time per item, which the replay adds.
-	var start time.Time // set before the first Submit
-	var gapMu sync.Mutex
-	var hotExit time.Time
-	var gapSum time.Duration
-	gaps := 0
+	var start time.Time                           // set before the first Submit
 	d, err := dispatch.New(dcfg, func(key string, it item) {
 		entry := time.Now()
-		if key == hot {
-			gapMu.Lock()
-			if !hotExit.IsZero() && start.Add(submitted[it.idx]).Before(hotExit) {
-				gapSum += entry.Sub(hotExit)
-				gaps++
-			}
-			gapMu.Unlock()
-		}
 		ledger.Start(key, it.seq)
 		t0 := time.Now()
 		time.Sleep(it.cost)
@@ -402,13 +386,7 @@ func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (l
 		over := slept[it.idx] - it.cost
 		ledger.Done(key, it.seq)
 		rec.record(key == hot, time.Since(it.intended), it.cost, over)
-		exit := time.Now()
-		took[it.idx] = exit.Sub(entry)
-		if key == hot {
-			gapMu.Lock()
-			hotExit = exit
-			gapMu.Unlock()
-		}
+		took[it.idx] = time.Since(entry)
 	})
 	if err != nil {
 		return lab.RunResult{}, err
@@ -474,21 +452,15 @@ func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (l
 	}
 	// The ideal machine on this run's stream: every handler takes its
 	// item's cost. And the replay: every item arrives when the generator
-	// really submitted it, and its handler takes what it really took, plus
-	// the dispatcher's measured hand-off time per item where the hot key
-	// runs one item at a time; only a worker waking for an item is left
-	// out, and the sleep overshoot's p99 stands for it. Steal has a model
-	// only while it does not steal.
-	gap := time.Duration(0)
-	if gaps > 0 && (strategy == dispatch.Partition || strategy == dispatch.Keyed) {
-		gap = gapSum / time.Duration(gaps)
-	}
-	m["handoff_gap_ms"] = ms(gap)
+	// really submitted it, and its handler takes what it really took
+	// (entry to exit); only the dispatcher's own time (a worker waking for
+	// an item, for one) is left out, and the sleep overshoot's p99 stands
+	// for it. Steal has a model only while it does not steal.
 	if id, ok := e.simulate(plan, strategy, keys); ok && (strategy != dispatch.Steal || st.Stolen == 0) {
 		replay := slices.Clone(plan)
 		for i := range replay {
 			replay[i].at = max(submitted[i], replay[i].at)
-			replay[i].cost = max(took[i], replay[i].cost) + gap
+			replay[i].cost = max(took[i], replay[i].cost)
 		}
 		if done, ok := e.complete(replay, strategy, keys); ok {
 			re := summarizeIdeal(plan, replay, done)

@@ -187,7 +187,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 					func() (string, bool) { return fmt.Sprintf("%.0f", v), v == 0 })
 			}
 			claim := fmt.Sprintf("%s at hot load %g: victim p99 at most the strategy's replay of the run "+
-				"(each item arriving when it was submitted, each handler taking what it took, plus the measured hand-off gap) + the sleep overshoot p99 measured in the run, for a worker's wake-up", s, load)
+				"(each item arriving when it was submitted, each handler taking what it took) + the sleep overshoot p99 measured in the run, for a worker's wake-up", s, load)
 			if _, ok := median(r, s, load, "victim_p99_bound_ms"); !ok && s == dispatch.Steal {
 				// Steal stole in its model or its replay: no model
 				// says when; the steal claims below cover it.
