@@ -224,11 +224,6 @@ func (c Config) hotPartition(load float64) hotPartition {
 	return hp
 }
 
-// diverges reports whether the run's length lets the hot partition's
-// backlog show: the partition is overloaded and the backlog it must build
-// is more than twice what chance alone builds.
-func (h hotPartition) diverges() bool { return h.Backlog > 2*h.Sigma }
-
 // String reads like "offered 2.24 workers, backlog 5.0 s by the end of
 // arrivals (σ 0.93 s)".
 func (h hotPartition) String() string {
