@@ -232,6 +232,15 @@ func TestEveryClaimCanFail(t *testing.T) {
 				t.Errorf("the quick profile does not skip %q; skipped %q", want, skipped)
 			}
 		}
+		// A steal run that stole has no model: its replay bound is skipped.
+		stole := healthy(cfg)
+		stole[dispatch.Steal][0.4]["stolen"] = 5
+		x := e.Expectations(stole.result())
+		if !slices.ContainsFunc(x.Skipped(), func(sk lab.Skipped) bool {
+			return strings.HasPrefix(sk.Claim, "steal at hot load 0.4: victim p99 at most the strategy's replay")
+		}) {
+			t.Errorf("a steal run that stole keeps its replay bound: skipped %+v", x.Skipped())
+		}
 		md, err := e.Render(healthy(cfg).result(), t.TempDir())
 		if err != nil || !strings.Contains(md, "Beside the published dispatcher write-up") {
 			t.Errorf("Render: %v\n%s", err, md)
