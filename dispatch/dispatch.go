@@ -184,6 +184,11 @@ func (d *Dispatcher[T]) Close() { d.eng.close() }
 // Stats returns a snapshot of the dispatcher's counters.
 func (d *Dispatcher[T]) Stats() Stats { return d.eng.stats() }
 
+// PartitionOf returns the partition, of n, that the Partition and Steal
+// strategies give key: what a model of those strategies needs to know
+// which keys share a queue. n must be positive.
+func PartitionOf(key string, n int) int { return partitionOf(key, n) }
+
 // partitionOf maps a key to one of n partitions with 32-bit FNV-1a. It is
 // written out rather than taken from hash/fnv so that hashing a string
 // allocates nothing.

@@ -57,16 +57,29 @@ type Expectations struct {
 	rows []expectationRow
 }
 
+// Skipped is a claim an experiment did not check, because the parameters
+// it ran with cannot show it (too short a run, a write-up's figure measured
+// with other parameters): it is neither held nor failed, and the report
+// says why.
+type Skipped struct {
+	// Claim is the claim that was not checked.
+	Claim string `json:"claim"`
+	// Reason says why the run's parameters cannot show it, and which
+	// parameters (for example `--full`) would.
+	Reason string `json:"reason"`
+}
+
 // expectationRow is one row of the table; claim is false for a figure
-// reported without a claim.
+// reported without a claim, skip is set for a claim not checked.
 type expectationRow struct {
 	Expectation
 	claim bool
+	skip  string
 }
 
 // Check adds a claim, what was measured, and whether the claim held.
 func (x *Expectations) Check(claim, figure string, holds bool) {
-	x.rows = append(x.rows, expectationRow{Expectation{Claim: claim, Figure: figure, Holds: holds}, true})
+	x.rows = append(x.rows, expectationRow{Expectation: Expectation{Claim: claim, Figure: figure, Holds: holds}, claim: true})
 }
 
 // Missing adds a claim that could not be checked because a figure it needs
@@ -93,10 +106,17 @@ func (x *Expectations) Judge(claim string, missing []string, judge func() (figur
 	x.Check(claim, figure, holds)
 }
 
+// Skip adds a claim that this run's parameters cannot show, and why. It
+// neither holds nor fails: it is listed under "skipped" in the JSON and in
+// REPORT.md, never counted among the expectations.
+func (x *Expectations) Skip(claim, reason string) {
+	x.rows = append(x.rows, expectationRow{Expectation: Expectation{Claim: claim}, skip: reason})
+}
+
 // Report adds a figure that is shown without a claim about it. It is not
 // an expectation: it appears in REPORT.md only.
 func (x *Expectations) Report(what, figure string) {
-	x.rows = append(x.rows, expectationRow{Expectation{Claim: what, Figure: figure}, false})
+	x.rows = append(x.rows, expectationRow{Expectation: Expectation{Claim: what, Figure: figure}})
 }
 
 // List returns the claims, in the order they were added, without the
@@ -114,6 +134,21 @@ func (x *Expectations) List() []Expectation {
 	return out
 }
 
+// Skipped returns the claims added with Skip, in order. It never returns
+// nil.
+func (x *Expectations) Skipped() []Skipped {
+	out := []Skipped{}
+	if x == nil {
+		return out
+	}
+	for _, row := range x.rows {
+		if row.skip != "" {
+			out = append(out, Skipped{Claim: row.Claim, Reason: row.skip})
+		}
+	}
+	return out
+}
+
 // Markdown renders the table under a level-3 heading title, or "" when
 // nothing was added.
 func (x *Expectations) Markdown(title string) string {
@@ -123,14 +158,16 @@ func (x *Expectations) Markdown(title string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### %s\n\n| expectation | measured | verdict |\n|---|---|---|\n", title)
 	for _, row := range x.rows {
-		verdict := "—"
+		verdict, figure := "—", row.Figure
 		switch {
+		case row.skip != "":
+			verdict, figure = "skipped", "not checked: "+row.skip
 		case row.claim && row.Holds:
 			verdict = "holds"
 		case row.claim:
 			verdict = "**does not hold**"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", tableCell(row.Claim), tableCell(row.Figure), verdict)
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", tableCell(row.Claim), tableCell(figure), verdict)
 	}
 	b.WriteString("\n")
 	return b.String()

@@ -91,6 +91,15 @@ type Experiment interface {
 	Render(r *Result, dir string) (string, error)
 }
 
+// Profiled is implemented by an experiment that can name the parameter set
+// it runs, such as "quick" or "full". The Runner records it in the Result,
+// and REPORT.md says which claims were checked at which profile.
+type Profiled interface {
+	// Profile names the experiment's parameter set: "quick", "full" or
+	// "custom".
+	Profile() string
+}
+
 // Run is one executed run as stored in the JSON file.
 type Run struct {
 	Condition  map[string]any `json:"condition"`
@@ -130,6 +139,13 @@ type Result struct {
 	// Expectations are the experiment's claims checked against the medians;
 	// never nil, so that the JSON shows [] when there are none.
 	Expectations []Expectation `json:"expectations"`
-	Runs         []Run         `json:"runs"`
-	Summary      []Summary     `json:"summary"`
+	// Skipped are the claims the experiment did not check because its
+	// parameters cannot show them, each with the reason; never nil.
+	Skipped []Skipped `json:"skipped"`
+	// Profile names the parameter set the experiment ran ("quick",
+	// "full", or "custom" when flags changed one), when the experiment
+	// says (see Profiled); the claims it checked are those of this profile.
+	Profile string    `json:"profile,omitempty"`
+	Runs    []Run     `json:"runs"`
+	Summary []Summary `json:"summary"`
 }

@@ -656,6 +656,7 @@ func claimsExperiment() *fakeExperiment {
 			x.Missing("keyed: steals nothing", "stolen of keyed")
 		}
 		x.Report("a figure without a claim", "42")
+		x.Skip("keyed: diverges in 20 s runs", "these runs last 4 s")
 		return &x
 	}
 	return exp
@@ -674,6 +675,7 @@ func TestExpectationsInTheJSONFile(t *testing.T) {
 	var got struct {
 		Valid        bool          `json:"valid"`
 		Expectations []Expectation `json:"expectations"`
+		Skipped      []Skipped     `json:"skipped"`
 	}
 	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(cfg.Out, "table.json"))), &got); err != nil {
 		t.Fatalf("table.json: %v", err)
@@ -686,6 +688,9 @@ func TestExpectationsInTheJSONFile(t *testing.T) {
 	if !got.Valid || !slices.Equal(got.Expectations, want) {
 		t.Errorf("table.json: valid %v, expectations\n%+v\nwant\n%+v", got.Valid, got.Expectations, want)
 	}
+	if wantSkip := []Skipped{{Claim: "keyed: diverges in 20 s runs", Reason: "these runs last 4 s"}}; !slices.Equal(got.Skipped, wantSkip) {
+		t.Errorf("table.json: skipped %+v, want %+v (a skipped claim is no expectation)", got.Skipped, wantSkip)
+	}
 	if !strings.Contains(progress.String(), "lab table: VALID, 2 expectations do not hold\n") {
 		t.Errorf("progress does not give the failed expectations with the verdict:\n%s", progress)
 	}
@@ -694,12 +699,14 @@ func TestExpectationsInTheJSONFile(t *testing.T) {
 	summary := report[:strings.Index(report, "## table")]
 	for _, want := range []string{
 		"## Summary",
-		"| table | VALID, 2 expectations do not hold | 2 of 2 | 1 of 3 |",
+		"| table | — | VALID, 2 expectations do not hold | 2 of 2 | 1 of 3 | 1 |",
 		"**table**: 2 of 3 do not hold:",
 		"- keyed: p99 under 1 ms — measured 4.25",
 		"- keyed: steals nothing — measured missing: stolen of keyed",
 		"<details><summary>1 holds</summary>",
 		"- keyed: 0 violations — measured 0",
+		"1 claim not checked:",
+		"- keyed: diverges in 20 s runs — skipped: these runs last 4 s",
 	} {
 		if !strings.Contains(summary, want) {
 			t.Errorf("the summary of REPORT.md lacks %q:\n%s", want, summary)
@@ -710,6 +717,7 @@ func TestExpectationsInTheJSONFile(t *testing.T) {
 		"| keyed: p99 under 1 ms | 4.25 | **does not hold** |",
 		"| keyed: steals nothing | missing: stolen of keyed | **does not hold** |",
 		"| a figure without a claim | 42 | — |",
+		"| keyed: diverges in 20 s runs | not checked: these runs last 4 s | skipped |",
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("REPORT.md lacks %q:\n%s", want, report)

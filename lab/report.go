@@ -62,21 +62,36 @@ func writeSummary(b *strings.Builder, sections []reportSection) {
 	b.WriteString("VALID: every run saw traffic and succeeded, and no invariant broke. " +
 		"An expectation is a claim checked against the medians; one whose figure is missing does not hold. " +
 		"`--strict` makes an expectation that does not hold fail the command (exit status 2).\n\n")
-	b.WriteString("| experiment | verdict | valid runs | expectations held |\n|---|---|---|---|\n")
+	b.WriteString("Each claim states the parameters it holds for; a claim that the profile's parameters cannot show " +
+		"(too short a run, a write-up's figure measured with other parameters) is skipped, with the reason, and counts neither way.\n\n")
+	b.WriteString("| experiment | profile | verdict | valid runs | expectations held | skipped |\n|---|---|---|---|---|---|\n")
 	for _, s := range sections {
 		res := s.result
 		held := len(res.Expectations) - len(res.Failed())
-		fmt.Fprintf(b, "| %s | %s | %d of %d | %d of %d |\n", tableCell(res.Experiment), tableCell(res.Verdict()),
-			validRuns(res), len(res.Runs), held, len(res.Expectations))
+		profile := res.Profile
+		if profile == "" {
+			profile = "—"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %d of %d | %d of %d | %d |\n", tableCell(res.Experiment), tableCell(profile), tableCell(res.Verdict()),
+			validRuns(res), len(res.Runs), held, len(res.Expectations), len(res.Skipped))
 	}
 	b.WriteString("\n")
 	for _, s := range sections {
 		res := s.result
+		if len(res.Expectations) == 0 && len(res.Skipped) == 0 {
+			continue
+		}
+		at := ""
+		if res.Profile != "" {
+			at = fmt.Sprintf(" (checked at the %s profile)", res.Profile)
+		}
 		if len(res.Expectations) == 0 {
+			fmt.Fprintf(b, "**%s**%s: no claim checked.\n\n", res.Experiment, at)
+			writeSkipped(b, res)
 			continue
 		}
 		failed := res.Failed()
-		fmt.Fprintf(b, "**%s**: ", res.Experiment)
+		fmt.Fprintf(b, "**%s**%s: ", res.Experiment, at)
 		if len(failed) == 0 {
 			fmt.Fprintf(b, "all %d expectations hold.\n\n", len(res.Expectations))
 		} else {
@@ -95,7 +110,24 @@ func writeSummary(b *strings.Builder, sections []reportSection) {
 			}
 			b.WriteString("\n</details>\n\n")
 		}
+		writeSkipped(b, res)
 	}
+}
+
+// writeSkipped lists the claims res skipped, each with its reason.
+func writeSkipped(b *strings.Builder, res *Result) {
+	if len(res.Skipped) == 0 {
+		return
+	}
+	at := ""
+	if res.Profile != "" {
+		at = " at the " + res.Profile + " profile"
+	}
+	fmt.Fprintf(b, "%d %s not checked%s:\n\n", len(res.Skipped), plural(len(res.Skipped), "claim", "claims"), at)
+	for _, sk := range res.Skipped {
+		fmt.Fprintf(b, "- %s — skipped: %s\n", sk.Claim, sk.Reason)
+	}
+	b.WriteString("\n")
 }
 
 // validRuns counts the valid runs of res.
@@ -229,6 +261,8 @@ type summaryOutput struct {
 	Summary      []Summary     `json:"summary"`
 	Valid        bool          `json:"valid"`
 	Expectations []Expectation `json:"expectations"`
+	Skipped      []Skipped     `json:"skipped"`
+	Profile      string        `json:"profile,omitempty"`
 }
 
 // writeSummaries prints the summaries of results to w as one indented JSON
@@ -236,7 +270,8 @@ type summaryOutput struct {
 func writeSummaries(w io.Writer, results []*Result) error {
 	out := make([]summaryOutput, 0, len(results))
 	for _, res := range results {
-		out = append(out, summaryOutput{Experiment: res.Experiment, Summary: res.Summary, Valid: res.Valid, Expectations: res.Expectations})
+		out = append(out, summaryOutput{Experiment: res.Experiment, Summary: res.Summary, Valid: res.Valid, Expectations: res.Expectations,
+			Skipped: res.Skipped, Profile: res.Profile})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

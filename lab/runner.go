@@ -277,6 +277,10 @@ func (r *Runner) runExperiment(ctx context.Context, exp Experiment, conds []Cond
 	res.Valid = len(res.Problems) == 0
 	expectations := exp.Expectations(res)
 	res.Expectations = expectations.List()
+	res.Skipped = expectations.Skipped()
+	if p, ok := exp.(Profiled); ok {
+		res.Profile = p.Profile()
+	}
 	prog.experimentFinished(res)
 	return res, expectations, nil
 }

@@ -58,6 +58,10 @@ the command exit with status 2 (other errors: 1), after the report is written.
 
 Each experiment also checks claims (from the published write-ups and the
 design) against its medians; a claim whose figure is missing does not hold.
+Each claim states the parameters it holds for; one that the profile's
+parameters cannot show (too short a run, a write-up's figure measured with
+other parameters) is listed as skipped, with the reason, and counts
+neither way.
 They are listed under "expectations" in <experiment>.json and at the top of
 REPORT.md. A claim that does not hold is reported ("VALID, 2 expectations do
 not hold") but does not change the exit status, unless --strict is given:

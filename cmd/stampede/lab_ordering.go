@@ -1,9 +1,12 @@
 package main
 
 import (
+	"cmp"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/stampede-lab/stampede/dispatch"
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/lab/ordering"
 )
@@ -48,6 +51,8 @@ command exits with status 2.`,
 	f.Duration("steal-after", d.StealAfter, "steal: how long a queue's head waits before its back part is stolen")
 	f.StringSlice("strategies", []string{"shared", "partition", "steal", "keyed"}, "strategies to compare")
 	f.String("hot-arrivals", d.HotArrivals, `how hot-key items arrive: "poisson" (part of the Poisson stream) or "even" (evenly spaced)`)
+	f.StringToString("run-as", nil, "plant a regression: run a strategy's conditions with another's dispatcher, e.g. keyed=partition, to see the claims catch it")
+	_ = f.MarkHidden("run-as")
 	return cmd
 }
 
@@ -78,6 +83,22 @@ func buildOrdering(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error)
 		}
 		cfg.Strategies, e = ordering.ParseStrategies(names)
 		return e
+	})
+	x.set("run-as", func(f *pflag.FlagSet) error {
+		pairs, e := f.GetStringToString("run-as")
+		if e != nil {
+			return e
+		}
+		cfg.RunAs = map[dispatch.Strategy]dispatch.Strategy{}
+		for from, to := range pairs {
+			a, err1 := dispatch.ParseStrategy(from)
+			b, err2 := dispatch.ParseStrategy(to)
+			if err := cmp.Or(err1, err2); err != nil {
+				return err
+			}
+			cfg.RunAs[a] = b
+		}
+		return nil
 	})
 	if x.err != nil {
 		return nil, x.err

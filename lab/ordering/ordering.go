@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,12 @@ type Config struct {
 	// default: the hot key is part of the Poisson stream) or HotEven
 	// (evenly spaced, the other keys still Poisson).
 	HotArrivals string
+	// RunAs plants a regression: the conditions of a strategy that is a
+	// key of RunAs run with the dispatcher of its value (keyed run by
+	// partition, say), under the condition's own name, so that one can
+	// see the claims catch it. Empty in every profile; the parameters in
+	// the report name it.
+	RunAs map[dispatch.Strategy]dispatch.Strategy
 }
 
 // Hot key arrival patterns.
@@ -162,6 +169,14 @@ func (c Config) Validate() error {
 			break
 		}
 	}
+	for from, to := range c.RunAs {
+		_, err1 := dispatch.ParseStrategy(string(from))
+		_, err2 := dispatch.ParseStrategy(string(to))
+		if err := cmp.Or(err1, err2); err != nil {
+			f.Check("run_as", err)
+			break
+		}
+	}
 	return f.Err()
 }
 
@@ -195,7 +210,7 @@ func (e *Experiment) Repeats() int { return e.cfg.Repeat }
 // Params implements lab.Experiment.
 func (e *Experiment) Params() any {
 	c := e.cfg
-	return map[string]any{
+	p := map[string]any{
 		"workers":        c.Workers,
 		"rate_per_s":     c.Rate,
 		"keys":           c.Keys,
@@ -212,6 +227,31 @@ func (e *Experiment) Params() any {
 		"hot_arrivals":   c.HotArrivals,
 		"latency_from":   "intended arrival time",
 	}
+	if len(c.RunAs) > 0 {
+		planted := map[string]string{}
+		for from, to := range c.RunAs {
+			planted[string(from)] = string(to)
+		}
+		p["planted_regression_run_as"] = planted
+	}
+	return p
+}
+
+// Profile implements lab.Profiled: "quick" for DefaultConfig, "full" for
+// FullConfig, whatever the seed, and "custom" once a flag changed either.
+// A planted regression (RunAs) keeps the profile it was planted in.
+func (e *Experiment) Profile() string {
+	c := e.cfg
+	c.Seed, c.RunAs = 1, nil
+	for _, p := range []struct {
+		name string
+		cfg  Config
+	}{{"quick", DefaultConfig()}, {"full", FullConfig()}} {
+		if reflect.DeepEqual(c, p.cfg) {
+			return p.name
+		}
+	}
+	return "custom"
 }
 
 // Conditions implements lab.Experiment: hot load major, strategy minor, so
@@ -263,6 +303,7 @@ var percentiles = []float64{10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 100}
 // item is what flows through the dispatcher.
 type item struct {
 	seq      uint64
+	idx      int // in the plan
 	intended time.Time
 	cost     time.Duration
 }
@@ -318,7 +359,7 @@ func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (l
 	plan := e.schedule(load, seed)
 	keys := make([]string, c.Keys)
 	for i := range keys {
-		keys[i] = fmt.Sprintf("key-%03d", i)
+		keys[i] = keyName(i)
 	}
 	hot := keys[0]
 
@@ -327,20 +368,34 @@ func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (l
 	dcfg := dispatch.DefaultConfig()
 	dcfg.Strategy, dcfg.Workers, dcfg.StealAfter = strategy, c.Workers, c.StealAfter
 	dcfg.QueueSize = len(plan) + 1 // open loop: the generator never waits for room
+	if as, ok := c.RunAs[strategy]; ok {
+		dcfg.Strategy = as // a planted regression: the condition keeps its name
+	}
+	// slept[i] is how long item i's handler slept: each handler writes
+	// its own item's entry, read once Close has waited for every handler.
+	slept := make([]time.Duration, len(plan))
+	took := make([]time.Duration, len(plan))      // handler entry to exit
+	submitted := make([]time.Duration, len(plan)) // since start
+	var start time.Time                           // set before the first Submit
 	d, err := dispatch.New(dcfg, func(key string, it item) {
+		entry := time.Now()
 		ledger.Start(key, it.seq)
+		t0 := time.Now()
 		time.Sleep(it.cost)
+		slept[it.idx] = time.Since(t0)
+		over := slept[it.idx] - it.cost
 		ledger.Done(key, it.seq)
-		rec.record(key == hot, time.Since(it.intended))
+		rec.record(key == hot, time.Since(it.intended), it.cost, over)
+		took[it.idx] = time.Since(entry)
 	})
 	if err != nil {
 		return lab.RunResult{}, err
 	}
 
 	lag := hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3)
-	start := time.Now()
+	start = time.Now()
 	var runErr error
-	for _, a := range plan {
+	for i, a := range plan {
 		intended := start.Add(a.at)
 		if wait := time.Until(intended); wait > 0 {
 			select {
@@ -352,9 +407,10 @@ func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (l
 			runErr = err
 			break
 		}
-		_ = lag.RecordValue(max(1, time.Since(intended).Microseconds()))
+		submitted[i] = time.Since(start)
+		_ = lag.RecordValue(max(1, (submitted[i] - a.at).Microseconds()))
 		key := keys[a.key]
-		if err := d.Submit(ctx, key, item{seq: ledger.Submit(key), intended: intended, cost: a.cost}); err != nil {
+		if err := d.Submit(ctx, key, item{seq: ledger.Submit(key), idx: i, intended: intended, cost: a.cost}); err != nil {
 			runErr = err
 			break
 		}
@@ -369,7 +425,8 @@ func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (l
 	rep := ledger.Report()
 	hotRep := ledger.Key(hot)
 	st := d.Stats()
-	victim, hotLat := rec.snapshot()
+	victim, hotLat, overshoot, stretch := rec.snapshot()
+	lagP99, overP99 := quantileMS(lag, 99), quantileMS(overshoot, 99)
 	m := lab.Metrics{
 		"violations":       float64(rep.Violations),
 		"hot_violations":   float64(hotRep.Violations),
@@ -385,9 +442,36 @@ func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (l
 		"lost":             float64(rep.Outstanding()),
 		"duplicates":       float64(rep.Duplicates),
 		"drain_ms":         ms(drain),
+		// The machine's scheduling noise, measured in this run: how late
+		// the generator submitted items, and how much longer than asked
+		// a handler's sleep took; stretch is the handlers' time asleep
+		// over the time they asked for.
+		"lag_p99_ms":             lagP99,
+		"sleep_overshoot_p99_ms": overP99,
+		"stretch":                stretch,
+	}
+	// The ideal machine on this run's stream: every handler takes its
+	// item's cost. And the replay: every item arrives when the generator
+	// really submitted it, and its handler takes what it really took
+	// (entry to exit); only the dispatcher's own time (a worker waking for
+	// an item, for one) is left out, and the sleep overshoot's p99 stands
+	// for it. Steal has a model only while it does not steal.
+	if id, ok := e.simulate(plan, strategy, keys); ok && (strategy != dispatch.Steal || st.Stolen == 0) {
+		replay := slices.Clone(plan)
+		for i := range replay {
+			replay[i].at = max(submitted[i], replay[i].at)
+			replay[i].cost = max(took[i], replay[i].cost)
+		}
+		if done, ok := e.complete(replay, strategy, keys); ok {
+			re := summarizeIdeal(plan, replay, done)
+			m["replay_victim_p99_ms"] = ms(re.victimP99)
+			m["victim_p99_bound_ms"] = ms(re.victimP99) + overP99
+		}
+		m["ideal_victim_p99_ms"] = ms(id.victimP99)
+		m["ideal_hot_violations"] = float64(id.hotViolations)
 	}
 	detail := RunDetail{
-		Seed: seed, Arrivals: len(plan), LagP99MS: quantileMS(lag, 99),
+		Seed: seed, Arrivals: len(plan), LagP99MS: lagP99,
 		Victim: quantiles(victim), Hot: quantiles(hotLat),
 	}
 	detail.Latency = map[string][]Quantile{"victim": detail.Victim, "hot": detail.Hot}
@@ -415,21 +499,23 @@ func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (l
 	return res, nil
 }
 
-// recorder collects handler latencies per key class.
+// recorder collects handler latencies per key class, and how much longer
+// than asked the handlers' sleeps took.
 type recorder struct {
-	mu          sync.Mutex
-	victim, hot *hdrhistogram.Histogram
+	mu                     sync.Mutex
+	victim, hot, overshoot *hdrhistogram.Histogram
+	asked, slept           time.Duration
 }
 
 func newRecorder() *recorder {
 	// Microseconds, up to an hour, three significant digits.
-	return &recorder{
-		victim: hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3),
-		hot:    hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3),
-	}
+	h := func() *hdrhistogram.Histogram { return hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3) }
+	return &recorder{victim: h(), hot: h(), overshoot: h()}
 }
 
-func (r *recorder) record(hot bool, d time.Duration) {
+// record adds one item: its latency d, its cost and how much longer than
+// its cost its handler's sleep took.
+func (r *recorder) record(hot bool, d, cost, over time.Duration) {
 	us := max(1, d.Microseconds())
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -438,12 +524,22 @@ func (r *recorder) record(hot bool, d time.Duration) {
 	} else {
 		_ = r.victim.RecordValue(us)
 	}
+	_ = r.overshoot.RecordValue(max(1, over.Microseconds()))
+	r.asked += cost
+	r.slept += cost + max(over, 0)
 }
 
-func (r *recorder) snapshot() (victim, hot *hdrhistogram.Histogram) {
+// snapshot returns the latency histograms, the sleep overshoots, and the
+// stretch: the handlers' time asleep over the time they asked for (1 on
+// an ideal machine).
+func (r *recorder) snapshot() (victim, hot, overshoot *hdrhistogram.Histogram, stretch float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.victim, r.hot
+	stretch = 1
+	if r.asked > 0 {
+		stretch = float64(r.slept) / float64(r.asked)
+	}
+	return r.victim, r.hot, r.overshoot, stretch
 }
 
 func quantileMS(h *hdrhistogram.Histogram, p float64) float64 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/dispatch"
-	"github.com/stampede-lab/stampede/lab"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -213,60 +211,5 @@ func TestRunStopsOnCancel(t *testing.T) {
 	cancel()
 	if _, err := e.Run(ctx, e.Conditions()[0], 0); err == nil {
 		t.Fatal("Run with a cancelled context succeeded")
-	}
-}
-
-// TestExpectationsFlagWhatDoesNotHold feeds Expectations summaries and
-// checks that it reports a keyed violation and a slow keyed victim p99, and
-// that a configured condition without a valid run does not hold.
-func TestExpectationsFlagWhatDoesNotHold(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.HotLoads = []float64{2}
-	cfg.Strategies = []dispatch.Strategy{dispatch.Shared, dispatch.Keyed, dispatch.Partition}
-	e, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := &lab.Result{Summary: []lab.Summary{
-		{Condition: map[string]any{"strategy": "shared", "hot_load": 2.0}, ValidRuns: 1,
-			Median: map[string]any{"victim_p99_ms": 10.0, "violations": 50.0}},
-		{Condition: map[string]any{"strategy": "keyed", "hot_load": 2.0}, ValidRuns: 1,
-			Median: map[string]any{"victim_p99_ms": 30.0, "violations": 1.0}},
-		// Every partition run was invalid: no medians.
-		{Condition: map[string]any{"strategy": "partition", "hot_load": 2.0}, ValidRuns: 0,
-			Median: map[string]any{}},
-	}}
-	got := map[string]lab.Expectation{}
-	for _, x := range e.Expectations(res).List() {
-		got[x.Claim] = x
-	}
-	for claim, want := range map[string]lab.Expectation{
-		"keyed at hot load 2: 0 violations":                   {Figure: "1", Holds: false},
-		"keyed at hot load 2: victim p99 at most 2× shared's": {Figure: "30.0 ms vs 10.0 ms (3.00×)", Holds: false},
-		"shared at hot load 2: victim p99 near 10 ms":         {Figure: "10.0 ms", Holds: true},
-		"partition at hot load 2: 0 violations":               {Figure: "missing: violations of partition at hot load 2", Holds: false},
-		"partition at hot load 2: victim p99 diverges to > 10 s (with 20 s runs)": {
-			Figure: "missing: victim_p99_ms of partition at hot load 2", Holds: false},
-	} {
-		x, ok := got[claim]
-		if !ok {
-			t.Errorf("no expectation %q in %v", claim, got)
-			continue
-		}
-		if x.Figure != want.Figure || x.Holds != want.Holds {
-			t.Errorf("%q: figure %q, holds %v; want %q, %v", claim, x.Figure, x.Holds, want.Figure, want.Holds)
-		}
-	}
-	for claim := range got {
-		if strings.HasPrefix(claim, "steal") {
-			t.Errorf("claim %q about a strategy that was not configured", claim)
-		}
-	}
-	md, err := e.Render(res, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(md, "ordering-victim-p99.png") {
-		t.Errorf("Render output lacks the chart:\n%s", md)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stampede-lab/stampede/institution"
@@ -292,6 +293,9 @@ func (c Config) retryConfig(name string) retry.Config {
 // lab.Experiment.
 type Experiment struct {
 	cfg Config
+
+	mu     sync.Mutex
+	models map[uintptr]PeakModel // fullJitterModel's, by peak function
 }
 
 var _ lab.Experiment = (*Experiment)(nil)

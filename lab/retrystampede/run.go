@@ -509,6 +509,14 @@ func (e *Experiment) measure(ctx context.Context, r *rig, scenario Scenario, pol
 			waveLast = max(waveLast, o)
 		}
 	}
+	// No retry can leave before its attempt timed out, so every arrival
+	// before the timeout is a first attempt.
+	inTime := 0
+	for _, o := range offsets {
+		if o < c.Timeout {
+			inTime++
+		}
+	}
 	waveWidth := time.Duration(0)
 	if d.FirstWave > 0 {
 		waveWidth = waveLast - waveFirst
@@ -546,33 +554,34 @@ func (e *Experiment) measure(ctx context.Context, r *rig, scenario Scenario, pol
 	requests := len(offsets)
 	resolved := cs.total - len(cs.unresolved)
 	m := lab.Metrics{
-		"payments":             float64(c.Payments),
-		"institution_requests": float64(requests),
-		"amplification":        float64(requests) / float64(c.Payments),
-		"retry_requests":       float64(requests - c.Payments),
-		"peak_100ms":           float64(SlidingPeak(offsets, FineWindow, c.ExcludeFirst)),
-		"peak_1s":              float64(SlidingPeak(offsets, CoarseWindow, c.ExcludeFirst)),
-		"peak_100ms_fixed":     float64(FixedPeak(offsets, FineWindow, c.ExcludeFirst)),
-		"peak_1s_fixed":        float64(FixedPeak(offsets, CoarseWindow, c.ExcludeFirst)),
-		"first_wave":           float64(d.FirstWave),
-		"first_wave_ms":        ms(waveWidth),
-		"client_p50_ms":        quantileMS(latencies, 0.50),
-		"client_p99_ms":        quantileMS(latencies, 0.99),
-		"client_max_ms":        quantileMS(latencies, 1),
-		"answered":             float64(answered),
-		"error_answers":        float64(c.Payments - answered),
-		"approvals":            float64(charges),
-		"double_charges":       float64(doubles),
-		"unknown":              float64(unknown),
-		"resolved":             float64(resolved),
-		"unresolved":           float64(len(cs.unresolved)),
-		"flagged":              float64(cs.flagged),
-		"final_approved":       float64(cs.byStatus[pay.StatusApproved]),
-		"final_declined":       float64(cs.byStatus[pay.StatusDeclined]),
-		"final_failed":         float64(cs.byStatus[pay.StatusFailed]),
-		"final_unknown":        float64(cs.byStatus[pay.StatusUnknown]),
-		"final_pending":        float64(cs.byStatus[pay.StatusPending]),
-		"parity_mismatches":    float64(rep.Mismatches()),
+		"payments":               float64(c.Payments),
+		"institution_requests":   float64(requests),
+		"amplification":          float64(requests) / float64(c.Payments),
+		"retry_requests":         float64(requests - c.Payments),
+		"peak_100ms":             float64(SlidingPeak(offsets, FineWindow, c.ExcludeFirst)),
+		"peak_1s":                float64(SlidingPeak(offsets, CoarseWindow, c.ExcludeFirst)),
+		"peak_100ms_fixed":       float64(FixedPeak(offsets, FineWindow, c.ExcludeFirst)),
+		"peak_1s_fixed":          float64(FixedPeak(offsets, CoarseWindow, c.ExcludeFirst)),
+		"first_wave":             float64(d.FirstWave),
+		"first_wave_ms":          ms(waveWidth),
+		"first_attempts_in_time": float64(inTime),
+		"client_p50_ms":          quantileMS(latencies, 0.50),
+		"client_p99_ms":          quantileMS(latencies, 0.99),
+		"client_max_ms":          quantileMS(latencies, 1),
+		"answered":               float64(answered),
+		"error_answers":          float64(c.Payments - answered),
+		"approvals":              float64(charges),
+		"double_charges":         float64(doubles),
+		"unknown":                float64(unknown),
+		"resolved":               float64(resolved),
+		"unresolved":             float64(len(cs.unresolved)),
+		"flagged":                float64(cs.flagged),
+		"final_approved":         float64(cs.byStatus[pay.StatusApproved]),
+		"final_declined":         float64(cs.byStatus[pay.StatusDeclined]),
+		"final_failed":           float64(cs.byStatus[pay.StatusFailed]),
+		"final_unknown":          float64(cs.byStatus[pay.StatusUnknown]),
+		"final_pending":          float64(cs.byStatus[pay.StatusPending]),
+		"parity_mismatches":      float64(rep.Mismatches()),
 	}
 
 	res := lab.RunResult{Metrics: m, Valid: true, Extra: d}
