@@ -230,7 +230,8 @@ func original(r *http.Request) (*http.Request, error) {
 		uri = "/"
 	}
 	u, err := url.ParseRequestURI(uri)
-	if err != nil || !strings.HasPrefix(uri, "/") || len(uri) > 8192 {
+	if err != nil || !strings.HasPrefix(uri, "/") || strings.HasPrefix(uri, "//") || len(uri) > 8192 ||
+		strings.ContainsFunc(uri, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
 		return nil, stampede.InvalidField("X-Forwarded-Uri", "must be the request's path and query, starting with /")
 	}
 	o.URL = u

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -313,9 +314,19 @@ func proxyCapRun(t *testing.T, client redis.UniversalClient, kind string) {
 			if i%10 == 0 {
 				return // abandons: the lease frees the slot
 			}
-			if err := b.release(pick(2)); err != nil {
+			via := pick(2)
+			u, _ := url.Parse(w.gates[via])
+			kept := b.hc.Jar.Cookies(u) // a copy of the admission, as another device might hold
+			if err := b.release(via); err != nil {
 				fail("buyer %d: %v", i, err)
 				return
+			}
+			// The copy is refused at once by the proxy the release went
+			// through (the other may use its check for up to 1 s).
+			replay := newBuyer(w)
+			replay.hc.Jar.SetCookies(u, kept)
+			if st, loc, err := replay.get(via, back, "text/html"); err != nil || st != http.StatusSeeOther || loc != "/rooms/"+w.room+"?join=anonymous" {
+				fail("buyer %d: the released admission's cookie: %d %q %v, want 303 to the waiting page", i, st, loc, err)
 			}
 			if st, loc, err := b.get(pick(2), back, "text/html"); err != nil || st != http.StatusSeeOther || loc != "/rooms/"+w.room+"?join=anonymous" {
 				fail("buyer %d: after release: %d %q %v, want 303 to the waiting page", i, st, loc, err)
@@ -481,6 +492,36 @@ func TestBrowserThroughProxy(t *testing.T) {
 				t.Errorf("%d requests reached the checkout without a valid Stampede-User / Stampede-Admission", up.bad())
 			}
 			browsertest.Shot(t, tab, dir, fmt.Sprintf("forward-auth-%s-3-after-release", kind), width, 0)
+		})
+	}
+}
+
+// TestForwardAuthLeaseSlidesThroughProxy: through each proxy, a buyer who
+// keeps browsing keeps the slot past the room's 2 s lease, and every
+// request reaches the checkout with an admission token it verifies
+// (unexpired), whether or not the proxy passes the re-issued cookie back
+// (nginx does; Caddy's forward_auth does not, and the forward-auth server
+// then re-checks the expired cookie's slot in the store and re-signs).
+func TestForwardAuthLeaseSlidesThroughProxy(t *testing.T) {
+	for _, kind := range proxyKinds {
+		t.Run(kind, func(t *testing.T) {
+			w := proxyWorld(t, proxyMiniredis(t), kind, 1, 5, 2*time.Second)
+			w.gates = append(w.gates, w.gates[0], w.gates[0])
+			b := newBuyer(w)
+			back, err := b.enter(time.Now().Add(30 * time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			for time.Since(start) < 5*time.Second {
+				if st, loc, err := b.get(0, back, "text/html"); err != nil || st != http.StatusOK {
+					t.Fatalf("%s after %s of browsing: %d %q %v, want 200", kind, time.Since(start).Round(time.Millisecond), st, loc, err)
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			if w.co.badHeader != 0 {
+				t.Errorf("%s: %d of %d requests reached the checkout without a valid (unexpired) admission", kind, w.co.badHeader, w.co.requests)
+			}
 		})
 	}
 }
