@@ -17,6 +17,7 @@ import (
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/protocol"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // The paths of the forward-auth endpoint. A proxy the team already runs
@@ -54,17 +55,37 @@ const (
 // every room, the JWKS, /healthz, /readyz, /metrics). It is an
 // http.Handler.
 type ForwardAuth struct {
-	g *Gate
+	g     *Gate            // cfg.Room's
+	rooms map[string]*Gate // by room: cfg.Room's and each room rule's
+	rules *Rules
 }
 
 // NewForwardAuth returns the forward-auth server for cfg, a gate's
 // configuration whose Upstream is unused (the proxy sends admitted
-// requests to the checkout itself). It starts nothing.
-func NewForwardAuth(cfg Config) (*ForwardAuth, error) {
-	if err := ValidateForwardAuth(cfg); err != nil {
+// requests to the checkout itself), and rules (nil: cfg.Room guards every
+// request). Each room of the rules gets the gate's decision with its own
+// cookie, CookieName + "_" + room. It starts nothing.
+func NewForwardAuth(cfg Config, rules *Rules) (*ForwardAuth, error) {
+	var f stampede.Fields
+	f.Check("", ValidateForwardAuth(cfg))
+	if rules == nil {
+		rules = &Rules{}
+	}
+	f.Check("rules", rules.Validate())
+	if err := f.Err(); err != nil {
 		return nil, err
 	}
-	return &ForwardAuth{g: &Gate{cfg: cfg, cache: map[admissionKey]cached{}}}, nil
+	fa := &ForwardAuth{g: &Gate{cfg: cfg, cache: map[admissionKey]cached{}}, rooms: map[string]*Gate{}, rules: rules}
+	fa.rooms[cfg.Room] = fa.g
+	for _, rr := range rules.Rooms {
+		if _, ok := fa.rooms[rr.Room]; ok {
+			continue
+		}
+		rc := cfg
+		rc.Room, rc.CookieName = rr.Room, cfg.CookieName+"_"+rr.Room
+		fa.rooms[rr.Room] = &Gate{cfg: rc, cache: map[admissionKey]cached{}}
+	}
+	return fa, nil
 }
 
 // ValidateForwardAuth reports every field of cfg unusable for a
@@ -106,12 +127,18 @@ func (f *ForwardAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			httpapi.WriteProblem(w, err, "stampede-forward-auth")
 			return
 		}
-		_, cerr := orig.Cookie(f.g.cfg.CookieName)
-		f.g.wait(w, orig, cerr == nil)
+		d := f.rules.decide(orig, f.g.cfg.Room, f.g.cfg.Now())
+		if d.room == "" {
+			httpapi.WriteProblem(w, stampede.Errorf(stampede.Forbidden, "this address is not served"), "stampede-forward-auth")
+			return
+		}
+		g := f.rooms[d.room]
+		_, cerr := orig.Cookie(g.cfg.CookieName)
+		g.wait(w, orig, cerr == nil)
 	case p == ReleasePath:
 		f.release(w, r)
 	case p == AdmitPath:
-		f.g.admit(w, r)
+		f.admitGate(r).admit(w, r)
 	default:
 		f.g.cfg.Waitroom.ServeHTTP(w, r)
 	}
@@ -120,7 +147,6 @@ func (f *ForwardAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // auth is the question a proxy asks before each request: 200 with the
 // identity headers for an admitted visitor, else a refusal.
 func (f *ForwardAuth) auth(w http.ResponseWriter, r *http.Request) {
-	g := f.g
 	deny401 := r.URL.Path == AuthPath && r.URL.Query().Get("deny") == "401"
 	orig, err := original(r)
 	if err != nil {
@@ -128,6 +154,16 @@ func (f *ForwardAuth) auth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
+	d := f.rules.decide(orig, f.g.cfg.Room, f.g.cfg.Now())
+	switch {
+	case d.allow:
+		w.WriteHeader(http.StatusOK) // no identity: the checkout sees none
+		return
+	case d.deny:
+		httpapi.WriteProblem(w, stampede.Errorf(stampede.Forbidden, "this address is not served"), "stampede-forward-auth")
+		return
+	}
+	g := f.rooms[d.room]
 	refuse := func(clear bool) {
 		if deny401 {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -140,7 +176,7 @@ func (f *ForwardAuth) auth(w http.ResponseWriter, r *http.Request) {
 		refuse(false)
 		return
 	}
-	c, stale, err := f.verify(ck.Value)
+	c, stale, err := f.verify(g, ck.Value)
 	if err != nil {
 		refuse(true)
 		return
@@ -170,8 +206,7 @@ func (f *ForwardAuth) auth(w http.ResponseWriter, r *http.Request) {
 // verify checks the admission cookie's signature, issuer and room. A
 // token past its expiry still verifies (stale) while its admission could
 // hold (before its start plus MaxSession): the online check decides.
-func (f *ForwardAuth) verify(token string) (protocol.AdmissionClaims, bool, error) {
-	g := f.g
+func (f *ForwardAuth) verify(g *Gate, token string) (protocol.AdmissionClaims, bool, error) {
 	now := g.cfg.Now()
 	c, err := protocol.VerifyAdmission(token, g.cfg.Admissions.JWKS(), g.cfg.Room, now)
 	if err == nil {
@@ -257,7 +292,6 @@ func firstHeader(r *http.Request, names ...string) string {
 // form's "next" or 204. Only POST: a cross-site form does not carry the
 // SameSite=Lax cookie, so another site cannot end a buyer's admission.
 func (f *ForwardAuth) release(w http.ResponseWriter, r *http.Request) {
-	g := f.g
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		httpapi.WriteProblem(w, stampede.Errorf(stampede.MethodNotAllowed, "use POST"), "stampede-forward-auth")
@@ -272,20 +306,42 @@ func (f *ForwardAuth) release(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteProblem(w, stampede.InvalidField("next", "must be a path on this site, starting with one /"), "stampede-forward-auth")
 		return
 	}
-	if ck, err := r.Cookie(g.cfg.CookieName); err == nil {
-		if c, _, err := f.verify(ck.Value); err == nil {
+	for _, g := range f.rooms {
+		ck, err := r.Cookie(g.cfg.CookieName)
+		if err != nil {
+			continue
+		}
+		if c, _, err := f.verify(g, ck.Value); err == nil {
 			g.forget(admissionKey{c.User, c.Seq})
 			if _, err := g.cfg.Service.ReleaseAdmission(r.Context(), g.cfg.Room, c.User, c.Seq); err != nil {
 				httpapi.WriteProblem(w, err, "stampede-forward-auth")
 				return
 			}
 		}
+		http.SetCookie(w, g.cookie(r, g.cfg.CookieName, "", -1))
 	}
-	http.SetCookie(w, g.cookie(r, g.cfg.CookieName, "", -1))
 	if next == "" {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// admitGate is the gate of the room named by the ticket token of a
+// hand-off to AdmitPath; the default room's when the token does not
+// verify (its admit then says why).
+func (f *ForwardAuth) admitGate(r *http.Request) *Gate {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return f.g
+	}
+	c, err := f.g.cfg.Tickets.Verify(strings.TrimSpace(tok), waitroom.TicketToken)
+	if err != nil {
+		return f.g
+	}
+	if g, ok := f.rooms[c.Room]; ok {
+		return g
+	}
+	return f.g
 }

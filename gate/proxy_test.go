@@ -162,9 +162,10 @@ http {
 }
 
 // startForwardAuth runs a waiting-room instance on store inside a
-// forward-auth server, as `stampede serve forward-auth` does, until the
-// test ends; it returns the server's address and the instance.
-func startForwardAuth(t *testing.T, ctx context.Context, store waitroom.Store, room string, change func(*gate.Config)) (string, *running) {
+// forward-auth server with rules (nil: none), as `stampede serve
+// forward-auth` does, until the test ends; it returns the server's address
+// and the instance.
+func startForwardAuth(t *testing.T, ctx context.Context, store waitroom.Store, room string, rules *gate.Rules) (string, *running) {
 	t.Helper()
 	opts := api.DefaultConfig()
 	opts.Instance = "gate-fa-" + randomName()
@@ -180,10 +181,7 @@ func startForwardAuth(t *testing.T, ctx context.Context, store waitroom.Store, r
 	cfg := gate.DefaultConfig()
 	cfg.Room, cfg.Logger = room, slog.New(slog.DiscardHandler)
 	cfg.SafetyMargin = 300 * time.Millisecond
-	if change != nil {
-		change(&cfg)
-	}
-	fa, err := gate.NewForwardAuth(withWaitroom(cfg, srv))
+	fa, err := gate.NewForwardAuth(withWaitroom(cfg, srv), rules)
 	if err != nil {
 		t.Fatalf("NewForwardAuth: %v", err)
 	}

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -11,8 +16,15 @@ import (
 	"github.com/stampede-lab/stampede/waitroom/api"
 )
 
+// forwardAuthOptions are the flags of `stampede serve forward-auth`: the
+// gate's but --upstream, and --rules.
+type forwardAuthOptions struct {
+	gateOptions
+	rules string
+}
+
 func newServeForwardAuthCmd() *cobra.Command {
-	opts := &gateOptions{wr: waitroomOptions{server: httpapi.DefaultServerConfig()}}
+	opts := &forwardAuthOptions{gateOptions: gateOptions{wr: waitroomOptions{server: httpapi.DefaultServerConfig()}}}
 	def := gate.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "forward-auth",
@@ -37,7 +49,17 @@ whose error page then asks ` + gate.WaitPath + `.
 The proxy sends the waiting room's paths straight here: /rooms/, /v1/rooms/,
 /.well-known/jwks.json and /.stampede/ (the waiting page hands its ticket
 to ` + gate.AdmitPath + `; a form posted to ` + gate.ReleasePath + ` ends the
-admission). Configuration for each proxy is in deploy/forward-auth/.`,
+admission). Configuration for each proxy is in deploy/forward-auth/.
+
+--rules names a JSON file of rules: rooms by host and path prefix (the
+first match wins), bypass rules (path prefixes such as /static/, CIDRs,
+and a Stampede-Bypass header signed with a secret, for monitoring), and
+what an unmatched request gets ("room": --room guards it, "allow",
+"deny"):
+
+  {"rooms": [{"host": "tickets.example", "path_prefix": "/concert/", "room": "concert"}],
+   "bypass": {"path_prefixes": ["/static/", "/healthz"], "cidrs": ["10.0.0.0/8"]},
+   "unmatched": "room"}`,
 		Example: `  stampede serve forward-auth --room drop --admin-token "$(openssl rand -hex 16)" --http 127.0.0.1:8081
   STAMPEDE_REDIS_URL=redis://localhost:6379/0 STAMPEDE_SECRET=... stampede serve forward-auth --room drop`,
 		Args: cobra.NoArgs,
@@ -49,6 +71,7 @@ admission). Configuration for each proxy is in deploy/forward-auth/.`,
 	f.StringVar(&opts.cookie, "cookie", def.CookieName, "name of the admission cookie")
 	f.DurationVar(&opts.checkCache, "check-cache", def.CheckCache, "how long an online check of a slot is reused, at most 1s")
 	f.DurationVar(&opts.maxSession, "max-session", def.MaxSession, "longest an admission lasts, however active the visitor (the lease slides up to it)")
+	f.StringVar(&opts.rules, "rules", "", "a JSON file of rules: rooms by host and path prefix, bypass rules, and what unmatched requests get (see above)")
 	return cmd
 }
 
@@ -74,11 +97,41 @@ func (o *gateOptions) forwardAuthConfig(cmd *cobra.Command, srv *api.Server) (ga
 	return cfg, flagErrors("", stampede.Join(bad...))
 }
 
-func runForwardAuth(cmd *cobra.Command, opts *gateOptions) error {
+// readRules reads and checks the --rules file: nil without one; an
+// error naming the flag and each bad field (rooms[0].room, ...).
+func readRules(file string) (*gate.Rules, error) {
+	if file == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--rules: %w", err)
+	}
+	var r gate.Rules
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("--rules %s: not the rules' JSON: %w", file, err)
+	}
+	if err := r.Validate(); err != nil {
+		var msgs []string
+		for _, e := range stampede.FieldErrors(err) {
+			msgs = append(msgs, e.Field+": "+e.Message)
+		}
+		return nil, fmt.Errorf("--rules %s: %s", file, strings.Join(msgs, "; "))
+	}
+	return &r, nil
+}
+
+func runForwardAuth(cmd *cobra.Command, opts *forwardAuthOptions) error {
 	if err := opts.wr.validate(); err != nil {
 		return err
 	}
 	if _, err := opts.forwardAuthConfig(cmd, nil); err != nil {
+		return err
+	}
+	rules, err := readRules(opts.rules)
+	if err != nil {
 		return err
 	}
 	opts.wr.onAdmit = gate.AdmitPath
@@ -91,7 +144,7 @@ func runForwardAuth(cmd *cobra.Command, opts *gateOptions) error {
 	if err != nil {
 		return err
 	}
-	fa, err := gate.NewForwardAuth(cfg)
+	fa, err := gate.NewForwardAuth(cfg, rules)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -64,5 +66,31 @@ func TestServeForwardAuthAnswers(t *testing.T) {
 	}
 	if res := get("/.well-known/jwks.json", nil); res.StatusCode != http.StatusOK {
 		t.Errorf("jwks: %d, want 200", res.StatusCode)
+	}
+}
+
+// TestServeForwardAuthRejectsBadRules: a --rules file with bad fields is
+// refused before anything starts, naming the flag and each field by its
+// JSON path; an unknown key is refused too.
+func TestServeForwardAuthRejectsBadRules(t *testing.T) {
+	for _, env := range []string{envRedis, envSecret, envAdminToken} {
+		t.Setenv(env, "")
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"rooms":[{"path_prefix":"concert","room":"c"}],"bypass":{"cidrs":["10.0.0.0/99"]},"unmatched":"maybe"}`), 0o644)
+	_, _, err := execute(t, "serve", "forward-auth", "--admin-token=0123456789abcdef", "--room", "drop", "--rules", bad)
+	if err == nil {
+		t.Fatal("serve forward-auth accepted bad rules")
+	}
+	for _, want := range []string{"--rules", "rooms[0].path_prefix:", "bypass.cidrs[0]:", "unmatched:"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	unknown := filepath.Join(dir, "unknown.json")
+	os.WriteFile(unknown, []byte(`{"room":[]}`), 0o644)
+	if _, _, err := execute(t, "serve", "forward-auth", "--admin-token=0123456789abcdef", "--room", "drop", "--rules", unknown); err == nil || !strings.Contains(err.Error(), `unknown field "room"`) {
+		t.Errorf("rules with an unknown key: %v, want an error naming it", err)
 	}
 }
