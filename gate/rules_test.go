@@ -14,8 +14,8 @@ import (
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/gate"
 	"github.com/stampede-lab/stampede/waitroom"
-	"github.com/stampede-lab/stampede/waitroom/redisstore"
 	wrclient "github.com/stampede-lab/stampede/waitroom/client"
+	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
 const rulesSecret = "rules-bypass-secret-0123456789abcdef"
@@ -33,8 +33,8 @@ func TestForwardAuthRules(t *testing.T) {
 	for _, unmatched := range []string{gate.UnmatchedAllow, gate.UnmatchedDeny} {
 		t.Run(unmatched, func(t *testing.T) {
 			rules := &gate.Rules{
-				Rooms: []gate.RoomRule{{PathPrefix: "/concert/", Room: concert}, {Host: "theatre.example", Room: theatre}},
-				Bypass: gate.Bypass{PathPrefixes: []string{"/static/"}, CIDRs: []string{"10.1.0.0/16"}, Secret: rulesSecret},
+				Rooms:     []gate.RoomRule{{PathPrefix: "/concert/", Room: concert}, {Host: "theatre.example", Room: theatre}},
+				Bypass:    gate.Bypass{PathPrefixes: []string{"/static/"}, CIDRs: []string{"10.1.0.0/16"}, Secret: rulesSecret},
 				Unmatched: unmatched,
 			}
 			addr, _ := startForwardAuth(t, context.Background(), store, "rules-default-"+randomName(), rules)
