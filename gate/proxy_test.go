@@ -151,9 +151,7 @@ http {
 		if res, err := http.Get(base + "/.well-known/jwks.json"); err == nil {
 			io.Copy(io.Discard, res.Body)
 			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return base
-			}
+			return base // the proxy answers (whatever Stampede's state)
 		}
 		if time.Now().After(end) {
 			t.Fatalf("%s did not answer on %s", kind, base)
@@ -519,6 +517,38 @@ func TestForwardAuthLeaseSlidesThroughProxy(t *testing.T) {
 			}
 			if w.co.badHeader != 0 {
 				t.Errorf("%s: %d of %d requests reached the checkout without a valid (unexpired) admission", kind, w.co.badHeader, w.co.requests)
+			}
+		})
+	}
+}
+
+// TestForwardAuthDownNeverLetsThrough: with the forward-auth server
+// unreachable, each proxy answers 5xx and the checkout sees nothing; nginx
+// (its error page in deploy/forward-auth/nginx.conf) answers 503
+// problem+json with Retry-After.
+func TestForwardAuthDownNeverLetsThrough(t *testing.T) {
+	for _, kind := range proxyKinds {
+		t.Run(kind, func(t *testing.T) {
+			co := &checkout{t: t, first: map[string]time.Time{}, last: map[string]time.Time{}}
+			up := httptest.NewServer(co)
+			t.Cleanup(up.Close)
+			down := fmt.Sprintf("127.0.0.1:%d", proxyFreePort(t)) // nothing listens
+			base := startProxy(t, kind, down, strings.TrimPrefix(up.URL, "http://"))
+			res, err := http.Get(base + "/shop/item")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode < 500 {
+				t.Errorf("%s with Stampede down: %d %s, want 5xx", kind, res.StatusCode, body)
+			}
+			if kind == "nginx" && (res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" ||
+				res.Header.Get("Content-Type") != "application/problem+json") {
+				t.Errorf("nginx with Stampede down: %d %q %q, want 503 problem+json with Retry-After", res.StatusCode, res.Header.Get("Content-Type"), res.Header.Get("Retry-After"))
+			}
+			if co.requests != 0 {
+				t.Errorf("%s with Stampede down let %d requests through to the checkout", kind, co.requests)
 			}
 		})
 	}
