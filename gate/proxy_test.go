@@ -553,3 +553,38 @@ func TestForwardAuthDownNeverLetsThrough(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardAuthBypassThroughProxy: through each proxy, a request on a
+// bypassed path reaches the checkout without a room and without the
+// Stampede-User and Stampede-Admission the client sent.
+func TestForwardAuthBypassThroughProxy(t *testing.T) {
+	for _, kind := range proxyKinds {
+		t.Run(kind, func(t *testing.T) {
+			rules := &gate.Rules{Bypass: gate.Bypass{PathPrefixes: []string{"/static/"}}}
+			addr, _ := startForwardAuth(t, context.Background(), redisstore.New(proxyMiniredis(t)), "gate-fa-bypass-"+randomName(), rules)
+			var mu sync.Mutex
+			var seen []string
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				seen = append(seen, r.URL.Path+" user="+r.Header.Get("Stampede-User")+" admission="+r.Header.Get("Stampede-Admission"))
+				mu.Unlock()
+				io.WriteString(w, "asset")
+			}))
+			t.Cleanup(up.Close)
+			base := startProxy(t, kind, addr, strings.TrimPrefix(up.URL, "http://"))
+			req, _ := http.NewRequest(http.MethodGet, base+"/static/app.css", nil)
+			req.Header.Set("Stampede-User", "mallory")
+			req.Header.Set("Stampede-Admission", "forged")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if res.StatusCode != http.StatusOK || len(seen) != 1 || seen[0] != "/static/app.css user= admission=" {
+				t.Errorf("%s: %d; the checkout saw %q, want one request without identity", kind, res.StatusCode, seen)
+			}
+		})
+	}
+}
