@@ -157,7 +157,12 @@ func (f *ForwardAuth) auth(w http.ResponseWriter, r *http.Request) {
 	d := f.rules.decide(orig, f.g.cfg.Room, f.g.cfg.Now())
 	switch {
 	case d.allow:
-		w.WriteHeader(http.StatusOK) // no identity: the checkout sees none
+		// No identity, said as empty values: a proxy that copies these
+		// headers (Caddy 2.6 copies a missing one as its placeholder's
+		// text) then sends the checkout none.
+		w.Header()[protocol.HeaderUser] = []string{""}
+		w.Header()[protocol.HeaderAdmission] = []string{""}
+		w.WriteHeader(http.StatusOK)
 		return
 	case d.deny:
 		httpapi.WriteProblem(w, stampede.Errorf(stampede.Forbidden, "this address is not served"), "stampede-forward-auth")
