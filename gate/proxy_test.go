@@ -24,6 +24,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/gate"
 	"github.com/stampede-lab/stampede/internal/browsertest"
 	"github.com/stampede-lab/stampede/internal/testenv"
@@ -205,9 +206,7 @@ func proxyWorld(t *testing.T, client redis.UniversalClient, kind string, proxies
 		srvs, auths = append(srvs, srv), append(auths, addr)
 	}
 	cfg := waitroom.RoomConfig{Capacity: capacity, Lease: lease, AdmitInterval: 20 * time.Millisecond, Retention: waitroom.DefaultRetention}
-	if err := srvs[0].Service().Configure(ctx, room, cfg); err != nil {
-		t.Fatalf("Configure: %v", err)
-	}
+	proxyRetry(t, "Configure", func() error { return srvs[0].Service().Configure(ctx, room, cfg) })
 	w.co = &checkout{t: t, room: room, first: map[string]time.Time{}, last: map[string]time.Time{}, jwks: srvs[0].Admissions()}
 	up := httptest.NewServer(w.co)
 	t.Cleanup(up.Close)
@@ -434,17 +433,13 @@ func TestBrowserThroughProxy(t *testing.T) {
 			svc := srv.Service()
 			cfg := waitroom.DefaultRoomConfig()
 			cfg.Capacity, cfg.Lease, cfg.AdmitInterval = 1, time.Minute, 50*time.Millisecond
-			if err := svc.Configure(ctx, room, cfg); err != nil {
-				t.Fatalf("Configure: %v", err)
-			}
+			proxyRetry(t, "Configure", func() error { return svc.Configure(ctx, room, cfg) })
 			up := &shop{room: room, keys: srv.Admissions()}
 			ups := httptest.NewServer(formShop{up})
 			t.Cleanup(ups.Close)
 			base := startProxy(t, kind, addr, strings.TrimPrefix(ups.URL, "http://"))
 
-			if _, err := svc.Join(ctx, room, "occupant"); err != nil {
-				t.Fatalf("Join: %v", err)
-			}
+			proxyRetry(t, "Join", func() error { _, err := svc.Join(ctx, room, "occupant"); return err })
 			for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 				if tk, err := svc.Ticket(ctx, room, "occupant"); err == nil && tk.State == waitroom.StateAdmitted {
 					break
@@ -461,9 +456,7 @@ func TestBrowserThroughProxy(t *testing.T) {
 			browserCheck(t, p, width)
 			browsertest.Shot(t, tab, dir, fmt.Sprintf("forward-auth-%s-1-waiting", kind), width, 0)
 
-			if _, err := svc.Leave(ctx, room, "occupant"); err != nil {
-				t.Fatalf("Leave: %v", err)
-			}
+			proxyRetry(t, "Leave", func() error { _, err := svc.Leave(ctx, room, "occupant"); return err })
 			p = browserWait(tab, t, room, "the checkout's page", 20*time.Second, func(p browserPage) bool {
 				return p.Path == "/checkout/page" && p.Marker != ""
 			})
@@ -594,5 +587,23 @@ func TestForwardAuthBypassThroughProxy(t *testing.T) {
 				t.Errorf("%s: %d; the checkout saw %q, want one request without identity", kind, res.StatusCode, seen)
 			}
 		})
+	}
+}
+
+// proxyRetry runs fn until it succeeds, retrying (for at most 10 s) while
+// the store answers Unavailable: the embedded Redis answers late on a
+// loaded machine, and a client would retry.
+func proxyRetry(t *testing.T, what string, fn func() error) {
+	t.Helper()
+	end := time.Now().Add(10 * time.Second)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if stampede.ClassOf(err) != stampede.Unavailable || time.Now().After(end) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
