@@ -8,6 +8,8 @@
 //	prometheus.yml                Prometheus's scrape targets: one job per service
 //	grafana/stampede.json         the Grafana dashboard
 //	grafana/provisioning/         Grafana's data source and dashboard provisioning for compose.yaml
+//	alerts.yaml                   Prometheus alerting rules; alerts_test.yaml tests each (promtool)
+//	forward-auth/                 nginx, Caddy, Traefik and Envoy asking stampede serve forward-auth
 //
 // This package's tests parse the dashboard and check that every metric it
 // queries is one of Metrics, and that Prometheus scrapes every stampede
@@ -69,4 +71,10 @@ var Metrics = []Metric{
 	{"stampede_institution_charges_total", "counter", nil, "Charges made; more than the approvals means double charges."},
 	{"stampede_institution_busy_total", "counter", nil, "Requests refused with 503 because the hang modes held their maximum."},
 	{"stampede_institution_hung_requests", "gauge", nil, "Requests held by a hang mode right now."},
+
+	// The fulfilment workers (serve worker).
+	{"stampede_worker_partition_lag", "gauge", []string{"partition"}, "Messages of the partition not yet delivered to any worker."},
+
+	// Every service with a /readyz (internal/httpapi), read at scrape time.
+	{"stampede_ready", "gauge", []string{"check"}, "1 when the readiness check answered within its deadline, else 0."},
 }

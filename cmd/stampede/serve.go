@@ -13,6 +13,7 @@ in-process, so every service runs with no set-up.`,
 	}
 	cmd.AddCommand(newServeWaitroomCmd())
 	cmd.AddCommand(newServeGateCmd())
+	cmd.AddCommand(newServeForwardAuthCmd())
 	cmd.AddCommand(newServeInstitutionCmd())
 	cmd.AddCommand(newServePayCmd())
 	cmd.AddCommand(newServeCheckoutCmd())

@@ -97,6 +97,9 @@ func New(cfg Config) (*API, error) {
 		return nil, fmt.Errorf("httpapi: registering the request metrics: %w (use one registry per API)", err)
 	}
 	a := &API{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), metrics: m}
+	if err := cfg.Registry.Register(readyCollector{a}); err != nil {
+		return nil, fmt.Errorf("httpapi: registering stampede_ready: %w (use one registry per API)", err)
+	}
 	a.Handle("/healthz", Methods{http.MethodGet: a.healthz})
 	a.Handle("/readyz", Methods{http.MethodGet: a.readyz})
 	metrics := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelError)})

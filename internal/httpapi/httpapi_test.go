@@ -246,6 +246,18 @@ func TestReadyzReportsEachDependency(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("healthz: %d while a dependency is down", resp.StatusCode)
 	}
+	// /metrics says the same per check, for an alert (stampede_ready).
+	resp, err = http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`stampede_ready{check="fine"} 1`, `stampede_ready{check="frozen"} 0`} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, raw)
+		}
+	}
 }
 
 func TestReadProblemRoundTrips(t *testing.T) {
