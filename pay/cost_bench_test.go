@@ -60,7 +60,7 @@ func BenchmarkPaymentCost(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { s.Close() })
-			benchSeedSQLite(b, path, n)
+			benchFillSQLite(b, path, n)
 			stores[i] = s
 			if i == 1 {
 				bare = benchSQLiteBare(b, path)
@@ -83,7 +83,7 @@ func BenchmarkPaymentCost(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { s.Close() })
-			benchSeedPostgres(b, dbURL, schema, n)
+			benchFillPostgres(b, dbURL, schema, n)
 			stores[i] = s
 			if i == 1 {
 				bare = benchPostgresBare(b, tagged, schema, cfg.MaxConns)
@@ -161,11 +161,11 @@ func benchCost(b *testing.B, stores [2]pay.Store, bare benchBare, serverCPU func
 	b.ReportMetric(per(1)/per(2), "x-floor")
 }
 
-// benchSeedSQLite writes n approved payments of a merchant of their own,
+// benchFillSQLite writes n approved payments of a merchant of their own,
 // with what a payment leaves behind (its idempotency record, two history
 // entries, two published outbox rows), into the SQLite file at path, in
 // one transaction of bulk INSERT ... SELECT statements.
-func benchSeedSQLite(b *testing.B, path string, n int) {
+func benchFillSQLite(b *testing.B, path string, n int) {
 	b.Helper()
 	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_txlock=immediate")
 	if err != nil {
@@ -173,12 +173,12 @@ func benchSeedSQLite(b *testing.B, path string, n int) {
 	}
 	defer db.Close()
 	now := time.Now().UnixMicro()
-	benchSeed(b, db, fmt.Sprintf(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d) `, n),
+	benchFill(b, db, fmt.Sprintf(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d) `, n),
 		"printf('00000000-0000-4000-8000-%012d', i)", "n", strconv.FormatInt(now, 10), strconv.FormatInt(now+86_400_000_000, 10))
 }
 
-// benchSeedPostgres does what benchSeedSQLite does, in schema.
-func benchSeedPostgres(b *testing.B, dbURL, schema string, n int) {
+// benchFillPostgres does what benchFillSQLite does, in schema.
+func benchFillPostgres(b *testing.B, dbURL, schema string, n int) {
 	b.Helper()
 	u, err := url.Parse(dbURL)
 	if err != nil {
@@ -192,18 +192,18 @@ func benchSeedPostgres(b *testing.B, dbURL, schema string, n int) {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	benchSeed(b, db, "", "'00000000-0000-4000-8000-' || lpad(i::text, 12, '0')", fmt.Sprintf("generate_series(1, %d) AS i", n),
+	benchFill(b, db, "", "'00000000-0000-4000-8000-' || lpad(i::text, 12, '0')", fmt.Sprintf("generate_series(1, %d) AS i", n),
 		"now()", "now() + interval '1 day'")
 	if _, err := db.Exec(`ANALYZE`); err != nil {
 		b.Fatal(err)
 	}
 }
 
-// benchSeed runs the seed statements on db: with is a WITH clause naming
+// benchFill runs the filling statements on db: with is a WITH clause naming
 // the numbers ("" if none is needed), id the expression of payment i's
 // ID, from what the numbers i are selected from, now and later the times
 // written.
-func benchSeed(b *testing.B, db *sql.DB, with, id, from, now, later string) {
+func benchFill(b *testing.B, db *sql.DB, with, id, from, now, later string) {
 	b.Helper()
 	src := func(cols string) string {
 		return with + `SELECT ` + strings.ReplaceAll(cols, "ID", "x.id") + ` FROM (SELECT ` + id + ` AS id FROM ` + from + `) x`
@@ -211,9 +211,9 @@ func benchSeed(b *testing.B, db *sql.DB, with, id, from, now, later string) {
 	stmts := []string{
 		`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key,
 			manual_review, review_reason, created_at, updated_at, event_seq, inquiries) ` +
-			src(`ID, 'seed-merchant', 'seed-' || ID, 1000, 'KRW', 'APPROVED', 'ext-' || ID, 'seed-' || ID, false, '', `+now+`, `+now+`, 2, 0`),
+			src(`ID, 'fill-merchant', 'fill-' || ID, 1000, 'KRW', 'APPROVED', 'ext-' || ID, 'fill-' || ID, false, '', `+now+`, `+now+`, 2, 0`),
 		`INSERT INTO idempotency_keys (key, request_hash, payment_id, state, created_at, expires_at) ` +
-			src(`'seed-' || ID, 'hash', ID, 'completed', `+now+`, `+later),
+			src(`'fill-' || ID, 'hash', ID, 'completed', `+now+`, `+later),
 		`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) ` +
 			src(`ID, '', 'PENDING', 'created', `+now),
 		`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) ` +
@@ -230,7 +230,7 @@ func benchSeed(b *testing.B, db *sql.DB, with, id, from, now, later string) {
 	for _, s := range stmts {
 		if _, err := tx.Exec(s); err != nil {
 			tx.Rollback() //nolint:errcheck // failing anyway
-			b.Fatalf("seed: %v\n%s", err, s)
+			b.Fatalf("fill: %v\n%s", err, s)
 		}
 	}
 	if err := tx.Commit(); err != nil {
