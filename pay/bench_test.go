@@ -147,87 +147,10 @@ func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare, clients 
 	ctx := context.Background()
 	chunk, warmup := benchChunkOf(clients), 4*clients
 
-	// Idle connections for every client: the default transport keeps 2
-	// per host, and 16 clients would then open and close a connection
-	// for most requests, measuring TCP set-up and filling TIME_WAIT.
-	tr := &http.Transport{MaxIdleConns: 4 * clients, MaxIdleConnsPerHost: 2 * clients, IdleConnTimeout: time.Minute}
-	b.Cleanup(tr.CloseIdleConnections)
-	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-
-	// The institution: NORMAL mode (DefaultBehavior) answers at once.
-	icfg := instapi.DefaultConfig()
-	icfg.AdminToken = adminToken
-	icfg.Logger = slog.New(slog.DiscardHandler) // no request log in the timed loop
-	isrv, err := instapi.New(icfg)
-	if err != nil {
-		b.Fatalf("instapi.New: %v", err)
-	}
-	its := httptest.NewServer(isrv)
-	b.Cleanup(func() { its.Close(); isrv.Close() })
-
-	// The payment service, as serve_pay runs it (minus the outbox relay):
-	// DefaultConfig, the reconciler and idempotency expiry running.
-	svc, err := pay.NewService(store, institutionclient.New(instclient.NewClient(its.URL, hc)), pay.DefaultConfig())
-	if err != nil {
-		b.Fatalf("pay.NewService: %v", err)
-	}
-	hcfg := payapi.DefaultConfig()
-	hcfg.Logger = slog.New(slog.DiscardHandler) // no request log in the timed loop
-	h, err := payapi.New(svc, store, hcfg, nil)
-	if err != nil {
-		b.Fatalf("pay.NewHandler: %v", err)
-	}
-	api := httptest.NewServer(h)
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan struct{})
-	go func() { defer close(ran); _ = svc.Run(runCtx) }()
-	// Cleanups run last-in first-out: the API closes, then Run stops,
-	// then (registered earlier) the institution and the store close.
-	b.Cleanup(func() { stop(); <-ran })
-	b.Cleanup(api.Close)
-
+	var timed atomic.Bool
+	postOne, latenciesOf := benchPayer(b, store, clients, &timed)
+	var seq atomic.Int64
 	run := fmt.Sprintf("%016x", rand.Uint64()) // unique across runs on one database
-	mid, apiKey := addMerchant(b, store, "")   // a merchant of this run
-	var (
-		seq       atomic.Int64
-		latMu     sync.Mutex
-		latencies []time.Duration // of the timed payments
-		timed     atomic.Bool
-	)
-	postOne := func() error {
-		start := time.Now()
-		n := seq.Add(1)
-		key := fmt.Sprintf("bench-%s-%d", run, n)
-		req, err := http.NewRequest(http.MethodPost, api.URL+"/v1/payments", strings.NewReader(paymentOf(mid, "order-"+key, 1000+n%9000)))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-		res, err := hc.Do(req)
-		if err != nil {
-			return fmt.Errorf("POST %s: %w", key, err)
-		}
-		body, err := io.ReadAll(res.Body)
-		res.Body.Close()
-		if err != nil {
-			return fmt.Errorf("POST %s: reading the answer: %w", key, err)
-		}
-		var got struct {
-			Status string `json:"status"`
-		}
-		if res.StatusCode != http.StatusCreated || json.Unmarshal(body, &got) != nil || got.Status != string(pay.StatusApproved) {
-			return fmt.Errorf("POST %s = %d %s, want 201 APPROVED", key, res.StatusCode, body)
-		}
-		if timed.Load() {
-			took := time.Since(start)
-			latMu.Lock()
-			latencies = append(latencies, took)
-			latMu.Unlock()
-		}
-		return nil
-	}
 	bareOne := func() error {
 		id := fmt.Sprintf("bare-%s-%d", run, seq.Add(1))
 		if err := bare(ctx, id); err != nil {
@@ -285,10 +208,107 @@ func benchPaymentsVsBare(b *testing.B, store pay.Store, bare benchBare, clients 
 	// payment's, x-bare's value on a machine that only this process keeps
 	// busy (SQLite; PostgreSQL's server CPU is not counted).
 	b.ReportMetric((float64(bareCPU)/float64(bares))/(float64(payCPU)/float64(pays)), "cpu-x-bare")
+	latencies := latenciesOf()
 	slices.Sort(latencies)
 	if len(latencies) > 0 {
 		p99 := latencies[min(len(latencies)-1, len(latencies)*99/100)]
 		b.ReportMetric(float64(p99)/float64(time.Millisecond), "p99-ms")
+	}
+}
+
+// benchPayer starts the payment API on store, with the institution
+// simulator and the service's background work running, as serve pay runs
+// it, for up to clients clients at once, and returns one payment: POST
+// /v1/payments with a unique Idempotency-Key, answered 201 APPROVED.
+// Payments made while timed reports true have their latency added to
+// the returned list (under its mutex).
+func benchPayer(b *testing.B, store pay.Store, clients int, timed *atomic.Bool) (postOne func() error, latenciesOf func() []time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	// Idle connections for every client: the default transport keeps 2
+	// per host, and 16 clients would then open and close a connection
+	// for most requests, measuring TCP set-up and filling TIME_WAIT.
+	tr := &http.Transport{MaxIdleConns: 4 * clients, MaxIdleConnsPerHost: 2 * clients, IdleConnTimeout: time.Minute}
+	b.Cleanup(tr.CloseIdleConnections)
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+
+	// The institution: NORMAL mode (DefaultBehavior) answers at once.
+	icfg := instapi.DefaultConfig()
+	icfg.AdminToken = adminToken
+	icfg.Logger = slog.New(slog.DiscardHandler) // no request log in the timed loop
+	isrv, err := instapi.New(icfg)
+	if err != nil {
+		b.Fatalf("instapi.New: %v", err)
+	}
+	its := httptest.NewServer(isrv)
+	b.Cleanup(func() { its.Close(); isrv.Close() })
+
+	// The payment service, as serve_pay runs it (minus the outbox relay):
+	// DefaultConfig, the reconciler and idempotency expiry running.
+	svc, err := pay.NewService(store, institutionclient.New(instclient.NewClient(its.URL, hc)), pay.DefaultConfig())
+	if err != nil {
+		b.Fatalf("pay.NewService: %v", err)
+	}
+	hcfg := payapi.DefaultConfig()
+	hcfg.Logger = slog.New(slog.DiscardHandler) // no request log in the timed loop
+	h, err := payapi.New(svc, store, hcfg, nil)
+	if err != nil {
+		b.Fatalf("pay.NewHandler: %v", err)
+	}
+	api := httptest.NewServer(h)
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = svc.Run(runCtx) }()
+	// Cleanups run last-in first-out: the API closes, then Run stops,
+	// then (registered earlier) the institution and the store close.
+	b.Cleanup(func() { stop(); <-ran })
+	b.Cleanup(api.Close)
+
+	run := fmt.Sprintf("%016x", rand.Uint64()) // unique across runs on one database
+	mid, apiKey := addMerchant(b, store, "")   // a merchant of this run
+	var (
+		seq       atomic.Int64
+		latMu     sync.Mutex
+		latencies []time.Duration // of the timed payments
+	)
+	postOne = func() error {
+		start := time.Now()
+		n := seq.Add(1)
+		key := fmt.Sprintf("bench-%s-%d", run, n)
+		req, err := http.NewRequest(http.MethodPost, api.URL+"/v1/payments", strings.NewReader(paymentOf(mid, "order-"+key, 1000+n%9000)))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		res, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("POST %s: %w", key, err)
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil {
+			return fmt.Errorf("POST %s: reading the answer: %w", key, err)
+		}
+		var got struct {
+			Status string `json:"status"`
+		}
+		if res.StatusCode != http.StatusCreated || json.Unmarshal(body, &got) != nil || got.Status != string(pay.StatusApproved) {
+			return fmt.Errorf("POST %s = %d %s, want 201 APPROVED", key, res.StatusCode, body)
+		}
+		if timed.Load() {
+			took := time.Since(start)
+			latMu.Lock()
+			latencies = append(latencies, took)
+			latMu.Unlock()
+		}
+		return nil
+	}
+	return postOne, func() []time.Duration {
+		latMu.Lock()
+		defer latMu.Unlock()
+		return slices.Clone(latencies)
 	}
 }
 

@@ -92,7 +92,7 @@ then it exits with status 2 as well.`,
 	cmd.AddCommand(newLabEventsCmd(opts))
 	cmd.AddCommand(newLabEventsWorkerCmd())
 	// Not in experiments() either: a whole sale of child processes.
-	cmd.AddCommand(newLabSaleCmd(opts), newLabSaleRedisCmd(), newLabSaleNATSCmd())
+	cmd.AddCommand(newLabSaleCmd(opts), newLabSaleRedisCmd(), newLabSaleNATSCmd(), newLabSaleProxyCmd())
 	return cmd
 }
 

@@ -64,15 +64,17 @@ func resolve(w io.Writer, f Format) Format {
 	return FormatJSON
 }
 
-// New returns a logger writing lines of format f at level and above to w.
+// New returns a logger writing lines of format f at level and above to w,
+// a burst of one warning or error collapsed into its first line and a
+// count (Burst, BurstWindow).
 // In JSON, durations are written as Go duration strings ("1.5s"), not as
 // integer nanoseconds, so that a person reading the line with jq sees the
 // unit.
 func New(w io.Writer, f Format, level slog.Leveler) *slog.Logger {
 	if resolve(w, f) == FormatText {
-		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+		return slog.New(Burst(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}), BurstWindow))
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: durationText}))
+	return slog.New(Burst(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: durationText}), BurstWindow))
 }
 
 // durationText writes a duration attribute as its string.

@@ -27,11 +27,15 @@ type Proxy struct {
 
 // Start listens on a free loopback port and forwards every connection to
 // target. Call Close when done.
-func Start(target string) (*Proxy, error) {
+func Start(target string) (*Proxy, error) { return StartAt("127.0.0.1:0", target) }
+
+// StartAt listens on addr and forwards every connection to target. Call
+// Close when done.
+func StartAt(addr, target string) (*Proxy, error) {
 	if target == "" {
 		return nil, errors.New("tcpproxy: empty target")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

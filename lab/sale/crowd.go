@@ -6,13 +6,66 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stampede-lab/stampede/retry"
 )
+
+// backoff is how a buyer or a bot waits before trying again after a
+// failed request, as a browser's page script should: equal jitter
+// (v/2 + U(0, v/2)) on a schedule from 250 ms doubling to 30 s, and never
+// sooner than the answer's Retry-After.
+var backoff = func() retry.Policy {
+	p, err := retry.New(retry.Config{Name: retry.EqualJitter, MaxAttempts: math.MaxInt32,
+		Base: 250 * time.Millisecond, Cap: 30 * time.Second, Multiplier: 2}, nil)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+// retryWait returns the wait before the next attempt of seq after a
+// failed answer (err nil) or a failed request: the next wait of seq, or
+// the answer's Retry-After when that is longer.
+func retryWait(seq retry.Sequence, ans answer, err error) time.Duration {
+	d, _ := seq.Next()
+	if err == nil {
+		d = max(d, retryAfter(ans.header))
+	}
+	return d
+}
+
+// retryAfter parses a Retry-After header: delay seconds or an HTTP date;
+// 0 when absent or unreadable.
+func retryAfter(h http.Header) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}
+
+// pollAfter is how long a waiting buyer waits before its next poll: the
+// ticket's poll_after_ms as the room answered it, 1 s when it gave none.
+func pollAfter(t ticketJSON) time.Duration {
+	if t.PollAfterMS <= 0 {
+		return time.Second
+	}
+	return time.Duration(t.PollAfterMS) * time.Millisecond
+}
 
 // How a buyer's sale ended, as the buyer saw it. The final accounting
 // replaces it with the checkout's record when the buyer reached an order.
@@ -170,6 +223,7 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 	room := "/v1/rooms/" + c.r.room
 	// Join, through any gate that answers.
 	var t ticketJSON
+	joinSeq := backoff.Start()
 	for a := 0; ; a++ {
 		if ctx.Err() != nil || c.closed.Load() {
 			b.finish(endNotAdmitted)
@@ -181,7 +235,7 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 			break
 		}
 		c.joinErrors.Add(1)
-		sleep(ctx, time.Duration(200+rand.IntN(800))*time.Millisecond)
+		sleep(ctx, retryWait(joinSeq, ans, err))
 	}
 	b.mu.Lock()
 	b.user, b.joinedAt = t.UserID, time.Now()
@@ -189,6 +243,8 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 
 	// Wait in the queue.
 	reloaded := false
+	pollSeq := backoff.Start()
+	wait := pollAfter(t)
 	for a, g := 0, 0; t.State != "admitted"; a++ {
 		switch t.State {
 		case "closed", "left", "expired", "released":
@@ -199,9 +255,7 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 			b.finish(endAbandoned) // walks away: stops polling
 			return
 		}
-		poll := time.Duration(t.PollAfterMS) * time.Millisecond
-		poll = min(max(poll, 300*time.Millisecond), 2*time.Second)
-		if !sleep(ctx, poll) {
+		if !sleep(ctx, wait) {
 			b.finish(endNotAdmitted)
 			return
 		}
@@ -215,10 +269,14 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 			ans, err = c.do(ctx, http.MethodGet, c.gate(b, g)+room+"/tickets/"+t.UserID, b.ip, t.TicketToken, "", nil)
 		}
 		if err != nil || ans.status/100 != 2 {
-			g++ // try another gate
+			if err != nil || ans.status != http.StatusTooManyRequests {
+				g++ // try another gate
+			}
 			c.gateRetries.Add(1)
+			wait = retryWait(pollSeq, ans, err)
 			continue
 		}
+		pollSeq = backoff.Start()
 		var nt ticketJSON
 		if json.Unmarshal(ans.body, &nt) == nil && nt.State != "" {
 			tok := t.TicketToken
@@ -227,6 +285,7 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 				t.TicketToken = tok
 			}
 		}
+		wait = pollAfter(t)
 	}
 	b.mu.Lock()
 	b.admittedAt = time.Now()
@@ -271,6 +330,7 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 	}
 	var h holdJSON
 	last := ""
+	holdSeq := backoff.Start()
 	for a := 0; ; a++ {
 		if a >= 40 || ctx.Err() != nil {
 			b.mu.Lock()
@@ -295,7 +355,7 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 			leave()
 			return
 		}
-		sleep(ctx, time.Duration(200+rand.IntN(300))*time.Millisecond)
+		sleep(ctx, retryWait(holdSeq, ans, err))
 	}
 	b.mu.Lock()
 	b.holdID = h.ID
@@ -338,27 +398,41 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 				return
 			}
 		}
-		sleep(ctx, time.Second)
+		d := time.Second
+		if err == nil {
+			d = max(d, retryAfter(ans.header))
+		}
+		sleep(ctx, d)
 	}
 }
 
-// bot hammers join from one of a few addresses until ctx ends.
+// bot hammers join from one of a few addresses until ctx ends, at
+// BotRate joins a second, one at a time; an answer of 429 or 503 makes it
+// back off as a buyer does (the schedule of backoff, never sooner than
+// Retry-After), a success or any other answer brings it back to its rate.
 func (c *crowd) bot(ctx context.Context, i int) {
-	tick := time.NewTicker(time.Duration(float64(time.Second) / c.cfg.BotRate))
-	defer tick.Stop()
+	interval := time.Duration(float64(time.Second) / c.cfg.BotRate)
 	ip := fmt.Sprintf("192.0.2.%d", 1+i%4)
+	seq := backoff.Start()
 	for n := 0; ; n++ {
-		select {
-		case <-ctx.Done():
+		start := time.Now()
+		ans, err := c.do(ctx, http.MethodPost, c.r.gateURLs[n%len(c.r.gateURLs)]+"/v1/rooms/"+c.r.room+"/tickets", ip, "", "", map[string]any{})
+		if ctx.Err() != nil {
 			return
-		case <-tick.C:
 		}
-		go func() {
-			ans, err := c.do(ctx, http.MethodPost, c.r.gateURLs[n%len(c.r.gateURLs)]+"/v1/rooms/"+c.r.room+"/tickets", ip, "", "", map[string]any{})
-			c.botJoins.Add(1)
-			if err == nil && ans.status == http.StatusTooManyRequests {
-				c.botLimited.Add(1)
-			}
-		}()
+		c.botJoins.Add(1)
+		wait := interval - time.Since(start)
+		switch {
+		case err == nil && ans.status == http.StatusTooManyRequests:
+			c.botLimited.Add(1)
+			wait = retryWait(seq, ans, nil)
+		case err == nil && ans.status == http.StatusServiceUnavailable:
+			wait = retryWait(seq, ans, nil)
+		default:
+			seq = backoff.Start()
+		}
+		if !sleep(ctx, max(wait, 0)) {
+			return
+		}
 	}
 }

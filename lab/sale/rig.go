@@ -26,7 +26,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // the SQLite database/sql driver
 
-	"github.com/stampede-lab/stampede/internal/tcpproxy"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -156,8 +155,8 @@ type rig struct {
 	redisAddr  string // what the gates dial (the proxy with real Redis)
 	natsURL    string
 	pgDBs      map[string]string // part → its database's URL (through the proxy)
-	redisProxy *tcpproxy.Proxy
-	pgProxy    *tcpproxy.Proxy
+	redisProxy *faultProxy
+	pgProxy    *faultProxy
 
 	redis, nats, inst, pay, checkout *proc
 	gates, workers                   []*proc
@@ -253,10 +252,10 @@ func (r *rig) setUp(ctx context.Context) error {
 		if err != nil || u.Host == "" {
 			return fmt.Errorf("sale: --redis must be a redis:// URL, got %q", r.cfg.Redis)
 		}
-		if r.redisProxy, err = tcpproxy.Start(u.Host); err != nil {
+		if r.redisProxy, err = r.startProxy(ctx, "redis-proxy", u.Host); err != nil {
 			return err
 		}
-		r.redisAddr = r.redisProxy.Addr()
+		r.redisAddr = r.redisProxy.addr
 	}
 	redisURL := "redis://" + r.redisAddr + "/0"
 	if r.cfg.Redis != "" {
@@ -446,6 +445,55 @@ func (r *rig) addMerchant(ctx context.Context, store []string) error {
 	return nil
 }
 
+// faultProxy is a TCP proxy to a real service in a process of its own
+// (lab sale-proxy), so that the crowd, which can keep the lab's process
+// busy, does not delay the parts' traffic through it; the faults cut it
+// through its control address.
+type faultProxy struct {
+	addr, control string
+}
+
+// startProxy starts a proxy process, name, forwarding to target.
+func (r *rig) startProxy(ctx context.Context, name, target string) (*faultProxy, error) {
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	control, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p, err := r.newProc(name, "http://"+control+"/healthz", "lab", "sale-proxy", "--addr", addr, "--target", target, "--control", control)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.start(ctx); err != nil {
+		return nil, err
+	}
+	return &faultProxy{addr: addr, control: control}, nil
+}
+
+// cut closes the proxy's connections and refuses new ones; restore lets
+// them through again.
+func (p *faultProxy) cut(ctx context.Context) error     { return p.post(ctx, "/cut") }
+func (p *faultProxy) restore(ctx context.Context) error { return p.post(ctx, "/restore") }
+
+func (p *faultProxy) post(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, "http://"+p.control+path, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("sale: proxy %s: %w", path, err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("sale: proxy %s: %s", path, res.Status)
+	}
+	return nil
+}
+
 // createDatabases creates the run's databases on the PostgreSQL server
 // and the proxy the parts reach them through.
 func (r *rig) createDatabases(ctx context.Context) error {
@@ -458,7 +506,7 @@ func (r *rig) createDatabases(ctx context.Context) error {
 		return err
 	}
 	defer db.Close()
-	if r.pgProxy, err = tcpproxy.Start(u.Host); err != nil {
+	if r.pgProxy, err = r.startProxy(ctx, "pg-proxy", u.Host); err != nil {
 		return err
 	}
 	r.pgDBs = map[string]string{}
@@ -468,7 +516,7 @@ func (r *rig) createDatabases(ctx context.Context) error {
 			return fmt.Errorf("sale: creating database %s: %w", name, err)
 		}
 		pu := *u
-		pu.Host, pu.Path = r.pgProxy.Addr(), "/"+name
+		pu.Host, pu.Path = r.pgProxy.addr, "/"+name
 		r.pgDBs[part] = pu.String()
 	}
 	return nil
@@ -506,12 +554,6 @@ func (r *rig) tearDown() {
 			cancel()
 			c.Close()
 		}
-	}
-	if r.redisProxy != nil {
-		r.redisProxy.Close()
-	}
-	if r.pgProxy != nil {
-		r.pgProxy.Close()
 	}
 	if !r.cfg.Keep {
 		r.dropDatabases()

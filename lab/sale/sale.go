@@ -151,6 +151,7 @@ func (e *Experiment) Run(ctx context.Context, _ lab.Condition, repeat int) (lab.
 	saleCtx, endSale := context.WithTimeout(ctx, cfg.MaxSale)
 	defer endSale()
 	e.logf("sale: open: %d buyers, %d seats, room of %d, faults %v", cfg.Buyers, cfg.Seats, cfg.Capacity, cfg.Faults)
+	cpu := startCPU(r)
 	var buyers sync.WaitGroup
 	for _, b := range c.buyers {
 		buyers.Go(func() { c.run(saleCtx, b) })
@@ -217,6 +218,8 @@ wait:
 		}
 	}
 	saleEnd := time.Now()
+	cpu.stop()
+	e.logf("sale: %s", cpu)
 	stopBots()
 	faults.Wait()
 	endSale()
@@ -246,7 +249,15 @@ wait:
 	e.mu.Lock()
 	e.series[repeat] = runSeries{Points: points, Marks: marks}
 	e.mu.Unlock()
+	if res.Metrics != nil {
+		// The lab's own share of the CPU during the sale: near or above
+		// one half, the crowd competed with the system under test for the
+		// machine, and the figures are the rig's as much as the product's.
+		res.Metrics["lab_cpu_share"] = cpu.share()
+		res.Metrics["lab_cpu_cores"] = cpu.self.Seconds() / cpu.wall.Seconds()
+	}
 	if ex, ok := res.Extra.(map[string]any); ok {
+		ex["cpu"] = cpu.String()
 		ex["marks"] = marks
 		ex["sale_seconds"] = saleEnd.Sub(c.opened).Seconds()
 		ex["dir"] = dir
@@ -374,16 +385,18 @@ func (r *rig) fault(ctx context.Context, f string, d *dbs) error {
 			r.redis.stop() // saves its snapshot on SIGTERM
 			return r.redis.start(context.WithoutCancel(ctx))
 		}
-		r.redisProxy.Cut()
+		if err := r.redisProxy.cut(ctx); err != nil {
+			return err
+		}
 		sleep(ctx, time.Second)
-		r.redisProxy.Restore()
-		return nil
+		return r.redisProxy.restore(ctx)
 	case FaultDBCut:
 		if r.pgProxy != nil {
-			r.pgProxy.Cut()
+			if err := r.pgProxy.cut(ctx); err != nil {
+				return err
+			}
 			sleep(ctx, 3*time.Second)
-			r.pgProxy.Restore()
-			return nil
+			return r.pgProxy.restore(ctx)
 		}
 		return cutSQLite(ctx, []string{d.sqlitePay, d.sqliteCo, d.sqliteFul}, 3*time.Second)
 	}

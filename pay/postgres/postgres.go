@@ -61,12 +61,18 @@ type Config struct {
 	OpTimeout time.Duration
 	// Now returns the current time; tests replace it with a fake clock.
 	Now func() time.Time
+	// MerchantTTL is how long a merchant read is used without reading it
+	// again (sqlstore.Config.MerchantTTL): a revocation or a webhook set
+	// by another process applies within it; 0 reads it every time.
+	MerchantTTL time.Duration
 }
 
 // DefaultConfig returns 10 connections, a 5 s connect timeout, a 2 s
-// operation timeout and the wall clock; set URL.
+// operation timeout, the wall clock and merchants kept for
+// sqlstore.DefaultMerchantTTL; set URL.
 func DefaultConfig() Config {
-	return Config{MaxConns: 10, ConnectTimeout: 5 * time.Second, OpTimeout: sqlstore.DefaultOpTimeout, Now: time.Now}
+	return Config{MaxConns: 10, ConnectTimeout: 5 * time.Second, OpTimeout: sqlstore.DefaultOpTimeout, Now: time.Now,
+		MerchantTTL: sqlstore.DefaultMerchantTTL}
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -96,7 +102,7 @@ func (c Config) Validate() error {
 
 // store returns the configuration of the shared store.
 func (c Config) store() sqlstore.Config {
-	return sqlstore.Config{OpTimeout: c.OpTimeout, Now: c.Now}
+	return sqlstore.Config{OpTimeout: c.OpTimeout, Now: c.Now, MerchantTTL: c.MerchantTTL}
 }
 
 // Store is the PostgreSQL pay.Store.

@@ -15,6 +15,9 @@
 // (WAL lets them run beside the writer). The path ":memory:" opens a
 // private in-memory database on a single connection, for tests.
 //
+// A file database's WAL is checkpointed every CheckpointInterval by a
+// connection of its own (checkpoint.go), never by a commit on the writer.
+//
 // By default (Config.GroupCommit) one writer goroutine runs the write
 // transactions of concurrent callers in one BEGIN IMMEDIATE ... COMMIT,
 // each in its own SAVEPOINT, and answers each caller after that COMMIT:
@@ -31,8 +34,10 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"io/fs"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -63,6 +68,10 @@ type Config struct {
 	MaxReadConns int
 	// Now returns the current time; tests replace it with a fake clock.
 	Now func() time.Time
+	// MerchantTTL is how long a merchant read is used without reading it
+	// again (sqlstore.Config.MerchantTTL): a revocation or a webhook set
+	// by another process applies within it; 0 reads it every time.
+	MerchantTTL time.Duration
 	// GroupCommit commits the write transactions of concurrent callers
 	// together, up to MaxBatch at a time, one SAVEPOINT each (see
 	// sqlstore.Config.GroupCommit). Every caller is still answered only
@@ -73,8 +82,9 @@ type Config struct {
 }
 
 // DefaultConfig returns a configuration for an in-memory database: a 2 s
-// operation and busy timeout, 4 read connections, the wall clock, group
-// commit in batches of up to 64.
+// operation and busy timeout, 4 read connections, the wall clock,
+// merchants kept for sqlstore.DefaultMerchantTTL, group commit in batches
+// of up to 64.
 func DefaultConfig() Config {
 	return Config{
 		Path:         Memory,
@@ -82,6 +92,7 @@ func DefaultConfig() Config {
 		BusyTimeout:  sqlstore.DefaultOpTimeout,
 		MaxReadConns: 4,
 		Now:          time.Now,
+		MerchantTTL:  sqlstore.DefaultMerchantTTL,
 		GroupCommit:  true,
 		MaxBatch:     sqlstore.DefaultMaxBatch,
 	}
@@ -109,13 +120,15 @@ func (c Config) Validate() error {
 
 // store returns the configuration of the shared store.
 func (c Config) store() sqlstore.Config {
-	return sqlstore.Config{OpTimeout: c.OpTimeout, Now: c.Now, GroupCommit: c.GroupCommit, MaxBatch: c.MaxBatch,
+	return sqlstore.Config{OpTimeout: c.OpTimeout, Now: c.Now, MerchantTTL: c.MerchantTTL, GroupCommit: c.GroupCommit, MaxBatch: c.MaxBatch,
 		PrepareStatements: true}
 }
 
 // Store is the SQLite pay.Store.
 type Store struct {
 	*sqlstore.Store
+	cp      *checkpointer // nil for Memory
+	closeCP atomic.Bool
 }
 
 // Open opens (creating if needed) the database at path with the default
@@ -141,8 +154,9 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 		MaxReadConns: cfg.MaxReadConns,
 		Pragmas:      []string{"foreign_keys(1)"},
 		// Savepoints (group commit) journal the pages they change in a
-		// statement journal: in memory, not a temporary file.
-		WritePragmas: []string{"temp_store(MEMORY)"},
+		// statement journal: in memory, not a temporary file. The WAL is
+		// checkpointed by the checkpointer, not by the commits.
+		WritePragmas: []string{"temp_store(MEMORY)", "wal_autocheckpoint(0)"},
 		LockSuffix:   "-migrate",
 		Migrate: func(ctx context.Context, db *sql.DB) error {
 			return sqlstore.Migrate(ctx, db, sqldb.SQLite{}, goose.DialectSQLite3, fsys)
@@ -159,7 +173,24 @@ func OpenConfig(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return nil, err
 	}
-	return &Store{Store: s}, nil
+	st := &Store{Store: s}
+	if cfg.Path != Memory {
+		if st.cp, err = startCheckpointer(cfg.Path, min(cfg.BusyTimeout, cfg.OpTimeout)); err != nil {
+			s.Close()
+			return nil, sqlstore.MapError(sqldb.SQLite{}, err)
+		}
+	}
+	return st, nil
+}
+
+// Close implements pay.Store: the store's connections, then the
+// checkpointer's.
+func (s *Store) Close() error {
+	err := s.Store.Close()
+	if s.cp != nil && s.closeCP.CompareAndSwap(false, true) {
+		err = errors.Join(err, s.cp.close())
+	}
+	return err
 }
 
 // Migrations holds the goose migrations, one SQL file per version.

@@ -104,19 +104,53 @@ func (s *Store) Merchant(ctx context.Context, id string) (pay.Merchant, error) {
 	return m, err
 }
 
-// MerchantByKeyHash implements pay.MerchantStore.
+// MerchantByKeyHash implements pay.MerchantStore. A merchant found is
+// kept for Config.MerchantTTL (see merchantCache): a revocation made by
+// another process refuses its key within that time.
 func (s *Store) MerchantByKeyHash(ctx context.Context, hash string) (pay.Merchant, error) {
+	if m, ok := s.merchants.get(true, hash); ok {
+		if m.Revoked() {
+			return pay.Merchant{}, pay.ErrNotFound
+		}
+		return m, nil
+	}
 	var m pay.Merchant
 	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
 		var err error
 		m, err = s.scanMerchant(s.queryRow(ctx, db, s.q.merchantByKey, hash))
 		return err
 	})
+	if err == nil {
+		s.merchants.put(m)
+	}
 	return m, err
+}
+
+// hasWebhook reports whether merchant id has a webhook, from the cache
+// or read in tx (and then kept). A merchant that does not exist has none.
+// Without a cache it answers true: the delivery's INSERT ... SELECT
+// checks the merchant itself.
+func (s *Store) hasWebhook(ctx context.Context, tx *sql.Tx, id string) (bool, error) {
+	if s.merchants == nil {
+		return true, nil
+	}
+	if m, ok := s.merchants.get(false, id); ok {
+		return m.WebhookURL != "", nil
+	}
+	m, err := s.scanMerchant(s.queryRow(ctx, tx, s.q.getMerchant, id))
+	if errors.Is(err, pay.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	s.merchants.put(m)
+	return m.WebhookURL != "", nil
 }
 
 // RevokeMerchant implements pay.MerchantStore.
 func (s *Store) RevokeMerchant(ctx context.Context, id string, at time.Time) error {
+	defer s.merchants.drop(id)
 	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := s.exec(ctx, tx, s.q.revokeMerchant, s.d.EncodeTime(pay.StoreTime(at)), id)
 		if err != nil {
@@ -145,6 +179,7 @@ func (s *Store) SetWebhook(ctx context.Context, id, url, secret string) error {
 	} else {
 		secret = ""
 	}
+	defer s.merchants.drop(id)
 	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := s.exec(ctx, tx, s.q.setWebhook, url, secret, id)
 		if err != nil {

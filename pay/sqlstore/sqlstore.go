@@ -58,6 +58,14 @@ type Config struct {
 	// when the store is made (see prepared.go), for a driver that would
 	// otherwise compile each statement's text on every call.
 	PrepareStatements bool
+	// MerchantTTL is how long a merchant read from the database is kept
+	// and used without reading it again: by the API key check
+	// (MerchantByKeyHash) and by a payment's events, which build a
+	// webhook delivery only when the merchant has a webhook. A revocation
+	// or webhook change made through this store applies at once; one made
+	// by another process, within MerchantTTL. 0 reads the merchant every
+	// time.
+	MerchantTTL time.Duration
 }
 
 // DefaultOpTimeout is the default Config.OpTimeout.
@@ -66,14 +74,16 @@ const DefaultOpTimeout = 2 * time.Second
 // DefaultMaxBatch is the default Config.MaxBatch.
 const DefaultMaxBatch = 64
 
-// DefaultConfig returns a 2 s operation timeout, the wall clock and no
-// group commit (batches of up to 64 when it is turned on).
+// DefaultConfig returns a 2 s operation timeout, the wall clock, no
+// group commit (batches of up to 64 when it is turned on) and merchants
+// kept for DefaultMerchantTTL.
 func DefaultConfig() Config {
-	return Config{OpTimeout: DefaultOpTimeout, Now: time.Now, MaxBatch: DefaultMaxBatch}
+	return Config{OpTimeout: DefaultOpTimeout, Now: time.Now, MaxBatch: DefaultMaxBatch, MerchantTTL: DefaultMerchantTTL}
 }
 
 // Validate reports every invalid field at once, each named in snake_case
-// as the flag that sets it: db_timeout (OpTimeout), now, max_batch.
+// as the flag that sets it: db_timeout (OpTimeout), now, max_batch,
+// merchant_ttl.
 func (c Config) Validate() error {
 	var f stampede.Fields
 	if c.OpTimeout <= 0 {
@@ -84,6 +94,9 @@ func (c Config) Validate() error {
 	}
 	if c.GroupCommit && c.MaxBatch < 1 {
 		f.Add("max_batch", "must be at least 1 with group commit, got %d", c.MaxBatch)
+	}
+	if c.MerchantTTL < 0 {
+		f.Add("merchant_ttl", "must not be negative, got %s", c.MerchantTTL)
 	}
 	return f.Err()
 }
@@ -100,6 +113,8 @@ type Store struct {
 	// text; nil without Config.PrepareStatements.
 	wst, rst map[string]*sql.Stmt
 	closed   atomic.Bool
+	// merchants is nil when Config.MerchantTTL is 0.
+	merchants *merchantCache
 }
 
 // New returns a Store on write (write transactions) and read (everything
@@ -116,6 +131,9 @@ func New(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
 		read = write
 	}
 	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d)}
+	if cfg.MerchantTTL > 0 {
+		s.merchants = newMerchantCache(cfg.MerchantTTL, cfg.Now)
+	}
 	if cfg.PrepareStatements {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.OpTimeout)
 		err := s.prepare(ctx)

@@ -108,9 +108,15 @@ func (s *Store) insertHistory(ctx context.Context, tx *sql.Tx, id string, c pay.
 }
 
 // insertOutbox writes outbox row e of a payment of merchantID and, in the
-// same transaction, its webhook delivery when the merchant has a webhook.
+// same transaction, its webhook delivery when the merchant has a webhook
+// (as the merchant cache has it: a webhook set by another process is
+// used within Config.MerchantTTL). The delivery's body is built only
+// then.
 func (s *Store) insertOutbox(ctx context.Context, tx *sql.Tx, merchantID string, e pay.OutboxEvent) error {
 	if _, err := s.exec(ctx, tx, s.q.insertOutbox, e.PaymentID, e.Seq, e.Type, string(e.Payload), s.d.EncodeTime(e.CreatedAt)); err != nil {
+		return err
+	}
+	if hook, err := s.hasWebhook(ctx, tx, merchantID); err != nil || !hook {
 		return err
 	}
 	d := pay.NewDelivery(e, merchantID)

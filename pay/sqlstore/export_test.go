@@ -1,0 +1,19 @@
+package sqlstore
+
+// MoneyPathStatements returns, by name, every statement a payment, its
+// status changes, its outbox, its webhook deliveries and its reconciliation
+// run, as the store sends them to d's database.
+func MoneyPathStatements(d Dialect) map[string]string {
+	q := newQueries(d)
+	return map[string]string{
+		"getPayment": q.getPayment, "lockPayment": q.lockPayment, "history": q.history,
+		"lockWithHistory": q.lockWithHistory, "insertPayment": q.insertPayment, "updateStatus": q.updateStatus,
+		"flagReview": q.flagReview, "insertHistory": q.insertHistory, "insertOutbox": q.insertOutbox,
+		"getIdem": q.getIdem, "upsertIdem": q.upsertIdem, "completeByPayment": q.completeByPayment,
+		"pendingOutbox": q.pendingOutbox, "markPublished": markPublished(d, 3), "deleteExpired": q.deleteExpired,
+		"liveOrder": q.liveOrder, "getMerchant": q.getMerchant, "merchantByKey": q.merchantByKey,
+		"insertDelivery": q.insertDelivery, "dueDeliveries": q.dueDeliveries, "claimDelivery": q.claimDelivery,
+		"recordAttempt": q.recordAttempt, "getDelivery": q.getDelivery, "claimDue": q.claimDue,
+		"claimOne": q.claimOne, "deferInquiry": q.deferInquiry, "oldestUnpublished": q.oldestUnpublished,
+	}
+}
