@@ -67,11 +67,12 @@ func (s *Service) Refund(ctx context.Context, merchantID, paymentID, key string,
 			return Refund{}, false, errUnsupported(s.inst, "partial refunds")
 		}
 	}
+	hash := r.RequestHash
 	r, err = rs.CreateRefund(ctx, r)
 	if c, ok := errors.AsType[*RefundConflict](err); ok {
 		got := c.Refund
 		switch {
-		case got.RequestHash != r.RequestHash:
+		case got.RequestHash != hash:
 			return Refund{}, false, &Error{Code: CodeMismatch, Field: "Idempotency-Key", Message: "this key was used with a different request"}
 		case got.Status == RefundPending:
 			return Refund{}, false, &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "a refund with this key is still in flight; retry later", RetryAfter: time.Second}

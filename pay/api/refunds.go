@@ -150,7 +150,11 @@ func (h *handler) listPayments(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	q, err := parseListQuery(r.URL.Query())
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return pay.Invalid("query", "is not a valid query string")
+	}
+	q, err := parseListQuery(v)
 	if err != nil {
 		return err
 	}
@@ -209,5 +213,5 @@ func parseListQuery(v url.Values) (pay.PaymentQuery, error) {
 		}
 		q.Limit = n
 	}
-	return q, q.Validate()
+	return q, nil
 }
