@@ -56,9 +56,12 @@ type Refund struct {
 	Amount     int64 // in minor units of Currency
 	Currency   string
 	// Reason is the merchant's reason, as given ("" when none).
-	Reason         string
-	Status         RefundStatus
-	ExternalKey    string // the key sent to the institution; equals ID
+	Reason      string
+	Status      RefundStatus
+	ExternalKey string // the key sent to the institution; equals ID
+	// PaymentKey is the payment's external key at the institution, set
+	// by CreateRefund from the payment (not stored with the refund).
+	PaymentKey     string
 	IdempotencyKey string // ScopedKey(merchant, Idempotency-Key)
 	RequestHash    string // the request's hash: a repeat with another body is a mismatch
 	CreatedAt      time.Time

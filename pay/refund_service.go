@@ -92,7 +92,7 @@ func (s *Service) Refund(ctx context.Context, merchantID, paymentID, key string,
 func (s *Service) sendRefund(ctx context.Context, ref Refunder, r Refund) (RefundStatus, string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApprovalTimeout)
 	defer cancel()
-	v, err := ref.Refund(ctx, RefundRequest{ExternalKey: r.ExternalKey, PaymentKey: r.PaymentID, Amount: r.Amount, Currency: r.Currency, Reason: r.Reason})
+	v, err := ref.Refund(ctx, RefundRequest{ExternalKey: r.ExternalKey, PaymentKey: r.PaymentKey, Amount: r.Amount, Currency: r.Currency, Reason: r.Reason})
 	switch {
 	case err == nil && v.Succeeded:
 		return RefundSucceeded, reason(ReasonRefunded, "the institution refunded %d %s", r.Amount, r.Currency)

@@ -164,7 +164,7 @@ func (s *Store) CreateRefund(ctx context.Context, r pay.Refund) (pay.Refund, err
 				Message: fmt.Sprintf("the payment's refunds would exceed its amount: %d %s of %d are refunded or in flight, %d left", held, p.Currency, p.Amount, max(left, 0)),
 				Extra:   map[string]any{"refundable": max(left, 0)}}
 		}
-		r.Currency = p.Currency
+		r.Currency, r.PaymentKey = p.Currency, p.ExternalKey
 		if _, err := s.exec(ctx, tx, s.rq.insertRefund, r.ID, r.PaymentID, r.MerchantID, r.Amount, r.Currency, r.Reason,
 			string(r.Status), r.ExternalKey, r.IdempotencyKey, r.RequestHash, s.d.EncodeTime(r.CreatedAt),
 			s.d.EncodeTime(r.UpdatedAt), s.encodeNullTime(r.NextInquiryAt)); err != nil {
