@@ -49,6 +49,7 @@ func testConcurrentRefundsNeverExceed(t *testing.T, s pay.Store) {
 		wg                sync.WaitGroup
 		mu                sync.Mutex
 		written, exceeded int
+		unavailable       int
 		others            []error
 	)
 	for range n {
@@ -62,6 +63,11 @@ func testConcurrentRefundsNeverExceed(t *testing.T, s pay.Store) {
 				written++
 			case pay.ErrorCode(err) == pay.CodeRefundExceeds:
 				exceeded++
+			case pay.ErrorCode(err) == pay.CodeUnavailable:
+				// A database too slow for the operation deadline on a
+				// loaded machine: the refund was not written (checked
+				// below), which is allowed; the sum still must hold.
+				unavailable++
 			default:
 				others = append(others, err)
 			}
@@ -77,8 +83,8 @@ func testConcurrentRefundsNeverExceed(t *testing.T, s pay.Store) {
 	}
 	held, _ := pay.Refunded(list)
 	want := int(p.Amount / amount)
-	if written != want || exceeded != n-want || len(list) != want || held > p.Amount {
-		t.Fatalf("written %d, exceeded %d, stored %d refunds holding %d of %d; want %d written", written, exceeded, len(list), held, p.Amount, want)
+	if len(list) != written || held > p.Amount || (unavailable == 0 && (written != want || exceeded != n-want)) {
+		t.Fatalf("written %d, exceeded %d, unavailable %d, stored %d refunds holding %d of %d; want %d written", written, exceeded, unavailable, len(list), held, p.Amount, want)
 	}
 }
 
