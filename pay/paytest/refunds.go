@@ -83,7 +83,8 @@ func testConcurrentRefundsNeverExceed(t *testing.T, s pay.Store) {
 	}
 	held, _ := pay.Refunded(list)
 	want := int(p.Amount / amount)
-	if len(list) != written || held > p.Amount || (unavailable == 0 && (written != want || exceeded != n-want)) {
+	// An unavailable answer may still have committed.
+	if len(list) < written || len(list) > written+unavailable || held > p.Amount || (unavailable == 0 && (written != want || exceeded != n-want)) {
 		t.Fatalf("written %d, exceeded %d, unavailable %d, stored %d refunds holding %d of %d; want %d written", written, exceeded, unavailable, len(list), held, p.Amount, want)
 	}
 }
