@@ -124,7 +124,9 @@ func (h *Handler) apply(ctx context.Context, tx Tx, ev Event, now time.Time) (Ou
 	if err := tx.AdvancePayment(ctx, ev.PaymentID, ev.Seq, ev.Status, now); err != nil {
 		return "", fmt.Errorf("advance payment %s: %w", ev.PaymentID, err)
 	}
-	if !ev.Status.Terminal() {
+	// A refund event leaves the payment's status as it was: the order
+	// and its ticket are not its business.
+	if !ev.Status.Terminal() || ev.Refund != nil {
 		return OutcomeNoEffect, nil
 	}
 	o, err := tx.LockOrder(ctx, ev.MerchantID, ev.OrderID, now)

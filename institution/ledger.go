@@ -107,10 +107,16 @@ type ledgerState struct {
 	next     int
 	dropped  int64
 	charges  int
+
+	refunds        map[string]*RefundRecord
+	refundOrder    []string // refund keys in the order first processed
+	refundAttempts map[string]attempt
+	refunded       map[string]int64 // by approval key
 }
 
 func newLedgerState() ledgerState {
-	return ledgerState{records: map[string]*Record{}, attempts: map[string]attempt{}}
+	return ledgerState{records: map[string]*Record{}, attempts: map[string]attempt{},
+		refunds: map[string]*RefundRecord{}, refundAttempts: map[string]attempt{}, refunded: map[string]int64{}}
 }
 
 // addArrival appends a to the arrival log, dropping the oldest beyond max.

@@ -22,6 +22,9 @@ const (
 	CodeNotFound              = stampede.NotFound     // no such payment, idempotency key or path
 	CodeConflict              = stampede.Conflict     // the idempotency key is in flight, or the status moved on
 	CodeOrderExists      Code = "order_exists"        // the order already has a live or approved payment
+	CodeNotRefundable    Code = "not_refundable"      // the payment is not APPROVED: there is nothing to refund
+	CodeRefundExceeds    Code = "refund_exceeds"      // the refunds would add up to more than the payment's amount
+	CodeNotSupported     Code = "not_supported"       // the institution's connector cannot do this
 	CodeUnauthorized          = stampede.Unauthorized // no valid merchant API key
 	CodeForbidden             = stampede.Forbidden    // the key's merchant is not the body's merchant_id
 	CodeMismatch              = stampede.Mismatch     // the idempotency key was used with a different request
@@ -98,6 +101,9 @@ func MapError(err error) error {
 	if o, ok := errors.AsType[*OrderExistsError](err); ok {
 		return &Error{Code: CodeOrderExists, Kind: stampede.Conflict, Field: "order_id", Message: "the order already has a payment that is in progress or approved; it may be paid again only after that payment is declined or failed",
 			Extra: map[string]any{"payment_id": o.PaymentID}, Err: o}
+	}
+	if c, ok := errors.AsType[*RefundConflict](err); ok {
+		return &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "this key already names a refund", Err: c}
 	}
 	if c, ok := errors.AsType[*IdempotencyConflict](err); ok {
 		return &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "this key already names a payment", Err: c}

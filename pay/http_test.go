@@ -29,8 +29,7 @@ func TestHTTPConventions(t *testing.T) {
 	}{
 		{http.MethodGet, "/v1/nothing", "", "", 404, "", ""},
 		{http.MethodGet, "/v1/payments/", "", "", 404, "", ""},
-		{http.MethodGet, "/v1/payments", "", "", 405, "POST", ""},
-		{http.MethodPut, "/v1/payments", "application/json", payment("o", 1), 405, "POST", ""},
+		{http.MethodPut, "/v1/payments", "application/json", payment("o", 1), 405, "GET, HEAD, POST", ""},
 		{http.MethodDelete, "/v1/payments/" + pay.NewID(), "", "", 405, "GET, HEAD", ""},
 		{http.MethodPost, "/healthz", "", "", 405, "GET, HEAD", ""},
 		{http.MethodGet, "/v1/payments/" + pay.NewID(), "", "", 404, "", ""},
@@ -73,7 +72,7 @@ func TestOpenAPIServed(t *testing.T) {
 		t.Fatalf("/openapi.json = %d %v", resp.StatusCode, body["openapi"])
 	}
 	paths, _ := body["paths"].(map[string]any)
-	for _, p := range []string{"/v1/payments", "/v1/payments/{id}", "/healthz", "/readyz", "/metrics", "/openapi.json"} {
+	for _, p := range []string{"/v1/payments", "/v1/payments/{id}", "/v1/payments/{id}/refunds", "/healthz", "/readyz", "/metrics", "/openapi.json"} {
 		if paths[p] == nil {
 			t.Errorf("/openapi.json lacks %s", p)
 		}

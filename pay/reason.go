@@ -24,6 +24,9 @@ const (
 	ReasonRecovered       = "recovered"         // PENDING past its approval timeout (a crash, a failed write): taken over
 	ReasonReviewUnsettled = "unsettled"         // flagged: status inquiries could not settle it
 	ReasonWithheld        = "withheld"          // an old reason with internals in it, not shown
+	ReasonRefunded        = "refunded"          // the institution carried the refund out
+	ReasonRefundDeclined  = "refund_declined"   // the institution declined the refund
+	ReasonInquiryRefunded = "inquiry_refunded"  // a status inquiry found the refund carried out
 )
 
 // reasonCodes are the codes a public reason may start with.
@@ -31,7 +34,7 @@ var reasonCodes = map[string]bool{
 	ReasonCreated: true, ReasonApproved: true, ReasonDeclined: true, ReasonBulkheadFull: true, ReasonNotSent: true,
 	ReasonRejected: true, ReasonApprovalTimeout: true, ReasonOutcomeUnknown: true, ReasonInquiryApproved: true,
 	ReasonInquiryDeclined: true, ReasonInquiryNotFound: true, ReasonRecovered: true, ReasonReviewUnsettled: true,
-	ReasonWithheld: true,
+	ReasonWithheld: true, ReasonRefunded: true, ReasonRefundDeclined: true, ReasonInquiryRefunded: true,
 }
 
 // reason formats a public reason: code, then safe text.

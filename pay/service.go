@@ -809,8 +809,8 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 // Run runs the reconciler (RunReconciler) until ctx ends.
 func (s *Service) Run(ctx context.Context) error { return s.RunReconciler(ctx) }
 
-// RunReconciler runs a reconciliation pass at once and then every
-// ReconcileEvery, and deletes expired idempotency keys, until ctx ends
+// RunReconciler runs a reconciliation pass (payments, then refunds:
+// RefundPass) at once and then every ReconcileEvery, and deletes expired idempotency keys, until ctx ends
 // (then it returns nil). A failed pass is logged and retried on the next
 // tick; when passes have kept failing for GiveUpAfter, it returns the
 // last error.
@@ -823,6 +823,11 @@ func (s *Service) RunReconciler(ctx context.Context) error {
 	)
 	for {
 		res, err := s.Pass(ctx)
+		if err == nil {
+			var n int
+			n, err = s.RefundPass(ctx)
+			res.Settled += n
+		}
 		if err == nil {
 			_, err = s.store.DeleteExpiredIdempotency(ctx, s.cfg.Now())
 		}

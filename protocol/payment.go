@@ -42,7 +42,20 @@ const (
 	EventCreated       = "payment.created"        // the payment was created PENDING
 	EventStatusChanged = "payment.status_changed" // the payment changed status
 	EventReviewFlagged = "payment.review_flagged" // the payment was flagged for manual review
+	EventRefundCreated = "refund.created"         // a refund of the payment was recorded PENDING
+	EventRefundChanged = "refund.status_changed"  // a refund of the payment changed status
 )
+
+// RefundEvent is what a refund event (EventRefundCreated,
+// EventRefundChanged) says about the refund; the payment's members of
+// PaymentEvent are the payment's, whose status a refund does not change.
+type RefundEvent struct {
+	ID     string `json:"id"`
+	Amount int64  `json:"amount"` // in minor units of the payment's currency
+	From   string `json:"from,omitempty"`
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
 
 // PaymentEvent is the body of a payment event, as pay's outbox publishes
 // it and every consumer reads it: the payment as it stands after a change,
@@ -60,6 +73,9 @@ type PaymentEvent struct {
 	Reason       string        `json:"reason,omitempty"`
 	ManualReview bool          `json:"manual_review"`
 	At           time.Time     `json:"at"`
+	// Refund is set on a refund event only: the payment is unchanged,
+	// the refund moved.
+	Refund *RefundEvent `json:"refund,omitempty"`
 }
 
 // EventID returns the id of a payment's seq-th event, "<payment id>-<seq>":

@@ -29,6 +29,7 @@ import (
 	payserver "github.com/stampede-lab/stampede/pay/server"
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/pay/sqlstore"
+	"github.com/stampede-lab/stampede/pay/stripeconnector"
 	"github.com/stampede-lab/stampede/pay/webhook"
 )
 
@@ -124,6 +125,7 @@ type payOptions struct {
 	store       payStoreOptions
 	http        string
 	institution string
+	connector   string
 	nats        string
 	natsDir     string
 	natsSync    bool
@@ -153,7 +155,13 @@ func newServePayCmd() *cobra.Command {
                            {"merchant_id" (optional: the key's),"order_id","amount","currency"}
                            → 201 APPROVED/DECLINED/FAILED, 202 UNKNOWN, 400, 401, 403, 409
                              (in flight, or order_exists), 413, 415, 422, 503
+  GET  /v1/payments       the key's merchant's payments: ?order_id, status, created_after,
+                           created_before, limit, cursor (next_cursor of the last page)
   GET  /v1/payments/{id}   the key's merchant's payment with its status history
+  POST /v1/payments/{id}/refunds   Idempotency-Key header; {"amount" (optional: what is
+                           left),"reason" (optional)} → 201 SUCCEEDED/FAILED, 202 UNKNOWN;
+                           409 refund_exceeds when the refunds would pass the amount
+  GET  /v1/payments/{id}/refunds   the payment's refunds with their histories
   GET  /v1/admin/payments?flagged=true, /v1/admin/payments/{id}, /v1/admin/stats
                            any merchant's payments, flagged ones, counts by status and the
                            outbox lag (Bearer --admin-token; absent without it)
@@ -172,6 +180,14 @@ database failure after the institution answered) is taken over as UNKNOWN by
 any instance; a younger one is left to the instance calling. Every change writes an outbox row in the
 same transaction; a relay publishes the rows to NATS JetStream
 (payments.<id>, de-duplicated by <id>-<seq>).
+
+The institution is reached through a connector (--connector): simulator (the
+institution simulator's protocol at --institution), or stripe (Stripe's API
+through the official client; the secret key from $STAMPEDE_STRIPE_SECRET_KEY,
+--institution overriding Stripe's URL, e.g. for stripe-mock). Each declares
+what it guarantees; a missing or malformed key is refused at start. A refund,
+like an approval, is never sent again after a lost answer: it is UNKNOWN
+until a status inquiry settles it.
 
 Storage: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite (--sqlite,
 default <data-dir>/pay.db). Events: --nats (or $STAMPEDE_NATS_URL), else an
@@ -198,7 +214,8 @@ past --idle-timeout.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.http, "http", "127.0.0.1:8081", "address to listen on")
 	f.StringVar(&opts.adminToken, "admin-token", "", "bearer token of the read-only /v1/admin endpoints (the operator console), at least 16 bytes (empty: no admin endpoints)")
-	f.StringVar(&opts.institution, "institution", "", "base URL of the payment institution, e.g. http://127.0.0.1:8090 (required)")
+	f.StringVar(&opts.institution, "institution", "", "base URL of the payment institution, e.g. http://127.0.0.1:8090 (required for the simulator connector; for stripe it overrides Stripe's URL)")
+	f.StringVar(&opts.connector, "connector", "simulator", "the institution's connector: simulator or stripe (toss is not built yet); keys come from the environment")
 	f.StringVar(&opts.nats, "nats", "", "NATS URL (empty: an embedded nats-server)")
 	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: <data-dir>/nats)")
 	f.BoolVar(&opts.natsSync, "nats-sync-always", false, "the embedded nats-server fsyncs every message before acknowledging it (survives power loss, not only a killed process)")
@@ -242,7 +259,10 @@ func (o *payOptions) serverConfig() (httpapi.ServerConfig, error) {
 }
 
 func runPay(cmd *cobra.Command, opts *payOptions) error {
-	if opts.institution == "" {
+	if err := pay.ValidateConnector(opts.connector); err != nil {
+		return flagErrors("", err)
+	}
+	if opts.connector == "simulator" && opts.institution == "" {
 		return errors.New("--institution is required: the base URL of the payment institution")
 	}
 	scfg, err := opts.serverConfig()
@@ -272,6 +292,11 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 		wcfg.Lease = 3 * wcfg.Timeout
 	}
 	if err := stampede.Join(flagErrors("", stampede.Join(svcCfg.Validate(), apiCfg.Validate())), flagErrors("webhook-", wcfg.Validate())); err != nil {
+		return err
+	}
+
+	inst, err := opts.newConnector()
+	if err != nil {
 		return err
 	}
 
@@ -327,10 +352,6 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// Keep connections to the institution open for bursts of payments.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 256
-	client := instclient.NewClient(opts.institution, &http.Client{Transport: tr})
 
 	ws, ok := store.(pay.WebhookStore)
 	if !ok {
@@ -346,7 +367,7 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	}
 	cfg := payserver.DefaultConfig()
 	cfg.Background = []payserver.Component{{Name: "webhooks", Run: deliverer.Run}}
-	cfg.Store, cfg.Institution, cfg.Events, cfg.Listener = store, institutionclient.New(client), events, ln
+	cfg.Store, cfg.Institution, cfg.Events, cfg.Listener = store, inst, events, ln
 	cfg.Service, cfg.API, cfg.Relay.GiveUpAfter = svcCfg, apiCfg, opts.giveUpAfter
 	cfg.HTTP = scfg
 	cfg.Checks = []httpapi.Check{{Name: "nats", Ping: natsReady(nc)}}
@@ -357,6 +378,7 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 		return err
 	}
 	log.Info("payment service listening", "addr", ln.Addr().String(), "store", where, "institution", opts.institution,
+		"connector", inst.Name(), "capabilities", inst.Capabilities().String(),
 		"stream", opts.stream.Stream, "stream_max_age", opts.stream.MaxAge, "stream_max_bytes", opts.stream.MaxBytes,
 		"read_timeout", scfg.ReadTimeout, "write_timeout", scfg.WriteTimeout, "idle_timeout", scfg.IdleTimeout)
 	if err := srv.Run(ctx); err != nil {
@@ -364,6 +386,40 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// Environment variables of the connectors' credentials.
+const (
+	envStripeKey = "STAMPEDE_STRIPE_SECRET_KEY"
+	envTossKey   = "STAMPEDE_TOSS_SECRET_KEY"
+)
+
+// newConnector makes the connector --connector names, its credentials
+// from the environment; a missing or malformed one is refused here,
+// before anything is served.
+func (o *payOptions) newConnector() (pay.Connector, error) {
+	// Keep connections to the institution open for bursts of payments.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256
+	hc := &http.Client{Transport: tr}
+	switch o.connector {
+	case "stripe":
+		cfg := stripeconnector.DefaultConfig()
+		cfg.SecretKey, cfg.URL, cfg.HTTPClient = os.Getenv(envStripeKey), o.institution, hc
+		c, err := stripeconnector.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("--connector stripe: %w", err)
+		}
+		return c, nil
+	case "toss":
+		key := os.Getenv(envTossKey)
+		if !strings.HasPrefix(key, "test_sk_") && !strings.HasPrefix(key, "live_sk_") {
+			return nil, fmt.Errorf("--connector toss: %s must hold a Toss Payments secret key (test_sk_... or live_sk_...)", envTossKey)
+		}
+		return nil, errors.New("--connector toss: the Toss Payments connector is not built yet; use simulator or stripe")
+	default:
+		return institutionclient.New(instclient.NewClient(o.institution, hc)), nil
+	}
 }
 
 // natsReady is the readiness check of the NATS connection: connected, and

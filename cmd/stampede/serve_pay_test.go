@@ -107,7 +107,7 @@ func TestServePayAnswersThroughHTTPAPI(t *testing.T) {
 		t.Errorf("POST against a hung institution = %d %s, want 202 UNKNOWN", resp.StatusCode, body)
 	}
 
-	for path, want := range map[string]int{"/v1/payments": 405, "/v1/nothing": 404, "/openapi.json": 200, "/healthz": 200} {
+	for path, want := range map[string]int{"/v1/payments": 401, "/v1/nothing": 404, "/openapi.json": 200, "/healthz": 200} {
 		resp, err := c.Get(base + path)
 		if err != nil {
 			t.Fatal(err)
@@ -130,7 +130,7 @@ func TestServePayAnswersThroughHTTPAPI(t *testing.T) {
 	resp.Body.Close()
 	for _, want := range []string{
 		`http_requests_total{code="202",method="POST",route="/v1/payments"} 1`,
-		`http_requests_total{code="405",method="GET",route="/v1/payments"} 1`,
+		`http_requests_total{code="401",method="GET",route="/v1/payments"} 1`,
 		`http_requests_total{code="200",method="GET",route="/readyz"} 1`,
 		`http_request_duration_seconds_count{method="POST",route="/v1/payments"} 1`,
 	} {

@@ -3,6 +3,9 @@
 //
 //	POST /v1/approvals                  {"external_key","amount","currency"} → APPROVED or DECLINED
 //	GET  /v1/approvals/{external_key}   the record, or 404 with the not-found window
+//	POST /v1/refunds                    {"external_key","approval_key","amount"} → SUCCEEDED or DECLINED
+//	GET  /v1/refunds/{external_key}     the refund's record, or 404 with the not-found window
+//	GET  /admin/refunds                 the refund ledger: records, refunded per approval
 //	PUT  /admin/behavior                set the fault mode (Bearer admin token)
 //	GET  /admin/behavior                the current behaviour
 //	GET  /admin/arrivals                every approval request received, with its arrival time
@@ -135,6 +138,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	a.Handle("/v1/approvals", httpapi.Methods{http.MethodPost: s.approve})
 	a.Handle("/v1/approvals/{external_key}", httpapi.Methods{http.MethodGet: s.status})
+	a.Handle("/v1/refunds", httpapi.Methods{http.MethodPost: s.refund})
+	a.Handle("/v1/refunds/{external_key}", httpapi.Methods{http.MethodGet: s.refundStatus})
+	a.Handle("/admin/refunds", httpapi.Methods{http.MethodGet: s.admin(s.getRefunds)})
 	a.Handle("/admin/behavior", httpapi.Methods{
 		http.MethodGet: s.admin(s.getBehavior),
 		http.MethodPut: s.admin(s.putBehavior),
@@ -276,5 +282,37 @@ func (s *Server) getApprovals(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) postReset(w http.ResponseWriter, r *http.Request) error {
 	n := s.Reset()
 	httpapi.WriteJSON(w, http.StatusOK, institution.ResetResult{Released: n, Behavior: s.Behavior()})
+	return nil
+}
+
+// refundFields lists the fields of POST /v1/refunds.
+const refundFields = `"external_key", "approval_key", "amount"`
+
+// refund serves POST /v1/refunds.
+func (s *Server) refund(w http.ResponseWriter, r *http.Request) error {
+	var body institution.RefundRequest
+	if err := s.decodeJSON(w, r, &body, refundFields); err != nil {
+		return err
+	}
+	res, err := s.Refund(r.Context(), body, r.URL.Path)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// refundStatus serves GET /v1/refunds/{external_key}.
+func (s *Server) refundStatus(w http.ResponseWriter, r *http.Request) error {
+	rec, err := s.RefundStatus(r.PathValue("external_key"))
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, rec)
+	return nil
+}
+
+func (s *Server) getRefunds(w http.ResponseWriter, r *http.Request) error {
+	httpapi.WriteJSON(w, http.StatusOK, s.Refunds())
 	return nil
 }

@@ -325,3 +325,74 @@ func classify(resp *http.Response, data []byte, otherwise error) error {
 		return fmt.Errorf("%w: %w", otherwise, e)
 	}
 }
+
+// Refund asks the institution to refund req. A DECLINED result is an
+// answer, not an error. The errors are Approve's: ErrUnknownOutcome (the
+// money may have moved back: settle by RefundStatus, never by sending it
+// again), ErrNotSent, ErrInstitution and ErrRejected.
+func (c *Client) Refund(ctx context.Context, req institution.RefundRequest) (institution.RefundResult, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return institution.RefundResult{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
+	var connected atomic.Bool
+	resp, err := c.send(ctx, http.MethodPost, "/v1/refunds", body, false, &connected)
+	if err != nil {
+		if !connected.Load() {
+			return institution.RefundResult{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+		}
+		return institution.RefundResult{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+	data, err := readAll(resp, maxAnswer)
+	if err != nil {
+		return institution.RefundResult{}, fmt.Errorf("%w: reading the answer: %w", ErrUnknownOutcome, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		var res institution.RefundResult
+		if err := json.Unmarshal(data, &res); err != nil ||
+			(res.Status != institution.RefundSucceeded && res.Status != institution.RefundDeclined) {
+			return institution.RefundResult{}, fmt.Errorf("%w: the 200 answer is not a refund result: %.200s", ErrUnknownOutcome, data)
+		}
+		return res, nil
+	case resp.StatusCode == http.StatusGatewayTimeout:
+		return institution.RefundResult{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, answerError(resp, data))
+	default:
+		return institution.RefundResult{}, classify(resp, data, ErrUnknownOutcome)
+	}
+}
+
+// RefundStatus asks the institution what it knows about a refund's
+// externalKey; the answer and the errors are Status's, with Status
+// SUCCEEDED or DECLINED when Found and Charges the times it refunded.
+func (c *Client) RefundStatus(ctx context.Context, externalKey string) (StatusResult, error) {
+	resp, err := c.send(ctx, http.MethodGet, "/v1/refunds/"+url.PathEscape(externalKey), nil, false, nil)
+	if err != nil {
+		return StatusResult{}, fmt.Errorf("%w: %w", ErrStatusUnavailable, err)
+	}
+	data, err := readAll(resp, maxAnswer)
+	if err != nil {
+		return StatusResult{}, fmt.Errorf("%w: reading the answer: %w", ErrStatusUnavailable, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		var rec institution.RefundRecord
+		if err := json.Unmarshal(data, &rec); err != nil || (rec.Status != institution.RefundSucceeded && rec.Status != institution.RefundDeclined) {
+			return StatusResult{}, fmt.Errorf("%w: the 200 answer is not a refund record: %.200s", ErrStatusUnavailable, data)
+		}
+		return StatusResult{Found: true, Status: rec.Status, Amount: rec.Amount, Charges: rec.Refunds, Definitive: true}, nil
+	case http.StatusNotFound:
+		if res, ok := notFound(answerError(resp, data)); ok {
+			return res, nil
+		}
+	case http.StatusServiceUnavailable:
+		return StatusResult{}, fmt.Errorf("%w: %w", ErrStatusUnavailable, answerError(resp, data))
+	}
+	return StatusResult{}, classify(resp, data, ErrStatusUnavailable)
+}
+
+// Refunds returns the institution's refund ledger (admin token).
+func (c *Client) Refunds(ctx context.Context) (institution.RefundLedger, error) {
+	var l institution.RefundLedger
+	return l, c.admin(ctx, http.MethodGet, "/admin/refunds", nil, &l)
+}

@@ -43,6 +43,9 @@ const (
 	// `.ci/nats-cluster kill PORT`), e.g.
 	// nats://127.0.0.1:4231,nats://127.0.0.1:4232,nats://127.0.0.1:4233.
 	NATSClusterURL = "STAMPEDE_NATS_CLUSTER_URL"
+	// StripeMockURL is the base URL of a stripe-mock server, the Stripe
+	// connector's tests' Stripe (.ci/stripe-mock starts one).
+	StripeMockURL = "STAMPEDE_STRIPE_MOCK_URL"
 	// ChromiumPath names the Chromium executable of the browser test; when
 	// it is unset, Chromium looks for Debian's.
 	ChromiumPath = "STAMPEDE_CHROMIUM"
@@ -57,6 +60,7 @@ var examples = map[string]string{
 	PostgresURL:     "'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'",
 	NATSURL:         "nats://127.0.0.1:4222",
 	NATSClusterURL:  "nats://127.0.0.1:4231,nats://127.0.0.1:4232,nats://127.0.0.1:4233",
+	StripeMockURL:   "http://127.0.0.1:12111",
 }
 
 // starters say what starts a service locally, when .ci/run has a helper
@@ -65,6 +69,7 @@ var starters = map[string]string{
 	RedisClusterURL: ".ci/redis-cluster starts one",
 	RedisHAURL:      ".ci/redis-cluster --ha starts one",
 	NATSClusterURL:  ".ci/nats-cluster starts one",
+	StripeMockURL:   ".ci/stripe-mock starts one",
 }
 
 // debianChromium is where Debian's chromium package installs Chromium

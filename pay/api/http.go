@@ -1,5 +1,6 @@
 // Package api is the payment service's HTTP adapter: the merchant API
-// (POST /v1/payments, GET /v1/payments/{id}), the operator's read-only
+// (POST and GET /v1/payments, GET /v1/payments/{id}, POST and GET
+// /v1/payments/{id}/refunds), the operator's read-only
 // /v1/admin endpoints, the admission requirement of a new payment, and
 // the OpenAPI description (openapi.yaml). It renders a pay.Payment as the
 // client sees it, the first time and on every idempotent replay alike.
@@ -119,8 +120,9 @@ func New(svc *pay.Service, store pay.Store, cfg Config, reg *prometheus.Registry
 		return nil, err
 	}
 	h := &handler{svc: svc, store: store, cfg: cfg}
-	api.Handle("/v1/payments", httpapi.Methods{http.MethodPost: h.create})
+	api.Handle("/v1/payments", httpapi.Methods{http.MethodPost: h.create, http.MethodGet: h.listPayments})
 	api.Handle("/v1/payments/{id}", httpapi.Methods{http.MethodGet: h.get})
+	api.Handle("/v1/payments/{id}/refunds", httpapi.Methods{http.MethodPost: h.refund, http.MethodGet: h.listRefunds})
 	api.AddCheck(httpapi.Check{Name: "store", Ping: store.Ping})
 	if err := registerAdmin(api, svc, store, cfg); err != nil {
 		return nil, err

@@ -1,7 +1,11 @@
-// Package institutionclient adapts the institution simulator's HTTP client
-// (package institution) to pay.Institution, translating its answers and
-// errors into what the payment service knows: approved, declined, not
-// sent, rejected, or unknown.
+// Package institutionclient is the simulator connector: it adapts the
+// institution simulator's HTTP client (package institution) to
+// pay.Connector and pay.Refunder, translating its answers and errors into
+// what the payment service knows: approved (refunded), declined, not
+// sent, rejected, or unknown. Its capabilities are the simulator's:
+// inquiry by the key we send, refunds, partial refunds; approvals are not
+// declared idempotent (the simulator's idempotent mode is a fault-mode
+// switch, off by default), so a lost approval is settled by inquiry.
 package institutionclient
 
 import (
@@ -18,7 +22,50 @@ type Adapter struct {
 	c *instclient.Client
 }
 
-var _ pay.Institution = (*Adapter)(nil)
+var (
+	_ pay.Connector = (*Adapter)(nil)
+	_ pay.Refunder  = (*Adapter)(nil)
+)
+
+// Name implements pay.Connector: "simulator".
+func (a *Adapter) Name() string { return "simulator" }
+
+// Capabilities implements pay.Connector.
+func (a *Adapter) Capabilities() pay.Capabilities {
+	return pay.Capabilities{InquiryByOrder: true, Refund: true, PartialRefund: true}
+}
+
+// Refund implements pay.Refunder.
+func (a *Adapter) Refund(ctx context.Context, req pay.RefundRequest) (pay.RefundVerdict, error) {
+	res, err := a.c.Refund(ctx, institution.RefundRequest{ExternalKey: req.ExternalKey, ApprovalKey: req.PaymentKey, Amount: req.Amount})
+	switch {
+	case err == nil:
+		return pay.RefundVerdict{Succeeded: res.Status == institution.RefundSucceeded}, nil
+	case errors.Is(err, instclient.ErrNotSent):
+		return pay.RefundVerdict{}, errors.Join(pay.ErrNotSent, err)
+	case errors.Is(err, instclient.ErrRejected):
+		return pay.RefundVerdict{}, errors.Join(pay.ErrRejected, err)
+	default:
+		return pay.RefundVerdict{}, errors.Join(pay.ErrOutcomeUnknown, err)
+	}
+}
+
+// InquireRefund implements pay.Refunder.
+func (a *Adapter) InquireRefund(ctx context.Context, externalKey string) (pay.RefundInquiry, error) {
+	res, err := a.c.RefundStatus(ctx, externalKey)
+	switch {
+	case errors.Is(err, instclient.ErrStatusUnavailable):
+		return pay.RefundInquiry{}, errors.Join(pay.ErrInquiryUnavailable, err)
+	case err != nil:
+		return pay.RefundInquiry{}, err
+	}
+	return pay.RefundInquiry{
+		Found:          res.Found,
+		Succeeded:      res.Found && res.Status == institution.RefundSucceeded,
+		Definitive:     res.Definitive,
+		NotFoundWindow: res.NotFoundWindow,
+	}, nil
+}
 
 // New returns an Adapter over c.
 func New(c *instclient.Client) *Adapter { return &Adapter{c: c} }

@@ -63,6 +63,11 @@ func run(t *testing.T, newStore func(t *testing.T) pay.Store, parallel bool) {
 		{"TransitionBatch", testTransitionBatch},
 		{"TransitionBatchRefusesInvalid", testTransitionBatchInvalid},
 		{"ConcurrentBatchAndSingleOneWins", testConcurrentBatchAndSingle},
+		{"ConcurrentRefundsNeverExceed", testConcurrentRefundsNeverExceed},
+		{"RefundRules", testRefundRules},
+		{"RefundEventsInPaymentOrder", testRefundEventsInPaymentOrder},
+		{"ClaimDueRefunds", testClaimDueRefunds},
+		{"ListForMerchant", testListForMerchant},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

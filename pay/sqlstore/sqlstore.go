@@ -108,6 +108,7 @@ type Store struct {
 	write *sql.DB // write transactions
 	read  *sql.DB // reads; may be write
 	q     queries
+	rq    refundQueries
 	gc    *committer // nil without Config.GroupCommit
 	// wst and rst are the prepared statements of write and read by
 	// text; nil without Config.PrepareStatements.
@@ -130,7 +131,7 @@ func New(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
 	if read == nil {
 		read = write
 	}
-	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d)}
+	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d), rq: newRefundQueries(d)}
 	if cfg.MerchantTTL > 0 {
 		s.merchants = newMerchantCache(cfg.MerchantTTL, cfg.Now)
 	}
@@ -227,11 +228,12 @@ func MapError(d Dialect, err error) error {
 		pe *pay.Error
 		ic *pay.IdempotencyConflict
 		oe *pay.OrderExistsError
+		rc *pay.RefundConflict
 	)
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &pe), errors.As(err, &ic), errors.As(err, &oe),
+	case errors.As(err, &pe), errors.As(err, &ic), errors.As(err, &oe), errors.As(err, &rc),
 		errors.Is(err, pay.ErrNotFound), errors.Is(err, pay.ErrStaleStatus):
 		return err
 	}
