@@ -234,17 +234,25 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // guard proxies an admitted request upstream or sends the visitor to wait.
 func (g *Gate) guard(w http.ResponseWriter, r *http.Request) {
 	stripStampede(r.Header)
-	ck, err := r.Cookie(g.cfg.CookieName)
-	if err != nil {
+	// Only a cookie that verifies as an admission to this room is the
+	// gate's: another room's (another gate on this host, with the same
+	// cookie name), a tampered or an expired one is left alone (the
+	// hand-off replaces it), never deleted.
+	var (
+		c     protocol.AdmissionClaims
+		value string
+	)
+	for _, ck := range r.CookiesNamed(g.cfg.CookieName) {
+		if v, err := protocol.VerifyAdmission(ck.Value, g.cfg.Admissions.JWKS(), g.cfg.Room, g.cfg.Now()); err == nil {
+			c, value = v, ck.Value
+			break
+		}
+	}
+	if value == "" {
 		g.wait(w, r, false)
 		return
 	}
-	c, err := protocol.VerifyAdmission(ck.Value, g.cfg.Admissions.JWKS(), g.cfg.Room, g.cfg.Now())
-	if err != nil {
-		g.wait(w, r, true)
-		return
-	}
-	token, ok, err := g.check(r.Context(), c, ck.Value)
+	token, ok, err := g.check(r.Context(), c, value)
 	if err != nil {
 		httpapi.WriteProblem(w, err, "stampede-gate")
 		return
@@ -253,7 +261,7 @@ func (g *Gate) guard(w http.ResponseWriter, r *http.Request) {
 		g.wait(w, r, true)
 		return
 	}
-	if token != ck.Value {
+	if token != value {
 		http.SetCookie(w, g.cookie(r, g.cfg.CookieName, token, 0))
 	}
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admissionCtxKey{}, admitted{c, token})))

@@ -89,3 +89,27 @@ func TestGateIdentityHeadersCannotBeStrippedOrForged(t *testing.T) {
 		}
 	})
 }
+
+// TestGateLeavesAnotherRoomsCookie: two gates on one host (cookies do
+// not tell ports apart) guard two rooms with the same cookie name. A
+// visitor admitted to the first and sent to the second is asked to wait
+// there, and keeps the first room's admission: the second gate does not
+// delete a cookie it did not issue.
+func TestGateLeavesAnotherRoomsCookie(t *testing.T) {
+	withRedis(t, func(t *testing.T, client redis.UniversalClient) {
+		a := newWorld(t, client, 1, 30*time.Second)
+		b := newWorld(t, client, 1, 30*time.Second)
+		v := newBuyer(a)
+		if _, err := v.enter(time.Now().Add(20 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		other := &buyer{hc: v.hc, w: b}
+		st, loc, err := other.get(0, "/shop/cart", "text/html")
+		if err != nil || st != http.StatusSeeOther || !strings.HasPrefix(loc, "/rooms/"+b.room) {
+			t.Fatalf("the other room's gate: %d %q %v, want 303 to its waiting page", st, loc, err)
+		}
+		if st, _, err := v.get(0, "/shop/cart", ""); err != nil || st != http.StatusOK {
+			t.Errorf("back at the first room's gate: %d %v, want 200: the other gate deleted the admission", st, err)
+		}
+	})
+}
