@@ -393,9 +393,17 @@ func seconds(field string, r json.RawMessage, lo, hi float64) (time.Duration, er
 	return time.Duration(v * float64(time.Second)), nil
 }
 
+// merge is apply for PATCH: an object (the template) is merged into the
+// current one as RFC 7396 says (a member set to null is removed, others
+// replaced, the rest kept), not replaced.
+func (b *roomConfigBody) merge(cfg *waitroom.RoomConfig) error { return b.applyAs(cfg, true) }
+
 // apply sets the fields the body names on cfg, checking each one's type
-// and range.
-func (b *roomConfigBody) apply(cfg *waitroom.RoomConfig) error {
+// and range; an object replaces the current one (PUT).
+func (b *roomConfigBody) apply(cfg *waitroom.RoomConfig) error { return b.applyAs(cfg, false) }
+
+// applyAs is apply, merging objects when merge is set.
+func (b *roomConfigBody) applyAs(cfg *waitroom.RoomConfig, merge bool) error {
 	integer := func(field string, r json.RawMessage, lo, hi int64) (int64, error) {
 		var v int64
 		if err := json.Unmarshal(r, &v); err != nil || string(r) == "null" {
@@ -478,6 +486,9 @@ func (b *roomConfigBody) apply(cfg *waitroom.RoomConfig) error {
 	if r := b.Template; err == nil && len(r) > 0 {
 		// null and {} both mean no template.
 		var t waitroom.RoomTemplate
+		if merge && string(r) != "null" {
+			r = mergeObject(cfg.Template, r)
+		}
 		if string(r) != "null" {
 			dec := json.NewDecoder(bytes.NewReader(r))
 			dec.DisallowUnknownFields()
@@ -501,8 +512,9 @@ func (b *roomConfigBody) apply(cfg *waitroom.RoomConfig) error {
 // roomConfigAllowed lists the configuration fields for error messages.
 var roomConfigAllowed = `"` + strings.Join(waitroom.RoomConfigFields, `", "`) + `"`
 
-// putRoom creates a room or replaces its configuration: the body must
-// name every field (a missing one would otherwise silently reset).
+// putRoom creates a room or replaces its configuration: capacity is
+// required, every other field the body leaves out takes its default
+// (waitroom.DefaultRoomConfig).
 func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authAdmin(r); err != nil {
 		return err
@@ -515,15 +527,9 @@ func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 	if err := h.decodeJSON(w, r, &body, roomConfigAllowed); err != nil {
 		return err
 	}
-	var missing []string
-	for i, raw := range body.raw() {
-		if len(raw) == 0 {
-			missing = append(missing, waitroom.RoomConfigFields[i])
-		}
-	}
-	if len(missing) > 0 {
-		return &waitroom.Error{Code: waitroom.CodeInvalid, Field: missing[0], Extra: map[string]any{"missing_fields": missing},
-			Message: fmt.Sprintf("PUT needs the complete configuration; missing: %s (PATCH changes single fields)", strings.Join(missing, ", "))}
+	if len(body.Capacity) == 0 {
+		return &waitroom.Error{Code: waitroom.CodeInvalid, Field: "capacity", Extra: map[string]any{"missing_fields": []string{"capacity"}},
+			Message: "PUT needs capacity; every other field has a default (see DefaultRoomConfig in the API description)"}
 	}
 	cfg := waitroom.DefaultRoomConfig()
 	if err := body.apply(&cfg); err != nil {
@@ -549,7 +555,7 @@ func (h *handler) patchRoom(w http.ResponseWriter, r *http.Request) error {
 	if err := h.decodeJSON(w, r, &body, roomConfigAllowed); err != nil {
 		return err
 	}
-	cfg, err := h.svc.Update(r.Context(), room, body.present(), body.apply)
+	cfg, err := h.svc.Update(r.Context(), room, body.present(), body.merge)
 	if err != nil {
 		return err
 	}
@@ -880,4 +886,36 @@ func (h *handler) challenge(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, v)
 	return nil
+}
+
+// mergeObject returns the JSON of cur with patch merged into it as RFC
+// 7396 says: a member of patch set to null is removed, any other
+// replaces cur's. A patch that is not an object is returned as it is
+// (replacing cur, and refused by the caller's decoding if it is not a
+// valid value).
+func mergeObject(cur any, patch json.RawMessage) json.RawMessage {
+	var p map[string]json.RawMessage
+	if json.Unmarshal(patch, &p) != nil || p == nil {
+		return patch
+	}
+	base, err := json.Marshal(cur)
+	if err != nil {
+		return patch
+	}
+	m := map[string]json.RawMessage{}
+	if json.Unmarshal(base, &m) != nil {
+		return patch
+	}
+	for k, v := range p {
+		if string(v) == "null" {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return patch
+	}
+	return out
 }
