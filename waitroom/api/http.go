@@ -114,6 +114,8 @@ type handler struct {
 	cfg       HandlerConfig
 	api       *httpapi.API
 	adminHash [sha256.Size]byte
+	// adminThrottle limits wrong admin tokens per client address.
+	adminThrottle *httpapi.FailureThrottle
 	limiter   *joinLimiter // nil: no join limit
 	pow       *waitroom.PoWIssuer
 	// checkoutHash is the SHA-256 of CheckoutKey; zero when it is empty.
@@ -188,6 +190,7 @@ func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfi
 		}
 	}
 	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken)), admissions: cfg.Admissions,
+		adminThrottle: httpapi.NewFailureThrottle(AdminFailures, time.Minute, nil),
 		pow: waitroom.NewPoWIssuer(signer.Secret(), cfg.PoW, cfg.Now)}
 	if cfg.CheckoutKey != "" {
 		h.checkoutHash = sha256.Sum256([]byte(cfg.CheckoutKey))
@@ -272,12 +275,21 @@ func (h *handler) authAdmin(r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := h.adminThrottle.Check(r, "admin token"); err != nil {
+		return err
+	}
 	got := sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(got[:], h.adminHash[:]) != 1 {
+		h.adminThrottle.Fail(r)
 		return &waitroom.Error{Code: waitroom.CodeUnauthorized, Message: "admin token invalid"}
 	}
 	return nil
 }
+
+// AdminFailures is how many wrong admin tokens one client address (an
+// IPv6 /64) may send in a minute; past that every admin call from it
+// answers 429 with Retry-After until the minute ends.
+const AdminFailures = 10
 
 // authTicket checks that the request carries a valid ticket token for
 // exactly room and user.
