@@ -82,7 +82,7 @@ type strictScanner struct {
 	data []byte
 	pos  int
 	err  error
-	bad  bool // malformed: stop quietly
+	bad  bool     // malformed: stop quietly
 	top  []string // the names of the top-level object
 }
 

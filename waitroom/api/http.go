@@ -116,8 +116,8 @@ type handler struct {
 	adminHash [sha256.Size]byte
 	// adminThrottle limits wrong admin tokens per client address.
 	adminThrottle *httpapi.FailureThrottle
-	limiter   *joinLimiter // nil: no join limit
-	pow       *waitroom.PoWIssuer
+	limiter       *joinLimiter // nil: no join limit
+	pow           *waitroom.PoWIssuer
 	// checkoutHash is the SHA-256 of CheckoutKey; zero when it is empty.
 	checkoutHash [sha256.Size]byte
 	admissions   *waitroom.AdmissionSigner
@@ -191,7 +191,7 @@ func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfi
 	}
 	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken)), admissions: cfg.Admissions,
 		adminThrottle: httpapi.NewFailureThrottle(AdminFailures, time.Minute, nil),
-		pow: waitroom.NewPoWIssuer(signer.Secret(), cfg.PoW, cfg.Now)}
+		pow:           waitroom.NewPoWIssuer(signer.Secret(), cfg.PoW, cfg.Now)}
 	if cfg.CheckoutKey != "" {
 		h.checkoutHash = sha256.Sum256([]byte(cfg.CheckoutKey))
 	}
