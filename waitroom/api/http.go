@@ -617,34 +617,49 @@ func (h *handler) listRooms(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// roomJSON is the answer of GET /v1/rooms/{room}: the counters and the
+// publicRoomJSON is the answer of GET /v1/rooms/{room} without the admin
+// token: what the waiting page needs, nothing of the room's totals or
 // configuration.
-type roomJSON struct {
-	Room           string  `json:"room"`
-	Capacity       int64   `json:"capacity"`
-	Active         int64   `json:"active"`
-	Waiting        int64   `json:"waiting"`
-	Away           int64   `json:"away"`
-	AdmittedTotal  int64   `json:"admitted_total"`
-	ExpiredTotal   int64   `json:"expired_total"`
-	ReleasedTotal  int64   `json:"released_total"`
-	LeftTotal      int64   `json:"left_total"`
-	JoinedTotal    int64   `json:"joined_total"`
-	ClosedTotal    int64   `json:"closed_total"`
-	AbandonedTotal int64   `json:"abandoned_total"`
-	NoShowTotal    int64   `json:"no_show_total"`
-	AdmissionRate  float64 `json:"admission_rate_per_s"`
-	PoWDifficulty  int     `json:"pow_difficulty"`
+type publicRoomJSON struct {
+	Room          string  `json:"room"`
+	Capacity      int64   `json:"capacity"`
+	Active        int64   `json:"active"`
+	Waiting       int64   `json:"waiting"`
+	AdmissionRate float64 `json:"admission_rate_per_s"`
+	PoWDifficulty int     `json:"pow_difficulty"`
 	// OpensAt, Paused, Closed and Message (the closed_message) mirror the
 	// configuration for the waiting page.
-	OpensAt *string        `json:"opens_at"`
-	Paused  bool           `json:"paused"`
-	Closed  bool           `json:"closed"`
-	Message string         `json:"message"`
-	Config  roomConfigJSON `json:"config"`
+	OpensAt *string `json:"opens_at"`
+	Paused  bool    `json:"paused"`
+	Closed  bool    `json:"closed"`
+	Message string  `json:"message"`
 }
 
+// roomJSON is the answer of GET /v1/rooms/{room} with the admin token:
+// the public view, every counter and the configuration.
+type roomJSON struct {
+	publicRoomJSON
+	Away           int64          `json:"away"`
+	AdmittedTotal  int64          `json:"admitted_total"`
+	ExpiredTotal   int64          `json:"expired_total"`
+	ReleasedTotal  int64          `json:"released_total"`
+	LeftTotal      int64          `json:"left_total"`
+	JoinedTotal    int64          `json:"joined_total"`
+	ClosedTotal    int64          `json:"closed_total"`
+	AbandonedTotal int64          `json:"abandoned_total"`
+	NoShowTotal    int64          `json:"no_show_total"`
+	Config         roomConfigJSON `json:"config"`
+}
+
+// getRoom answers the public view, or with the admin token the admin
+// view (a wrong token is a 401).
 func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
+	admin := r.Header.Get("Authorization") != ""
+	if admin {
+		if err := h.authAdmin(r); err != nil {
+			return err
+		}
+	}
 	room, err := roomParam(r)
 	if err != nil {
 		return err
@@ -658,12 +673,17 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	c := configView("", cfg)
-	writeJSON(w, http.StatusOK, roomJSON{
-		Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting, Away: st.Away,
+	pub := publicRoomJSON{Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting,
+		AdmissionRate: st.AdmissionRate, PoWDifficulty: c.PoWDifficulty,
+		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage}
+	if !admin {
+		writeJSON(w, http.StatusOK, pub)
+		return nil
+	}
+	writeJSON(w, http.StatusOK, roomJSON{publicRoomJSON: pub, Away: st.Away,
 		AdmittedTotal: st.AdmittedTotal, ExpiredTotal: st.ExpiredTotal, ReleasedTotal: st.ReleasedTotal,
 		LeftTotal: st.LeftTotal, JoinedTotal: st.JoinedTotal, ClosedTotal: st.ClosedTotal,
-		AbandonedTotal: st.AbandonedTotal, NoShowTotal: st.NoShowTotal, AdmissionRate: st.AdmissionRate, PoWDifficulty: c.PoWDifficulty,
-		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage, Config: c,
+		AbandonedTotal: st.AbandonedTotal, NoShowTotal: st.NoShowTotal, Config: c,
 	})
 	return nil
 }

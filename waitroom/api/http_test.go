@@ -331,7 +331,7 @@ func TestFullFlow(t *testing.T) {
 			return e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, "bob"), auth: bobAuth}).str("state") == "admitted"
 		})
 
-		st := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room})
+		st := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room, auth: "Bearer " + adminToken})
 		if st.json["active"] != 1.0 || st.json["waiting"] != 0.0 || st.json["admitted_total"] != 2.0 || st.json["released_total"] != 1.0 || st.json["joined_total"] != 2.0 || st.json["capacity"] != 1.0 {
 			t.Errorf("room = %s", st.raw)
 		}
@@ -371,7 +371,7 @@ func TestJoinIsIdempotent(t *testing.T) {
 		for _, tok := range []string{a.str("ticket_token"), again.str("ticket_token")} {
 			e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, "u-1"), auth: "Bearer " + tok})
 		}
-		st := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room})
+		st := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room, auth: "Bearer " + adminToken})
 		if st.json["joined_total"] != 2.0 || st.json["waiting"] != 2.0 {
 			t.Errorf("room after a repeated join = %s", st.raw)
 		}
@@ -511,7 +511,7 @@ func TestBadRequests(t *testing.T) {
 		}
 
 		// None of it changed the room.
-		st := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room})
+		st := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room, auth: "Bearer " + adminToken})
 		if st.json["joined_total"] != 2.0 || st.json["capacity"] != 2.0 {
 			t.Errorf("room after bad requests = %s", st.raw)
 		}
@@ -604,7 +604,7 @@ func TestPutWholePatchOne(t *testing.T) {
 	if !strings.Contains(string(list.raw), `"room":"`+room+`"`) {
 		t.Errorf("GET /v1/rooms = %s, want %s listed", list.raw, room)
 	}
-	got := e.must(t, http.StatusOK, req{method: "GET", path: path})
+	got := e.must(t, http.StatusOK, req{method: "GET", path: path, auth: admin})
 	if cfg, _ := got.json["config"].(map[string]any); cfg["closed_message"] != "all gone" || cfg["capacity"] != 9.0 {
 		t.Errorf("GET room config = %s", got.raw)
 	}
