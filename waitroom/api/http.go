@@ -824,6 +824,9 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 		if err := h.pow.Check(room, cfg.PoWDifficulty, body.Challenge, body.Solution); err != nil {
 			return err
 		}
+		if err := h.svc.SpendChallenge(r.Context(), room, *body.Challenge); err != nil {
+			return err
+		}
 	}
 	t, err := h.svc.Join(r.Context(), room, user)
 	if err != nil {
