@@ -2,12 +2,14 @@ package console
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stampede-lab/stampede"
@@ -21,21 +23,32 @@ const (
 	CSRFHeader = "X-CSRF-Token"
 )
 
+// LoginFailures is how many wrong admin tokens one client address (an
+// IPv6 /64) may type in a minute; past that the login answers 429 until
+// the minute ends, right token or not.
+const LoginFailures = 5
+
 // sessions signs and checks session cookies and their CSRF tokens. A
-// session is "<expiry unix seconds>.<MAC>": nothing to store, valid on
-// every console that has the same admin token.
+// session is "<expiry unix seconds>.<random id>.<MAC>", valid on every
+// console that has the same admin token; a logout revokes its id on the
+// console that received it (remembered until the session would have
+// expired).
 type sessions struct {
 	key       []byte            // MAC key, derived from the admin token
 	tokenHash [sha256.Size]byte // SHA-256 of the admin token, for the login compare
 	ttl       time.Duration
 	now       func() time.Time
 	secure    bool
+
+	mu      sync.Mutex
+	revoked map[string]int64 // session → its expiry (Unix seconds)
 }
 
 func newSessions(adminToken string, ttl time.Duration, now func() time.Time, secure bool) *sessions {
 	m := hmac.New(sha256.New, []byte(adminToken))
 	m.Write([]byte("stampede console session key v1"))
-	return &sessions{key: m.Sum(nil), tokenHash: sha256.Sum256([]byte(adminToken)), ttl: ttl, now: now, secure: secure}
+	return &sessions{key: m.Sum(nil), tokenHash: sha256.Sum256([]byte(adminToken)), ttl: ttl, now: now, secure: secure,
+		revoked: map[string]int64{}}
 }
 
 // checkToken compares a typed token with the admin token in constant time
@@ -53,23 +66,55 @@ func (s *sessions) mac(purpose, msg string) string {
 
 // issue returns a new session value.
 func (s *sessions) issue() string {
-	exp := strconv.FormatInt(s.now().Add(s.ttl).Unix(), 10)
-	return exp + "." + s.mac("session", exp)
+	var id [16]byte
+	rand.Read(id[:]) // never fails (crypto/rand)
+	msg := strconv.FormatInt(s.now().Add(s.ttl).Unix(), 10) + "." + base64.RawURLEncoding.EncodeToString(id[:])
+	return msg + "." + s.mac("session", msg)
 }
 
 // valid reports whether v is a session this console signed that has not
-// expired.
+// expired nor been logged out.
 func (s *sessions) valid(v string) bool {
-	exp, sig, ok := strings.Cut(v, ".")
+	i := strings.LastIndexByte(v, '.')
+	if i < 0 {
+		return false
+	}
+	msg, sig := v[:i], v[i+1:]
+	exp, _, ok := strings.Cut(msg, ".")
 	if !ok {
 		return false
 	}
-	want := s.mac("session", exp)
+	want := s.mac("session", msg)
 	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
 		return false
 	}
 	n, err := strconv.ParseInt(exp, 10, 64)
-	return err == nil && s.now().Unix() < n
+	if err != nil || s.now().Unix() >= n {
+		return false
+	}
+	s.mu.Lock()
+	_, gone := s.revoked[v]
+	s.mu.Unlock()
+	return !gone
+}
+
+// revoke ends session v (a valid one) for good, dropping revocations of
+// sessions that have expired anyway.
+func (s *sessions) revoke(v string) {
+	exp, _, _ := strings.Cut(v, ".")
+	n, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil {
+		return
+	}
+	now := s.now().Unix()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range s.revoked {
+		if e <= now {
+			delete(s.revoked, k)
+		}
+	}
+	s.revoked[v] = n
 }
 
 // csrf is the CSRF token of session v.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +52,8 @@ type handler struct {
 	g    *gatherer
 	log  *slog.Logger
 	call caller
+	// throttle limits wrong logins per client address.
+	throttle *httpapi.FailureThrottle
 }
 
 // Server is the console served over HTTP. It implements http.Handler.
@@ -102,7 +105,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	c := caller{client: cfg.Client, timeout: cfg.Timeout}
 	h := &handler{cfg: cfg, api: api, s: newSessions(cfg.AdminToken, cfg.Session, cfg.Now, cfg.SecureCookie),
-		g: &gatherer{cfg: cfg, c: c}, log: cfg.Logger, call: c}
+		g: &gatherer{cfg: cfg, c: c}, log: cfg.Logger, call: c,
+		throttle: httpapi.NewFailureThrottle(LoginFailures, time.Minute, cfg.Now)}
 	api.AddCheck(httpapi.Check{Name: "waitroom", Ping: func(ctx context.Context) error {
 		return h.call.do(ctx, Endpoint{URL: cfg.Waitroom.URL}, http.MethodGet, "/healthz", nil, nil)
 	}})
@@ -186,12 +190,18 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		h.html(w, r, http.StatusBadRequest, "login.html", loginData{Error: "The form could not be read."})
 		return
 	}
+	if err := h.throttle.Check(r, "console login"); err != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(int(stampede.As(err).RetryAfter.Seconds())))
+		h.html(w, r, http.StatusTooManyRequests, "login.html", loginData{Error: "Too many wrong tokens from this address: wait a minute."})
+		return
+	}
 	tok := r.PostForm.Get("token")
 	if tok == "" {
 		h.html(w, r, http.StatusBadRequest, "login.html", loginData{Error: "Type the admin token (field token)."})
 		return
 	}
 	if !h.s.checkToken(tok) {
+		h.throttle.Fail(r)
 		h.log.Warn("console: a login with a wrong token", "remote", r.RemoteAddr)
 		h.html(w, r, http.StatusUnauthorized, "login.html", loginData{Error: "That token is not the admin token."})
 		return
@@ -204,6 +214,7 @@ func (h *handler) logout(w http.ResponseWriter, r *http.Request) error {
 	if err := h.s.authorizeControl(r); err != nil {
 		return err
 	}
+	h.s.revoke(h.s.session(r))
 	http.SetCookie(w, h.s.cookie(""))
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -17,8 +17,10 @@
 // cached for at most CheckCache and never past the lease's end less
 // SafetyMargin): a released, expired or superseded admission, like a
 // tampered or expired cookie, leads back to the waiting page. Checked
-// requests go upstream with Stampede-User and Stampede-Admission headers
-// (any the client sent are dropped). Each check slides the lease (now plus
+// requests go upstream with Stampede-User and Stampede-Admission headers,
+// set after the hop-by-hop headers (those named in Connection too) are
+// removed; any Stampede-* header the client sent, in any case and with
+// underscores for hyphens, is dropped. Each check slides the lease (now plus
 // the room's lease, never past the admission's start plus MaxSession), and
 // the cookie is re-issued with the new expiry. An upstream answer with
 // "Stampede-Release: done" releases the slot and clears the cookie.
@@ -181,6 +183,14 @@ func New(cfg Config) (*Gate, error) {
 			pr.SetURL(cfg.Upstream)
 			pr.SetXForwarded()
 			pr.Out.Host = pr.In.Host
+			// The proxy has removed the hop-by-hop headers (those named
+			// in Connection too) before Rewrite: the identity set here
+			// cannot be dropped by the client.
+			stripStampede(pr.Out.Header)
+			if a, ok := pr.In.Context().Value(admissionCtxKey{}).(admitted); ok {
+				pr.Out.Header.Set(protocol.HeaderUser, a.claims.User)
+				pr.Out.Header.Set(protocol.HeaderAdmission, a.token)
+			}
 		},
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -223,20 +233,26 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // guard proxies an admitted request upstream or sends the visitor to wait.
 func (g *Gate) guard(w http.ResponseWriter, r *http.Request) {
-	for _, h := range []string{protocol.HeaderUser, protocol.HeaderAdmission} {
-		r.Header.Del(h)
+	stripStampede(r.Header)
+	// Only a cookie that verifies as an admission to this room is the
+	// gate's: another room's (another gate on this host, with the same
+	// cookie name), a tampered or an expired one is left alone (the
+	// hand-off replaces it), never deleted.
+	var (
+		c     protocol.AdmissionClaims
+		value string
+	)
+	for _, ck := range r.CookiesNamed(g.cfg.CookieName) {
+		if v, err := protocol.VerifyAdmission(ck.Value, g.cfg.Admissions.JWKS(), g.cfg.Room, g.cfg.Now()); err == nil {
+			c, value = v, ck.Value
+			break
+		}
 	}
-	ck, err := r.Cookie(g.cfg.CookieName)
-	if err != nil {
+	if value == "" {
 		g.wait(w, r, false)
 		return
 	}
-	c, err := protocol.VerifyAdmission(ck.Value, g.cfg.Admissions.JWKS(), g.cfg.Room, g.cfg.Now())
-	if err != nil {
-		g.wait(w, r, true)
-		return
-	}
-	token, ok, err := g.check(r.Context(), c, ck.Value)
+	token, ok, err := g.check(r.Context(), c, value)
 	if err != nil {
 		httpapi.WriteProblem(w, err, "stampede-gate")
 		return
@@ -245,17 +261,40 @@ func (g *Gate) guard(w http.ResponseWriter, r *http.Request) {
 		g.wait(w, r, true)
 		return
 	}
-	if token != ck.Value {
+	if token != value {
 		http.SetCookie(w, g.cookie(r, g.cfg.CookieName, token, 0))
 	}
-	r.Header.Set(protocol.HeaderUser, c.User)
-	r.Header.Set(protocol.HeaderAdmission, token)
-	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admissionCtxKey{}, c)))
+	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admissionCtxKey{}, admitted{c, token})))
 }
 
-// admissionCtxKey carries the request's admission claims to
-// modifyResponse.
+// admissionCtxKey carries the request's admission (an admitted) to the
+// proxy's Rewrite and to modifyResponse.
 type admissionCtxKey struct{}
+
+// admitted is a checked admission and the token sent upstream with it.
+type admitted struct {
+	claims protocol.AdmissionClaims
+	token  string
+}
+
+// stripStampede deletes every header that reads as a Stampede-* header
+// in any spelling: any case, and with underscores for hyphens (CGI, WSGI
+// and PHP turn both Stampede-User and Stampede_User into
+// HTTP_STAMPEDE_USER). Only the gate sets these upstream.
+func stripStampede(h http.Header) {
+	for name := range h {
+		if isStampedeHeader(name) {
+			delete(h, name)
+		}
+	}
+}
+
+// isStampedeHeader reports a header name that starts with "stampede-" or
+// "stampede_", in any case.
+func isStampedeHeader(name string) bool {
+	const p = "stampede"
+	return len(name) > len(p) && strings.EqualFold(name[:len(p)], p) && (name[len(p)] == '-' || name[len(p)] == '_')
+}
 
 // check tells whether admission c holds its slot: from the cache, or by
 // touching it in the store (which slides the lease), re-signing the token
@@ -320,10 +359,11 @@ func (g *Gate) modifyResponse(resp *http.Response) error {
 	if !strings.EqualFold(strings.TrimSpace(v), protocol.ReleaseDone) {
 		return nil
 	}
-	c, ok := resp.Request.Context().Value(admissionCtxKey{}).(protocol.AdmissionClaims)
+	a, ok := resp.Request.Context().Value(admissionCtxKey{}).(admitted)
 	if !ok {
 		return nil
 	}
+	c := a.claims
 	g.forget(admissionKey{c.User, c.Seq})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -136,13 +136,23 @@ func webhookMAC(secret, ts string, body []byte) []byte {
 var (
 	ErrBadSignature = errors.New("pay: webhook signature does not match")
 	ErrStaleWebhook = errors.New("pay: webhook timestamp outside the tolerance")
+	ErrNoTolerance  = errors.New("pay: webhook tolerance must be positive (DefaultWebhookTolerance is 5m)")
 )
+
+// DefaultWebhookTolerance is the tolerance a receiver should pass to
+// VerifyWebhook: five minutes, as Stripe's libraries use.
+const DefaultWebhookTolerance = 5 * time.Minute
 
 // VerifyWebhook checks a Stampede-Signature header value against body
 // and secret, as a receiver should: one of its v1 signatures must match
 // (compared in constant time), and its timestamp must be within
-// tolerance of now (replay protection; 0 skips the check).
+// tolerance of now (replay protection). tolerance must be positive
+// (DefaultWebhookTolerance); 0 or less is refused with ErrNoTolerance,
+// since no tolerance would accept a replay for ever.
 func VerifyWebhook(secret, header string, body []byte, now time.Time, tolerance time.Duration) error {
+	if tolerance <= 0 {
+		return ErrNoTolerance
+	}
 	var (
 		ts   string
 		sigs [][]byte
@@ -172,7 +182,7 @@ func VerifyWebhook(secret, header string, body []byte, now time.Time, tolerance 
 	if !ok {
 		return ErrBadSignature
 	}
-	if d := now.Sub(time.Unix(sec, 0)); tolerance > 0 && (d > tolerance || d < -tolerance) {
+	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
 		return ErrStaleWebhook
 	}
 	return nil

@@ -73,8 +73,14 @@ func SignUser(secret []byte, room, user string, expires time.Time) string {
 	return hex.EncodeToString(userMAC(secret, room, user, expires.Unix()))
 }
 
+// MaxUserExpiry bounds a signed user id's life: a user_expires further
+// than this from now is refused, so that a leaked signature is not a
+// pass for ever. A site signs for minutes (a page view), not days.
+const MaxUserExpiry = 24 * time.Hour
+
 // VerifyUser checks a trusted join: sig must be SignUser's answer for
-// room, user and expires under secret, and now before expires. The
+// room, user and expires under secret, now before expires, and expires
+// at most MaxUserExpiry after now. The
 // comparison is constant-time. Errors are *Error values naming the field.
 func VerifyUser(secret []byte, room, user, sig string, expires int64, now time.Time) error {
 	if len(secret) < minSecretLen {
@@ -92,6 +98,9 @@ func VerifyUser(secret []byte, room, user, sig string, expires int64, now time.T
 	}
 	if now.Unix() >= expires {
 		return &Error{Code: CodeUnauthorized, Field: "user_expires", Message: "the signed user id has expired"}
+	}
+	if expires > now.Add(MaxUserExpiry).Unix() {
+		return &Error{Code: CodeInvalid, Field: "user_expires", Message: "must be at most 24 hours after now (MaxUserExpiry): sign for the visit, not for ever"}
 	}
 	return nil
 }

@@ -2,10 +2,12 @@ package waitroom
 
 import (
 	"container/heap"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"math/bits"
 	"sync"
@@ -249,4 +251,20 @@ func (h *spentHeap) Pop() any {
 	e := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return e
+}
+
+// Spender is a Store that remembers spent one-time values for every
+// instance on it: a proof of work spent through one instance is then
+// refused by all of them, not once per instance.
+type Spender interface {
+	// SpendOnce records key as spent in room until until, and reports
+	// false when it was spent already.
+	SpendOnce(ctx context.Context, room, key string, until time.Time) (bool, error)
+}
+
+// challengeKey names a challenge in a Spender: a hash, shorter than the
+// challenge.
+func challengeKey(challenge string) string {
+	sum := sha256.Sum256([]byte(challenge))
+	return "pow:" + hex.EncodeToString(sum[:16])
 }

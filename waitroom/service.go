@@ -442,3 +442,27 @@ func (r *rateMeter) perSecond() float64 {
 	}
 	return float64(last.total-first.total) / dt
 }
+
+// SpendChallenge spends a proof-of-work challenge (already checked by a
+// PoWIssuer) in the shared store when the store is a Spender, so that a
+// solution joins once across every instance; a replay is forbidden
+// (403). On a store that is not a Spender the PoWIssuer's own memory is
+// all there is.
+func (s *Service) SpendChallenge(ctx context.Context, room, challenge string) error {
+	sp, ok := s.store.(Spender)
+	if !ok {
+		return nil
+	}
+	c, err := ParseChallenge(challenge)
+	if err != nil {
+		return fieldError("challenge", "is malformed; get a new one")
+	}
+	fresh, err := sp.SpendOnce(ctx, room, challengeKey(challenge), c.Expires)
+	if err != nil {
+		return err
+	}
+	if !fresh {
+		return &Error{Code: CodeForbidden, Field: "challenge", Message: "this challenge was used already; get a new one"}
+	}
+	return nil
+}

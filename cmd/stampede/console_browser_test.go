@@ -124,7 +124,7 @@ type cbRoomState struct {
 func cbRoomOf(t *testing.T, waitroomURL string) cbRoomState {
 	t.Helper()
 	var s cbRoomState
-	if code, err := cbCall(http.MethodGet, waitroomURL+"/v1/rooms/"+cbRoom, "", nil, nil, &s); err != nil || code != 200 {
+	if code, err := cbCall(http.MethodGet, waitroomURL+"/v1/rooms/"+cbRoom, cbWaitroomToken, nil, nil, &s); err != nil || code != 200 {
 		t.Fatalf("GET the room = %d %v", code, err)
 	}
 	return s
@@ -398,7 +398,7 @@ func TestConsoleBrowser(t *testing.T) {
 				Outflow int `json:"max_admissions_per_minute"`
 			} `json:"config"`
 		}
-		if _, err := cbCall(http.MethodGet, wr+"/v1/rooms/"+cbRoom, "", nil, nil, &cfg); err == nil && cfg.Capacity == 20 && cfg.Config.Outflow == 600 {
+		if _, err := cbCall(http.MethodGet, wr+"/v1/rooms/"+cbRoom, cbWaitroomToken, nil, nil, &cfg); err == nil && cfg.Capacity == 20 && cfg.Config.Outflow == 600 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -28,7 +28,7 @@ type Config struct {
 	// Name names the service in logs and in the WWW-Authenticate realm,
 	// such as "waitroom".
 	Name string
-	// Logger receives one line per request (Info; Error for 5xx answers,
+	// Logger receives one line per request (Debug; Error for 5xx answers,
 	// with the cause) and handler panics. Nil means slog.Default().
 	Logger *slog.Logger
 	// Registry receives the request metrics and is served on /metrics.
@@ -217,8 +217,8 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusOK
 		}
 		a.metrics.observe(route, r.Method, status, took)
-		if status < 500 && a.log.Enabled(r.Context(), slog.LevelInfo) {
-			a.log.LogAttrs(r.Context(), slog.LevelInfo, a.cfg.Name+": request",
+		if status < 500 && a.log.Enabled(r.Context(), slog.LevelDebug) {
+			a.log.LogAttrs(r.Context(), slog.LevelDebug, a.cfg.Name+": request",
 				slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.Path),
 				slog.Int("status", status), slog.Duration("took", took), slog.String("remote", r.RemoteAddr))
 		}

@@ -1,6 +1,7 @@
 // Package jsonbody decodes HTTP request bodies that hold exactly one JSON
-// object, strictly: JSON content type, a size limit, known fields only,
-// right types, no trailing data. Its errors say what is wrong in words a
+// object, strictly: JSON content type (charset utf-8 or none), a size
+// limit, valid UTF-8 and no lone surrogates, each name once and in its
+// exact case, known fields only, right types, no trailing data. Its errors say what is wrong in words a
 // client can act on (naming the field where there is one); each service
 // maps them to its own error type.
 package jsonbody
@@ -69,8 +70,14 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, allowe
 		return &Error{Kind: Unsupported, Message: "Content-Type must be application/json, got none"}
 	}
 	if ct != "application/json" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		mt, params, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
 			return &Error{Kind: Unsupported, Message: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
+		}
+		for k, v := range params {
+			if k != "charset" || !strings.EqualFold(v, "utf-8") {
+				return &Error{Kind: Unsupported, Message: fmt.Sprintf("Content-Type must be application/json (charset utf-8 only), got %q", ct)}
+			}
 		}
 	}
 	buf := bodyBuffers.Get().(*[]byte)
@@ -93,6 +100,9 @@ func Decode(w http.ResponseWriter, r *http.Request, dst any, limit int64, allowe
 		return &Error{Kind: Invalid, Message: fmt.Sprintf("request body is empty; want a JSON object with %s", allowed)}
 	case trimmed[0] != '{':
 		return &Error{Kind: Invalid, Message: fmt.Sprintf("request body must be a JSON object with %s", allowed)}
+	}
+	if err := checkStrict(data, fieldNames(dst)); err != nil {
+		return err
 	}
 	if fd, ok := dst.(FastDecoder); ok && fd.DecodeFast(data) {
 		return nil

@@ -20,6 +20,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -116,6 +117,11 @@ type Store struct {
 	closed   atomic.Bool
 	// merchants is nil when Config.MerchantTTL is 0.
 	merchants *merchantCache
+	// writeFailed is set when a write failed as unavailable (a full
+	// disk, an I/O error) and cleared by the next write that commits:
+	// while it is set, Ping proves the store can write before saying
+	// ready.
+	writeFailed atomic.Bool
 }
 
 // New returns a Store on write (write transactions) and read (everything
@@ -173,8 +179,22 @@ func (s *Store) run(ctx context.Context, fn func(ctx context.Context, db *sql.DB
 }
 
 // writeTx runs fn in a write transaction under the operation deadline and
-// commits it, or rolls it back when fn fails.
+// commits it, or rolls it back when fn fails. It keeps writeFailed: set
+// by a failure the store is to blame for (not the caller's deadline),
+// cleared by a commit.
 func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	err := s.writeTxOnce(ctx, fn)
+	switch {
+	case err == nil:
+		s.writeFailed.Store(false)
+	case ctx.Err() == nil && stampede.CodeOf(err) == stampede.Unavailable && !s.closed.Load():
+		s.writeFailed.Store(true)
+	}
+	return err
+}
+
+// writeTxOnce is writeTx without the bookkeeping.
+func (s *Store) writeTxOnce(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	ctx, cancel, err := s.op(ctx)
 	if err != nil {
 		return err
@@ -270,9 +290,29 @@ func (s *Store) Close() error {
 }
 
 // Ping implements pay.Store.
+//
+// After a write failed as unavailable (a full disk answers every write
+// 503 while reads still work), Ping also writes: it creates and drops a
+// table of its own in one committed transaction, which needs a new page
+// and a journal write, and reports the store unavailable until that
+// succeeds, so that readiness follows the ability to write.
 func (s *Store) Ping(ctx context.Context) error {
-	return s.run(ctx, func(ctx context.Context, db *sql.DB) error {
+	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
 		var one int
 		return db.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
+	})
+	if err != nil || !s.writeFailed.Load() {
+		return err
+	}
+	name := "stampede_write_probe_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE `+name+` (x INTEGER)`); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+name+` (x) VALUES (1)`); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DROP TABLE `+name)
+		return err
 	})
 }

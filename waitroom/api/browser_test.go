@@ -344,7 +344,7 @@ func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx conte
 		t.Errorf("after leaving: %s (token kept: %t)", p, p.TicketToken != "")
 	}
 	browsertest.Shot(t, tab, dir, fmt.Sprintf("waitroom-%s-%d-3-released", lang, width), width, 300)
-	st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", "")
+	st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", browserAdminToken)
 	if st["active"] != 0.0 || st["waiting"] != 0.0 || st["admitted_total"] != 3.0 || st["released_total"] != 3.0 {
 		t.Errorf("the room after bob left = %v", st)
 	}
@@ -403,7 +403,7 @@ func TestBrowserProofOfWork(t *testing.T) {
 	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1,"pow_difficulty":12}`), browserAdminToken)
 	tab := browsertest.Tab(t, bctx, browsertest.TabOptions{Width: 1200, AcceptLanguage: "en"}, s.url+"/rooms/"+room)
 	p := browserWait(tab, t, "admitted after the proof of work", 30*time.Second, func(p browserPage) bool { return p.State == "admitted" })
-	st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", "")
+	st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", browserAdminToken)
 	if st["joined_total"] != 1.0 || p.Notice != "" {
 		t.Errorf("room after the page's join = %v; notice %q", st, p.Notice)
 	}
@@ -564,7 +564,7 @@ func TestBrowserRoomStates(t *testing.T) {
 		t.Errorf("countdown = %q, %v", cd, err)
 	}
 	browsertest.Shot(t, tab, dir, "waitroom-ko-390-0-scheduled", 390, 300)
-	if st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", ""); st["joined_total"] != 1.0 {
+	if st := s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", browserAdminToken); st["joined_total"] != 1.0 {
 		t.Errorf("the page joined before opening: %v", st)
 	}
 	browserWait(tab, t, "joined at opening", 10*time.Second, func(p browserPage) bool {

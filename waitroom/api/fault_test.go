@@ -409,7 +409,7 @@ func TestRedisOutageAnswers503AndRecovers(t *testing.T) {
 			t.Fatalf("%s after the outage: %s, want waiting at position %d", u, st.raw, i)
 		}
 	}
-	room1 := faultMust(t, hc, http.StatusOK, "GET", roomURL, "", "")
+	room1 := faultMust(t, hc, http.StatusOK, "GET", roomURL, "", "Bearer "+faultAdminToken)
 	if room1.json["joined_total"] != 7.0 || room1.json["active"] != 3.0 || room1.json["waiting"] != 4.0 {
 		t.Fatalf("room after the outage: %s, want joined_total 7 (6 + after-0), active 3, waiting 4", room1.raw)
 	}

@@ -114,8 +114,10 @@ type handler struct {
 	cfg       HandlerConfig
 	api       *httpapi.API
 	adminHash [sha256.Size]byte
-	limiter   *joinLimiter // nil: no join limit
-	pow       *waitroom.PoWIssuer
+	// adminThrottle limits wrong admin tokens per client address.
+	adminThrottle *httpapi.FailureThrottle
+	limiter       *joinLimiter // nil: no join limit
+	pow           *waitroom.PoWIssuer
 	// checkoutHash is the SHA-256 of CheckoutKey; zero when it is empty.
 	checkoutHash [sha256.Size]byte
 	admissions   *waitroom.AdmissionSigner
@@ -188,7 +190,8 @@ func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfi
 		}
 	}
 	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken)), admissions: cfg.Admissions,
-		pow: waitroom.NewPoWIssuer(signer.Secret(), cfg.PoW, cfg.Now)}
+		adminThrottle: httpapi.NewFailureThrottle(AdminFailures, time.Minute, nil),
+		pow:           waitroom.NewPoWIssuer(signer.Secret(), cfg.PoW, cfg.Now)}
 	if cfg.CheckoutKey != "" {
 		h.checkoutHash = sha256.Sum256([]byte(cfg.CheckoutKey))
 	}
@@ -272,12 +275,21 @@ func (h *handler) authAdmin(r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := h.adminThrottle.Check(r, "admin token"); err != nil {
+		return err
+	}
 	got := sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(got[:], h.adminHash[:]) != 1 {
+		h.adminThrottle.Fail(r)
 		return &waitroom.Error{Code: waitroom.CodeUnauthorized, Message: "admin token invalid"}
 	}
 	return nil
 }
+
+// AdminFailures is how many wrong admin tokens one client address (an
+// IPv6 /64) may send in a minute; past that every admin call from it
+// answers 429 with Retry-After until the minute ends.
+const AdminFailures = 10
 
 // authTicket checks that the request carries a valid ticket token for
 // exactly room and user.
@@ -393,9 +405,17 @@ func seconds(field string, r json.RawMessage, lo, hi float64) (time.Duration, er
 	return time.Duration(v * float64(time.Second)), nil
 }
 
+// merge is apply for PATCH: an object (the template) is merged into the
+// current one as RFC 7396 says (a member set to null is removed, others
+// replaced, the rest kept), not replaced.
+func (b *roomConfigBody) merge(cfg *waitroom.RoomConfig) error { return b.applyAs(cfg, true) }
+
 // apply sets the fields the body names on cfg, checking each one's type
-// and range.
-func (b *roomConfigBody) apply(cfg *waitroom.RoomConfig) error {
+// and range; an object replaces the current one (PUT).
+func (b *roomConfigBody) apply(cfg *waitroom.RoomConfig) error { return b.applyAs(cfg, false) }
+
+// applyAs is apply, merging objects when merge is set.
+func (b *roomConfigBody) applyAs(cfg *waitroom.RoomConfig, merge bool) error {
 	integer := func(field string, r json.RawMessage, lo, hi int64) (int64, error) {
 		var v int64
 		if err := json.Unmarshal(r, &v); err != nil || string(r) == "null" {
@@ -478,6 +498,9 @@ func (b *roomConfigBody) apply(cfg *waitroom.RoomConfig) error {
 	if r := b.Template; err == nil && len(r) > 0 {
 		// null and {} both mean no template.
 		var t waitroom.RoomTemplate
+		if merge && string(r) != "null" {
+			r = mergeObject(cfg.Template, r)
+		}
 		if string(r) != "null" {
 			dec := json.NewDecoder(bytes.NewReader(r))
 			dec.DisallowUnknownFields()
@@ -501,8 +524,9 @@ func (b *roomConfigBody) apply(cfg *waitroom.RoomConfig) error {
 // roomConfigAllowed lists the configuration fields for error messages.
 var roomConfigAllowed = `"` + strings.Join(waitroom.RoomConfigFields, `", "`) + `"`
 
-// putRoom creates a room or replaces its configuration: the body must
-// name every field (a missing one would otherwise silently reset).
+// putRoom creates a room or replaces its configuration: capacity is
+// required, every other field the body leaves out takes its default
+// (waitroom.DefaultRoomConfig).
 func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authAdmin(r); err != nil {
 		return err
@@ -515,15 +539,9 @@ func (h *handler) putRoom(w http.ResponseWriter, r *http.Request) error {
 	if err := h.decodeJSON(w, r, &body, roomConfigAllowed); err != nil {
 		return err
 	}
-	var missing []string
-	for i, raw := range body.raw() {
-		if len(raw) == 0 {
-			missing = append(missing, waitroom.RoomConfigFields[i])
-		}
-	}
-	if len(missing) > 0 {
-		return &waitroom.Error{Code: waitroom.CodeInvalid, Field: missing[0], Extra: map[string]any{"missing_fields": missing},
-			Message: fmt.Sprintf("PUT needs the complete configuration; missing: %s (PATCH changes single fields)", strings.Join(missing, ", "))}
+	if len(body.Capacity) == 0 {
+		return &waitroom.Error{Code: waitroom.CodeInvalid, Field: "capacity", Extra: map[string]any{"missing_fields": []string{"capacity"}},
+			Message: "PUT needs capacity; every other field has a default (see DefaultRoomConfig in the API description)"}
 	}
 	cfg := waitroom.DefaultRoomConfig()
 	if err := body.apply(&cfg); err != nil {
@@ -549,7 +567,7 @@ func (h *handler) patchRoom(w http.ResponseWriter, r *http.Request) error {
 	if err := h.decodeJSON(w, r, &body, roomConfigAllowed); err != nil {
 		return err
 	}
-	cfg, err := h.svc.Update(r.Context(), room, body.present(), body.apply)
+	cfg, err := h.svc.Update(r.Context(), room, body.present(), body.merge)
 	if err != nil {
 		return err
 	}
@@ -599,34 +617,49 @@ func (h *handler) listRooms(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// roomJSON is the answer of GET /v1/rooms/{room}: the counters and the
+// publicRoomJSON is the answer of GET /v1/rooms/{room} without the admin
+// token: what the waiting page needs, nothing of the room's totals or
 // configuration.
-type roomJSON struct {
-	Room           string  `json:"room"`
-	Capacity       int64   `json:"capacity"`
-	Active         int64   `json:"active"`
-	Waiting        int64   `json:"waiting"`
-	Away           int64   `json:"away"`
-	AdmittedTotal  int64   `json:"admitted_total"`
-	ExpiredTotal   int64   `json:"expired_total"`
-	ReleasedTotal  int64   `json:"released_total"`
-	LeftTotal      int64   `json:"left_total"`
-	JoinedTotal    int64   `json:"joined_total"`
-	ClosedTotal    int64   `json:"closed_total"`
-	AbandonedTotal int64   `json:"abandoned_total"`
-	NoShowTotal    int64   `json:"no_show_total"`
-	AdmissionRate  float64 `json:"admission_rate_per_s"`
-	PoWDifficulty  int     `json:"pow_difficulty"`
+type publicRoomJSON struct {
+	Room          string  `json:"room"`
+	Capacity      int64   `json:"capacity"`
+	Active        int64   `json:"active"`
+	Waiting       int64   `json:"waiting"`
+	AdmissionRate float64 `json:"admission_rate_per_s"`
+	PoWDifficulty int     `json:"pow_difficulty"`
 	// OpensAt, Paused, Closed and Message (the closed_message) mirror the
 	// configuration for the waiting page.
-	OpensAt *string        `json:"opens_at"`
-	Paused  bool           `json:"paused"`
-	Closed  bool           `json:"closed"`
-	Message string         `json:"message"`
-	Config  roomConfigJSON `json:"config"`
+	OpensAt *string `json:"opens_at"`
+	Paused  bool    `json:"paused"`
+	Closed  bool    `json:"closed"`
+	Message string  `json:"message"`
 }
 
+// roomJSON is the answer of GET /v1/rooms/{room} with the admin token:
+// the public view, every counter and the configuration.
+type roomJSON struct {
+	publicRoomJSON
+	Away           int64          `json:"away"`
+	AdmittedTotal  int64          `json:"admitted_total"`
+	ExpiredTotal   int64          `json:"expired_total"`
+	ReleasedTotal  int64          `json:"released_total"`
+	LeftTotal      int64          `json:"left_total"`
+	JoinedTotal    int64          `json:"joined_total"`
+	ClosedTotal    int64          `json:"closed_total"`
+	AbandonedTotal int64          `json:"abandoned_total"`
+	NoShowTotal    int64          `json:"no_show_total"`
+	Config         roomConfigJSON `json:"config"`
+}
+
+// getRoom answers the public view, or with the admin token the admin
+// view (a wrong token is a 401).
 func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
+	admin := r.Header.Get("Authorization") != ""
+	if admin {
+		if err := h.authAdmin(r); err != nil {
+			return err
+		}
+	}
 	room, err := roomParam(r)
 	if err != nil {
 		return err
@@ -640,12 +673,17 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	c := configView("", cfg)
-	writeJSON(w, http.StatusOK, roomJSON{
-		Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting, Away: st.Away,
+	pub := publicRoomJSON{Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting,
+		AdmissionRate: st.AdmissionRate, PoWDifficulty: c.PoWDifficulty,
+		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage}
+	if !admin {
+		writeJSON(w, http.StatusOK, pub)
+		return nil
+	}
+	writeJSON(w, http.StatusOK, roomJSON{publicRoomJSON: pub, Away: st.Away,
 		AdmittedTotal: st.AdmittedTotal, ExpiredTotal: st.ExpiredTotal, ReleasedTotal: st.ReleasedTotal,
 		LeftTotal: st.LeftTotal, JoinedTotal: st.JoinedTotal, ClosedTotal: st.ClosedTotal,
-		AbandonedTotal: st.AbandonedTotal, NoShowTotal: st.NoShowTotal, AdmissionRate: st.AdmissionRate, PoWDifficulty: c.PoWDifficulty,
-		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage, Config: c,
+		AbandonedTotal: st.AbandonedTotal, NoShowTotal: st.NoShowTotal, Config: c,
 	})
 	return nil
 }
@@ -786,6 +824,9 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 		if err := h.pow.Check(room, cfg.PoWDifficulty, body.Challenge, body.Solution); err != nil {
 			return err
 		}
+		if err := h.svc.SpendChallenge(r.Context(), room, *body.Challenge); err != nil {
+			return err
+		}
 	}
 	t, err := h.svc.Join(r.Context(), room, user)
 	if err != nil {
@@ -880,4 +921,36 @@ func (h *handler) challenge(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, v)
 	return nil
+}
+
+// mergeObject returns the JSON of cur with patch merged into it as RFC
+// 7396 says: a member of patch set to null is removed, any other
+// replaces cur's. A patch that is not an object is returned as it is
+// (replacing cur, and refused by the caller's decoding if it is not a
+// valid value).
+func mergeObject(cur any, patch json.RawMessage) json.RawMessage {
+	var p map[string]json.RawMessage
+	if json.Unmarshal(patch, &p) != nil || p == nil {
+		return patch
+	}
+	base, err := json.Marshal(cur)
+	if err != nil {
+		return patch
+	}
+	m := map[string]json.RawMessage{}
+	if json.Unmarshal(base, &m) != nil {
+		return patch
+	}
+	for k, v := range p {
+		if string(v) == "null" {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return patch
+	}
+	return out
 }

@@ -15,7 +15,7 @@ func TestQueueShardsThroughTheAPI(t *testing.T) {
 	room := e.newRoom(t, `{"capacity":1,"admit_interval_ms":60000,"queue_shards":3}`)
 	shards := func() float64 {
 		t.Helper()
-		a := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room})
+		a := e.must(t, http.StatusOK, req{method: "GET", path: "/v1/rooms/" + room, auth: "Bearer " + adminToken})
 		cfg, _ := a.json["config"].(map[string]any)
 		n, _ := cfg["queue_shards"].(float64)
 		return n

@@ -336,6 +336,21 @@ func inPass[T any](ctx context.Context, fn func(ctx context.Context) (T, error))
 	return fn(ctx)
 }
 
+// SpendOnce implements waitroom.Spender: SET NX of the room's key
+// "{room}:spent:<key>", expiring at until (EXAT, so no instance's clock
+// but the caller's choice of until matters).
+func (s *Store) SpendOnce(ctx context.Context, room, key string, until time.Time) (bool, error) {
+	return call(s, ctx, func(ctx context.Context) (bool, error) {
+		res, err := s.client.SetArgs(ctx, "{"+room+"}:spent:"+key, 1, redis.SetArgs{Mode: "NX", ExpireAt: until.Add(time.Second)}).Result()
+		if errors.Is(err, redis.Nil) {
+			return false, nil
+		}
+		return res == "OK", err
+	})
+}
+
+var _ waitroom.Spender = (*Store)(nil)
+
 // Ping implements waitroom.Store: a PING within OpTimeout.
 func (s *Store) Ping(ctx context.Context) error {
 	return call0(s, ctx, func(ctx context.Context) error { return s.client.Ping(ctx).Err() })
