@@ -350,7 +350,7 @@ func TestCheckoutSeesAtMostCapacity(t *testing.T) {
 		deadline := time.Now().Add(4 * time.Minute)
 
 		var finished, abandoned, refusedAfter, lost atomic.Int64
-		var firstErr atomic.Value
+		var firstErr atomic.Pointer[error] // the first buyer's failure, whatever its type
 		sem := make(chan struct{}, 2*capacity) // buyers in the shop at once
 		var wg sync.WaitGroup
 		for i := range buyers {
@@ -364,11 +364,12 @@ func TestCheckoutSeesAtMostCapacity(t *testing.T) {
 					return
 				}
 				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.CompareAndSwap(nil, &err)
 					return
 				}
 				if back != "/shop/item?id=7" {
-					firstErr.CompareAndSwap(nil, fmt.Errorf("redirect %q, want the address first asked for", back))
+					err := fmt.Errorf("redirect %q, want the address first asked for", back)
+					firstErr.CompareAndSwap(nil, &err)
 					return
 				}
 				if st, _, err := b.get(pick(3), back, "text/html"); err != nil || st != http.StatusOK {
@@ -398,8 +399,8 @@ func TestCheckoutSeesAtMostCapacity(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if err, _ := firstErr.Load().(error); err != nil {
-			t.Fatalf("a buyer failed: %v", err)
+		if err := firstErr.Load(); err != nil {
+			t.Fatalf("a buyer failed: %v", *err)
 		}
 		overlap, seen := w.co.maxOverlap()
 		t.Logf("%d buyers: %d finished, %d abandoned, %d lost a slot mid-checkout; the checkout saw %d users, %d requests, at most %d at once (capacity %d); %d refused right after paying",
