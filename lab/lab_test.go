@@ -853,3 +853,48 @@ func TestReportHeadlineWhenValid(t *testing.T) {
 		}
 	}
 }
+
+// preparingExperiment is a fakeExperiment that is a Preparer.
+type preparingExperiment struct {
+	*fakeExperiment
+	err      error
+	prepared int
+}
+
+func (p *preparingExperiment) Prepare(_ context.Context, progress io.Writer) error {
+	p.prepared++
+	fmt.Fprintln(progress, "waiting for the cluster")
+	return p.err
+}
+
+// TestPrepareBeforeTheFirstRun checks that every Preparer is asked before
+// any experiment runs, and that a failed Prepare stops the Runner with its
+// reason before anything runs or is written.
+func TestPrepareBeforeTheFirstRun(t *testing.T) {
+	first := &fakeExperiment{name: "first", conds: conditions("A"), repeats: 1}
+	second := &preparingExperiment{fakeExperiment: &fakeExperiment{name: "second", conds: conditions("A"), repeats: 1},
+		err: errors.New("the slot has no replica")}
+	cfg, _, progress := testConfig(t)
+	_, err := run(t, cfg, first, second)
+	if err == nil || !strings.Contains(err.Error(), "lab: second: before the first run: the slot has no replica") {
+		t.Fatalf("Run error = %v, want the Prepare error", err)
+	}
+	if len(first.calls) != 0 || len(second.calls) != 0 {
+		t.Errorf("runs happened after a failed Prepare: %v %v", first.calls, second.calls)
+	}
+	if _, err := os.Stat(cfg.Out); !os.IsNotExist(err) {
+		t.Errorf("the output directory was created after a failed Prepare: %v", err)
+	}
+	if !strings.Contains(progress.String(), "waiting for the cluster") {
+		t.Errorf("Prepare's progress line is missing: %q", progress.String())
+	}
+
+	second.err = nil
+	cfg, _, _ = testConfig(t)
+	if _, err := run(t, cfg, first, second); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if second.prepared != 2 || len(second.calls) != 1 {
+		t.Errorf("prepared %d times, ran %v; want Prepare once per Run, then the run", second.prepared, second.calls)
+	}
+}
