@@ -136,13 +136,13 @@ func waitReady(ctx context.Context, opts *redis.ClusterOptions, timeout time.Dur
 			return st, nil
 		}
 		waited := time.Since(start)
-		if waited >= timeout {
-			return st, fmt.Errorf("failover: the cluster was not ready within %s: %s. The experiment needs a Redis Cluster "+
-				"whose every master has a replica in sync, so that the master it kills has a replica to take over", timeout, st.missing)
-		}
 		if said.IsZero() || time.Since(said) >= 5*time.Second {
 			fmt.Fprintf(w, "failover: waiting for the cluster (%.0fs of at most %s): %s\n", waited.Seconds(), timeout, st.missing)
 			said = time.Now()
+		}
+		if waited >= timeout {
+			return st, fmt.Errorf("failover: the cluster was not ready within %s: %s. The experiment needs a Redis Cluster "+
+				"whose every master has a replica in sync, so that the master it kills has a replica to take over", timeout, st.missing)
 		}
 		select {
 		case <-ctx.Done():
