@@ -201,6 +201,22 @@ func TestTimeChart(t *testing.T) {
 	if lo != 0 || hi < 110 || hi > 130 {
 		t.Errorf("time axis %v to %v, want 0 to a little after 110", lo, hi)
 	}
+	p, _, err := c.panel(c.Panels[0], lo, hi, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.X.Min != lo || p.X.Max != hi {
+		t.Errorf("the panel's time axis runs from %v to %v, want the trimmed %v to %v", p.X.Min, p.X.Max, lo, hi)
+	}
+	var labels []string
+	for _, tk := range (compactTicks{}).Ticks(lo, hi) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if want := "0 20 40 60 80 100 120"; strings.Join(labels, " ") != want && strings.Join(labels, " ") != "0 20 40 60 80 100" {
+		t.Errorf("time axis labels %q, want %q", labels, want)
+	}
 	path := filepath.Join(t.TempDir(), "time.png")
 	if err := c.Save(path); err != nil {
 		t.Fatalf("Save: %v", err)

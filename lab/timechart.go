@@ -124,8 +124,9 @@ func (c TimeChart) timeRange() (lo, hi float64) {
 	return lo, hi
 }
 
-// spanColor is the fill of fault spans across the panels.
-var spanColor = color.NRGBA{R: 200, G: 80, B: 60, A: 28}
+// spanColor marks the faults: their bars in the strip, their starts
+// across the panels.
+var spanColor = color.NRGBA{R: 200, G: 80, B: 60, A: 200}
 
 // Save draws the chart and writes it to path as a PNG image.
 func (c TimeChart) Save(path string) (err error) {
@@ -274,6 +275,7 @@ func (c TimeChart) panel(pn Panel, lo, hi float64, bottom bool, firstColor int) 
 	p.Y.Tick.Label.Font.Size = vg.Points(9)
 	p.X.Tick.Label.Font.Size = vg.Points(9)
 	if bottom {
+		p.X.Tick.Marker = compactTicks{}
 		p.X.Label.Text = c.XLabel
 		p.X.Label.TextStyle.Font.Size = vg.Points(10)
 	} else {
@@ -289,6 +291,7 @@ func (c TimeChart) panel(pn Panel, lo, hi float64, bottom bool, firstColor int) 
 	lg.Top, lg.Left = true, true
 	lg.ThumbnailWidth = vg.Points(16)
 
+	var data []plot.Plotter // drawn after the fault marks, above them
 	yMin, yMax := math.Inf(1), math.Inf(-1)
 	for i, s := range pn.Series {
 		pts := make(plotter.XYs, len(s.X))
@@ -304,7 +307,7 @@ func (c TimeChart) panel(pn Panel, lo, hi float64, bottom bool, firstColor int) 
 		}
 		line.Color = plotutil.Color(firstColor + i)
 		line.Width = vg.Points(1.5)
-		p.Add(line)
+		data = append(data, line)
 		lg.Add(s.Name, line)
 	}
 	for _, l := range pn.Lines {
@@ -314,7 +317,7 @@ func (c TimeChart) panel(pn Panel, lo, hi float64, bottom bool, firstColor int) 
 		}
 		line.Color = color.Gray{Y: 90}
 		line.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
-		p.Add(line)
+		data = append(data, line)
 		lg.Add(l.Name, line)
 		yMin, yMax = math.Min(yMin, l.Y), math.Max(yMax, l.Y)
 	}
@@ -330,17 +333,22 @@ func (c TimeChart) panel(pn Panel, lo, hi float64, bottom bool, firstColor int) 
 	yMax += 0.05 * (yMax - yMin)
 	p.Y.Min, p.Y.Max = yMin, yMax
 	p.X.Min, p.X.Max = lo, hi
-	// The faults, shaded (an instant as a thin line).
+	// The faults' starts, as thin dotted lines under the data (the strip
+	// above the panels shows how long each lasted).
 	for _, s := range c.Spans {
-		to := math.Max(s.To, s.From+(hi-lo)/400)
-		poly, err := plotter.NewPolygon(plotter.XYs{{X: s.From, Y: yMin}, {X: to, Y: yMin}, {X: to, Y: yMax}, {X: s.From, Y: yMax}})
+		line, err := plotter.NewLine(plotter.XYs{{X: s.From, Y: yMin}, {X: s.From, Y: yMax}})
 		if err != nil {
 			return nil, lg, err
 		}
-		poly.Color = spanColor
-		poly.LineStyle.Width = 0
-		p.Add(poly)
+		line.Color = spanColor
+		line.Dashes = []vg.Length{vg.Points(1.5), vg.Points(2)}
+		line.Width = vg.Points(0.8)
+		p.Add(line)
 	}
+	p.Add(data...)
+	// Adding widens the axes to the data: set them last.
+	p.Y.Min, p.Y.Max = yMin, yMax
+	p.X.Min, p.X.Max = lo, hi
 	return p, lg, nil
 }
 
@@ -362,7 +370,7 @@ func (c TimeChart) strip(lo, hi float64) *plot.Plot {
 		to := math.Max(s.To, s.From+(hi-lo)/150)
 		bar, err := plotter.NewPolygon(plotter.XYs{{X: s.From, Y: y - 0.3}, {X: to, Y: y - 0.3}, {X: to, Y: y + 0.3}, {X: s.From, Y: y + 0.3}})
 		if err == nil {
-			bar.Color = color.NRGBA{R: 200, G: 80, B: 60, A: 200}
+			bar.Color = spanColor
 			bar.LineStyle.Width = 0
 			p.Add(bar)
 		}
@@ -385,9 +393,30 @@ func (c TimeChart) strip(lo, hi float64) *plot.Plot {
 // axis the bottom panel labels.
 type compactTicks struct{ blank bool }
 
-// Ticks implements plot.Ticker.
+// Ticks implements plot.Ticker: a labelled tick every 1, 2 or 5 × 10^k,
+// so that about six are labelled, and four minor ticks between them.
 func (t compactTicks) Ticks(min, max float64) []plot.Tick {
-	ts := plot.DefaultTicks{}.Ticks(min, max)
+	if !(max > min) {
+		return plot.DefaultTicks{}.Ticks(min, max)
+	}
+	raw := (max - min) / 6
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := mag
+	for _, m := range []float64{2, 5, 10} {
+		if step >= raw {
+			break
+		}
+		step = m * mag
+	}
+	var ts []plot.Tick
+	for v := math.Ceil(min/(step/5)) * (step / 5); v <= max+step/1e6; v += step / 5 {
+		tick := plot.Tick{Value: v}
+		if r := math.Round(v / step); math.Abs(v/step-r) < 1e-6 {
+			tick.Value = r * step
+			tick.Label = "x"
+		}
+		ts = append(ts, tick)
+	}
 	for i := range ts {
 		switch {
 		case ts[i].Label == "":
