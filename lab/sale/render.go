@@ -126,7 +126,7 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b.WriteString("Faults are numbered in the strip above each chart, shaded across its panels, and named below it.\n\n")
+	b.WriteString("Faults are numbered bars in the strip above each chart (how long each lasted), dotted lines across its panels (when each began), and named below it.\n\n")
 	for _, n := range names {
 		fmt.Fprintf(&b, "![%s](%s)\n", n.title, n.file)
 	}
