@@ -1,17 +1,21 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stampede-lab/stampede/lab"
 )
 
 // TestLabFromAnotherDirectory runs every lab subcommand with tiny
 // parameters from a fresh temporary directory, outside the repository, with
 // a relative --out: each must run (or, for those that need more than the
 // test can give, fail before the first run saying what it needs) without
-// any file of the repository, and write its report where --out says.
+// any file of the repository, and write its report where --out says. A
+// tiny run may come out invalid on a loaded machine; it must still have run.
 func TestLabFromAnotherDirectory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every experiment briefly")
@@ -43,7 +47,9 @@ func TestLabFromAnotherDirectory(t *testing.T) {
 	for _, r := range runs {
 		out := "report-" + r.name
 		args := append([]string{"lab"}, append(r.args, "--out", out)...)
-		if _, errOut, err := execute(t, args...); err != nil {
+		// A tiny run on a loaded machine may be invalid (exit status 2,
+		// report written): what this test asks is that it ran from here.
+		if _, errOut, err := execute(t, args...); err != nil && !errors.Is(err, lab.ErrInvalid) {
 			t.Errorf("lab %s from %s: %v\n%s", r.name, mustGetwd(t), err, errOut)
 			continue
 		}
