@@ -174,3 +174,66 @@ func abs(n int) int {
 	}
 	return n
 }
+
+// TestTimeChart draws a chart of two panels with faults, and checks the
+// time axis: trimmed a little after the last change (a queue that is empty
+// from 110 s of a 600 s run ends the axis near 110 s, not at 600 s), and
+// never before a fault's end.
+func TestTimeChart(t *testing.T) {
+	var xs, queue, room []float64
+	for s := 0.0; s <= 600; s += 2 {
+		xs = append(xs, s)
+		q := 0.0
+		if s < 110 {
+			q = 16000 * (1 - s/110)
+		}
+		queue = append(queue, q)
+		room = append(room, min(200, s*10))
+	}
+	c := TimeChart{Title: "Queue and room", XLabel: "seconds",
+		Panels: []Panel{
+			{YLabel: "waiting", FromZero: true, Series: []Series{{Name: "waiting", X: xs, Y: queue}}},
+			{YLabel: "users", FromZero: true, Series: []Series{{Name: "active", X: xs, Y: room}}, Lines: []HLine{{Name: "capacity", Y: 200}}},
+		},
+		Spans: []Span{{Name: "gate killed", From: 9, To: 9}, {Name: "database cut", From: 36, To: 39}},
+	}
+	lo, hi := c.timeRange()
+	if lo != 0 || hi < 110 || hi > 130 {
+		t.Errorf("time axis %v to %v, want 0 to a little after 110", lo, hi)
+	}
+	p, _, err := c.panel(c.Panels[0], lo, hi, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.X.Min != lo || p.X.Max != hi {
+		t.Errorf("the panel's time axis runs from %v to %v, want the trimmed %v to %v", p.X.Min, p.X.Max, lo, hi)
+	}
+	var labels []string
+	for _, tk := range (compactTicks{}).Ticks(lo, hi) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if want := "0 20 40 60 80 100 120"; strings.Join(labels, " ") != want && strings.Join(labels, " ") != "0 20 40 60 80 100" {
+		t.Errorf("time axis labels %q, want %q", labels, want)
+	}
+	path := filepath.Join(t.TempDir(), "time.png")
+	if err := c.Save(path); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	checkPNG(t, path)
+
+	c.Spans = append(c.Spans, Span{Name: "late fault", From: 200, To: 250})
+	if _, hi := c.timeRange(); hi < 250 {
+		t.Errorf("time axis ends at %v, before the last fault's end (250)", hi)
+	}
+	for _, bad := range []TimeChart{
+		{Title: "none"},
+		{Title: "span", Panels: c.Panels, Spans: []Span{{Name: "backwards", From: 5, To: 1}}},
+		{Title: "series", Panels: []Panel{{Series: []Series{{Name: "empty"}}}}},
+	} {
+		if err := bad.Save(filepath.Join(t.TempDir(), "bad.png")); err == nil {
+			t.Errorf("chart %q: Save accepted bad input", bad.Title)
+		}
+	}
+}

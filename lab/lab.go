@@ -24,6 +24,7 @@ package lab
 
 import (
 	"context"
+	"io"
 	"time"
 )
 
@@ -98,6 +99,17 @@ type Profiled interface {
 	// Profile names the experiment's parameter set: "quick", "full" or
 	// "custom".
 	Profile() string
+}
+
+// Preparer is an Experiment that needs something outside the process,
+// such as a Redis Cluster with a replica per master on this machine. The
+// Runner calls Prepare on every experiment that has it before the first run
+// of any: Prepare waits (bounded, writing a progress line to progress now
+// and then) for what it needs, and returns an error that says what is
+// missing and why it is needed when it does not come. An error stops
+// Runner.Run before anything runs or is written.
+type Preparer interface {
+	Prepare(ctx context.Context, progress io.Writer) error
 }
 
 // Run is one executed run as stored in the JSON file.

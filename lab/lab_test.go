@@ -778,3 +778,131 @@ func TestNoExpectationsIsAnEmptyList(t *testing.T) {
 		t.Errorf("the JSON summaries lack the expectations:\n%s", stdout)
 	}
 }
+
+// TestReportHeadlineOverInvalidRuns feeds invalid runs, alone (as one
+// experiment's command does) and next to a valid experiment (as `lab all`
+// does), and checks that the report's headline says INVALID and names
+// the invalid experiment, and that no prose line of the summary calls the
+// report VALID.
+func TestReportHeadlineOverInvalidRuns(t *testing.T) {
+	invalid := func() *fakeExperiment {
+		return &fakeExperiment{
+			name: "admission-failover", conds: conditions("ack_replicas=1", "ack_replicas=0"), repeats: 1,
+			result: func(context.Context, Condition, int) (RunResult, error) {
+				return RunResult{}, errors.New("failover: restart 7013: exit status 127")
+			},
+		}
+	}
+	valid := func() *fakeExperiment {
+		return &fakeExperiment{name: "ordering", conds: conditions("A"), repeats: 2}
+	}
+	for _, tt := range []struct {
+		name string
+		exps []Experiment
+		want string
+	}{
+		{"one experiment", []Experiment{invalid()},
+			"**INVALID**: 1 of 1 experiment invalid: admission-failover (0 of 2 runs valid, 2 problems)."},
+		{"lab all", []Experiment{valid(), invalid()},
+			"**INVALID**: 1 of 2 experiments invalid: admission-failover (0 of 2 runs valid, 2 problems)."},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, _, _ := testConfig(t)
+			if _, err := run(t, cfg, tt.exps...); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Run error = %v, want ErrInvalid", err)
+			}
+			report := readFile(t, filepath.Join(cfg.Out, "REPORT.md"))
+			_, summary, ok := strings.Cut(report, "## Summary\n\n")
+			if !ok {
+				t.Fatalf("REPORT.md has no summary:\n%s", report)
+			}
+			summary, _, _ = strings.Cut(summary, "\n## ")
+			if first, _, _ := strings.Cut(summary, "\n"); first != tt.want {
+				t.Errorf("headline = %q\nwant      %q", first, tt.want)
+			}
+			for line := range strings.Lines(summary) {
+				if strings.HasPrefix(line, "|") {
+					continue // the table: one verdict per experiment
+				}
+				if i := strings.Index(line, "VALID"); i >= 0 && (i < 2 || line[i-2:i] != "IN") {
+					t.Errorf("a summary line calls an invalid report VALID: %q\n%s", line, report)
+				}
+			}
+			if !strings.Contains(summary, "| admission-failover | — | INVALID (2 problems) | 0 of 2 |") {
+				t.Errorf("the table lacks the invalid row:\n%s", summary)
+			}
+		})
+	}
+}
+
+// TestReportHeadlineWhenValid checks the other verdicts of the headline:
+// valid with every expectation holding, and valid with expectations that
+// do not hold.
+func TestReportHeadlineWhenValid(t *testing.T) {
+	res := func(name string, holds ...bool) *Result {
+		r := &Result{Experiment: name, Valid: true, Runs: []Run{{Valid: true}, {Valid: true}}}
+		for i, h := range holds {
+			r.Expectations = append(r.Expectations, Expectation{Claim: fmt.Sprint(i), Holds: h})
+		}
+		return r
+	}
+	for _, tt := range []struct {
+		results []*Result
+		want    string
+	}{
+		{[]*Result{res("a", true)}, "**VALID**: the experiment is valid (2 runs), every expectation holds."},
+		{[]*Result{res("a"), res("b")}, "**VALID**: all 2 experiments valid (4 runs)."},
+		{[]*Result{res("a", true, false, false), res("b", true)},
+			"**VALID, 2 expectations do not hold**: all 2 experiments valid (4 runs); a: 2 of 3 do not hold."},
+		{nil, "**INVALID**: no experiment ran."},
+	} {
+		if got := Headline(tt.results); got != tt.want {
+			t.Errorf("Headline = %q\nwant       %q", got, tt.want)
+		}
+	}
+}
+
+// preparingExperiment is a fakeExperiment that is a Preparer.
+type preparingExperiment struct {
+	*fakeExperiment
+	err      error
+	prepared int
+}
+
+func (p *preparingExperiment) Prepare(_ context.Context, progress io.Writer) error {
+	p.prepared++
+	fmt.Fprintln(progress, "waiting for the cluster")
+	return p.err
+}
+
+// TestPrepareBeforeTheFirstRun checks that every Preparer is asked before
+// any experiment runs, and that a failed Prepare stops the Runner with its
+// reason before anything runs or is written.
+func TestPrepareBeforeTheFirstRun(t *testing.T) {
+	first := &fakeExperiment{name: "first", conds: conditions("A"), repeats: 1}
+	second := &preparingExperiment{fakeExperiment: &fakeExperiment{name: "second", conds: conditions("A"), repeats: 1},
+		err: errors.New("the slot has no replica")}
+	cfg, _, progress := testConfig(t)
+	_, err := run(t, cfg, first, second)
+	if err == nil || !strings.Contains(err.Error(), "lab: second: before the first run: the slot has no replica") {
+		t.Fatalf("Run error = %v, want the Prepare error", err)
+	}
+	if len(first.calls) != 0 || len(second.calls) != 0 {
+		t.Errorf("runs happened after a failed Prepare: %v %v", first.calls, second.calls)
+	}
+	if _, err := os.Stat(cfg.Out); !os.IsNotExist(err) {
+		t.Errorf("the output directory was created after a failed Prepare: %v", err)
+	}
+	if !strings.Contains(progress.String(), "waiting for the cluster") {
+		t.Errorf("Prepare's progress line is missing: %q", progress.String())
+	}
+
+	second.err = nil
+	cfg, _, _ = testConfig(t)
+	if _, err := run(t, cfg, first, second); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if second.prepared != 2 || len(second.calls) != 1 {
+		t.Errorf("prepared %d times, ran %v; want Prepare once per Run, then the run", second.prepared, second.calls)
+	}
+}

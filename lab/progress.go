@@ -42,7 +42,7 @@ type lineProgress struct {
 
 func (p *lineProgress) experimentStarted(name string, total int) {
 	p.name = name
-	fmt.Fprintf(p.w, "lab %s: %d runs\n", name, total)
+	fmt.Fprintf(p.w, "lab %s: %d %s\n", name, total, plural(total, "run", "runs"))
 }
 
 func (p *lineProgress) runStarted(s step) {

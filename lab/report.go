@@ -59,7 +59,13 @@ func writeReport(path string, generated time.Time, sections []reportSection) err
 // that do.
 func writeSummary(b *strings.Builder, sections []reportSection) {
 	b.WriteString("## Summary\n\n")
-	b.WriteString("VALID: every run saw traffic and succeeded, and no invariant broke. " +
+	results := make([]*Result, len(sections))
+	for i, s := range sections {
+		results[i] = s.result
+	}
+	b.WriteString(Headline(results) + "\n\n")
+	b.WriteString("An experiment is valid when every one of its runs saw traffic and succeeded and no invariant broke; " +
+		"an invalid run or a broken invariant makes it invalid. " +
 		"An expectation is a claim checked against the medians; one whose figure is missing does not hold. " +
 		"`--strict` makes an expectation that does not hold fail the command (exit status 2).\n\n")
 	b.WriteString("Each claim states the parameters it holds for; a claim that the profile's parameters cannot show " +
@@ -128,6 +134,60 @@ func writeSkipped(b *strings.Builder, res *Result) {
 		fmt.Fprintf(b, "- %s — skipped: %s\n", sk.Claim, sk.Reason)
 	}
 	b.WriteString("\n")
+}
+
+// Headline is the sentence that opens a report on results, computed from
+// the same verdicts as the summary table below it (Result.Valid and
+// Result.Failed), so that it can never call a report valid whose table
+// holds an invalid experiment. It reads, for example,
+//
+//	**INVALID**: 1 of 3 experiments invalid: admission-failover (0 of 2 runs valid, 2 problems).
+//	**VALID**: all 3 experiments valid (14 runs), every expectation holds.
+//	**VALID, 2 expectations do not hold**: all 3 experiments valid (14 runs); ordering: 2 of 5 expectations do not hold.
+func Headline(results []*Result) string {
+	if len(results) == 0 {
+		return "**INVALID**: no experiment ran."
+	}
+	var invalid, failed []string
+	runs, expectations, failedN := 0, 0, 0
+	for _, res := range results {
+		runs += len(res.Runs)
+		expectations += len(res.Expectations)
+		if !res.Valid {
+			invalid = append(invalid, fmt.Sprintf("%s (%d of %d runs valid, %d %s)", res.Experiment,
+				validRuns(res), len(res.Runs), len(res.Problems), plural(len(res.Problems), "problem", "problems")))
+		}
+		if n := len(res.Failed()); n > 0 {
+			failedN += n
+			failed = append(failed, fmt.Sprintf("%s: %d of %d %s not hold", res.Experiment, n, len(res.Expectations), plural(n, "does", "do")))
+		}
+	}
+	experiments := fmt.Sprintf("%d %s", len(results), plural(len(results), "experiment", "experiments"))
+	var head string
+	switch {
+	case len(invalid) > 0:
+		head = fmt.Sprintf("**INVALID**: %d of %s invalid: %s", len(invalid), experiments, strings.Join(invalid, ", "))
+	case len(results) == 1:
+		head = fmt.Sprintf("**%s**: the experiment is valid (%d %s)", verdictWord(failedN), runs, plural(runs, "run", "runs"))
+	default:
+		head = fmt.Sprintf("**%s**: all %s valid (%d runs)", verdictWord(failedN), experiments, runs)
+	}
+	switch {
+	case failedN > 0:
+		head += "; " + strings.Join(failed, "; ")
+	case len(invalid) == 0 && expectations > 0:
+		head += ", every expectation holds"
+	}
+	return head + "."
+}
+
+// verdictWord is the headline's verdict for valid experiments with failed
+// expectations that do not hold.
+func verdictWord(failed int) string {
+	if failed == 0 {
+		return "VALID"
+	}
+	return fmt.Sprintf("VALID, %d %s", failed, plural(failed, "expectation does not hold", "expectations do not hold"))
 }
 
 // validRuns counts the valid runs of res.

@@ -113,6 +113,10 @@ func NewRunner(cfg Config) (*Runner, error) {
 // experiment's Render; after the last one it writes <Out>/REPORT.md and,
 // if Config.JSON is set, prints the summaries to Config.Stdout.
 //
+// Before the first run of any experiment, Run calls Prepare on every
+// experiment that is a Preparer; an error from one is returned at once,
+// before anything runs or is written.
+//
 // Once an experiment's runs are done, Run asks it for its Expectations and
 // keeps them in the Result (and so in the JSON) before writing anything.
 //
@@ -125,6 +129,13 @@ func NewRunner(cfg Config) (*Runner, error) {
 func (r *Runner) Run(ctx context.Context, exps ...Experiment) ([]*Result, error) {
 	if err := checkExperiments(exps); err != nil {
 		return nil, err
+	}
+	for _, exp := range exps {
+		if p, ok := exp.(Preparer); ok {
+			if err := p.Prepare(ctx, r.cfg.Progress); err != nil {
+				return nil, fmt.Errorf("lab: %s: before the first run: %w", exp.Name(), err)
+			}
+		}
 	}
 	if err := os.MkdirAll(r.cfg.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("lab: create output directory: %w", err)

@@ -36,14 +36,23 @@ for the cap. Without --redis, every run gets a fresh embedded Redis-protocol
 server.
 
 With --failover it runs the failover experiment instead, on a Redis Cluster
-whose masters have a replica each (--redis redis-cluster://..., on this
-machine: .ci/redis-cluster --ha starts one): buyers join, are admitted and
-hold their admission at a checkout while the master of the room's slot is
-killed after its replica was cut off, so that the promoted replica has
-certainly missed writes. Conditions: --ack-replicas values (1 answers joins
-and admissions only once a replica has them; 0 is plain asynchronous
-replication). With 1, the checkout must never hold more buyers than the
-capacity and no user may be lost. Each run lasts --seconds (default 16).`,
+whose masters have a replica each (--redis redis-cluster://...): buyers join,
+are admitted and hold their admission at a checkout while the master of the
+room's slot is killed after its replica was cut off, so that the promoted
+replica has certainly missed writes. Conditions: --ack-replicas values (1
+answers joins and admissions only once a replica has them; 0 is plain
+asynchronous replication). With 1, the checkout must never hold more buyers
+than the capacity and no user may be lost. Each run lasts --seconds
+(default 16).
+
+The failover experiment signals the nodes' processes (SIGSTOP, SIGKILL), so
+the cluster must run on this machine. It starts the killed node again
+itself, with the executable and settings (CONFIG GET) the node ran with, on
+its directory, where the node finds its cluster configuration and rejoins as
+a replica; --restart-cmd replaces that with a command of yours. Before the
+first run it checks all this and says what is missing; before every run it
+waits (at most --ready-timeout, with a progress line) until every node
+serves its slots with a replica whose link is up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			build := buildAdmission
@@ -78,7 +87,8 @@ capacity and no user may be lost. Each run lasts --seconds (default 16).`,
 	fd := admission.DefaultFailoverConfig()
 	f.Bool("failover", false, "run the failover experiment (needs --redis redis-cluster://... with a replica per master)")
 	f.IntSlice("ack-replicas", []int{1, 0}, "with --failover: the store's AckReplicas values to compare")
-	f.String("restart-cmd", ".ci/redis-cluster --ha restart {port}", "with --failover: the command that starts the killed node again ({port} is its port)")
+	f.String("restart-cmd", "", "with --failover: a shell command that starts the killed node again ({port} is its port; default: the experiment starts it with the executable and settings it ran with)")
+	f.Duration("ready-timeout", admission.DefaultReadyTimeout, "with --failover: how long to wait before each run for every master's replica to be in sync")
 	f.Float64("join-rate", fd.JoinRate, "with --failover: joins per second")
 	f.Int("shards", 0, "with --failover: the room's queue_shards (its waiting line over that many hash slots)")
 	f.Int("observe-min-samples", d.ObserveMinSamples, "fewest samples of the room a run's observer must take (and one per admit interval on average); fewer make the run invalid")
@@ -153,7 +163,7 @@ func buildFailover(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error)
 	f := cmd.Flags()
 	url, _ := f.GetString("redis")
 	if url == "" {
-		return nil, fmt.Errorf("--failover needs --redis redis-cluster://host:port,... (a cluster with a replica per master; .ci/redis-cluster --ha starts one)")
+		return nil, fmt.Errorf("--failover needs --redis redis-cluster://host:port,...: a Redis Cluster on this machine whose every master has a replica")
 	}
 	copts, err := redisstore.ParseClusterURL(url)
 	if err != nil {
@@ -168,6 +178,7 @@ func buildFailover(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error)
 	x.set("hold", func(f *pflag.FlagSet) (e error) { cfg.Hold, e = f.GetDuration("hold"); return })
 	x.set("join-rate", func(f *pflag.FlagSet) (e error) { cfg.JoinRate, e = f.GetFloat64("join-rate"); return })
 	x.set("shards", func(f *pflag.FlagSet) (e error) { cfg.QueueShards, e = f.GetInt("shards"); return })
+	x.set("ready-timeout", func(f *pflag.FlagSet) (e error) { cfg.ReadyTimeout, e = f.GetDuration("ready-timeout"); return })
 	if x.err != nil {
 		return nil, x.err
 	}

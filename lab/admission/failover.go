@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"os/exec"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -63,9 +62,21 @@ type FailoverConfig struct {
 	FaultAt, Stall time.Duration
 	// Duration is the length of the run.
 	Duration time.Duration
-	// Restart starts the killed node again ("{port}" is replaced by its
-	// port) as soon as its replica has taken over; empty leaves it down.
+	// Restart is a shell command that starts the killed node again
+	// ("{port}" is replaced by its port) as soon as its replica has taken
+	// over. Empty: the experiment starts it itself, with the executable
+	// and the settings (CONFIG GET) the node had before it was killed, on
+	// its directory, where it finds its cluster configuration and rejoins
+	// as a replica.
 	Restart string
+	// ReadyTimeout bounds the wait, before the run, for the cluster to be
+	// ready: every node answers cluster_state:ok and lists a replica for
+	// every slot range, and every replica's link to its master is up.
+	// Zero means DefaultReadyTimeout.
+	ReadyTimeout time.Duration
+	// Progress receives a line when the run waits for the cluster, and
+	// every few seconds while it does; nil means none.
+	Progress io.Writer
 }
 
 // DefaultFailoverConfig returns a run of 16 s in which the room still has
@@ -101,6 +112,8 @@ func (c FailoverConfig) Validate() error {
 		return errors.New("failover: Hold and Poll must be positive")
 	case c.FaultAt < 0 || c.Stall < 0 || c.FaultAt+c.Stall >= c.Duration:
 		return errors.New("failover: FaultAt + Stall must fall within Duration")
+	case c.ReadyTimeout < 0:
+		return errors.New("failover: ReadyTimeout must not be negative")
 	}
 	return nil
 }
@@ -158,6 +171,13 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (FailoverResult, error
 		return res, err
 	}
 	opts := *cfg.Cluster
+	progress := cfg.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	if _, err := waitReady(ctx, &opts, cfg.readyTimeout(), progress); err != nil {
+		return res, err
+	}
 	scfg := redisstore.DefaultConfig()
 	scfg.AckReplicas = cfg.AckReplicas
 	scfg.ApplyClusterTimeouts(&opts)
@@ -183,13 +203,20 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (FailoverResult, error
 		return res, err
 	}
 	res.Master, res.Replica = master, replica
-	masterPID, err := nodePID(ctx, &opts, master)
+	masterPID, err := localNode(ctx, &opts, master)
 	if err != nil {
 		return res, err
 	}
-	replicaPID, err := nodePID(ctx, &opts, replica)
+	replicaPID, err := localNode(ctx, &opts, replica)
 	if err != nil {
 		return res, err
+	}
+	var restart nodeStart
+	if cfg.Restart == "" {
+		// How the master runs, noted before it is killed.
+		if restart, err = readNodeStart(ctx, &opts, master, masterPID); err != nil {
+			return res, err
+		}
 	}
 
 	var (
@@ -411,15 +438,17 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (FailoverResult, error
 			time.Sleep(20 * time.Millisecond)
 		}
 		faultTo.Store(time.Now().UnixNano())
+		var err error
 		if cfg.Restart != "" {
-			_, port, _ := strings.Cut(master, ":")
-			cmd := strings.ReplaceAll(cfg.Restart, "{port}", port)
-			if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
-				faultErr <- fmt.Errorf("failover: %s: %w\n%s", cmd, err, out)
-				return
-			}
-			res.Rejoined = time.Since(killed)
+			err = restartByCommand(context.Background(), &opts, cfg.Restart, master, 30*time.Second)
+		} else {
+			err = restart.start(context.Background(), &opts, master, 30*time.Second)
 		}
+		if err != nil {
+			faultErr <- err
+			return
+		}
+		res.Rejoined = time.Since(killed)
 		faultErr <- nil
 	}()
 
@@ -485,7 +514,7 @@ func slotNodes(ctx context.Context, client *redis.ClusterClient, key string) (ma
 		return "", "", err
 	}
 	if len(nodes) < 2 {
-		return nodes[0], "", fmt.Errorf("failover: the slot of %s on %s has no replica (start the cluster with .ci/redis-cluster --ha)", key, nodes[0])
+		return nodes[0], "", fmt.Errorf("failover: the slot of %s on %s has no replica: the experiment needs a Redis Cluster whose every master has a replica", key, nodes[0])
 	}
 	return nodes[0], nodes[1], nil
 }
@@ -525,7 +554,7 @@ func slotAddrs(ctx context.Context, client *redis.ClusterClient, key string) ([]
 
 // dropReplicas closes the master's connections to its replicas.
 func dropReplicas(ctx context.Context, opts *redis.ClusterOptions, master string) error {
-	c := redis.NewClient(&redis.Options{Addr: master, Username: opts.Username, Password: opts.Password})
+	c := nodeClient(opts, master)
 	defer c.Close()
 	if err := c.Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
 		return fmt.Errorf("failover: CLIENT KILL TYPE replica on %s: %w", master, err)
@@ -533,22 +562,17 @@ func dropReplicas(ctx context.Context, opts *redis.ClusterOptions, master string
 	return nil
 }
 
-// nodePID returns the process id of the Redis node at addr, which must run
-// on this machine.
+// nodePID returns the process id the Redis node at addr reports.
 func nodePID(ctx context.Context, opts *redis.ClusterOptions, addr string) (int, error) {
-	c := redis.NewClient(&redis.Options{Addr: addr, Username: opts.Username, Password: opts.Password})
+	c := nodeClient(opts, addr)
 	defer c.Close()
 	info, err := c.Info(ctx, "server").Result()
 	if err != nil {
 		return 0, fmt.Errorf("failover: INFO on %s: %w", addr, err)
 	}
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			var pid int
-			if _, err := fmt.Sscan(v, &pid); err == nil && pid > 0 {
-				return pid, nil
-			}
-		}
+	var pid int
+	if _, err := fmt.Sscan(infoField(info, "process_id"), &pid); err != nil || pid <= 0 {
+		return 0, fmt.Errorf("failover: INFO on %s reports no process_id", addr)
 	}
-	return 0, fmt.Errorf("failover: INFO on %s reports no process_id", addr)
+	return pid, nil
 }

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 
@@ -36,6 +37,19 @@ func NewFailover(cfg FailoverConfig, acks []int, repeats int) (*FailoverExperime
 		return nil, fmt.Errorf("failover: repeats must be at least 1, got %d", repeats)
 	}
 	return &FailoverExperiment{cfg: cfg, acks: acks, repeats: repeats}, nil
+}
+
+// Prepare implements lab.Preparer: it waits (at most the configuration's
+// ReadyTimeout) for the cluster to serve every slot with a replica in sync,
+// and checks that every node runs on this machine and can be started again
+// once killed, so that a cluster that cannot give the experiment what it
+// needs says so before the first run rather than failing every run. The
+// runs write their own progress lines to progress too.
+func (e *FailoverExperiment) Prepare(ctx context.Context, progress io.Writer) error {
+	if e.cfg.Progress == nil {
+		e.cfg.Progress = progress
+	}
+	return prepareFailover(ctx, e.cfg, progress)
 }
 
 // Name implements lab.Experiment.

@@ -2,27 +2,11 @@ package admission
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
-
-// haRestart is the command that starts a killed node of the .ci cluster
-// again, from this package's directory.
-func haRestart(t *testing.T) string {
-	t.Helper()
-	script, err := filepath.Abs("../../.ci/redis-cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(script); err != nil {
-		t.Fatalf("the cluster script: %v", err)
-	}
-	return script + " --ha restart {port}"
-}
 
 // TestFailoverKeepsTheCapWithAckReplicas kills the master of a room's slot
 // four times (the last with queue_shards 3), each after stalling its replica so that the replica that
@@ -44,7 +28,6 @@ func TestFailoverKeepsTheCapWithAckReplicas(t *testing.T) {
 	for run := 1; run <= 4; run++ {
 		cfg := DefaultFailoverConfig()
 		cfg.Cluster = opts
-		cfg.Restart = haRestart(t)
 		if run == 4 {
 			cfg.QueueShards = 3
 		}
@@ -91,7 +74,6 @@ func TestFailoverWithoutAckOverfillsTheCheckout(t *testing.T) {
 	cfg := DefaultFailoverConfig()
 	cfg.AckReplicas = 0
 	cfg.Cluster = opts
-	cfg.Restart = haRestart(t)
 	res, err := RunFailover(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

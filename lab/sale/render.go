@@ -118,70 +118,97 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	if len(s.Points) == 0 {
 		return b.String(), nil
 	}
-	var marks []lab.VLine
-	for _, m := range s.Marks {
-		marks = append(marks, lab.VLine{Name: m.Fault, X: m.From})
-	}
-	col := func(f func(Point) float64) ([]float64, []float64) {
-		var xs, ys []float64
-		for _, p := range s.Points {
-			xs = append(xs, p.T)
-			ys = append(ys, f(p))
-		}
-		return xs, ys
-	}
-	series := func(name string, f func(Point) float64) lab.Series {
-		xs, ys := col(f)
-		return lab.Series{Name: name, X: xs, Y: ys}
-	}
 	prefix := "sale"
 	if e.cfg.UnsafeInventory {
 		prefix = "sale-unsafe"
 	}
-	charts := []struct {
-		file  string
-		chart lab.LineChart
-	}{
-		{"queue", lab.LineChart{Title: "Queue length and room", YLabel: "users", Series: []lab.Series{
-			series("waiting", func(p Point) float64 { return p.Waiting }),
-			series("active (room)", func(p Point) float64 { return p.Active }),
-			series("buyers holding at the checkout", func(p Point) float64 { return max(0, p.CheckoutHeld) }),
-		}, Lines: []lab.HLine{{Name: "capacity", Y: float64(e.cfg.Capacity)}}}},
-		{"admitted", lab.LineChart{Title: "Admitted (total)", YLabel: "users", Series: []lab.Series{
-			series("admitted", func(p Point) float64 { return p.AdmittedTotal }),
-		}}},
-		{"admission-rate", lab.LineChart{Title: "Admission rate", YLabel: "admissions/s", Series: []lab.Series{
-			series("rate", func(p Point) float64 { return p.AdmissionRate }),
-		}}},
-		{"payments", lab.LineChart{Title: "Payments by status", YLabel: "payments", Series: []lab.Series{
-			series("APPROVED", func(p Point) float64 { return p.Payments["APPROVED"] }),
-			series("DECLINED", func(p Point) float64 { return p.Payments["DECLINED"] }),
-			series("UNKNOWN", func(p Point) float64 { return p.Payments["UNKNOWN"] }),
-			series("PENDING", func(p Point) float64 { return p.Payments["PENDING"] }),
-			series("FAILED", func(p Point) float64 { return p.Payments["FAILED"] }),
-		}}},
-		{"lag", lab.LineChart{Title: "Outbox and consumer lag", YLabel: "events", Series: []lab.Series{
-			series("outbox (unpublished)", func(p Point) float64 { return p.Outbox }),
-			series("consumer lag (pending + held)", func(p Point) float64 { return p.ConsumerLag }),
-		}}},
-		{"seats", lab.LineChart{Title: "Seats left and sold", YLabel: "seats", Series: []lab.Series{
-			series("seats left", func(p Point) float64 { return p.SeatsLeft }),
-			series("sold", func(p Point) float64 { return p.Sold }),
-		}, Lines: []lab.HLine{{Name: "seats", Y: float64(e.cfg.Seats)}}}},
+	names, err := drawCharts(dir, prefix, s, e.cfg)
+	if err != nil {
+		return "", err
 	}
-	b.WriteString("Dotted verticals mark the faults and the institution's changes.\n\n")
-	for _, c := range charts {
-		c.chart.XLabel = "seconds since the sale opened"
-		c.chart.Marks = marks
-		name := prefix + "-" + c.file + ".png"
-		if err := c.chart.Save(filepath.Join(dir, name)); err != nil {
-			return "", err
-		}
-		fmt.Fprintf(&b, "![%s](%s)\n", c.chart.Title, name)
+	b.WriteString("Faults are numbered bars in the strip above each chart (how long each lasted), dotted lines across its panels (when each began), and named below it.\n\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "![%s](%s)\n", n.title, n.file)
 	}
 	b.WriteString("\n| fault | from (s) | to (s) |\n|---|---:|---:|\n")
 	for _, m := range s.Marks {
 		fmt.Fprintf(&b, "| %s | %.1f | %.1f |\n", m.Fault, m.From, m.To)
 	}
 	return b.String(), nil
+}
+
+// chartFile is a chart drawn into a file.
+type chartFile struct{ title, file string }
+
+// drawCharts draws the six charts of one run's series into dir, named
+// <prefix>-<chart>.png, and returns their titles and file names.
+func drawCharts(dir, prefix string, s runSeries, cfg Config) ([]chartFile, error) {
+	var spans []lab.Span
+	for _, m := range s.Marks {
+		spans = append(spans, lab.Span{Name: m.Fault, From: m.From, To: m.To})
+	}
+	series := func(name string, f func(Point) float64) lab.Series {
+		var xs, ys []float64
+		for _, p := range s.Points {
+			xs = append(xs, p.T)
+			ys = append(ys, f(p))
+		}
+		return lab.Series{Name: name, X: xs, Y: ys}
+	}
+	payments := func(status string) lab.Series {
+		return series(status, func(p Point) float64 { return p.Payments[status] })
+	}
+	charts := []struct {
+		file  string
+		chart lab.TimeChart
+	}{
+		{"queue", lab.TimeChart{Title: "Queue and room", Panels: []lab.Panel{
+			{YLabel: "users waiting", FromZero: true, Series: []lab.Series{
+				series("waiting", func(p Point) float64 { return p.Waiting }),
+			}},
+			{YLabel: "users", FromZero: true, Series: []lab.Series{
+				series("active (room)", func(p Point) float64 { return p.Active }),
+				series("holding at the checkout", func(p Point) float64 { return max(0, p.CheckoutHeld) }),
+			}, Lines: []lab.HLine{{Name: "capacity", Y: float64(cfg.Capacity)}}},
+		}}},
+		{"admitted", lab.TimeChart{Title: "Admitted (total)", Panels: []lab.Panel{
+			{YLabel: "users", FromZero: true, Series: []lab.Series{
+				series("admitted", func(p Point) float64 { return p.AdmittedTotal }),
+			}},
+		}}},
+		{"admission-rate", lab.TimeChart{Title: "Admission rate", Panels: []lab.Panel{
+			{YLabel: "admissions/s", FromZero: true, Series: []lab.Series{
+				series("admissions/s", func(p Point) float64 { return p.AdmissionRate }),
+			}},
+		}}},
+		{"payments", lab.TimeChart{Title: "Payments by status", Panels: []lab.Panel{
+			{YLabel: "payments", FromZero: true, Series: []lab.Series{payments("APPROVED"), payments("DECLINED")}},
+			{YLabel: "payments", FromZero: true, Series: []lab.Series{payments("PENDING"), payments("UNKNOWN"), payments("FAILED")}},
+		}}},
+		{"lag", lab.TimeChart{Title: "Outbox and consumer lag", Panels: []lab.Panel{
+			{YLabel: "events", FromZero: true, Series: []lab.Series{
+				series("outbox (unpublished)", func(p Point) float64 { return p.Outbox }),
+			}},
+			{YLabel: "events", FromZero: true, Series: []lab.Series{
+				series("consumer lag (pending + held)", func(p Point) float64 { return p.ConsumerLag }),
+			}},
+		}}},
+		{"seats", lab.TimeChart{Title: "Seats left and sold", Panels: []lab.Panel{
+			{YLabel: "seats", FromZero: true, Series: []lab.Series{
+				series("seats left", func(p Point) float64 { return p.SeatsLeft }),
+				series("sold", func(p Point) float64 { return p.Sold }),
+			}, Lines: []lab.HLine{{Name: "seats", Y: float64(cfg.Seats)}}},
+		}}},
+	}
+	var out []chartFile
+	for _, c := range charts {
+		c.chart.XLabel = "seconds since the sale opened"
+		c.chart.Spans = spans
+		name := prefix + "-" + c.file + ".png"
+		if err := c.chart.Save(filepath.Join(dir, name)); err != nil {
+			return nil, err
+		}
+		out = append(out, chartFile{c.chart.Title, name})
+	}
+	return out, nil
 }
