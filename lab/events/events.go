@@ -615,10 +615,6 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 	if err != nil {
 		return lab.RunResult{}, err
 	}
-	defer func() {
-		_ = js.DeleteKeyValue(context.WithoutCancel(ctx), workerConsumer(stream).ParkBucketName())
-		_ = js.DeleteStream(context.WithoutCancel(ctx), workerConsumer(stream).ParkStreamName())
-	}()
 	// Every event applied or parked (the parked ones wait for the redrive).
 	var applied int
 	var parked []dispatchjs.ParkedKey
@@ -627,7 +623,11 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 		if err := db.QueryRowContext(ctx, `SELECT COUNT(DISTINCT id) FROM effects`).Scan(&applied); err != nil {
 			return lab.RunResult{}, err
 		}
-		if parked, err = pk.List(ctx); err != nil {
+		// A call to the server can time out on a starved machine: keep
+		// the last answer and ask again.
+		if l, err := pk.List(ctx); err == nil {
+			parked = l
+		} else if ctx.Err() != nil {
 			return lab.RunResult{}, err
 		}
 		parkedEvents = 0
@@ -645,9 +645,15 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 		if _, err := db.ExecContext(ctx, `INSERT INTO healed (at) VALUES (?)`, redriveAt.UnixNano()); err != nil {
 			return lab.RunResult{}, err
 		}
-		keys, err := pk.RedriveAll(ctx)
-		if err != nil {
-			return lab.RunResult{}, err
+		var keys []string
+		for attempt := 0; ; attempt++ {
+			if keys, err = pk.RedriveAll(ctx); err == nil {
+				break
+			}
+			if ctx.Err() != nil || attempt == 10 {
+				return lab.RunResult{}, fmt.Errorf("events: redrive the parked keys: %w", err)
+			}
+			time.Sleep(500 * time.Millisecond)
 		}
 		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		_, _ = pk.Wait(wctx, keys)
@@ -1029,8 +1035,12 @@ func openStream(ctx context.Context, url, prefix, sub string, partitions, replic
 	return ls, nil
 }
 
-// close deletes the stream and closes the connection.
+// close deletes the stream, the workers' parking, and closes the
+// connection.
 func (ls *labStream) close(ctx context.Context) {
-	_ = ls.js.DeleteStream(context.WithoutCancel(ctx), ls.name)
+	ctx = context.WithoutCancel(ctx)
+	_ = ls.js.DeleteStream(ctx, ls.name)
+	_ = ls.js.DeleteKeyValue(ctx, workerConsumer(ls.name).ParkBucketName())
+	_ = ls.js.DeleteStream(ctx, workerConsumer(ls.name).ParkStreamName())
 	ls.nc.Close()
 }
