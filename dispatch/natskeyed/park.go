@@ -363,11 +363,13 @@ func (c *Consumer) applyParkedEntry(e jetstream.KeyValueEntry) {
 
 // refreshParked reads the bucket again, so that a session opening after
 // another process parked a key sees it even if the watcher lags. It
-// returns the keys whose redrive is asked for.
-func (c *Consumer) refreshParked(ctx context.Context) []ParkedKey {
+// returns the keys whose redrive is asked for; on an error the session
+// must not open (a parked key could run).
+func (c *Consumer) refreshParked(ctx context.Context) ([]ParkedKey, error) {
 	recs, err := c.parking.entries(ctx)
 	if err != nil {
-		c.cfg.Logger.Warn("dispatch/natskeyed: read the parked keys", "err", err)
+		c.cfg.Logger.Warn("dispatch/natskeyed: read the parked keys; the session waits", "err", err)
+		return nil, err
 	}
 	var redrive []ParkedKey
 	for _, r := range recs {
@@ -380,7 +382,7 @@ func (c *Consumer) refreshParked(ctx context.Context) []ParkedKey {
 		}
 	}
 	c.parked.mu.Unlock()
-	return redrive
+	return redrive, nil
 }
 
 // requestRedrive has key's queue run a redrive as its next turn, if this
@@ -498,7 +500,17 @@ func (c *Consumer) redrive(kq *keyQueue, epoch uint64) {
 	var from uint64 = 1
 	done := 0
 	for {
-		m, err := c.parking.stream.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subj))
+		var m *jetstream.RawStreamMsg
+		err := retryCall(ctx, func() (err error) {
+			m, err = c.parking.stream.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subj))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return nil
+			}
+			return err
+		})
+		if err == nil && m == nil {
+			err = jetstream.ErrMsgNotFound
+		}
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -528,7 +540,7 @@ func (c *Consumer) redrive(kq *keyQueue, epoch uint64) {
 			c.redriveFailed(ctx, key, herr)
 			return
 		}
-		if err := c.parking.stream.DeleteMsg(ctx, m.Sequence); err != nil {
+		if err := retryCall(ctx, func() error { return c.parking.stream.DeleteMsg(ctx, m.Sequence) }); err != nil {
 			c.redriveFailed(ctx, key, fmt.Errorf("delete a redriven event: %w", err))
 			return
 		}
@@ -633,4 +645,21 @@ func (c *Consumer) runRedrive(kq *keyQueue) {
 	if next {
 		c.submit(kq)
 	}
+}
+
+// retryCall makes up to five attempts at a call to the server, 200 ms
+// apart, so that one slow answer does not stop a redrive.
+func retryCall(ctx context.Context, f func() error) error {
+	var err error
+	for range 5 {
+		if err = f(); err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return err
 }

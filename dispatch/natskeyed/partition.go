@@ -405,14 +405,26 @@ func (p *partition) barrier(s *session) {
 					// before it let go, and the watcher may lag.
 					p.mu.Unlock()
 					ctx, cancel := context.WithTimeout(p.c.ctx, 5*time.Second)
-					redrive := p.c.refreshParked(ctx)
+					redrive, rerr := p.c.refreshParked(ctx)
 					cancel()
 					p.mu.Lock()
-					s.refreshed = true
 					if s.ended || p.closing {
 						p.mu.Unlock()
 						return
 					}
+					if rerr != nil {
+						// Not open: read again on the next round.
+						p.barrierWaits++
+						p.mu.Unlock()
+						select {
+						case <-time.After(wait):
+						case <-p.c.stop:
+							return
+						}
+						wait = min(2*wait, 250*time.Millisecond)
+						continue
+					}
+					s.refreshed = true
 					for _, r := range redrive {
 						if r.Partition != p.index {
 							continue
