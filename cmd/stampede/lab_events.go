@@ -81,6 +81,8 @@ Not part of 'stampede lab' / 'lab all': the default sweep (3 worker counts
 	f.Duration("ack-wait", d.AckWait, "the consumers' ack deadline")
 	f.Duration("owner-timeout", d.OwnerTimeout, "unpin a partition whose owner was not heard of for this long (0: off, wait for the pin's TTL)")
 	f.String("nats", "", "a real NATS server's URL, or a cluster's comma-separated URLs (empty: an embedded nats-server per run)")
+	f.Float64("poison", d.Poison, "share of the other keys' events that fail until healed (0: off); each poison event is parked with its key, and the run redrives every parked key at its end; adds a poisoned condition per worker count and fault")
+	f.Int("max-attempts", d.MaxAttempts, "the workers' deliveries of a failing event before it is parked")
 	f.Int("replicas", d.Replicas, "the stream's replicas (3 on a 3-node cluster)")
 	f.String("node-kill-cmd", "", "shell command that kills one NATS cluster node, for --faults node-kill (e.g. '.ci/nats-cluster kill 4231')")
 	addEventsCapacityFlags(f)
@@ -110,6 +112,8 @@ func buildEvents(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
 	x.set("jitter", func(f *pflag.FlagSet) (e error) { cfg.Jitter, e = f.GetFloat64("jitter"); return })
 	x.set("owner-timeout", func(f *pflag.FlagSet) (e error) { cfg.OwnerTimeout, e = f.GetDuration("owner-timeout"); return })
 	x.set("nats", func(f *pflag.FlagSet) (e error) { cfg.NATS, e = f.GetString("nats"); return })
+	x.set("poison", func(f *pflag.FlagSet) (e error) { cfg.Poison, e = f.GetFloat64("poison"); return })
+	x.set("max-attempts", func(f *pflag.FlagSet) (e error) { cfg.MaxAttempts, e = f.GetInt("max-attempts"); return })
 	x.set("replicas", func(f *pflag.FlagSet) (e error) { cfg.Replicas, e = f.GetInt("replicas"); return })
 	x.set("node-kill-cmd", func(f *pflag.FlagSet) error {
 		line, e := f.GetString("node-kill-cmd")
@@ -154,7 +158,7 @@ func newLabEventsWorkerCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c := &cfg.Consumer
-			c.Durable, c.Logger = "lab", loggerOf(cmd).With("worker", cfg.Name)
+			c.Durable, c.Logger = events.WorkerDurable, loggerOf(cmd).With("worker", cfg.Name)
 			c.PinnedTTL, c.PullExpiry = 4*time.Second, 2*time.Second
 			if c.InProgressEvery > c.AckWait/2 {
 				c.InProgressEvery = c.AckWait / 3
@@ -198,6 +202,7 @@ func newLabEventsWorkerCmd() *cobra.Command {
 	f.IntVar(&cfg.Consumer.Workers, "concurrency", cfg.Consumer.Workers, "handlers at once")
 	f.IntVar(&cfg.Consumer.MaxPending, "max-pending", cfg.Consumer.MaxPending, "unacknowledged messages per partition")
 	f.DurationVar(&cfg.Consumer.AckWait, "ack-wait", cfg.Consumer.AckWait, "ack deadline")
+	f.IntVar(&cfg.Consumer.MaxAttempts, "max-attempts", cfg.Consumer.MaxAttempts, "deliveries of a failing event before it is parked")
 	f.DurationVar(&cfg.Cost, "cost", cfg.Cost, "handling time of one event")
 	f.DurationVar(&cfg.HotCost, "hot-cost", 0, "handling time of one event of the hot key (0: --cost)")
 	f.Float64Var(&cfg.Jitter, "jitter", 0, "handling times spread uniformly over ±jitter of their mean")

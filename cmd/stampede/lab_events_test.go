@@ -43,6 +43,47 @@ func TestLabEventsUnderFaults(t *testing.T) {
 	}
 }
 
+// TestLabEventsPoison runs the events lab with poison events: the
+// poisoned run parks them (with their keys' later events), redrives them
+// at its end, and loses nothing, applies nothing twice and keeps every
+// key's order. (The lab's must-show adds the kill and pause faults; here
+// they would double the test's time.)
+func TestLabEventsPoison(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs worker processes")
+	}
+	useTestWorkers(t)
+	out := t.TempDir()
+	if _, _, err := execute(t, "lab", "events", "--out", out, "--seconds", "2", "--rate", "200", "--workers", "2",
+		"--faults", "none", "--poison", "0.02"); err != nil {
+		t.Fatalf("lab events: %v", err)
+	}
+	runs := readEventsRuns(t, out)
+	poisoned := 0
+	for _, r := range runs {
+		m := r.Metrics
+		if r.Condition["poison"] != 0.02 {
+			continue
+		}
+		poisoned++
+		t.Logf("%v: %v", r.Condition, m)
+		if m["parked_events"] < m["poisoned"] || m["poisoned"] == 0 {
+			t.Errorf("%v: %v poison events, %v parked; want some, all parked", r.Condition, m["poisoned"], m["parked_events"])
+		}
+		for _, k := range []string{"lost", "duplicate_effects", "violations", "overlaps", "parked_unprocessed"} {
+			if m[k] != 0 {
+				t.Errorf("%v: %s %v, want 0", r.Condition, k, m[k])
+			}
+		}
+		if m["redriven"] < m["parked_events"] {
+			t.Errorf("%v: %v redriven of %v parked", r.Condition, m["redriven"], m["parked_events"])
+		}
+	}
+	if poisoned != 1 {
+		t.Fatalf("%d poisoned runs, want 1", poisoned)
+	}
+}
+
 // TestLabEventsR3NodeKilled runs the events lab on the three-node NATS
 // cluster .ci/nats-cluster starts, on an R3 stream, and kills one node
 // mid-run with `.ci/nats-cluster kill`: nothing lost, no effect applied

@@ -65,9 +65,10 @@ given on the command line wins over the environment.`,
 	}
 	logOpts.flags(root.PersistentFlags())
 	bindEnvFlags(root.PersistentFlags())
-	serve, pay := newServeCmd(), newPayCmd()
+	serve, pay, events := newServeCmd(), newPayCmd(), newEventsCmd()
 	bindEnv(serve)
 	bindEnv(pay)
-	root.AddCommand(newLabCmd(), serve, pay, newProbeCmd())
+	bindEnv(events)
+	root.AddCommand(newLabCmd(), serve, pay, events, newProbeCmd())
 	return root
 }

@@ -80,6 +80,7 @@ wait for it.`,
 	f.IntVar(&c.Partitions, "partitions", c.Partitions, "partitions of the stream; must match serve pay's --partitions")
 	f.IntVar(&c.Workers, "concurrency", c.Workers, "handlers running at once")
 	f.IntVar(&c.MaxPending, "max-pending", c.MaxPending, "unacknowledged events per partition at most (memory bound)")
+	f.IntVar(&c.MaxAttempts, "max-attempts", c.MaxAttempts, "deliveries of a failing event before it is parked with its key's later events (stampede events parked, redrive); 0: retry for ever")
 	f.DurationVar(&c.AckWait, "ack-wait", c.AckWait, "how long the server waits for an acknowledgement before redelivering")
 	f.StringVar(&opts.serve, "serve", "", "comma-separated partitions this worker serves, e.g. 0,1,2,3 (empty: pinned on nats-server 2.11+, else all)")
 	f.DurationVar(&c.OwnerTimeout, "owner-timeout", c.OwnerTimeout, "pinned only: unpin a partition whose owning worker was not heard of for this long, so a live worker takes it over (0: off, wait for the pin's TTL)")

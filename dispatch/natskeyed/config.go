@@ -96,6 +96,22 @@ type Config struct {
 	// MaxNakDelay caps the redelivery delay.
 	MaxNakDelay time.Duration
 
+	// MaxAttempts, when positive, bounds the deliveries of an event whose
+	// handler fails: after the failure of delivery MaxAttempts (or at once
+	// for an error wrapping ErrPermanent) the event is parked with every
+	// later event of its key, which wait, in order, until a redrive
+	// (Parking.Redrive); the partition's other keys go on. Deliveries are
+	// the server's count, so a delivery handed back in a handover counts
+	// too. Zero retries a failing event for ever and holds its key.
+	MaxAttempts int
+	// ParkBucket names the JetStream KV bucket that lists the parked keys
+	// (MaxAttempts only); empty means <Stream>_<Durable>_parked. The
+	// parked events themselves go to the stream <Stream>_<Durable>_PARKED.
+	ParkBucket string
+	// ParkReplicas is the replica count of the parking bucket and stream
+	// (0 means 1); 3 on a three-node cluster.
+	ParkReplicas int
+
 	// KeyHeader, when set, names the header that holds a message's key.
 	// A message without it falls back to KeyToken.
 	KeyHeader string
@@ -115,7 +131,8 @@ type Config struct {
 // payments.<p>.<id> in 8 partitions, durable consumers payments-<p>, all
 // partitions served through pinned priority groups, 8 workers, 1,024
 // pending messages and pulls of 256 per partition, a 30 s AckWait with
-// progress every 10 s, and the key from the last subject token.
+// progress every 10 s, 8 attempts before a failing event is parked with
+// its key, and the key from the last subject token.
 func DefaultConfig() Config {
 	return Config{
 		Stream:          "PAYMENTS",
@@ -133,6 +150,7 @@ func DefaultConfig() Config {
 		InProgressEvery: 10 * time.Second,
 		NakDelay:        time.Second,
 		MaxNakDelay:     30 * time.Second,
+		MaxAttempts:     8,
 		KeyToken:        -1,
 		DrainTimeout:    30 * time.Second,
 		Logger:          slog.Default(),
@@ -189,6 +207,12 @@ func (c Config) Validate() error {
 	}
 	if c.NakDelay > 0 && c.MaxNakDelay < c.NakDelay {
 		f.Add("max_nak_delay", "must be at least nak_delay (%s), got %s", c.NakDelay, c.MaxNakDelay)
+	}
+	if c.MaxAttempts < 0 {
+		f.Add("max_attempts", "must be 0 (retry for ever) or positive, got %d", c.MaxAttempts)
+	}
+	if c.ParkReplicas < 0 || c.ParkReplicas > 5 {
+		f.Add("park_replicas", "must be 0 to 5, got %d", c.ParkReplicas)
 	}
 	if c.DrainTimeout <= 0 {
 		f.Add("shutdown_timeout", "must be positive, got %s", c.DrainTimeout)

@@ -98,6 +98,9 @@ type Consumer struct {
 	connected atomic.Bool // the connection was up at the last check
 	alive     *liveness   // nil unless Pinned with OwnerTimeout
 	closed    atomic.Bool // Close (or a failed New) has begun: start no pulls
+	parking   *Parking    // nil unless MaxAttempts > 0
+	parked    parkedKeys
+	redriven  atomic.Uint64
 }
 
 // New creates or updates the durable consumer of every served partition
@@ -118,7 +121,13 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 	if err != nil {
 		return nil, fmt.Errorf("dispatch/natskeyed: stream %s: %w", cfg.Stream, err)
 	}
-	c := &Consumer{cfg: cfg, js: js, nc: nc, version: nc.ConnectedServerVersion(), handler: h, stop: make(chan struct{})}
+	c := &Consumer{cfg: cfg, js: js, nc: nc, version: nc.ConnectedServerVersion(), handler: h, stop: make(chan struct{}),
+		parked: parkedKeys{keys: map[string]*parkState{}}}
+	if cfg.MaxAttempts > 0 {
+		if c.parking, err = OpenParking(ctx, js, cfg); err != nil {
+			return nil, err
+		}
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.connected.Store(nc.IsConnected())
 	c.bg.Go(c.watch)
@@ -160,6 +169,12 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 			return nil, fmt.Errorf("dispatch/natskeyed: MaxPending: consumer %s has MaxAckPending %d, want %d", ccfg.Durable, got, cfg.MaxPending)
 		}
 		c.parts = append(c.parts, newPartition(c, n, stream, cons))
+	}
+	if c.parking != nil {
+		if err := c.watchParked(ctx); err != nil {
+			c.abort()
+			return nil, fmt.Errorf("dispatch/natskeyed: parked keys: %w", err)
+		}
 	}
 	if cfg.Pinned && cfg.OwnerTimeout > 0 {
 		if err := c.startLiveness(); err != nil {
@@ -210,6 +225,10 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 	p := kq.p
 	p.mu.Lock()
 	kq.scheduled = false
+	if kq.redrive && kq.sess == p.sess && kq.sess.open && !kq.running && c.connected.Load() {
+		c.runRedrive(kq)
+		return
+	}
 	e := kq.front()
 	if kq.sess != p.sess || !kq.sess.open || kq.running || e == nil || e.state != queued || !c.connected.Load() {
 		// Stale token (session ended), barrier closed, or disconnected (the
@@ -240,9 +259,29 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 		Sequence: e.seq, Delivery: e.delivered, Published: e.published, Epoch: kq.sess.epoch, Header: msg.Headers(), Data: msg.Data()}
 	p.mu.Unlock()
 
-	c.inFlight.Add(1)
-	err := c.handler(c.ctx, ev)
-	c.inFlight.Add(-1)
+	var err error
+	parkedNow := false
+	if c.parking != nil && c.parked.get(kq.key) != nil {
+		// The key is parked: the event joins its parked events, in order,
+		// instead of running.
+		if err = c.parkCopy(c.ctx, ev); err == nil {
+			parkedNow = true
+		} else {
+			c.cfg.Logger.Warn("dispatch/natskeyed: could not park an event of a parked key; it comes back", "key", kq.key, "seq", e.seq, "err", err)
+		}
+	} else {
+		c.inFlight.Add(1)
+		err = c.handler(c.ctx, ev)
+		c.inFlight.Add(-1)
+		if err != nil && c.parking != nil && !errors.Is(err, ErrFenced) && !e.draining &&
+			(errors.Is(err, ErrPermanent) || ev.Delivery >= uint64(c.cfg.MaxAttempts)) {
+			if perr := c.park(c.ctx, ev, err); perr == nil {
+				err, parkedNow = nil, true
+			} else {
+				c.cfg.Logger.Warn("dispatch/natskeyed: could not park a failing event; it comes back", "key", kq.key, "seq", e.seq, "err", perr)
+			}
+		}
+	}
 
 	// The outcome is booked and sent under the lock, so that a message the
 	// server hands out once this acknowledgement frees a slot never finds
@@ -270,7 +309,11 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 		return
 	}
 	if err == nil {
-		p.acked++
+		if parkedNow {
+			p.parkedEvents++
+		} else {
+			p.acked++
+		}
 		p.done.add(e.seq)
 		kq.lastDone = max(kq.lastDone, e.seq)
 		p.release(e)
@@ -528,6 +571,14 @@ type Stats struct {
 	// documentation lists. Alert on it. (A late message whose later
 	// neighbours had all completed goes uncounted.)
 	Late uint64
+	// Parked counts events this process parked (Config.MaxAttempts): the
+	// failing event of a key and the later events of a parked key.
+	Parked uint64
+	// Redriven counts parked events this process ran again and completed
+	// in a redrive.
+	Redriven uint64
+	// ParkedKeys counts the keys parked now (all processes').
+	ParkedKeys int
 	// InFlight counts running handlers.
 	InFlight int
 	// Held counts messages held over all partitions.
@@ -554,9 +605,20 @@ func (c *Consumer) Stats() Stats {
 		s.Failed += p.failed
 		s.Late += p.late
 		s.Fenced += p.fenced
+		s.Parked += p.parkedEvents
 		p.mu.Unlock()
 	}
 	s.InFlight = int(c.inFlight.Load())
+	s.Redriven = c.redriven.Load()
+	if c.parking != nil {
+		c.parked.mu.Lock()
+		for _, k := range c.parked.keys {
+			if !k.unparked {
+				s.ParkedKeys++
+			}
+		}
+		c.parked.mu.Unlock()
+	}
 	if c.alive != nil {
 		s.Unpins = c.alive.unpins.Load()
 	}

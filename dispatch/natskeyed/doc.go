@@ -93,11 +93,36 @@
 // recognised as above, one that reaches another process runs again, which
 // the inbox below makes harmless.
 //
+// # Poison events
+//
+// With Config.MaxAttempts (default 8), an event whose handler fails on
+// delivery MaxAttempts, or returns an error wrapping ErrPermanent, is
+// parked instead of being retried again: its key is recorded in a
+// JetStream KV bucket (Config.ParkBucketName) and the event is copied, in
+// order, to a parking stream (Config.ParkStreamName) and acknowledged.
+// Every later event of a parked key takes the same way when its turn
+// comes, instead of running, so the key keeps its order and the
+// partition's other keys go on. Each process watches the bucket, and a
+// session reads it afresh before its barrier opens, so a key parked by an
+// earlier owner stays parked.
+//
+// Parking.Redrive marks a parked key; the owner of its partition runs the
+// parked events, as the key's next turn in the dispatcher, through the
+// handler with their original identity (Event.ID, Key, Partition, Subject,
+// Sequence) and the session's Epoch, deleting each from the parking stream
+// once it succeeded, then deletes the key's entry. Events of the key that
+// arrived meanwhile wait in its queue and run after. A parked event that
+// fails again MaxAttempts times stops the redrive: the key stays parked
+// with the new reason. Parking is at least once like every delivery: a
+// process that dies between a redriven event's effect and its deletion
+// runs it again on the next redrive, which the inbox makes harmless.
+//
 // # Guarantee
 //
 // Per-key order: within a partition, a message of key K starts only after
 // every earlier (lower stream sequence) message of K has succeeded and been
-// acknowledged, and no two messages of K run at once. (A consumer delivers
+// acknowledged (or, parked, has succeeded in a redrive), and no two
+// messages of K run at once. (A consumer delivers
 // a partition's messages for the first time in stream order, so an earlier
 // message is either acknowledged or pending, and the barrier makes every
 // pending one the owner's.) This holds

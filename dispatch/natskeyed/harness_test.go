@@ -112,7 +112,11 @@ func newFixture(t testing.TB, tg target, partitions int) *fixture {
 	if _, err := js.CreateStream(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), cfg.Stream) })
+	t.Cleanup(func() {
+		_ = js.DeleteStream(context.Background(), cfg.Stream)
+		_ = js.DeleteKeyValue(context.Background(), cfg.ParkBucketName())
+		_ = js.DeleteStream(context.Background(), cfg.ParkStreamName())
+	})
 	return f
 }
 

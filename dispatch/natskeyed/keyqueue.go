@@ -44,6 +44,7 @@ type keyQueue struct {
 	head      int
 	running   bool
 	scheduled bool
+	redrive   bool   // a redrive of the key's parked events is its next turn
 	lastDone  uint64 // highest stream sequence of the key completed in this session
 }
 

@@ -14,11 +14,12 @@ import (
 // pin id of the pinned consumer, or the whole life of an unpinned one. A
 // session's messages do not run until its barrier has passed (open).
 type session struct {
-	pin   string
-	epoch uint64 // consumer sequence of the session's first delivery (Event.Epoch)
-	open  bool
-	ended bool
-	keys  map[string]*keyQueue
+	pin       string
+	epoch     uint64 // consumer sequence of the session's first delivery (Event.Epoch)
+	open      bool
+	ended     bool
+	refreshed bool // the parked keys were read before the barrier opened
+	keys      map[string]*keyQueue
 }
 
 // partition consumes one partition through its durable consumer.
@@ -49,6 +50,7 @@ type partition struct {
 	duplicates   uint64
 	acked        uint64
 	failed       uint64
+	parkedEvents uint64
 	late         uint64
 	fenced       uint64
 	barrierTime  time.Duration
@@ -280,7 +282,7 @@ func (p *partition) scheduleLocked(kq *keyQueue) bool {
 	if s != p.sess || !s.open || kq.running || kq.scheduled || p.closing {
 		return false
 	}
-	if e := kq.front(); e == nil || e.state != queued {
+	if e := kq.front(); (e == nil || e.state != queued) && !kq.redrive {
 		return false
 	}
 	kq.scheduled = true
@@ -397,6 +399,44 @@ func (p *partition) barrier(s *session) {
 				}
 			}
 			if pin == s.pin && info.NumAckPending <= known {
+				if p.c.parking != nil && !s.refreshed {
+					// Before the first event runs, read the parked keys
+					// afresh: an earlier owner may have parked one just
+					// before it let go, and the watcher may lag.
+					p.mu.Unlock()
+					ctx, cancel := context.WithTimeout(p.c.ctx, 5*time.Second)
+					redrive, rerr := p.c.refreshParked(ctx)
+					cancel()
+					p.mu.Lock()
+					if s.ended || p.closing {
+						p.mu.Unlock()
+						return
+					}
+					if rerr != nil {
+						// Not open: read again on the next round.
+						p.barrierWaits++
+						p.mu.Unlock()
+						select {
+						case <-time.After(wait):
+						case <-p.c.stop:
+							return
+						}
+						wait = min(2*wait, 250*time.Millisecond)
+						continue
+					}
+					s.refreshed = true
+					for _, r := range redrive {
+						if r.Partition != p.index {
+							continue
+						}
+						kq := s.keys[r.Key]
+						if kq == nil {
+							kq = &keyQueue{p: p, sess: s, key: r.Key}
+							s.keys[r.Key] = kq
+						}
+						kq.redrive = true
+					}
+				}
 				s.open = true
 				p.barrierTime += time.Since(began)
 				for _, kq := range s.keys {

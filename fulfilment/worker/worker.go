@@ -44,9 +44,15 @@ type Config struct {
 
 // DefaultConfig returns dispatch/natskeyed's and fulfilment's defaults:
 // stream PAYMENTS, payments.<p>.<id> in 8 pinned partitions, 8 handlers at
-// once. JetStream and Store are left for the caller to set.
+// once, a payment parked after 20 failed deliveries. JetStream and Store
+// are left for the caller to set.
 func DefaultConfig() Config {
-	return Config{Consumer: dispatchjs.DefaultConfig(), Fulfilment: fulfilment.DefaultConfig()}
+	c := Config{Consumer: dispatchjs.DefaultConfig(), Fulfilment: fulfilment.DefaultConfig()}
+	// A failing store fails every payment's events alike: 20 deliveries
+	// (about eight minutes of doubling delays capped at 30 s) before a
+	// payment's events are parked, so that a short outage parks nothing.
+	c.Consumer.MaxAttempts = 20
+	return c
 }
 
 // Validate reports every unusable field at once (see stampede.Fields).

@@ -104,6 +104,17 @@ type Config struct {
 	NodeKill func() error
 	// Seed makes the arrival streams reproducible.
 	Seed uint64
+	// Poison, when positive, adds a condition per worker count and fault
+	// in which this share of the other keys' events (not the hot key's)
+	// fail on every delivery until the run heals them: the workers park
+	// each such event with its key after MaxAttempts deliveries, the other
+	// keys go on, and once the arrivals are over and every event is either
+	// applied or parked, the run heals the handlers and redrives every
+	// parked key.
+	Poison float64
+	// MaxAttempts is the workers' deliveries of a failing event before it
+	// is parked (dispatch/natskeyed Config.MaxAttempts).
+	MaxAttempts int
 	// WorkerCmd returns the command of one worker process given
 	// RunWorker's arguments (cmd/stampede: the same binary's hidden
 	// `lab events-worker`).
@@ -119,7 +130,7 @@ func DefaultConfig() Config {
 	return Config{Rate: 400, Keys: 200, HotLoads: []float64{2.0}, Seconds: 10, Repeat: 1, Workers: []int{1, 2, 4},
 		Faults: []string{FaultNone, FaultKill, FaultPause, FaultNATSRestart}, Concurrency: 4, Partitions: 8,
 		Cost: 5 * time.Millisecond, HotCost: 100 * time.Millisecond, AckWait: 500 * time.Millisecond,
-		OwnerTimeout: 300 * time.Millisecond, Replicas: 1, Seed: 11}
+		OwnerTimeout: 300 * time.Millisecond, Replicas: 1, MaxAttempts: 3, Seed: 11}
 }
 
 // hotCost is the hot key's mean handling time.
@@ -188,6 +199,12 @@ func (c Config) Validate() error {
 	}
 	if c.WorkerCmd == nil {
 		f.Add("worker_cmd", "must not be nil")
+	}
+	if c.Poison < 0 || c.Poison >= 0.5 {
+		f.Add("poison", "must be in [0, 0.5), got %g", c.Poison)
+	}
+	if c.MaxAttempts < 1 {
+		f.Add("max_attempts", "must be at least 1, got %d", c.MaxAttempts)
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		f.Add("replicas", "must be 1 to 5, got %d", c.Replicas)
@@ -265,21 +282,33 @@ func (e *Experiment) Params() any {
 	return map[string]any{"rate": c.Rate, "keys": c.Keys, "hot_loads": c.HotLoads, "seconds": c.Seconds, "repeat": c.Repeat,
 		"workers": c.Workers, "faults": c.Faults, "concurrency": c.Concurrency, "partitions": c.Partitions,
 		"cost_ms": float64(c.Cost) / 1e6, "hot_cost_ms": float64(c.hotCost()) / 1e6, "jitter": c.Jitter,
-		"owner_timeout_ms": c.OwnerTimeout.Milliseconds(), "ack_wait_ms": c.AckWait.Milliseconds(), "nats": c.NATS != "", "replicas": c.Replicas, "seed": c.Seed}
+		"owner_timeout_ms": c.OwnerTimeout.Milliseconds(), "ack_wait_ms": c.AckWait.Milliseconds(), "nats": c.NATS != "", "replicas": c.Replicas, "seed": c.Seed,
+		"poison": c.Poison, "max_attempts": c.MaxAttempts}
 }
 
 // Conditions implements lab.Experiment: per hot load, the in-process keyed
 // dispatcher (the victim-latency baseline, workers 0), then every worker
-// count under every fault.
+// count under every fault, without poison and, with Poison, with it.
 func (e *Experiment) Conditions() []lab.Condition {
 	var out []lab.Condition
+	keys := []string{"workers", "fault", "hot_load", "poison"}
+	poisons := []float64{0}
+	if e.cfg.Poison > 0 {
+		poisons = append(poisons, e.cfg.Poison)
+	}
 	for _, load := range e.cfg.HotLoads {
 		out = append(out, lab.Condition{Label: fmt.Sprintf("in-process hot_load=%g", load),
-			Values: map[string]any{"workers": 0, "fault": FaultNone, "hot_load": load}, Keys: []string{"workers", "fault", "hot_load"}})
+			Values: map[string]any{"workers": 0, "fault": FaultNone, "hot_load": load, "poison": 0.0}, Keys: keys})
 		for _, w := range e.cfg.Workers {
 			for _, f := range e.cfg.Faults {
-				out = append(out, lab.Condition{Label: fmt.Sprintf("workers=%d fault=%s hot_load=%g", w, f, load),
-					Values: map[string]any{"workers": w, "fault": f, "hot_load": load}, Keys: []string{"workers", "fault", "hot_load"}})
+				for _, p := range poisons {
+					label := fmt.Sprintf("workers=%d fault=%s hot_load=%g", w, f, load)
+					if p > 0 {
+						label += fmt.Sprintf(" poison=%g", p)
+					}
+					out = append(out, lab.Condition{Label: label,
+						Values: map[string]any{"workers": w, "fault": f, "hot_load": load, "poison": p}, Keys: keys})
+				}
 			}
 		}
 	}
@@ -289,13 +318,15 @@ func (e *Experiment) Conditions() []lab.Condition {
 // Columns implements lab.Experiment.
 func (e *Experiment) Columns() []string {
 	return []string{"lost", "duplicate_effects", "violations", "overlaps", "redeliveries", "fenced", "victim_p99_ms",
-		"victim_p99_calm_ms", "neighbour_p99_ms", "other_p99_ms", "recovery_ms", "events_per_s", "events"}
+		"victim_p99_calm_ms", "neighbour_p99_ms", "other_p99_ms", "recovery_ms", "events_per_s", "events",
+		"poisoned", "parked_events", "parked_keys", "redriven", "parked_unprocessed"}
 }
 
 // arrival is one scheduled event.
 type arrival struct {
-	at  time.Duration
-	key int // 0 is the hot key
+	at     time.Duration
+	key    int  // 0 is the hot key
+	poison bool // fails until the run heals the handlers
 }
 
 // schedule draws the arrivals: the other keys as a Poisson process at the
@@ -314,6 +345,33 @@ func (e *Experiment) schedule(load float64, seed uint64) []arrival {
 		out = append(out, arrival{at: t, key: 0})
 	}
 	slices.SortFunc(out, func(a, b arrival) int { return cmp.Compare(a.at, b.at) })
+	return out
+}
+
+// poisonPlan marks a share of the other keys' arrivals of plan as poison,
+// with its own random stream (the arrivals stay those of the condition
+// without poison).
+func poisonPlan(plan []arrival, share float64, seed uint64) []arrival {
+	if share <= 0 {
+		return plan
+	}
+	out := slices.Clone(plan)
+	rng := rand.New(rand.NewPCG(seed, 13))
+	for i := range out {
+		out[i].poison = out[i].key != 0 && rng.Float64() < share
+	}
+	return out
+}
+
+// poisonedKeys lists the keys with at least one poison arrival: their
+// later events wait for a redrive by design, so they are no victims.
+func poisonedKeys(plan []arrival) map[string]bool {
+	out := map[string]bool{}
+	for _, a := range plan {
+		if a.poison {
+			out[keyName(a.key)] = true
+		}
+	}
 	return out
 }
 
@@ -346,6 +404,9 @@ type effect struct {
 func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (lab.RunResult, error) {
 	load := cond.Values["hot_load"].(float64)
 	plan := e.schedule(load, e.cfg.Seed+uint64(repeat))
+	if p, _ := cond.Values["poison"].(float64); p > 0 {
+		plan = poisonPlan(plan, p, e.cfg.Seed+uint64(repeat))
+	}
 	if cond.Values["workers"].(int) == 0 {
 		return e.runInProcess(ctx, plan), nil
 	}
@@ -449,7 +510,8 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 		args := []string{"--nats", url, "--ledger", ledgerPath, "--stream", stream, "--subject", subject,
 			"--partitions", strconv.Itoa(c.Partitions), "--concurrency", strconv.Itoa(c.Concurrency),
 			"--ack-wait", c.AckWait.String(), "--cost", c.Cost.String(), "--hot-cost", c.hotCost().String(),
-			"--jitter", strconv.FormatFloat(c.Jitter, 'g', -1, 64), "--owner-timeout", c.OwnerTimeout.String(), "--name", strconv.Itoa(i)}
+			"--jitter", strconv.FormatFloat(c.Jitter, 'g', -1, 64), "--owner-timeout", c.OwnerTimeout.String(), "--name", strconv.Itoa(i),
+			"--max-attempts", strconv.Itoa(c.MaxAttempts)}
 		if pinned && n > 1 {
 			// Spread the partitions: each worker pins its share first.
 			var prefer []string
@@ -524,7 +586,7 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 		if !transform {
 			subj = dispatchjs.PartitionedSubject(subject, k, c.Partitions)
 		}
-		body := []byte(fmt.Sprintf(`{"key":%q,"seq":%d,"at":%d}`, k, seq, time.Now().UnixNano()))
+		body := []byte(fmt.Sprintf(`{"key":%q,"seq":%d,"at":%d,"poison":%t}`, k, seq, time.Now().UnixNano(), a.poison))
 		for attempt := 0; ; attempt++ {
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			_, err := js.Publish(pctx, subj, body, natsjs.WithMsgID(fmt.Sprintf("%s-%d", k, seq)))
@@ -549,18 +611,99 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 	}
 	defer db.Close()
 	deadline := time.Now().Add(4*c.AckWait + 30*time.Second + e.hotTail(plan))
+	pk, err := dispatchjs.OpenParking(ctx, js, workerConsumer(stream))
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+	// Every event applied or parked (the parked ones wait for the redrive).
 	var applied int
+	var parked []dispatchjs.ParkedKey
+	parkedEvents := 0
 	for {
 		if err := db.QueryRowContext(ctx, `SELECT COUNT(DISTINCT id) FROM effects`).Scan(&applied); err != nil {
 			return lab.RunResult{}, err
 		}
-		if applied >= len(plan) || time.Now().After(deadline) {
+		// A call to the server can time out on a starved machine: keep
+		// the last answer and ask again.
+		if l, err := pk.List(ctx); err == nil {
+			parked = l
+		} else if ctx.Err() != nil {
+			return lab.RunResult{}, err
+		}
+		parkedEvents = 0
+		for _, k := range parked {
+			parkedEvents += int(k.Events)
+		}
+		if applied+parkedEvents >= len(plan) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return e.accountFaults(ctx, db, plan, seqs, start, injected)
+	// Heal the handlers, redrive every parked key, and wait for them.
+	redriveAt := time.Now()
+	if len(parked) > 0 {
+		if _, err := db.ExecContext(ctx, `INSERT INTO healed (at) VALUES (?)`, redriveAt.UnixNano()); err != nil {
+			return lab.RunResult{}, err
+		}
+		// A redrive that fails (a call to a starved server timing out)
+		// leaves its key parked: ask again, as an operator would, a few
+		// rounds within a minute.
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		for round := 0; round < 5 && wctx.Err() == nil; round++ {
+			keys, err := pk.RedriveAll(wctx)
+			if err != nil {
+				time.Sleep(500 * time.Millisecond)
+				continue
+			}
+			if left, _ := pk.Wait(wctx, keys); len(left) == 0 {
+				break
+			}
+		}
+		cancel()
+		deadline = time.Now().Add(10 * time.Second)
+		for applied < len(plan) && time.Now().Before(deadline) {
+			if err := db.QueryRowContext(ctx, `SELECT COUNT(DISTINCT id) FROM effects`).Scan(&applied); err != nil {
+				return lab.RunResult{}, err
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	res, err := e.accountFaults(ctx, db, plan, seqs, start, injected)
+	if err != nil {
+		return res, err
+	}
+	var redriven int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM effects WHERE start_ns >= ?`, redriveAt.UnixNano()).Scan(&redriven); err != nil {
+		return lab.RunResult{}, err
+	}
+	poisoned := 0
+	for _, a := range plan {
+		if a.poison {
+			poisoned++
+		}
+	}
+	res.Metrics["poisoned"], res.Metrics["parked_events"], res.Metrics["parked_keys"] = float64(poisoned), float64(parkedEvents), float64(len(parked))
+	res.Metrics["redriven"] = float64(redriven)
+	res.Metrics["parked_unprocessed"] = float64(max(0, parkedEvents-redriven))
+	if parkedEvents > redriven {
+		res.Broken = append(res.Broken, fmt.Sprintf("%d parked events not processed after the redrive", parkedEvents-redriven))
+	}
+	if poisoned > 0 && parkedEvents < poisoned {
+		res.Broken = append(res.Broken, fmt.Sprintf("%d poison events but only %d parked", poisoned, parkedEvents))
+	}
+	return res, nil
 }
+
+// workerConsumer is the consumer configuration the lab's workers share,
+// as far as their parking goes (stream and durable).
+func workerConsumer(stream string) dispatchjs.Config {
+	cfg := dispatchjs.DefaultConfig()
+	cfg.Stream, cfg.Durable = stream, WorkerDurable
+	return cfg
+}
+
+// WorkerDurable is the durable consumer prefix of the lab's workers.
+const WorkerDurable = "lab"
 
 // hotTail is how long the hot key's backlog can last past the arrivals:
 // its events times its handling time, less what the arrivals' duration
@@ -698,9 +841,10 @@ func (e *Experiment) accountFaults(ctx context.Context, db *sql.DB, plan []arriv
 	var victims []float64
 	var vs []effect
 	last := start.UnixNano()
+	poisoned := poisonedKeys(plan)
 	for i, f := range effs {
 		pts = append(pts, point{f.start, false, f.key, f.seq, 2 * i}, point{f.done, true, f.key, f.seq, 2*i + 1})
-		if f.key != keyName(0) {
+		if f.key != keyName(0) && !poisoned[f.key] {
 			victims = append(victims, float64(f.done-f.at)/1e6)
 			vs = append(vs, f)
 		}
@@ -893,8 +1037,12 @@ func openStream(ctx context.Context, url, prefix, sub string, partitions, replic
 	return ls, nil
 }
 
-// close deletes the stream and closes the connection.
+// close deletes the stream, the workers' parking, and closes the
+// connection.
 func (ls *labStream) close(ctx context.Context) {
-	_ = ls.js.DeleteStream(context.WithoutCancel(ctx), ls.name)
+	ctx = context.WithoutCancel(ctx)
+	_ = ls.js.DeleteStream(ctx, ls.name)
+	_ = ls.js.DeleteKeyValue(ctx, workerConsumer(ls.name).ParkBucketName())
+	_ = ls.js.DeleteStream(ctx, workerConsumer(ls.name).ParkStreamName())
 	ls.nc.Close()
 }

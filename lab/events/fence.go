@@ -15,6 +15,8 @@ type labEvent struct {
 	Key string `json:"key"`
 	Seq uint64 `json:"seq"`
 	At  int64  `json:"at"`
+	// Poison makes the handler fail until the run heals it.
+	Poison bool `json:"poison,omitempty"`
 }
 
 // apply records one handler run in the ledger in one transaction, the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -114,6 +115,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		if err := json.Unmarshal(e.Data, &body); err != nil {
 			return nil // not a lab event: set aside
 		}
+		if body.Poison {
+			var healed int
+			if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM healed`).Scan(&healed); err != nil {
+				return err
+			}
+			if healed == 0 {
+				return errors.New("poison event: the handler fails until the run heals it")
+			}
+		}
 		time.Sleep(cost(body.Key))
 		return apply(ctx, db, cfg.Name, e, body, start)
 	}
@@ -149,6 +159,7 @@ func createLedger(path string) error {
 CREATE TABLE attempts (id TEXT NOT NULL, worker TEXT NOT NULL, delivery INTEGER NOT NULL,
 	epoch INTEGER NOT NULL DEFAULT 0, fenced INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE fences (part INTEGER PRIMARY KEY, epoch INTEGER NOT NULL);
+CREATE TABLE healed (at INTEGER NOT NULL);
 CREATE TABLE keyseqs (key TEXT PRIMARY KEY, seq INTEGER NOT NULL);
 CREATE TABLE effects (id TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL, worker TEXT NOT NULL,
 	start_ns INTEGER NOT NULL, done_ns INTEGER NOT NULL, at_ns INTEGER NOT NULL);`)
