@@ -350,7 +350,7 @@ func TestCheckoutSeesAtMostCapacity(t *testing.T) {
 		deadline := time.Now().Add(4 * time.Minute)
 
 		var finished, abandoned, refusedAfter, lost atomic.Int64
-		var firstErr atomic.Pointer[error] // the first buyer's failure, whatever its type
+		var firstErr atomic.Pointer[error]     // the first buyer's failure, whatever its type
 		sem := make(chan struct{}, 2*capacity) // buyers in the shop at once
 		var wg sync.WaitGroup
 		for i := range buyers {
