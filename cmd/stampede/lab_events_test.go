@@ -108,7 +108,8 @@ func TestLabEventsR3NodeKilled(t *testing.T) {
 	out := t.TempDir()
 	if _, _, err := execute(t, "lab", "events", "--out", out, "--seconds", "3", "--rate", "200", "--workers", "2",
 		"--nats", url, "--replicas", "3", "--faults", "node-kill", "--node-kill-cmd", script+" kill "+port); err != nil {
-		t.Fatalf("lab events: %v", err)
+		report, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
+		t.Fatalf("lab events: %v\n%s", err, report)
 	}
 	for _, r := range readEventsRuns(t, out) {
 		m := r.Metrics

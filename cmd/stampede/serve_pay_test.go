@@ -79,7 +79,9 @@ func TestServePayAnswersThroughHTTPAPI(t *testing.T) {
 	}
 	db := filepath.Join(t.TempDir(), "pay.db")
 	merchantID, apiKey := addMerchantCLI(t, db)
-	addr, logs := servePayOn(t, db, its.URL, "--timeout", "300ms")
+	// Request lines are logged at debug (a line per request at info would
+	// flood a sale's logs): ask for them.
+	addr, logs := servePayOn(t, db, its.URL, "--timeout", "300ms", "--log-level", "debug")
 	base := "http://" + addr
 	c := apitest.New(t, payapi.OpenAPI()).Client(t)
 

@@ -511,7 +511,7 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 			"--partitions", strconv.Itoa(c.Partitions), "--concurrency", strconv.Itoa(c.Concurrency),
 			"--ack-wait", c.AckWait.String(), "--cost", c.Cost.String(), "--hot-cost", c.hotCost().String(),
 			"--jitter", strconv.FormatFloat(c.Jitter, 'g', -1, 64), "--owner-timeout", c.OwnerTimeout.String(), "--name", strconv.Itoa(i),
-			"--max-attempts", strconv.Itoa(c.MaxAttempts)}
+			"--max-attempts", strconv.Itoa(c.maxAttempts())}
 		if pinned && n > 1 {
 			// Spread the partitions: each worker pins its share first.
 			var prefer []string
@@ -1045,4 +1045,17 @@ func (ls *labStream) close(ctx context.Context) {
 	_ = ls.js.DeleteKeyValue(ctx, workerConsumer(ls.name).ParkBucketName())
 	_ = ls.js.DeleteStream(ctx, workerConsumer(ls.name).ParkStreamName())
 	ls.nc.Close()
+}
+
+// maxAttempts is what the workers are given as their MaxAttempts: without
+// poison, 0 (nothing is parked, a failing event is retried for ever, as in
+// the conditions this experiment always measured), since the server's
+// delivery count also counts the redeliveries of a node kill or a
+// hand-over, and a parked event that no redrive follows would count as
+// lost; with poison, MaxAttempts, and the run redrives every parked key.
+func (c Config) maxAttempts() int {
+	if c.Poison == 0 {
+		return 0
+	}
+	return c.MaxAttempts
 }
