@@ -15,6 +15,7 @@ import (
 
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/testenv"
+	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -121,9 +122,20 @@ func TestRunHoldsTheCapAndAccountsForEveryone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range e.Conditions() {
-		res, err := e.Run(context.Background(), c, 0)
-		if err != nil {
-			t.Fatalf("%s: %v", c.Label, err)
+		var res lab.RunResult
+		// A run the observer could not follow (too few samples on a
+		// starved machine: 14 in 1.5 s once, under -race in CI) is invalid
+		// by the lab's own rule and says nothing about the cap: run it
+		// again, up to twice; anything else invalid fails at once.
+		for attempt := 0; ; attempt++ {
+			res, err = e.Run(context.Background(), c, attempt)
+			if err != nil {
+				t.Fatalf("%s: %v", c.Label, err)
+			}
+			if res.Valid || attempt == 2 || !strings.Contains(res.Reason, "the observer took") {
+				break
+			}
+			t.Logf("%s: run %d invalid (%s); again", c.Label, attempt+1, res.Reason)
 		}
 		m := res.Metrics
 		if !res.Valid {
