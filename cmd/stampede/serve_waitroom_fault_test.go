@@ -253,7 +253,10 @@ func TestWaitroomRedisFrozen(t *testing.T) {
 		a := wrMust(t, hc, http.StatusCreated, "POST", insts[i%3].url+path+"/tickets", `{"user_id":"`+u+`"}`, "")
 		tokens[u] = a.str("ticket_token")
 	}
-	roomStats := func(in *wrInstance) wrAnswer { return wrMust(t, hc, http.StatusOK, "GET", in.url+path, "", "") }
+	// The admin view of the room: the public one has no totals.
+	roomStats := func(in *wrInstance) wrAnswer {
+		return wrMust(t, hc, http.StatusOK, "GET", in.url+path, "", wrAdminToken)
+	}
 	wrWaitFor(t, 10*time.Second, "the first users to be admitted", func() bool { return roomStats(insts[1]).json["active"] == float64(capacity) })
 	// Every instance runs an admitter for the room once it has found it
 	// (its room gauges then appear).
