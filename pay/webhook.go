@@ -2,15 +2,11 @@ package pay
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/stampede-lab/stampede/protocol"
 )
 
 // DeliveryStatus is the state of a webhook delivery.
@@ -109,81 +105,40 @@ type WebhookStore interface {
 	ResendDelivery(ctx context.Context, id string, now time.Time) error
 }
 
-// SignatureHeader is the header that carries a webhook's signature.
-const SignatureHeader = "Stampede-Signature"
+// SignatureHeader is the header that carries a webhook's signature
+// (protocol.HeaderSignature).
+const SignatureHeader = protocol.HeaderSignature
 
 // EventIDHeader is the header that carries a webhook's event id (also
-// the body's "id").
-const EventIDHeader = "Stampede-Event-Id"
+// the body's "id"; protocol.HeaderEventID).
+const EventIDHeader = protocol.HeaderEventID
 
 // SignWebhook returns the Stampede-Signature value of body sent at t,
 // in Stripe's scheme: "t=<unix seconds>,v1=<hex HMAC-SHA256 of
-// "<unix seconds>.<body>" under secret>".
+// "<unix seconds>.<body>" under secret>". It is protocol.Sign, which the
+// fulfilment outlet signs with too.
 func SignWebhook(secret string, t time.Time, body []byte) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(webhookMAC(secret, ts, body))
+	return protocol.Sign(secret, t, body)
 }
 
-func webhookMAC(secret, ts string, body []byte) []byte {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(ts))
-	m.Write([]byte("."))
-	m.Write(body)
-	return m.Sum(nil)
-}
-
-// Errors of VerifyWebhook.
+// Errors of VerifyWebhook: protocol's, so errors.Is matches either name.
 var (
-	ErrBadSignature = errors.New("pay: webhook signature does not match")
-	ErrStaleWebhook = errors.New("pay: webhook timestamp outside the tolerance")
-	ErrNoTolerance  = errors.New("pay: webhook tolerance must be positive (DefaultWebhookTolerance is 5m)")
+	ErrBadSignature = protocol.ErrBadSignature
+	ErrStaleWebhook = protocol.ErrStaleSignature
+	ErrNoTolerance  = protocol.ErrNoTolerance
 )
 
 // DefaultWebhookTolerance is the tolerance a receiver should pass to
 // VerifyWebhook: five minutes, as Stripe's libraries use.
-const DefaultWebhookTolerance = 5 * time.Minute
+const DefaultWebhookTolerance = protocol.DefaultSignatureTolerance
 
 // VerifyWebhook checks a Stampede-Signature header value against body
 // and secret, as a receiver should: one of its v1 signatures must match
 // (compared in constant time), and its timestamp must be within
 // tolerance of now (replay protection). tolerance must be positive
 // (DefaultWebhookTolerance); 0 or less is refused with ErrNoTolerance,
-// since no tolerance would accept a replay for ever.
+// since no tolerance would accept a replay for ever. It is
+// protocol.VerifySignature.
 func VerifyWebhook(secret, header string, body []byte, now time.Time, tolerance time.Duration) error {
-	if tolerance <= 0 {
-		return ErrNoTolerance
-	}
-	var (
-		ts   string
-		sigs [][]byte
-	)
-	for part := range strings.SplitSeq(header, ",") {
-		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
-		switch k {
-		case "t":
-			ts = v
-		case "v1":
-			if b, err := hex.DecodeString(v); err == nil {
-				sigs = append(sigs, b)
-			}
-		}
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || len(sigs) == 0 {
-		return fmt.Errorf("%w: malformed header", ErrBadSignature)
-	}
-	want := webhookMAC(secret, ts, body)
-	ok := false
-	for _, s := range sigs {
-		if hmac.Equal(s, want) {
-			ok = true
-		}
-	}
-	if !ok {
-		return ErrBadSignature
-	}
-	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
-		return ErrStaleWebhook
-	}
-	return nil
+	return protocol.VerifySignature(secret, header, body, now, tolerance)
 }
