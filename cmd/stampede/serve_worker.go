@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
+	"github.com/stampede-lab/stampede/fulfilment/outlet"
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
 	"github.com/stampede-lab/stampede/fulfilment/worker"
 	"github.com/stampede-lab/stampede/internal/httpapi"
@@ -30,10 +31,16 @@ type workerOptions struct {
 	serve  string
 	prefer string
 	server httpapi.ServerConfig
+	outlet outlet.Config // with --deliver (its URL)
 }
 
+// envDeliverSecret holds the key serve worker --deliver signs with: an
+// environment variable, not a flag, so that it is not in the process list.
+const envDeliverSecret = "STAMPEDE_DELIVER_SECRET"
+
 func newServeWorkerCmd() *cobra.Command {
-	opts := &workerOptions{cfg: worker.DefaultConfig(), server: httpapi.DefaultServerConfig(), store: payStoreOptions{file: "fulfilment.db"}}
+	opts := &workerOptions{cfg: worker.DefaultConfig(), server: httpapi.DefaultServerConfig(), store: payStoreOptions{file: "fulfilment.db"},
+		outlet: outlet.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run a fulfilment worker: payment events from JetStream into tickets",
@@ -65,7 +72,23 @@ Store: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite --sqlite (default
 An event that is not a valid payment event is logged, counted
 (stampede_worker_invalid_events_total) and acknowledged: it is never retried.
 A store error is retried with a growing delay; the payment's later events
-wait for it.`,
+wait for it.
+
+HTTP outlet: with --deliver URL the worker does not fulfil; it POSTs each
+payment event, in the same per-payment order, to URL (another team's
+endpoint) and opens no store. The body is the event's JSON as published;
+Idempotency-Key (and Stampede-Event-Id) is the event id <payment id>-<seq>;
+Stampede-Signature is "t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">" under
+the secret in $STAMPEDE_DELIVER_SECRET (required), the scheme of serve pay's
+webhooks. A 2xx delivers the event. A 5xx, 408, 429, timeout
+(--deliver-timeout) or connection error is retried --deliver-attempts times
+with jittered exponential backoff (--deliver-backoff doubling to
+--deliver-max-backoff; a longer Retry-After is waited, up to
+--deliver-max-retry-after), then redelivered by the consumer after its own
+delay, and parked after --max-attempts deliveries. Any other 4xx (or a 3xx:
+redirects are not followed) parks the event at once with its payment's later
+events while other payments flow: see stampede events parked and redrive.
+Receivers de-duplicate by Idempotency-Key (examples/receiver-python).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd, opts) },
 	}
@@ -86,6 +109,12 @@ wait for it.`,
 	f.DurationVar(&c.OwnerTimeout, "owner-timeout", c.OwnerTimeout, "pinned only: unpin a partition whose owning worker was not heard of for this long, so a live worker takes it over (0: off, wait for the pin's TTL)")
 	f.DurationVar(&c.PinnedTTL, "pinned-ttl", c.PinnedTTL, "pinned only: how long the server keeps a partition pinned to a worker that stopped pulling")
 	f.StringVar(&opts.prefer, "prefer", "", "comma-separated partitions this worker pins first (pinned only; the others after the pull expiry), to spread partitions over workers")
+	f.StringVar(&opts.outlet.URL, "deliver", "", "POST every payment event to this URL instead of fulfilling it (HTTP outlet; needs $"+envDeliverSecret+"; no store is opened)")
+	f.DurationVar(&opts.outlet.Timeout, "deliver-timeout", opts.outlet.Timeout, "with --deliver: how long one request may take")
+	f.IntVar(&opts.outlet.Attempts, "deliver-attempts", opts.outlet.Attempts, "with --deliver: requests per delivery of an event before it is handed back for a later redelivery")
+	f.DurationVar(&opts.outlet.BaseBackoff, "deliver-backoff", opts.outlet.BaseBackoff, "with --deliver: wait after a failed request, doubling per failure, jittered")
+	f.DurationVar(&opts.outlet.MaxBackoff, "deliver-max-backoff", opts.outlet.MaxBackoff, "with --deliver: the longest wait between two requests")
+	f.DurationVar(&opts.outlet.MaxRetryAfter, "deliver-max-retry-after", opts.outlet.MaxRetryAfter, "with --deliver: the longest Retry-After honoured")
 	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", opts.server.ShutdownTimeout, "on SIGINT or SIGTERM, how long running handlers and requests may finish")
 	return cmd
 }
@@ -167,6 +196,18 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 		return flagErrors("", err)
 	}
 	log := loggerOf(cmd)
+	var out *outlet.Outlet
+	if cmd.Flags().Changed("deliver") || opts.outlet.URL != "" {
+		oc := opts.outlet
+		oc.Secret, oc.Logger = os.Getenv(envDeliverSecret), log
+		if oc.Secret == "" {
+			return fmt.Errorf("--deliver needs $%s: the secret every request is signed with (the receiver verifies it); set it in the environment, never on the command line", envDeliverSecret)
+		}
+		var err error
+		if out, err = outlet.New(oc); err != nil {
+			return flagErrors("", err)
+		}
+	}
 	ctx := cmd.Context()
 	nc, err := nats.Connect(opts.nats, nats.MaxReconnects(-1), nats.Name("stampede-worker"))
 	if err != nil {
@@ -186,13 +227,18 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 	if err != nil {
 		return err
 	}
-	store, where, err := opts.store.fulfilmentStore(ctx)
-	if err != nil {
-		return err
+	var store *sqlstore.Store
+	where := "none: delivering to " + opts.outlet.URL
+	if out == nil {
+		if store, where, err = opts.store.fulfilmentStore(ctx); err != nil {
+			return err
+		}
+		defer store.Close()
+		cfg.Store = store
+	} else {
+		cfg.Deliver = out.Deliver
 	}
-	defer store.Close()
-
-	cfg.JetStream, cfg.Store = js, store
+	cfg.JetStream = js
 	w, err := worker.New(cfg)
 	if err != nil {
 		return flagErrors("", err)
@@ -227,7 +273,9 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 		return stop(err)
 	}
 	api.AddCheck(httpapi.Check{Name: "nats", Ping: natsReady(nc)})
-	api.AddCheck(httpapi.Check{Name: "store", Ping: store.Ping})
+	if store != nil {
+		api.AddCheck(httpapi.Check{Name: "store", Ping: store.Ping})
+	}
 	api.AddCheck(httpapi.Check{Name: "consumer", Ping: w.Alive})
 
 	ln, err := net.Listen("tcp", opts.http)

@@ -4,6 +4,10 @@
 // (fulfilment.DecodeEvent) and applied exactly once by a fulfilment.Handler
 // (its inbox and the ticket in one transaction).
 //
+// With Config.Deliver set (serve worker --deliver, fulfilment/outlet) the
+// events go to that handler instead of the fulfilment store, through the
+// same consumer, readiness and metrics.
+//
 // A body that is not a valid payment event (of class stampede.Invalid) will never
 // succeed: it is logged, counted (Worker.Invalid) and acknowledged, so it is
 // not redelivered for ever. Any other error (the store unavailable) is
@@ -32,8 +36,15 @@ type Config struct {
 	// JetStream is the connection to the server that holds the payment
 	// stream. Required.
 	JetStream natsjs.JetStream
-	// Store is the fulfilment store the events are applied to. Required.
+	// Store is the fulfilment store the events are applied to. Required
+	// unless Deliver is set.
 	Store fulfilment.Store
+	// Deliver, when set, receives every event instead of the fulfilment
+	// handler (fulfilment/outlet's Outlet.Deliver POSTs it to another
+	// team's endpoint); Store and Fulfilment are then unused. Its errors
+	// are treated as the handler's: Invalid ones set aside, others
+	// redelivered (or parked, for natskeyed.ErrPermanent).
+	Deliver dispatchjs.Handler
 	// Consumer configures the keyed consumer: stream, subject,
 	// partitions, pinning, concurrency (Workers). Its Logger is the
 	// worker's logger too.
@@ -64,7 +75,7 @@ func (c Config) Validate() error {
 	if c.JetStream == nil {
 		f.Add("jetstream", "is required: the server that holds the payment stream")
 	}
-	if c.Store == nil {
+	if c.Store == nil && c.Deliver == nil {
 		f.Add("store", "is required: the fulfilment store the events are applied to")
 	}
 	f.Check("", c.Consumer.Validate())
@@ -89,9 +100,12 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h, err := fulfilment.NewHandler(cfg.Store, cfg.Fulfilment)
-	if err != nil {
-		return nil, err
+	var h *fulfilment.Handler
+	if cfg.Deliver == nil {
+		var err error
+		if h, err = fulfilment.NewHandler(cfg.Store, cfg.Fulfilment); err != nil {
+			return nil, err
+		}
 	}
 	return &Worker{cfg: cfg, h: h, log: cfg.Consumer.Logger, started: make(chan struct{})}, nil
 }
@@ -125,6 +139,13 @@ func (w *Worker) Started() <-chan struct{} { return w.started }
 // handle is the consumer's handler: decode, apply; an invalid event is
 // acknowledged and counted, a retryable error returned.
 func (w *Worker) handle(ctx context.Context, e dispatchjs.Event) error {
+	if w.cfg.Deliver != nil {
+		err := w.cfg.Deliver(ctx, e)
+		if err == nil {
+			w.applied.Add(1)
+		}
+		return w.setAside(e, err)
+	}
 	ev, err := fulfilment.DecodeEvent(e.Data)
 	if err == nil {
 		ev.Partition, ev.Epoch = e.Partition, e.Epoch
@@ -134,11 +155,18 @@ func (w *Worker) handle(ctx context.Context, e dispatchjs.Event) error {
 			w.applied.Add(1)
 		}
 	}
-	if err == nil {
-		return nil
-	}
 	if errors.Is(err, fulfilment.ErrFenced) {
 		return fmt.Errorf("%w: %w", dispatchjs.ErrFenced, err)
+	}
+	return w.setAside(e, err)
+}
+
+// setAside acknowledges (returns nil for) an event whose error is of class
+// Invalid, logged and counted: it would never succeed. Other errors are
+// returned for the consumer to redeliver or park.
+func (w *Worker) setAside(e dispatchjs.Event, err error) error {
+	if err == nil {
+		return nil
 	}
 	if stampede.ClassOf(err) == stampede.Invalid {
 		w.invalid.Add(1)
@@ -161,7 +189,7 @@ func (w *Worker) Stats() dispatchjs.Stats {
 func (w *Worker) Invalid() uint64 { return w.invalid.Load() }
 
 // Applied counts events that changed an order (a ticket issued or a
-// release recorded).
+// release recorded), or with Config.Deliver, events it accepted.
 func (w *Worker) Applied() uint64 { return w.applied.Load() }
 
 // Alive reports whether the worker consumes: Run has started and not
@@ -204,7 +232,7 @@ var (
 		"failed":      prometheus.NewDesc("stampede_worker_failed_total", "Handler errors, each negatively acknowledged for redelivery.", nil, nil),
 		"late":        prometheus.NewDesc("stampede_worker_late_total", "Events that arrived after a later event of their key had started: per-key order lost. Alert on it.", nil, nil),
 		"invalid":     prometheus.NewDesc("stampede_worker_invalid_events_total", "Events set aside because they are not valid payment events.", nil, nil),
-		"applied":     prometheus.NewDesc("stampede_worker_applied_total", "Events that issued a ticket or recorded a release.", nil, nil),
+		"applied":     prometheus.NewDesc("stampede_worker_applied_total", "Events that issued a ticket or recorded a release (serve worker --deliver: events the endpoint accepted).", nil, nil),
 		"fenced":      prometheus.NewDesc("stampede_worker_fenced_total", "Events the store refused because a later owner of their partition had written (this worker had lost it), handed back.", nil, nil),
 		"unpins":      prometheus.NewDesc("stampede_worker_unpins_total", "Partitions this worker unpinned because their owner was silent for --owner-timeout.", nil, nil),
 	}
