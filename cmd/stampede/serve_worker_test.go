@@ -254,3 +254,21 @@ func TestPaymentsToTicketsEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestServeWorkerDeliverRefusesBadStart: --deliver without the secret in
+// the environment, or with a URL that is not an http(s) endpoint, stops
+// the command before it connects, saying what is missing.
+func TestServeWorkerDeliverRefusesBadStart(t *testing.T) {
+	t.Setenv(envDeliverSecret, "")
+	_, _, err := execute(t, "serve", "worker", "--nats", "nats://127.0.0.1:1", "--deliver", "https://orders.example.com/events")
+	if err == nil || !strings.Contains(err.Error(), envDeliverSecret) {
+		t.Fatalf("--deliver without %s = %v, want an error naming it", envDeliverSecret, err)
+	}
+	t.Setenv(envDeliverSecret, "whsec_x")
+	for _, u := range []string{"ftp://orders.example.com/x", "orders.example.com/events", "https://"} {
+		_, _, err = execute(t, "serve", "worker", "--nats", "nats://127.0.0.1:1", "--deliver", u, "--deliver-attempts", "0")
+		if err == nil || !strings.Contains(err.Error(), "--deliver:") || !strings.Contains(err.Error(), "--deliver-attempts:") {
+			t.Errorf("--deliver %q --deliver-attempts 0 = %v, want errors naming --deliver and --deliver-attempts", u, err)
+		}
+	}
+}
