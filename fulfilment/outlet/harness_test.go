@@ -95,23 +95,33 @@ func newStream(t testing.TB, partitions int) *jsStream {
 	return &jsStream{t: t, js: js, cfg: cfg}
 }
 
-// publish publishes payment p's events from..to, in order, each with its
-// event id as Nats-Msg-Id, as pay's relay does.
-func (s *jsStream) publish(p string, from, to int64) {
+// publish publishes the events from..to of every payment of payments,
+// seq by seq (every payment's event from, then every payment's from+1...),
+// each with its event id as Nats-Msg-Id, as pay's relay does.
+func (s *jsStream) publish(payments []string, from, to int64) {
 	s.t.Helper()
-	for seq := from; seq <= to; seq++ {
-		msg := &nats.Msg{Subject: dispatchjs.PartitionedSubject(s.cfg.Subject, p, s.cfg.Partitions),
-			Data: eventBody(s.t, p, seq), Header: nats.Header{}}
-		msg.Header.Set(nats.MsgIdHdr, protocol.EventID(p, seq))
-		if _, err := s.js.PublishMsgAsync(msg); err != nil {
-			s.t.Fatal(err)
+	wait := func() {
+		select {
+		case <-s.js.PublishAsyncComplete():
+		case <-time.After(30 * time.Second):
+			s.t.Fatal("publishing did not complete in 30s")
 		}
 	}
-	select {
-	case <-s.js.PublishAsyncComplete():
-	case <-time.After(30 * time.Second):
-		s.t.Fatal("publishing did not complete in 30s")
+	n := 0
+	for seq := from; seq <= to; seq++ {
+		for _, p := range payments {
+			msg := &nats.Msg{Subject: dispatchjs.PartitionedSubject(s.cfg.Subject, p, s.cfg.Partitions),
+				Data: eventBody(s.t, p, seq), Header: nats.Header{}}
+			msg.Header.Set(nats.MsgIdHdr, protocol.EventID(p, seq))
+			if _, err := s.js.PublishMsgAsync(msg); err != nil {
+				s.t.Fatal(err)
+			}
+			if n++; n%1000 == 0 {
+				wait()
+			}
+		}
 	}
+	wait()
 }
 
 // consume runs a keyed consumer with handler h until the test ends.

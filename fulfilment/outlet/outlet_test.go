@@ -188,3 +188,37 @@ func TestDeliverPermanentRefusals(t *testing.T) {
 		t.Errorf("invalid body: Deliver = %v (class %v), %d attempts; want Invalid and none", err, stampede.ClassOf(err), o.Stats().Attempts)
 	}
 }
+
+// TestDeliverWaitsRetryAfterDates: a Retry-After given as an HTTP date is
+// waited until that date, and one longer than MaxRetryAfter is capped.
+func TestDeliverWaitsRetryAfterDates(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n++
+		switch n {
+		case 1:
+			w.Header().Set("Retry-After", now.Add(4*time.Second).UTC().Format(http.TimeFormat))
+			w.WriteHeader(http.StatusTooManyRequests)
+		case 2:
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
+	}))
+	defer srv.Close()
+	var waits []time.Duration
+	cfg := testConfig(srv.URL, &waits)
+	cfg.Now = func() time.Time { return now }
+	o, err := outlet.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Deliver(context.Background(), event(t, "pay_4", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if len(waits) != 2 || waits[0] != 4*time.Second || waits[1] != cfg.MaxRetryAfter {
+		t.Errorf("waits %v, want [4s %s]", waits, cfg.MaxRetryAfter)
+	}
+}

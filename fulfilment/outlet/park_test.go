@@ -51,9 +51,7 @@ func TestRefusalParksTheKeyOthersFlow(t *testing.T) {
 	}
 	c := s.consume(o.Deliver)
 	payments := []string{"pay_bad", "pay_a", "pay_b", "pay_c", "pay_d"}
-	for _, p := range payments {
-		s.publish(p, 1, 4)
-	}
+	s.publish(payments, 1, 4)
 	want := func(p string, n int) []string {
 		var ids []string
 		for i := 1; i <= n; i++ {

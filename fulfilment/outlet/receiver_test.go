@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,14 +22,19 @@ import (
 // before applying and 3 % after (the answer lost), and is killed and
 // restarted mid-run: every event is applied exactly once, and each
 // payment's events in order.
+//
+// By hand, bigger and with other rates (not in CI):
+//
+//	STAMPEDE_OUTLET_EVENTS=10000 STAMPEDE_OUTLET_FAIL_RATE=0.01 STAMPEDE_OUTLET_LOST_RATE=0.01 \
+//	  go test -run TestOutletToReceiverExactlyOnceInOrder -v ./fulfilment/outlet
 func TestOutletToReceiverExactlyOnceInOrder(t *testing.T) {
-	const (
-		keys   = 20
-		perKey = 15
-		total  = keys * perKey
-	)
+	const keys = 20
+	total := envInt(t, "STAMPEDE_OUTLET_EVENTS", 300)
+	perKey := int64(max(total/keys, 2))
+	total = keys * int(perKey)
+	failRate, lostRate := envString("STAMPEDE_OUTLET_FAIL_RATE", "0.05"), envString("STAMPEDE_OUTLET_LOST_RATE", "0.03")
 	db := filepath.Join(t.TempDir(), "receiver.db")
-	args := []string{"--fail-rate", "0.05", "--lost-answer-rate", "0.03"}
+	args := []string{"--fail-rate", failRate, "--lost-answer-rate", lostRate}
 	rc := startReceiver(t, db, 0, args...)
 	_, port, _ := strings.Cut(rc.addr, ":")
 	s := newStream(t, 4)
@@ -41,27 +47,27 @@ func TestOutletToReceiverExactlyOnceInOrder(t *testing.T) {
 	s.consume(o.Deliver)
 
 	payment := func(k int) string { return fmt.Sprintf("pay_%02d", k) }
-	publish := func(from, to int64) {
-		for seq := from; seq <= to; seq++ { // interleaved: every payment's seq, then the next seq
-			for k := range keys {
-				s.publish(payment(k), seq, seq)
-			}
-		}
+	var payments []string
+	for k := range keys {
+		payments = append(payments, payment(k))
 	}
-	publish(1, 7)
-	waitUntil(t, 10*time.Second, "a third delivered", func() bool { return o.Stats().Delivered >= total/3 })
+	start := time.Now()
+	s.publish(payments, 1, perKey/2)
+	limit := 10*time.Second + time.Duration(total)*10*time.Millisecond
+	waitUntil(t, limit, "a third delivered", func() bool { return o.Stats().Delivered >= uint64(total/3) })
 	// Killed without warning mid-run, then started again on the same port
 	// and file while the rest is published.
 	_ = rc.cmd.Process.Signal(syscall.SIGKILL)
 	_ = rc.cmd.Wait()
-	publish(8, perKey)
+	s.publish(payments, perKey/2+1, perKey)
 	time.Sleep(200 * time.Millisecond)
 	p, _ := strconv.Atoi(port)
 	rc = startReceiver(t, db, p, args...)
-	waitUntil(t, 30*time.Second, "every event delivered", func() bool { return o.Stats().Delivered >= total })
+	waitUntil(t, 20*time.Second+limit, "every event delivered", func() bool { return o.Stats().Delivered >= uint64(total) })
+	took := time.Since(start)
 	counts := rc.stop(t)
 	st := o.Stats()
-	t.Logf("outlet %+v; receiver after the restart %v", st, counts)
+	t.Logf("%d events over %d payments in %s; outlet %+v; receiver after the restart %v", total, keys, took.Round(time.Millisecond), st, counts)
 
 	rows := dump(t, db)
 	if len(rows) != total {
@@ -89,6 +95,28 @@ func TestOutletToReceiverExactlyOnceInOrder(t *testing.T) {
 	if st.Retries == 0 || counts["failed"]+counts["lost"] == 0 || counts["duplicate"] == 0 && counts["lost"] > 0 {
 		t.Errorf("outlet %+v, receiver %v: want retries, failures and duplicates", st, counts)
 	}
+}
+
+// envInt reads a positive integer from the environment, or def.
+func envInt(t testing.TB, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// envString reads a string from the environment, or def.
+func envString(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 // TestReceiverRefusesForgedSignatures: the example receiver refuses a
