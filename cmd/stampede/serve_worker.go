@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -228,7 +229,7 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 		return err
 	}
 	var store *sqlstore.Store
-	where := "none: delivering to " + opts.outlet.URL
+	where := "none: delivering to " + endpointOf(opts.outlet.URL)
 	if out == nil {
 		if store, where, err = opts.store.fulfilmentStore(ctx); err != nil {
 			return err
@@ -305,4 +306,15 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// endpointOf is a --deliver URL without its query, which may carry a
+// token, for the logs.
+func endpointOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.RawQuery, u.User = "", nil
+	return u.String()
 }
