@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/fulfilment/sqlstore"
 	"github.com/stampede-lab/stampede/fulfilment/worker"
@@ -270,5 +272,110 @@ func TestServeWorkerDeliverRefusesBadStart(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "--deliver:") || !strings.Contains(err.Error(), "--deliver-attempts:") {
 			t.Errorf("--deliver %q --deliver-attempts 0 = %v, want errors naming --deliver and --deliver-attempts", u, err)
 		}
+	}
+}
+
+// TestServeWorkerDeliverEndToEnd: events published by pay's publisher are
+// POSTed by `serve worker --deliver` to an endpoint, signed so that pay's
+// webhook check (pay.VerifyWebhook) accepts them, each body the event as
+// published with its id as Idempotency-Key, each payment's in order; a 409
+// parks its payment (listed by `events parked`) while the others are
+// delivered; no fulfilment store is opened.
+func TestServeWorkerDeliverEndToEnd(t *testing.T) {
+	const secret = "whsec_outlet_e2e"
+	ctx := context.Background()
+	emb, err := natspub.StartEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close) // after the worker's stop, which the cleanups run first
+	nc, err := nats.Connect(emb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	pub, err := natspub.NewPublisher(ctx, nc, natspub.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := map[string][]byte{}
+	payments := []string{"pay_a", "pay_b", "pay_bad"}
+	statuses := []pay.Status{pay.StatusPending, pay.StatusUnknown, pay.StatusApproved}
+	for seq := int64(1); seq <= 3; seq++ {
+		for _, id := range payments {
+			p := pay.Payment{ID: id, MerchantID: "m1", OrderID: "order-" + id, Amount: 5000, Currency: "KRW", Status: statuses[seq-1]}
+			e := pay.NewEvent(pay.EventStatusChanged, p, seq, "", "", time.Now())
+			if err := pub.Publish(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+			published[natspub.MsgID(e)] = e.Payload
+		}
+	}
+
+	var (
+		mu  sync.Mutex
+		got = map[string][]string{}
+		bad []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := pay.VerifyWebhook(secret, r.Header.Get(pay.SignatureHeader), body, time.Now(), pay.DefaultWebhookTolerance); err != nil {
+			t.Errorf("signature: %v", err)
+		}
+		id := r.Header.Get("Idempotency-Key")
+		if want, ok := published[id]; !ok || string(body) != string(want) {
+			t.Errorf("Idempotency-Key %q with body %s: want a published event id and its body as published", id, body)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		p, _, _ := strings.Cut(id, "-")
+		if id == "pay_bad-2" {
+			bad = append(bad, id)
+			http.Error(w, "order cancelled", http.StatusConflict)
+			return
+		}
+		got[p] = append(got[p], id)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+
+	dataDir := t.TempDir()
+	t.Setenv(envDeliverSecret, secret)
+	addr := serveWorker(t, "--nats", emb.URL(), "--deliver", srv.URL+"/events", "--data-dir", dataDir)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		done := len(got["pay_a"]) == 3 && len(got["pay_b"]) == 3 && len(bad) == 1
+		mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered in 20s: %v, refused %v", got, bad)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, _, err := execute(t, "events", "parked", "--nats", emb.URL())
+	if err != nil || !strings.Contains(out, "pay_bad") {
+		t.Errorf("events parked = %q, %v: want pay_bad listed", out, err)
+	}
+	mu.Lock()
+	for _, p := range []string{"pay_a", "pay_b"} {
+		if want := []string{p + "-1", p + "-2", p + "-3"}; fmt.Sprint(got[p]) != fmt.Sprint(want) {
+			t.Errorf("%s delivered %v, want %v", p, got[p], want)
+		}
+	}
+	if fmt.Sprint(got["pay_bad"]) != "[pay_bad-1]" || len(bad) != 1 {
+		t.Errorf("pay_bad delivered %v, refused %v: want its first event only, the refused one sent once", got["pay_bad"], bad)
+	}
+	mu.Unlock()
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/readyz = %v, %v: want 200 without a store", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if entries, _ := filepath.Glob(filepath.Join(dataDir, "*")); len(entries) > 0 {
+		t.Errorf("--deliver wrote %v: no store should be opened", entries)
 	}
 }
