@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,6 +155,30 @@ func receiverScript(t testing.TB) string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "examples", "receiver-python", "receiver.py")
 }
 
+// python3 returns the interpreter: python3 on PATH (STAMPEDE_PYTHON3
+// names another), resolved once to the binary itself, since a version
+// manager's shim (pyenv) can take seconds to start on a loaded machine.
+// Without one the test is skipped (failed under CI=true).
+func python3(t testing.TB) string {
+	t.Helper()
+	py := testenv.Executable(t, "STAMPEDE_PYTHON3", "python3")
+	pythonOnce.Do(func() {
+		out, err := exec.Command(py, "-c", "import sys; print(sys.executable)").Output()
+		if p := strings.TrimSpace(string(out)); err == nil && p != "" {
+			pythonPath = p
+		}
+	})
+	if pythonPath != "" {
+		return pythonPath
+	}
+	return py
+}
+
+var (
+	pythonOnce sync.Once
+	pythonPath string
+)
+
 // receiver is a running example receiver.
 type receiver struct {
 	cmd    *exec.Cmd
@@ -162,13 +187,10 @@ type receiver struct {
 }
 
 // startReceiver starts the example receiver with secret on port (0: a
-// free one) over the SQLite file db; python3 must be on PATH
-// (STAMPEDE_PYTHON3 names another), else the test is skipped (failed
-// under CI=true).
+// free one) over the SQLite file db (see python3).
 func startReceiver(t testing.TB, db string, port int, args ...string) *receiver {
 	t.Helper()
-	py := testenv.Executable(t, "STAMPEDE_PYTHON3", "python3")
-	cmd := exec.Command(py, append([]string{receiverScript(t), "--port", fmt.Sprint(port), "--db", db}, args...)...)
+	cmd := exec.Command(python3(t), append([]string{receiverScript(t), "--port", fmt.Sprint(port), "--db", db}, args...)...)
 	cmd.Env = append(os.Environ(), "STAMPEDE_DELIVER_SECRET="+secret)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -237,8 +259,7 @@ type applied struct {
 // dump reads the receiver's applied log from db, in the order applied.
 func dump(t testing.TB, db string) []applied {
 	t.Helper()
-	py := testenv.Executable(t, "STAMPEDE_PYTHON3", "python3")
-	out, err := exec.Command(py, receiverScript(t), "--db", db, "--dump").Output()
+	out, err := exec.Command(python3(t), receiverScript(t), "--db", db, "--dump").Output()
 	if err != nil {
 		t.Fatalf("receiver --dump: %v", err)
 	}

@@ -59,6 +59,7 @@ func TestOutletToReceiverExactlyOnceInOrder(t *testing.T) {
 	// and file while the rest is published.
 	_ = rc.cmd.Process.Signal(syscall.SIGKILL)
 	_ = rc.cmd.Wait()
+	killedAt := o.Stats().Delivered
 	s.publish(payments, perKey/2+1, perKey)
 	time.Sleep(200 * time.Millisecond)
 	p, _ := strconv.Atoi(port)
@@ -67,7 +68,8 @@ func TestOutletToReceiverExactlyOnceInOrder(t *testing.T) {
 	took := time.Since(start)
 	counts := rc.stop(t)
 	st := o.Stats()
-	t.Logf("%d events over %d payments in %s; outlet %+v; receiver after the restart %v", total, keys, took.Round(time.Millisecond), st, counts)
+	t.Logf("%d events over %d payments in %s, the receiver killed after %d; outlet %+v; receiver after the restart %v",
+		total, keys, took.Round(time.Millisecond), killedAt, st, counts)
 
 	rows := dump(t, db)
 	if len(rows) != total {
@@ -160,7 +162,7 @@ func TestReceiverRefusesForgedSignatures(t *testing.T) {
 		t.Fatalf("genuine: answered %d, want 204", code)
 	}
 	counts := rc.stop(t)
-	if rows := dump(t, db); len(rows) != 1 || rows[0].EventID != "pay_sig-1" || counts["refused"] != 5 {
+	if rows := dump(t, db); len(rows) != 1 || rows[0].EventID != "pay_sig-1" || counts["refused"] != 5 || counts["applied"] != 1 {
 		t.Errorf("applied %v, counts %v: want only the genuine event applied and 5 refused", rows, counts)
 	}
 }
