@@ -269,6 +269,9 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), w.Collector())
+	if out != nil {
+		reg.MustRegister(out.Collector())
+	}
 	api, err := httpapi.New(httpapi.Config{Name: "worker", Logger: log, Registry: reg})
 	if err != nil {
 		return stop(err)

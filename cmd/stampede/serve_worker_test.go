@@ -369,11 +369,25 @@ func TestServeWorkerDeliverEndToEnd(t *testing.T) {
 		t.Errorf("pay_bad delivered %v, refused %v: want its first event only, the refused one sent once", got["pay_bad"], bad)
 	}
 	mu.Unlock()
+	if !strings.Contains(out, "answered 409: order cancelled") {
+		t.Errorf("events parked = %q: want the endpoint's answer as the reason", out)
+	}
 	resp, err := http.Get("http://" + addr + "/readyz")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Errorf("/readyz = %v, %v: want 200 without a store", resp, err)
 	} else {
 		resp.Body.Close()
+	}
+	resp, err = http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{"stampede_outlet_delivered_total 7", "stampede_outlet_permanent_total 1", "stampede_worker_applied_total 7"} {
+		if !strings.Contains(string(metrics), m+"\n") {
+			t.Errorf("/metrics lacks %q", m)
+		}
 	}
 	if entries, _ := filepath.Glob(filepath.Join(dataDir, "*")); len(entries) > 0 {
 		t.Errorf("--deliver wrote %v: no store should be opened", entries)

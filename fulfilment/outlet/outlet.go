@@ -51,6 +51,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stampede-lab/stampede"
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/protocol"
@@ -215,6 +217,35 @@ func (o *Outlet) Stats() Stats {
 		HandedBack: o.handedBack.Load(), Permanent: o.permanent.Load(), Invalid: o.invalid.Load()}
 }
 
+// Collector returns Prometheus counters read from Stats at every scrape:
+// stampede_outlet_{delivered,attempts,retries,handed_back,permanent,invalid}_total.
+func (o *Outlet) Collector() prometheus.Collector { return collector{o} }
+
+var descs = map[string]*prometheus.Desc{
+	"delivered":   prometheus.NewDesc("stampede_outlet_delivered_total", "Events the endpoint accepted (2xx).", nil, nil),
+	"attempts":    prometheus.NewDesc("stampede_outlet_attempts_total", "Requests sent or tried.", nil, nil),
+	"retries":     prometheus.NewDesc("stampede_outlet_retries_total", "Requests after a failed one, within a delivery.", nil, nil),
+	"handed_back": prometheus.NewDesc("stampede_outlet_handed_back_total", "Deliveries that failed every attempt, redelivered later by the consumer.", nil, nil),
+	"permanent":   prometheus.NewDesc("stampede_outlet_permanent_total", "Events the endpoint refused for good (4xx, 3xx), parked with their key.", nil, nil),
+	"invalid":     prometheus.NewDesc("stampede_outlet_invalid_total", "Bodies that are not payment events, never sent.", nil, nil),
+}
+
+type collector struct{ o *Outlet }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range descs {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.o.Stats()
+	for name, v := range map[string]uint64{"delivered": s.Delivered, "attempts": s.Attempts, "retries": s.Retries,
+		"handed_back": s.HandedBack, "permanent": s.Permanent, "invalid": s.Invalid} {
+		ch <- prometheus.MustNewConstMetric(descs[name], prometheus.CounterValue, float64(v))
+	}
+}
+
 // Deliver is a natskeyed.Handler: it POSTs e to the endpoint, retrying
 // transient failures, and returns nil once the endpoint accepted it, an
 // error wrapping natskeyed.ErrPermanent when the endpoint refused it for
@@ -291,7 +322,7 @@ func (o *Outlet) send(ctx context.Context, id string, body []byte) result {
 		}
 		return result{err: fmt.Errorf("request failed: %w", err)}
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswer))
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	resp.Body.Close()
 	code := resp.StatusCode
 	switch {
@@ -302,9 +333,25 @@ func (o *Outlet) send(ctx context.Context, id string, body []byte) result {
 	case code >= 300 && code < 400:
 		return result{err: fmt.Errorf("answered %d (redirects are not followed: --deliver must name the endpoint itself)", code), permanent: true}
 	case code >= 400 && code < 500:
-		return result{err: fmt.Errorf("answered %d", code), permanent: true}
+		return result{err: fmt.Errorf("answered %d%s", code, excerpt(answer)), permanent: true}
 	}
 	return result{err: fmt.Errorf("answered %d", code)} // 1xx as a final answer: odd, retried
+}
+
+// excerpt is the start of a refusal's body, for the parked key's reason
+// (stampede events parked): ": <up to 200 bytes>", or "" when empty.
+func excerpt(b []byte) string {
+	const most = 200
+	s := strings.TrimSpace(strings.ToValidUTF8(string(b[:min(len(b), most)]), ""))
+	if s == "" {
+		return ""
+	}
+	return ": " + strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // retryAfter reads a Retry-After value: delay-seconds or an HTTP date
