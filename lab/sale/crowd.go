@@ -317,6 +317,14 @@ type orderJSON struct {
 	PaymentStatus string `json:"payment_status"`
 }
 
+// checkoutPatience is how long an admitted buyer keeps trying to hold a
+// seat, and then to see its order end, before giving up as a person
+// would: a buyer whose admission was lost (the gate answers "the checkout
+// is full") backs off up to 30 s a try, and without a bound on time kept
+// the sale running until MaxSale. An order the buyer stopped watching is
+// still accounted by the checkout's final record.
+const checkoutPatience = 60 * time.Second
+
 // checkout plays an admitted buyer: hold one seat, pay, wait for the end.
 func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 	adm := t.AdmissionToken
@@ -342,8 +350,9 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 	var h holdJSON
 	last := ""
 	holdSeq := backoff.Start()
+	holdFrom := time.Now()
 	for a := 0; ; a++ {
-		if a >= 40 || ctx.Err() != nil {
+		if a >= 40 || time.Since(holdFrom) > checkoutPatience || ctx.Err() != nil {
 			b.mu.Lock()
 			b.why = "hold: " + last
 			b.mu.Unlock()
@@ -377,8 +386,9 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 	}
 	var o orderJSON
 	last = ""
+	orderFrom := time.Now()
 	for a := 0; ; a++ {
-		if a >= 30 || ctx.Err() != nil {
+		if a >= 30 || time.Since(orderFrom) > checkoutPatience || ctx.Err() != nil {
 			if o.ID == "" {
 				// No purchase was ever answered: the buyer saw no order. If
 				// the checkout made one (a lost answer), the final
