@@ -73,8 +73,9 @@ func tossPayment(order, paymentKey string, amount int64) string {
 // TestTossPayments: with the toss connector a payment needs the widget's
 // payment_key (400 naming it otherwise); its order id is Toss's orderId,
 // confirmed once whatever the retries; refunds, partial then the rest,
-// cancel it at Toss; and an order declined at Toss is paid again only
-// under a new order id (409 naming order_id).
+// cancel it at Toss; an order declined at Toss is paid again only under a
+// new order id (409 naming order_id); and a confirm whose answer is lost
+// is UNKNOWN until the order's inquiry finds it approved.
 func TestTossPayments(t *testing.T) {
 	r, sim := newTossRig(t)
 	if code, body := r.post(t, pay.NewID(), `{"order_id":"order-toss-1","amount":15000,"currency":"KRW"}`); code != http.StatusBadRequest || body["field"] != "payment_key" {
@@ -114,6 +115,29 @@ func TestTossPayments(t *testing.T) {
 	sim.Reset()
 	if code, body := r.post(t, pay.NewID(), tossPayment("order-toss-2", "tgen_3", 5000)); code != http.StatusConflict || body["field"] != "order_id" {
 		t.Errorf("the declined order again = %d %v, want 409 naming order_id", code, body)
+	}
+
+	// A confirm whose answer is lost: UNKNOWN, settled by the order's
+	// inquiry, charged once.
+	if _, err := r.inst.SetBehavior(context.Background(), institution.Behavior{Mode: institution.ModeHangAfter, HangMS: 2000, Idempotent: true, StatusAPI: institution.StatusAPIUp}); err != nil {
+		t.Fatal(err)
+	}
+	code, body = r.post(t, pay.NewID(), tossPayment("order-toss-3", "tgen_4", 7000))
+	if code != http.StatusAccepted || body["status"] != "UNKNOWN" {
+		t.Fatalf("HANG_AFTER_PROCESSING: %d %v, want 202 UNKNOWN", code, body)
+	}
+	if _, err := r.inst.SetBehavior(context.Background(), institution.DefaultBehavior()); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, got := r.get(t, "/v1/payments/"+body["id"].(string)); got["status"] == "APPROVED" {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the lost confirm is still %v, want APPROVED by inquiry", got["status"])
+		}
+	}
+	if n := sim.Ledger().ChargesByKey["order-toss-3"]; n != 1 {
+		t.Errorf("order-toss-3 charged %d times, want 1", n)
 	}
 }
 
