@@ -24,7 +24,13 @@ type RefundRequest struct {
 	// Amount is in minor units, 1 to the approval's amount less what was
 	// already refunded.
 	Amount int64 `json:"amount"`
+	// Reason is the caller's reason, optional, at most MaxRefundReasonLen
+	// bytes; the record keeps the first request's.
+	Reason string `json:"reason,omitempty"`
 }
+
+// MaxRefundReasonLen is the longest refund reason accepted, in bytes.
+const MaxRefundReasonLen = 512
 
 // Validate reports every unusable field at once, each by its JSON name.
 func (r RefundRequest) Validate() error {
@@ -35,6 +41,9 @@ func (r RefundRequest) Validate() error {
 	}
 	if r.Amount < 1 || r.Amount > MaxAmount {
 		f.Add("amount", "must be a whole number of minor units between 1 and %d, got %d", int64(MaxAmount), r.Amount)
+	}
+	if len(r.Reason) > MaxRefundReasonLen {
+		f.Add("reason", "must be at most %d bytes, got %d", MaxRefundReasonLen, len(r.Reason))
 	}
 	return f.Err()
 }
@@ -55,6 +64,8 @@ type RefundRecord struct {
 	// Requests counts the requests for the key that reached processing.
 	Requests   int       `json:"requests"`
 	RefundedAt time.Time `json:"refunded_at,omitzero"`
+	// Reason is the first request's reason.
+	Reason string `json:"reason,omitempty"`
 }
 
 // RefundResult is the answer to a refund request.
@@ -162,7 +173,7 @@ func (s *Simulator) processRefund(req RefundRequest, b Behavior) (RefundResult, 
 			Message: fmt.Sprintf("only %d of %d is left to refund", left, appr.Amount)}
 	}
 	if !seen {
-		rec = &RefundRecord{ExternalKey: req.ExternalKey, ApprovalKey: req.ApprovalKey, Amount: req.Amount, Status: RefundDeclined}
+		rec = &RefundRecord{ExternalKey: req.ExternalKey, ApprovalKey: req.ApprovalKey, Amount: req.Amount, Status: RefundDeclined, Reason: req.Reason}
 		s.state.refunds[req.ExternalKey] = rec
 		s.state.refundOrder = append(s.state.refundOrder, req.ExternalKey)
 	}
@@ -211,6 +222,27 @@ func (s *Simulator) RefundStatus(key string) (RefundRecord, error) {
 		extra[MemberFirstAttempt], extra[MemberLastAttempt] = a.first, a.last
 	}
 	return RefundRecord{}, &Error{Code: stampede.NotFound, Message: fmt.Sprintf("no refund for external key %q", key), Extra: extra}
+}
+
+// Approval returns the record of an approval's external key and its
+// refund records in the order first processed (declined ones included),
+// whatever the status API's state: a protocol adapter answering with the
+// payment as it stands (after a refund, say) reads it here, and checks
+// the status API itself where it serves an inquiry. ok is false when the
+// key has no record.
+func (s *Simulator) Approval(key string) (rec Record, refunds []RefundRecord, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.state.records[key]
+	if !ok {
+		return Record{}, nil, false
+	}
+	for _, k := range s.state.refundOrder {
+		if r := s.state.refunds[k]; r.ApprovalKey == key {
+			refunds = append(refunds, *r)
+		}
+	}
+	return *p, refunds, true
 }
 
 // Refunds returns the refund ledger.

@@ -65,7 +65,7 @@ func (c Capabilities) String() string {
 // Connector is an Institution that names itself and declares its
 // Capabilities: one adapter package per institution implements it
 // (pay/institutionclient for the simulator, pay/stripeconnector for
-// Stripe).
+// Stripe, pay/tossconnector for Toss Payments).
 type Connector interface {
 	Institution
 	// Name is the connector's name, as serve pay's --connector spells it.
@@ -94,6 +94,22 @@ func ValidateConnector(name string) error {
 	return nil
 }
 
+// ClientAuthorized is a Connector whose institution has the buyer
+// authorise the payment in its own widget before the payment service is
+// called, as Toss Payments does: the widget is opened with the merchant's
+// order id and amount and hands the buyer's browser a payment key, which
+// the merchant's server passes on in the create request (payment_key).
+// The service then sends the order id as the payment's external key (the
+// institution knows the payment by it: it is what an inquiry asks about)
+// and the payment key with the approval.
+type ClientAuthorized interface {
+	Connector
+	// CheckCreate checks a create request's order id, currency and
+	// payment key against the institution's rules before anything is
+	// written; its error is an Invalid naming the field.
+	CheckCreate(orderID, currency, paymentKey string) error
+}
+
 // Refunder is a Connector that can refund: the refund's own key is sent
 // with it, so that an inquiry can find it after a lost answer.
 type Refunder interface {
@@ -103,9 +119,11 @@ type Refunder interface {
 	// InquireRefund, never by sending it again); a nil error carries the
 	// institution's verdict.
 	Refund(ctx context.Context, req RefundRequest) (RefundVerdict, error)
-	// InquireRefund asks what became of a refund's external key.
+	// InquireRefund asks what became of a refund's external key;
+	// paymentKey is the refunded payment's external key, for an
+	// institution that lists refunds per payment only.
 	// ErrInquiryUnavailable when the status API is down.
-	InquireRefund(ctx context.Context, externalKey string) (RefundInquiry, error)
+	InquireRefund(ctx context.Context, externalKey, paymentKey string) (RefundInquiry, error)
 }
 
 // RefundRequest is what the service sends to the institution to refund.

@@ -217,7 +217,7 @@ func (s *Service) settleRefund(ctx context.Context, rs RefundStore, ref Refunder
 		r = cur
 	}
 	ictx, cancel := context.WithTimeout(ctx, s.cfg.InquiryTimeout)
-	q, err := ref.InquireRefund(ictx, r.ExternalKey)
+	q, err := ref.InquireRefund(ictx, r.ExternalKey, r.PaymentKey)
 	cancel()
 	var (
 		to  RefundStatus

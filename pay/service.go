@@ -36,6 +36,10 @@ type ApprovalRequest struct {
 	ExternalKey string
 	Amount      int64
 	Currency    string
+	// PaymentKey is the create request's payment_key: the key the
+	// institution's widget issued (see ClientAuthorized); empty for the
+	// other connectors.
+	PaymentKey string
 }
 
 // Verdict is the institution's answer to an approval.
@@ -237,6 +241,11 @@ type CreateRequest struct {
 	OrderID    string `json:"order_id"`
 	Amount     int64  `json:"amount"`
 	Currency   string `json:"currency"`
+	// PaymentKey is the key the institution's widget issued to the
+	// buyer's browser (Toss Payments' paymentKey): required by a
+	// ClientAuthorized connector, refused by the others. Left out of the
+	// hash when empty, so that a request without it hashes as before.
+	PaymentKey string `json:"payment_key,omitempty"`
 }
 
 // Hash identifies a request body for idempotency: same key, same hash.
@@ -262,10 +271,15 @@ func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (p 
 	if err := ValidateCreate(req.MerchantID, req.OrderID, req.Amount, req.Currency); err != nil {
 		return Payment{}, false, err
 	}
+	externalKey, err := s.checkInstitution(req)
+	if err != nil {
+		return Payment{}, false, err
+	}
 	mid, _ := ParseUUID(req.MerchantID)
 	req.MerchantID = mid.String() // the same request hashes the same whatever the case
 	now := s.cfg.Now()
 	p = Payment{ID: NewID(), MerchantID: req.MerchantID, OrderID: req.OrderID, Amount: req.Amount, Currency: req.Currency,
+		ExternalKey: externalKey,
 		// Until then the payment is ours; after it a reconciler may take
 		// it over.
 		NextInquiryAt: now.Add(s.cfg.ApprovalTimeout + s.cfg.TakeoverMargin)}
@@ -280,11 +294,32 @@ func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (p 
 	}
 
 	start := time.Now()
-	to, reason := s.approve(ctx, p)
+	to, reason := s.approve(ctx, p, req.PaymentKey)
 	s.cfg.Metrics.outcome(to, time.Since(start))
 	// The outcome is written even if the client went away meanwhile.
 	p, err = s.finish(context.WithoutCancel(ctx), p, to, reason)
 	return p, false, err
+}
+
+// checkInstitution checks a create request against the connector's
+// rules before anything is written, and returns the payment's external
+// key: the order id for a ClientAuthorized connector, empty (the
+// payment's id) otherwise.
+func (s *Service) checkInstitution(req CreateRequest) (string, error) {
+	if ca, ok := s.inst.(ClientAuthorized); ok {
+		if err := ca.CheckCreate(req.OrderID, req.Currency, req.PaymentKey); err != nil {
+			return "", err
+		}
+		return req.OrderID, nil
+	}
+	if req.PaymentKey != "" {
+		name := "this"
+		if c, ok := s.inst.(Connector); ok {
+			name = "the " + c.Name()
+		}
+		return "", Invalid("payment_key", "is not used by %s connector: only a connector whose buyer authorises the payment in the institution's widget (toss) takes one", name)
+	}
+	return "", nil
 }
 
 // finish writes the outcome of p's approval (PENDING to `to`) and returns
@@ -360,7 +395,7 @@ func (s *Service) replay(ctx context.Context, rec IdempotencyRecord, hash string
 // not cut because the client went away (that would leave the payment
 // UNKNOWN although the institution answers); ApprovalTimeout bounds each
 // attempt.
-func (s *Service) approve(ctx context.Context, p Payment) (Status, string) {
+func (s *Service) approve(ctx context.Context, p Payment, paymentKey string) (Status, string) {
 	ctx = context.WithoutCancel(ctx)
 	select {
 	case s.slots <- struct{}{}:
@@ -385,7 +420,7 @@ func (s *Service) approve(ctx context.Context, p Payment) (Status, string) {
 		}
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		v, err := s.inst.Approve(actx, ApprovalRequest{ExternalKey: p.ExternalKey, Amount: p.Amount, Currency: p.Currency})
+		v, err := s.inst.Approve(actx, ApprovalRequest{ExternalKey: p.ExternalKey, Amount: p.Amount, Currency: p.Currency, PaymentKey: paymentKey})
 		if !errors.Is(err, ErrNotSent) {
 			sent = true
 		}

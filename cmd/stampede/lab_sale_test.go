@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +40,32 @@ type saleJSON struct {
 	Summary []struct {
 		Median map[string]any `json:"median"`
 	} `json:"summary"`
+}
+
+// saleOutcomes is what a failed sale's runs say of their buyers (outcome
+// counts and the failures' last answers), for the failure message: the
+// lab's own output is long, and CI shows only part of it.
+func saleOutcomes(dir string) string {
+	raw, err := os.ReadFile(filepath.Join(dir, "sale.json"))
+	if err != nil {
+		return "no sale.json: " + err.Error()
+	}
+	var s struct {
+		Runs []struct {
+			Valid  bool            `json:"valid"`
+			Reason string          `json:"reason"`
+			Broken []string        `json:"broken"`
+			Extra  json.RawMessage `json:"extra"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "sale.json: " + err.Error()
+	}
+	var b strings.Builder
+	for i, r := range s.Runs {
+		fmt.Fprintf(&b, "run %d: valid %v %s, broken %v, extra %s\n", i+1, r.Valid, r.Reason, r.Broken, r.Extra)
+	}
+	return b.String()
 }
 
 func readSale(t *testing.T, dir string) saleJSON {
@@ -108,7 +135,7 @@ func TestLabSaleQuick(t *testing.T) {
 	useTestSelf(t)
 	out := t.TempDir()
 	if _, errOut, err := execute(t, "lab", "sale", "--quick", "--out", out); err != nil {
-		t.Fatalf("lab sale --quick: %v\n%s", err, errOut)
+		t.Fatalf("lab sale --quick: %v\n%s\n%s", err, saleOutcomes(out), errOut)
 	}
 	checkHeld(t, readSale(t, out), 300)
 	for _, c := range []string{"queue", "admitted", "admission-rate", "payments", "lag", "seats"} {

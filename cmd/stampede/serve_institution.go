@@ -21,6 +21,8 @@ type institutionOptions struct {
 	adminToken     string
 	notFoundWindow time.Duration
 	maxHung        int
+	protocol       string
+	tossSecretKey  string
 	// server holds the server timeouts; WriteTimeout is derived (see
 	// instapi.ServerConfig), not a flag.
 	server httpapi.ServerConfig
@@ -51,7 +53,20 @@ The server's write timeout is the longest hang plus 30 s, so that a held
 request is always answered; the read, header and idle timeouts close stalled
 and idle connections.
 
-Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN.`,
+--protocol toss speaks a subset of Toss Payments' v1 API instead of the /v1
+routes above, over the same ledger, fault modes and admin API (serve pay
+--connector toss talks to it):
+
+  POST /v1/payments/confirm              {"paymentKey","orderId","amount"}
+  GET  /v1/payments/orders/{orderId}     the payment, its cancels included
+  POST /v1/payments/{paymentKey}/cancel  {"cancelReason","cancelAmount"}, Idempotency-Key
+
+each with "Authorization: Basic base64(<--toss-secret-key>:)"; errors are
+Toss's {"code","message"} (DECLINE: 403 REJECT_CARD_PAYMENT, ERROR: 500
+FAILED_INTERNAL_SYSTEM_PROCESSING, status_api DOWN: the inquiry answers 500).
+
+Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN or
+STAMPEDE_TOSS_SECRET_KEY (the variable serve pay --connector toss reads too).`,
 		Example: `  stampede serve institution --admin-token "$(openssl rand -hex 16)"
   curl -X PUT -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
     -d '{"mode":"HANG_BEFORE_PROCESSING","hang_ms":8000}' http://127.0.0.1:8090/admin/behavior`,
@@ -64,6 +79,8 @@ Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN.`,
 	f.DurationVar(&opts.notFoundWindow, "not-found-window", defaults.NotFoundWindow,
 		"declared window after a request's arrival past which an unrecorded external key is definitively not found (1ms to 24h)")
 	f.IntVar(&opts.maxHung, "max-hung", defaults.MaxHung, "most requests held at once by the hang modes; beyond it answer 503 busy")
+	f.StringVar(&opts.protocol, "protocol", instapi.ProtocolSimulator, "the payment API spoken: simulator (its own) or toss (a subset of Toss Payments' v1 API)")
+	f.StringVar(&opts.tossSecretKey, "toss-secret-key", "", "with --protocol toss: the secret key clients must send (test_sk_... or live_sk_...)")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "longest time to read a request's headers")
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "longest time to read a whole request, body included (at least --read-header-timeout)")
 	f.DurationVar(&opts.server.IdleTimeout, "idle-timeout", opts.server.IdleTimeout, "close keep-alive connections idle this long")
@@ -77,6 +94,7 @@ Every flag can also be set with STAMPEDE_<FLAG>, e.g. STAMPEDE_ADMIN_TOKEN.`,
 func (o *institutionOptions) config(log *slog.Logger) (instapi.Config, error) {
 	cfg := instapi.DefaultConfig()
 	cfg.AdminToken, cfg.NotFoundWindow, cfg.MaxHung, cfg.Logger, cfg.HTTP = o.adminToken, o.notFoundWindow, o.maxHung, log, o.server
+	cfg.Protocol, cfg.TossSecretKey = o.protocol, o.tossSecretKey
 	var f stampede.Fields
 	if o.http == "" {
 		f.Add("http", "must not be empty")
@@ -111,7 +129,7 @@ func runInstitution(cmd *cobra.Command, opts *institutionOptions) error {
 	}
 	defer srv.Close()
 
-	log.Info("institution simulator listening", "addr", ln.Addr().String(),
+	log.Info("institution simulator listening", "addr", ln.Addr().String(), "protocol", cfg.Protocol,
 		"not_found_window", cfg.NotFoundWindow, "max_hung", cfg.MaxHung,
 		"read_header_timeout", cfg.HTTP.ReadHeaderTimeout, "read_timeout", cfg.HTTP.ReadTimeout,
 		"write_timeout", cfg.HTTP.WriteTimeout, "idle_timeout", cfg.HTTP.IdleTimeout)

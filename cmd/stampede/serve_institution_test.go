@@ -40,6 +40,7 @@ func listeningAddr(t *testing.T, errOut *syncBuffer) string {
 
 func TestServeInstitutionRejectsBadFlags(t *testing.T) {
 	t.Setenv(envAdminToken, "")
+	t.Setenv(envTossKey, "")
 	long := "--admin-token=0123456789abcdef"
 	cases := []struct {
 		args []string
@@ -57,6 +58,9 @@ func TestServeInstitutionRejectsBadFlags(t *testing.T) {
 		{[]string{long, "--read-timeout", "1s", "--read-header-timeout", "2s"}, "--read-timeout: must be at least the read header timeout"},
 		{[]string{long, "--idle-timeout", "-1s"}, "--idle-timeout"},
 		{[]string{long, "--shutdown-timeout", "-1s"}, "--shutdown-timeout"},
+		{[]string{long, "--protocol", "swift"}, "--protocol"},
+		{[]string{long, "--protocol", "toss"}, "--toss-secret-key: is required with protocol toss"},
+		{[]string{long, "--protocol", "toss", "--toss-secret-key", "test_ck_1"}, "--toss-secret-key: must start with test_sk_"},
 	}
 	for _, tc := range cases {
 		_, done := runInstitutionCmd(context.Background(), tc.args...)

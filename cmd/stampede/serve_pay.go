@@ -30,6 +30,7 @@ import (
 	"github.com/stampede-lab/stampede/pay/sqlite"
 	"github.com/stampede-lab/stampede/pay/sqlstore"
 	"github.com/stampede-lab/stampede/pay/stripeconnector"
+	"github.com/stampede-lab/stampede/pay/tossconnector"
 	"github.com/stampede-lab/stampede/pay/webhook"
 )
 
@@ -182,9 +183,13 @@ same transaction; a relay publishes the rows to NATS JetStream
 (payments.<id>, de-duplicated by <id>-<seq>).
 
 The institution is reached through a connector (--connector): simulator (the
-institution simulator's protocol at --institution), or stripe (Stripe's API
+institution simulator's protocol at --institution), stripe (Stripe's API
 through the official client; the secret key from $STAMPEDE_STRIPE_SECRET_KEY,
---institution overriding Stripe's URL, e.g. for stripe-mock). Each declares
+--institution overriding Stripe's URL, e.g. for stripe-mock), or toss (Toss
+Payments' v1 API; the secret key from $STAMPEDE_TOSS_SECRET_KEY, --institution
+overriding Toss's URL, e.g. for serve institution --protocol toss; a payment
+then needs the widget's "payment_key", its order_id being Toss's orderId, in
+KRW). Each declares
 what it guarantees; a missing or malformed key is refused at start. A refund,
 like an approval, is never sent again after a lost answer: it is UNKNOWN
 until a status inquiry settles it.
@@ -214,8 +219,8 @@ past --idle-timeout.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.http, "http", "127.0.0.1:8081", "address to listen on")
 	f.StringVar(&opts.adminToken, "admin-token", "", "bearer token of the read-only /v1/admin endpoints (the operator console), at least 16 bytes (empty: no admin endpoints)")
-	f.StringVar(&opts.institution, "institution", "", "base URL of the payment institution, e.g. http://127.0.0.1:8090 (required for the simulator connector; for stripe it overrides Stripe's URL)")
-	f.StringVar(&opts.connector, "connector", "simulator", "the institution's connector: simulator or stripe (toss is not built yet); keys come from the environment")
+	f.StringVar(&opts.institution, "institution", "", "base URL of the payment institution, e.g. http://127.0.0.1:8090 (required for the simulator connector; for stripe and toss it overrides their URL)")
+	f.StringVar(&opts.connector, "connector", "simulator", "the institution's connector: simulator, stripe or toss; keys come from the environment")
 	f.StringVar(&opts.nats, "nats", "", "NATS URL (empty: an embedded nats-server)")
 	f.StringVar(&opts.natsDir, "nats-dir", "", "JetStream directory of the embedded nats-server (default: <data-dir>/nats)")
 	f.BoolVar(&opts.natsSync, "nats-sync-always", false, "the embedded nats-server fsyncs every message before acknowledging it (survives power loss, not only a killed process)")
@@ -391,7 +396,7 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 // Environment variables of the connectors' credentials.
 const (
 	envStripeKey = "STAMPEDE_STRIPE_SECRET_KEY"
-	envTossKey   = "STAMPEDE_TOSS_SECRET_KEY"
+	envTossKey   = tossconnector.EnvSecretKey
 )
 
 // newConnector makes the connector --connector names, its credentials
@@ -412,11 +417,16 @@ func (o *payOptions) newConnector() (pay.Connector, error) {
 		}
 		return c, nil
 	case "toss":
-		key := os.Getenv(envTossKey)
-		if !strings.HasPrefix(key, "test_sk_") && !strings.HasPrefix(key, "live_sk_") {
-			return nil, fmt.Errorf("--connector toss: %s must hold a Toss Payments secret key (test_sk_... or live_sk_...)", envTossKey)
+		cfg := tossconnector.DefaultConfig()
+		cfg.SecretKey, cfg.HTTPClient = os.Getenv(envTossKey), hc
+		if o.institution != "" {
+			cfg.URL = o.institution
 		}
-		return nil, errors.New("--connector toss: the Toss Payments connector is not built yet; use simulator or stripe")
+		c, err := tossconnector.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("--connector toss: %w", err)
+		}
+		return c, nil
 	default:
 		return institutionclient.New(instclient.NewClient(o.institution, hc)), nil
 	}

@@ -19,7 +19,8 @@ func TestServePayRefusesBadConnectors(t *testing.T) {
 		{"", "", []string{"--connector", "paypal"}, "connector"},
 		{envStripeKey, "", []string{"--connector", "stripe"}, envStripeKey},
 		{envStripeKey, "pk_test_123", []string{"--connector", "stripe"}, "sk_"},
-		{envTossKey, "", []string{"--connector", "toss"}, envTossKey},
+		{envTossKey, "", []string{"--connector", "toss"}, envTossKey + ": is required"},
+		{envTossKey, "test_ck_123", []string{"--connector", "toss"}, "test_sk_ or live_sk_"},
 		{"", "", []string{"--connector", "simulator"}, "--institution is required"},
 	}
 	for _, tc := range cases {

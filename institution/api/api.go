@@ -1,5 +1,6 @@
 // Package api is the institution simulator's HTTP server, over the
-// simulator (institution.Simulator):
+// simulator (institution.Simulator). With Config.Protocol
+// ProtocolSimulator (the default) it speaks its own protocol:
 //
 //	POST /v1/approvals                  {"external_key","amount","currency"} → APPROVED or DECLINED
 //	GET  /v1/approvals/{external_key}   the record, or 404 with the not-found window
@@ -12,6 +13,10 @@
 //	GET  /admin/approvals               the ledger: records, charges per key, totals
 //	POST /admin/reset                   clear everything, back to NORMAL, release hung requests
 //	GET  /healthz, /readyz, /metrics, /openapi.json
+//
+// With ProtocolToss it speaks a subset of Toss Payments' v1 API instead
+// of the /v1 routes above (see toss.go), over the same simulator, fault
+// modes and admin API.
 //
 // It answers through package internal/httpapi, like every Stampede
 // service: errors are RFC 9457 application/problem+json bodies whose code
@@ -62,7 +67,21 @@ type Config struct {
 	// Listener is where Run serves; needed by Run only (a test may serve
 	// the Server as an http.Handler instead).
 	Listener net.Listener
+	// Protocol is the payment API the simulator speaks: ProtocolSimulator
+	// (its own, /v1/approvals and /v1/refunds) or ProtocolToss (a subset
+	// of Toss Payments' v1 API, see toss.go). The admin API is the same.
+	Protocol string
+	// TossSecretKey is the secret key the Toss protocol's Basic
+	// authentication checks (test_sk_... or live_sk_...); required with
+	// ProtocolToss, unused otherwise.
+	TossSecretKey string
 }
+
+// The protocols a Server speaks.
+const (
+	ProtocolSimulator = "simulator"
+	ProtocolToss      = "toss"
+)
 
 // ServerConfig returns the limits to serve the simulator with:
 // httpapi.DefaultServerConfig, except that WriteTimeout is
@@ -78,7 +97,7 @@ func ServerConfig() httpapi.ServerConfig {
 // DefaultConfig returns institution.DefaultConfig, a 4096-byte body limit
 // and ServerConfig. AdminToken is empty and must be set.
 func DefaultConfig() Config {
-	return Config{Config: institution.DefaultConfig(), MaxBody: 4096, HTTP: ServerConfig()}
+	return Config{Config: institution.DefaultConfig(), MaxBody: 4096, HTTP: ServerConfig(), Protocol: ProtocolSimulator}
 }
 
 // Validate reports every unusable field at once.
@@ -89,6 +108,13 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBody < 64 || c.MaxBody > 1<<20 {
 		f.Add("max_body", "must be between 64 and 1048576 bytes, got %d", c.MaxBody)
+	}
+	switch c.Protocol {
+	case ProtocolSimulator:
+	case ProtocolToss:
+		f.Check("", validateTossSecretKey(c.TossSecretKey))
+	default:
+		f.Add("protocol", "must be %q or %q, got %q", ProtocolSimulator, ProtocolToss, c.Protocol)
 	}
 	f.Check("", c.Config.Validate())
 	f.Check("", c.HTTP.Validate())
@@ -104,6 +130,7 @@ type Server struct {
 	cfg       Config
 	adminHash [sha256.Size]byte
 	api       *httpapi.API
+	toss      *tossState // the Toss protocol's state; nil with the simulator's
 }
 
 // New makes a server with a new simulator. Nil cfg.Now, cfg.Logger and
@@ -119,6 +146,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.HTTP == (httpapi.ServerConfig{}) {
 		cfg.HTTP = ServerConfig()
+	}
+	if cfg.Protocol == "" {
+		cfg.Protocol = ProtocolSimulator
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -136,10 +166,14 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Handle("/v1/approvals", httpapi.Methods{http.MethodPost: s.approve})
-	a.Handle("/v1/approvals/{external_key}", httpapi.Methods{http.MethodGet: s.status})
-	a.Handle("/v1/refunds", httpapi.Methods{http.MethodPost: s.refund})
-	a.Handle("/v1/refunds/{external_key}", httpapi.Methods{http.MethodGet: s.refundStatus})
+	if cfg.Protocol == ProtocolToss {
+		s.handleToss(a)
+	} else {
+		a.Handle("/v1/approvals", httpapi.Methods{http.MethodPost: s.approve})
+		a.Handle("/v1/approvals/{external_key}", httpapi.Methods{http.MethodGet: s.status})
+		a.Handle("/v1/refunds", httpapi.Methods{http.MethodPost: s.refund})
+		a.Handle("/v1/refunds/{external_key}", httpapi.Methods{http.MethodGet: s.refundStatus})
+	}
 	a.Handle("/admin/refunds", httpapi.Methods{http.MethodGet: s.admin(s.getRefunds)})
 	a.Handle("/admin/behavior", httpapi.Methods{
 		http.MethodGet: s.admin(s.getBehavior),
@@ -286,7 +320,7 @@ func (s *Server) postReset(w http.ResponseWriter, r *http.Request) error {
 }
 
 // refundFields lists the fields of POST /v1/refunds.
-const refundFields = `"external_key", "approval_key", "amount"`
+const refundFields = `"external_key", "approval_key", "amount", "reason"`
 
 // refund serves POST /v1/refunds.
 func (s *Server) refund(w http.ResponseWriter, r *http.Request) error {

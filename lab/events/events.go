@@ -611,9 +611,18 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 	}
 	defer db.Close()
 	deadline := time.Now().Add(4*c.AckWait + 30*time.Second + e.hotTail(plan))
-	pk, err := dispatchjs.OpenParking(ctx, js, workerConsumer(stream))
-	if err != nil {
-		return lab.RunResult{}, err
+	// The parking bucket is created by the workers; opening it is a call
+	// to the cluster, which may still be electing leaders after a node
+	// kill: ask again until the deadline.
+	var pk *dispatchjs.Parking
+	for {
+		if pk, err = dispatchjs.OpenParking(ctx, js, workerConsumer(stream)); err == nil {
+			break
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return lab.RunResult{}, err
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	// Every event applied or parked (the parked ones wait for the redrive).
 	var applied int

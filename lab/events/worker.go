@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/stampede-lab/stampede"
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
+	"github.com/stampede-lab/stampede/lab"
 )
 
 // WorkerConfig configures one worker process of the lab (RunWorker).
@@ -171,14 +171,8 @@ func tempDir() (string, error) { return os.MkdirTemp("", "stampede-events-") }
 func removeAll(dir string) { _ = os.RemoveAll(dir) }
 
 // freePort returns a free loopback port for the embedded server, so that
-// a restarted server comes back where the clients reconnect.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+// a restarted server comes back where the clients reconnect; it is drawn
+// outside the ephemeral range (lab.FreeRestartablePort).
+func freePort() (int, error) { return lab.FreeRestartablePort() }
 
 func joinComma(s []string) string { return strings.Join(s, ",") }

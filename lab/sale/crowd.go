@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stampede-lab/stampede/retry"
+	"github.com/stampede-lab/stampede/waitroom"
 )
 
 // backoff is how a buyer or a bot waits before trying again after a
@@ -246,8 +247,10 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 	pollSeq := backoff.Start()
 	wait := pollAfter(t)
 	for a, g := 0, 0; t.State != "admitted"; a++ {
-		switch t.State {
-		case "closed", "left", "expired", "released":
+		if waitroom.State(t.State).Done() {
+			// Closed, left, expired, released, or abandoned: a buyer whose
+			// polls failed for longer than the room's abandon_after (503s
+			// while the store restarted, then backoff) lost its place.
 			b.finish(endNotAdmitted)
 			return
 		}
@@ -267,6 +270,14 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 			ans, err = c.do(ctx, http.MethodPost, c.gate(b, g)+room+"/tickets", b.ip, t.TicketToken, "", map[string]any{})
 		} else {
 			ans, err = c.do(ctx, http.MethodGet, c.gate(b, g)+room+"/tickets/"+t.UserID, b.ip, t.TicketToken, "", nil)
+		}
+		if err == nil && (ans.status == http.StatusNotFound || ans.status == http.StatusGone) {
+			// The room no longer knows the ticket: nothing to wait for.
+			b.mu.Lock()
+			b.why = fmt.Sprintf("queue: %d %.200s", ans.status, ans.body)
+			b.mu.Unlock()
+			b.finish(endNotAdmitted)
+			return
 		}
 		if err != nil || ans.status/100 != 2 {
 			if err != nil || ans.status != http.StatusTooManyRequests {
@@ -306,6 +317,14 @@ type orderJSON struct {
 	PaymentStatus string `json:"payment_status"`
 }
 
+// checkoutPatience is how long an admitted buyer keeps trying to hold a
+// seat, and then to see its order end, before giving up as a person
+// would: a buyer whose admission was lost (the gate answers "the checkout
+// is full") backs off up to 30 s a try, and without a bound on time kept
+// the sale running until MaxSale. An order the buyer stopped watching is
+// still accounted by the checkout's final record.
+const checkoutPatience = 60 * time.Second
+
 // checkout plays an admitted buyer: hold one seat, pay, wait for the end.
 func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 	adm := t.AdmissionToken
@@ -331,8 +350,9 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 	var h holdJSON
 	last := ""
 	holdSeq := backoff.Start()
+	holdFrom := time.Now()
 	for a := 0; ; a++ {
-		if a >= 40 || ctx.Err() != nil {
+		if a >= 40 || time.Since(holdFrom) > checkoutPatience || ctx.Err() != nil {
 			b.mu.Lock()
 			b.why = "hold: " + last
 			b.mu.Unlock()
@@ -365,8 +385,20 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 		return
 	}
 	var o orderJSON
+	last = ""
+	orderFrom := time.Now()
 	for a := 0; ; a++ {
-		if a >= 30 || ctx.Err() != nil {
+		if a >= 30 || time.Since(orderFrom) > checkoutPatience || ctx.Err() != nil {
+			if o.ID == "" {
+				// No purchase was ever answered: the buyer saw no order. If
+				// the checkout made one (a lost answer), the final
+				// accounting finds it by the hold and takes its status.
+				b.mu.Lock()
+				b.why = "purchase: " + last
+				b.mu.Unlock()
+				b.finish(endFailed)
+				return
+			}
 			b.finish(endOrderPending)
 			return
 		}
@@ -376,6 +408,11 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 			ans, err = send(http.MethodPost, "/v1/holds/"+h.ID+"/purchase", nil)
 		} else {
 			ans, err = send(http.MethodGet, "/v1/orders/"+o.ID, nil)
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("%d %.200s", ans.status, ans.body)
 		}
 		if err == nil && (ans.status == http.StatusOK || ans.status == http.StatusAccepted) {
 			var no orderJSON

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // the SQLite database/sql driver
 
+	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -175,14 +176,14 @@ func token(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// freePort returns a free loopback address.
+// freePort returns a free loopback address outside the ephemeral port
+// range, where a killed part can be started again (lab.FreeRestartablePort).
 func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := lab.FreeRestartablePort()
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 // newProc registers a child process running this binary with args.

@@ -360,9 +360,9 @@ func (r *rig) fault(ctx context.Context, f string, d *dbs) error {
 	restart := func(p *proc, after time.Duration) error {
 		p.kill9()
 		sleep(ctx, after)
-		// A part started again on its old port can find the port taken for
-		// a moment (another process's outgoing connection may hold it as
-		// its local port on a busy machine): try a few times.
+		// The parts' ports lie outside the ephemeral range, so no outgoing
+		// connection takes one while its part is down; a start can still
+		// fail on a starved machine (not healthy in time): try a few times.
 		var err error
 		for try := 0; try < 3; try++ {
 			if err = p.start(context.WithoutCancel(ctx)); err == nil {

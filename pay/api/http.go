@@ -152,9 +152,12 @@ type createBody struct {
 	OrderID    *string `json:"order_id"`
 	Amount     *int64  `json:"amount"`
 	Currency   *string `json:"currency"`
+	// PaymentKey is the key the institution's widget gave the buyer's
+	// browser (Toss Payments' paymentKey); required by such a connector.
+	PaymentKey *string `json:"payment_key"`
 }
 
-const createFields = `"merchant_id", "order_id", "amount", "currency"`
+const createFields = `"merchant_id", "order_id", "amount", "currency", "payment_key"`
 
 // create answers POST /v1/payments. merchant_id may be left out: it is
 // the key's merchant; when given it must be that merchant (403
@@ -193,7 +196,11 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	case b.Currency == nil:
 		return pay.Invalid("currency", "is required")
 	}
-	p, replayed, err := h.svc.Create(r.Context(), key, pay.CreateRequest{MerchantID: *b.MerchantID, OrderID: *b.OrderID, Amount: *b.Amount, Currency: *b.Currency})
+	req := pay.CreateRequest{MerchantID: *b.MerchantID, OrderID: *b.OrderID, Amount: *b.Amount, Currency: *b.Currency}
+	if b.PaymentKey != nil {
+		req.PaymentKey = *b.PaymentKey
+	}
+	p, replayed, err := h.svc.Create(r.Context(), key, req)
 	if err != nil {
 		return err
 	}

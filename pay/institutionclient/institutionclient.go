@@ -51,7 +51,7 @@ func (a *Adapter) Refund(ctx context.Context, req pay.RefundRequest) (pay.Refund
 }
 
 // InquireRefund implements pay.Refunder.
-func (a *Adapter) InquireRefund(ctx context.Context, externalKey string) (pay.RefundInquiry, error) {
+func (a *Adapter) InquireRefund(ctx context.Context, externalKey, _ string) (pay.RefundInquiry, error) {
 	res, err := a.c.RefundStatus(ctx, externalKey)
 	switch {
 	case errors.Is(err, instclient.ErrStatusUnavailable):

@@ -207,6 +207,12 @@ func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.Idemp
 		}); rerr == nil && id != "" {
 			return pay.Payment{}, &pay.OrderExistsError{PaymentID: id}
 		}
+		if p.ExternalKey != p.ID {
+			// The external key the connector chose (the order id, with
+			// a ClientAuthorized connector) already names a payment.
+			return pay.Payment{}, &pay.Error{Code: pay.CodeConflict, Field: "order_id", Err: err,
+				Message: "with this connector the order id is the institution's key of one payment, and a payment already has it: pay again under a new order_id"}
+		}
 	}
 	if table, ok := s.d.UniqueViolation(err); ok && table == "idempotency_keys" {
 		// Not expected (ON CONFLICT handles the key) but answered as the

@@ -254,7 +254,7 @@ func (c *Connector) Refund(ctx context.Context, req pay.RefundRequest) (pay.Refu
 // InquireRefund implements pay.Refunder. The refund key alone does not
 // name the PaymentIntent, so the refund's metadata is searched through
 // the refunds Stripe lists (newest first, up to 100).
-func (c *Connector) InquireRefund(ctx context.Context, externalKey string) (pay.RefundInquiry, error) {
+func (c *Connector) InquireRefund(ctx context.Context, externalKey, _ string) (pay.RefundInquiry, error) {
 	params := &stripe.RefundListParams{}
 	params.Context = ctx
 	params.Limit = stripe.Int64(100)

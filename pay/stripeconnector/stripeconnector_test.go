@@ -47,7 +47,7 @@ func TestAgainstStripeMock(t *testing.T) {
 	if _, err := c.Refund(ctx, pay.RefundRequest{ExternalKey: refund, PaymentKey: key, Amount: 1000, Currency: "USD"}); err != nil {
 		t.Fatalf("Refund: %v", err)
 	}
-	if _, err := c.InquireRefund(ctx, refund); err != nil {
+	if _, err := c.InquireRefund(ctx, refund, key); err != nil {
 		t.Fatalf("InquireRefund: %v", err)
 	}
 	if caps := c.Capabilities(); !caps.IdempotentApproval || !caps.Refund || !caps.PartialRefund {
