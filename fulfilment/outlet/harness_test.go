@@ -55,10 +55,9 @@ type jsStream struct {
 
 var streams atomic.Int64
 
-// newStream starts an embedded JetStream server and creates a stream of
-// partitions partitions on it, with a keyed consumer's configuration tuned
-// for tests (short delays).
-func newStream(t testing.TB, partitions int) *jsStream {
+// embedded starts a JetStream nats-server in-process for the test and
+// returns its URL.
+func embedded(t testing.TB) string {
 	t.Helper()
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
@@ -70,7 +69,23 @@ func newStream(t testing.TB, partitions int) *jsStream {
 		t.Fatal("embedded nats-server not ready in 10s")
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	nc, err := nats.Connect(srv.ClientURL())
+	return srv.ClientURL()
+}
+
+// newStream starts an embedded JetStream server and creates a stream on
+// it (see newStreamOn).
+func newStream(t testing.TB, partitions int) *jsStream {
+	t.Helper()
+	return newStreamOn(t, embedded(t), partitions)
+}
+
+// newStreamOn creates a stream of partitions partitions, named for this
+// test alone, on the server at url, with a keyed consumer's configuration
+// tuned for tests (short delays); the stream and its parking go when the
+// test ends.
+func newStreamOn(t testing.TB, url string, partitions int) *jsStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +94,7 @@ func newStream(t testing.TB, partitions int) *jsStream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := fmt.Sprintf("OUT%d", streams.Add(1))
+	id := fmt.Sprintf("OUT%d_%d", time.Now().UnixNano(), streams.Add(1))
 	cfg := dispatchjs.DefaultConfig()
 	cfg.Stream, cfg.Subject, cfg.Durable, cfg.Partitions = id, "ev"+id, "outlet", partitions
 	cfg.Pinned = dispatchjs.PinningSupported(nc.ConnectedServerVersion())
@@ -93,6 +108,11 @@ func newStream(t testing.TB, partitions int) *jsStream {
 		Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = js.DeleteStream(context.Background(), cfg.Stream)
+		_ = js.DeleteKeyValue(context.Background(), cfg.ParkBucketName())
+		_ = js.DeleteStream(context.Background(), cfg.ParkStreamName())
+	})
 	return &jsStream{t: t, js: js, cfg: cfg}
 }
 

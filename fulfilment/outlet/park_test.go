@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,7 +21,17 @@ import (
 // payment's later events, which are not sent; every other payment is
 // delivered in full, in order. Once the endpoint accepts it, a redrive
 // delivers the parked events in order.
+//
+// It runs on an embedded nats-server, and on the real one named by
+// STAMPEDE_NATS_URL when set.
 func TestRefusalParksTheKeyOthersFlow(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) { refusalParks(t, embedded(t)) })
+	if url := os.Getenv("STAMPEDE_NATS_URL"); url != "" {
+		t.Run("real", func(t *testing.T) { refusalParks(t, url) })
+	}
+}
+
+func refusalParks(t *testing.T, url string) {
 	var (
 		mu     sync.Mutex
 		got    = map[string][]string{} // payment -> event ids, in the order accepted
@@ -43,7 +54,7 @@ func TestRefusalParksTheKeyOthersFlow(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	s := newStream(t, 2)
+	s := newStreamOn(t, url, 2)
 	s.cfg.MaxAttempts = 5
 	o, err := outlet.New(testConfig(srv.URL, nil))
 	if err != nil {

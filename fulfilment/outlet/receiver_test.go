@@ -27,7 +27,17 @@ import (
 //
 //	STAMPEDE_OUTLET_EVENTS=10000 STAMPEDE_OUTLET_FAIL_RATE=0.01 STAMPEDE_OUTLET_LOST_RATE=0.01 \
 //	  go test -run TestOutletToReceiverExactlyOnceInOrder -v ./fulfilment/outlet
+//
+// It runs on an embedded nats-server, and on the real one named by
+// STAMPEDE_NATS_URL when set.
 func TestOutletToReceiverExactlyOnceInOrder(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) { exactlyOnceInOrder(t, embedded(t)) })
+	if url := os.Getenv("STAMPEDE_NATS_URL"); url != "" {
+		t.Run("real", func(t *testing.T) { exactlyOnceInOrder(t, url) })
+	}
+}
+
+func exactlyOnceInOrder(t *testing.T, url string) {
 	const keys = 20
 	total := envInt(t, "STAMPEDE_OUTLET_EVENTS", 300)
 	perKey := int64(max(total/keys, 2))
@@ -37,7 +47,7 @@ func TestOutletToReceiverExactlyOnceInOrder(t *testing.T) {
 	args := []string{"--fail-rate", failRate, "--lost-answer-rate", lostRate}
 	rc := startReceiver(t, db, 0, args...)
 	_, port, _ := strings.Cut(rc.addr, ":")
-	s := newStream(t, 4)
+	s := newStreamOn(t, url, 4)
 	s.cfg.MaxAttempts = 0 // the receiver's restart must park nothing, however slow the machine
 	cfg := testConfig(rc.url(), nil)
 	o, err := outlet.New(cfg)
