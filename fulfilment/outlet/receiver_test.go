@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stampede-lab/stampede/fulfilment/outlet"
+	"github.com/stampede-lab/stampede/internal/freeport"
 	"github.com/stampede-lab/stampede/protocol"
 )
 
@@ -45,8 +45,13 @@ func exactlyOnceInOrder(t *testing.T, url string) {
 	failRate, lostRate := envString("STAMPEDE_OUTLET_FAIL_RATE", "0.05"), envString("STAMPEDE_OUTLET_LOST_RATE", "0.03")
 	db := filepath.Join(t.TempDir(), "receiver.db")
 	args := []string{"--fail-rate", failRate, "--lost-answer-rate", lostRate}
-	rc := startReceiver(t, db, 0, args...)
-	_, port, _ := strings.Cut(rc.addr, ":")
+	// A port outside the ephemeral range: while the receiver is down, no
+	// outgoing connection can take it, and its restart finds it free.
+	p, err := freeport.Restartable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := startReceiver(t, db, p, args...)
 	s := newStreamOn(t, url, 4)
 	s.cfg.MaxAttempts = 0 // the receiver's restart must park nothing, however slow the machine
 	cfg := testConfig(rc.url(), nil)
@@ -72,7 +77,6 @@ func exactlyOnceInOrder(t *testing.T, url string) {
 	killedAt := o.Stats().Delivered
 	s.publish(payments, perKey/2+1, perKey)
 	time.Sleep(200 * time.Millisecond)
-	p, _ := strconv.Atoi(port)
 	rc = startReceiver(t, db, p, args...)
 	waitUntil(t, 20*time.Second+limit, "every event delivered", func() bool { return o.Stats().Delivered >= uint64(total) })
 	took := time.Since(start)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/stampede-lab/stampede"
 	dispatchjs "github.com/stampede-lab/stampede/dispatch/natskeyed"
-	"github.com/stampede-lab/stampede/lab"
+	"github.com/stampede-lab/stampede/internal/freeport"
 )
 
 // WorkerConfig configures one worker process of the lab (RunWorker).
@@ -172,7 +172,7 @@ func removeAll(dir string) { _ = os.RemoveAll(dir) }
 
 // freePort returns a free loopback port for the embedded server, so that
 // a restarted server comes back where the clients reconnect; it is drawn
-// outside the ephemeral range (lab.FreeRestartablePort).
-func freePort() (int, error) { return lab.FreeRestartablePort() }
+// outside the ephemeral range (freeport.Restartable).
+func freePort() (int, error) { return freeport.Restartable() }
 
 func joinComma(s []string) string { return strings.Join(s, ",") }

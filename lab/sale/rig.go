@@ -26,7 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // the SQLite database/sql driver
 
-	"github.com/stampede-lab/stampede/lab"
+	"github.com/stampede-lab/stampede/internal/freeport"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
@@ -177,9 +177,9 @@ func token(n int) string {
 }
 
 // freePort returns a free loopback address outside the ephemeral port
-// range, where a killed part can be started again (lab.FreeRestartablePort).
+// range, where a killed part can be started again (freeport.Restartable).
 func freePort() (string, error) {
-	port, err := lab.FreeRestartablePort()
+	port, err := freeport.Restartable()
 	if err != nil {
 		return "", err
 	}

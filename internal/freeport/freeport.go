@@ -1,4 +1,6 @@
-package lab
+// Package freeport finds loopback ports for servers that are killed and
+// started again on the same port: in tests, and in the labs' rigs.
+package freeport
 
 import (
 	"errors"
@@ -10,14 +12,14 @@ import (
 	"strings"
 )
 
-// FreeRestartablePort returns a free loopback port for a server the lab
+// Restartable returns a free loopback port for a server the lab
 // will kill and start again on the same port. It is drawn outside the
 // kernel's ephemeral range (net.ipv4.ip_local_port_range), so that no
 // outgoing connection on the machine can take it as its local port while
 // the server is down: with a port from the ephemeral range, a busy rig's
 // own client connections held a killed part's port for tens of seconds,
 // and its restart failed with "address already in use".
-func FreeRestartablePort() (int, error) {
+func Restartable() (int, error) {
 	lo, hi := ephemeralRange()
 	// The ports below the range, above the well-known and registered
 	// ports most services take; above the range when it leaves no room.
@@ -26,7 +28,7 @@ func FreeRestartablePort() (int, error) {
 		from, to = hi+1, 65535
 	}
 	if to-from < 100 {
-		return 0, errors.New("lab: no port range outside the ephemeral ports")
+		return 0, errors.New("freeport: no port range outside the ephemeral ports")
 	}
 	for range 200 {
 		port := from + rand.IntN(to-from+1)
@@ -37,7 +39,7 @@ func FreeRestartablePort() (int, error) {
 		ln.Close()
 		return port, nil
 	}
-	return 0, fmt.Errorf("lab: no free port in %d-%d after 200 draws", from, to)
+	return 0, fmt.Errorf("freeport: no free port in %d-%d after 200 draws", from, to)
 }
 
 // ephemeralRange reads the kernel's ephemeral port range; Linux's default

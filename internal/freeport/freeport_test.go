@@ -1,4 +1,4 @@
-package lab
+package freeport
 
 import (
 	"net"
@@ -6,12 +6,12 @@ import (
 	"testing"
 )
 
-// TestFreeRestartablePortIsOutsideTheEphemeralRange: the port is free and
+// TestRestartableIsOutsideTheEphemeralRange: the port is free and
 // no outgoing connection can be given it.
-func TestFreeRestartablePortIsOutsideTheEphemeralRange(t *testing.T) {
+func TestRestartableIsOutsideTheEphemeralRange(t *testing.T) {
 	lo, hi := ephemeralRange()
 	for range 20 {
-		port, err := FreeRestartablePort()
+		port, err := Restartable()
 		if err != nil {
 			t.Fatal(err)
 		}
