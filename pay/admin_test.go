@@ -77,17 +77,33 @@ func (a *adminRig) adminGet(t *testing.T, path, auth string) (*http.Response, ma
 }
 
 // TestAdminNeedsItsToken: every admin endpoint answers 401 without the
-// admin token, with a wrong one and with a merchant's API key.
+// admin token, with a wrong one and with a merchant's API key; after
+// AdminFailures wrong tokens from one address, every admin call from it
+// answers 429 with Retry-After, the right token included.
 func TestAdminNeedsItsToken(t *testing.T) {
 	a := newAdminRig(t)
+	wrong := 0
 	for _, path := range []string{"/v1/admin/payments?flagged=true", "/v1/admin/payments/" + a.mine, "/v1/admin/stats"} {
-		for name, auth := range map[string]string{"none": "", "wrong": "Bearer " + testAdminToken + "x",
-			"merchant key": "Bearer " + a.key, "basic": "Basic " + testAdminToken} {
-			resp, body := a.adminGet(t, path, auth)
+		for _, c := range []struct{ name, auth string }{{"none", ""}, {"wrong", "Bearer " + testAdminToken + "x"},
+			{"merchant key", "Bearer " + a.key}, {"basic", "Basic " + testAdminToken}} {
+			resp, body := a.adminGet(t, path, c.auth)
+			wrong++
+			if wrong > payapi.AdminFailures {
+				if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+					t.Errorf("%s with %s after %d wrong tokens = %d %v, want 429 with Retry-After", path, c.name, wrong-1, resp.StatusCode, body)
+				}
+				continue
+			}
 			if resp.StatusCode != http.StatusUnauthorized || body["code"] != "unauthorized" || resp.Header.Get("WWW-Authenticate") == "" {
-				t.Errorf("%s with %s = %d %v, want 401 unauthorized", path, name, resp.StatusCode, body)
+				t.Errorf("%s with %s = %d %v, want 401 unauthorized", path, c.name, resp.StatusCode, body)
 			}
 		}
+	}
+	if wrong <= payapi.AdminFailures {
+		t.Fatalf("only %d wrong tokens: the throttle was not reached", wrong)
+	}
+	if resp, body := a.adminGet(t, "/v1/admin/stats", "Bearer "+testAdminToken); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the right token from a throttled address = %d %v, want 429", resp.StatusCode, body)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
@@ -26,7 +27,15 @@ type adminHandler struct {
 	store pay.Store
 	admin pay.AdminStore
 	hash  [sha256.Size]byte
+	// throttle limits wrong admin tokens per client address (an IPv4
+	// address, an IPv6 /64): AdminFailures a minute, then 429.
+	throttle *httpapi.FailureThrottle
 }
+
+// AdminFailures is how many wrong admin tokens one client address may send
+// in a minute; past that every admin call from it answers 429 with
+// Retry-After until the minute ends, right token or not.
+const AdminFailures = 10
 
 // registerAdmin adds the admin endpoints to api when cfg has an admin
 // token:
@@ -42,7 +51,8 @@ func registerAdmin(api *httpapi.API, svc *pay.Service, store pay.Store, cfg Conf
 	if !ok {
 		return pay.Invalid("admin_token", "is set but the store %T has no admin reads (pay.AdminStore)", store)
 	}
-	h := &adminHandler{svc: svc, store: store, admin: as, hash: sha256.Sum256([]byte(cfg.AdminToken))}
+	h := &adminHandler{svc: svc, store: store, admin: as, hash: sha256.Sum256([]byte(cfg.AdminToken)),
+		throttle: httpapi.NewFailureThrottle(AdminFailures, time.Minute, nil)}
 	api.Handle("/v1/admin/payments", httpapi.Methods{http.MethodGet: h.list})
 	api.Handle("/v1/admin/payments/{id}", httpapi.Methods{http.MethodGet: h.get})
 	api.Handle("/v1/admin/stats", httpapi.Methods{http.MethodGet: h.stats})
@@ -51,10 +61,16 @@ func registerAdmin(api *httpapi.API, svc *pay.Service, store pay.Store, cfg Conf
 
 // authorize checks "Authorization: Bearer <admin token>" in constant time
 // (over the tokens' SHA-256, so that the length leaks nothing either).
+// A client address that sent AdminFailures wrong tokens in a minute is
+// refused (429) before its token is even compared.
 func (h *adminHandler) authorize(r *http.Request) error {
+	if err := h.throttle.Check(r, "admin token"); err != nil {
+		return err
+	}
 	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], h.hash[:]) != 1 {
+		h.throttle.Fail(r)
 		return &pay.Error{Code: pay.CodeUnauthorized, Message: "the admin token is required: Authorization: Bearer <admin token>"}
 	}
 	return nil
