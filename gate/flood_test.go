@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-lab/stampede"
@@ -49,7 +50,7 @@ func (s *countingStore) TouchAdmission(ctx context.Context, room, user string, s
 // in front of an upstream that answers 200 (and "Stampede-Release: done"
 // for /done), with a clock that tests can move forward.
 type floodRig struct {
-	t      *testing.T
+	t      testing.TB
 	room   string
 	store  *countingStore
 	srv    *running
@@ -60,7 +61,7 @@ type floodRig struct {
 	served atomic.Int64 // requests that reached upstream
 }
 
-func newFloodRig(t *testing.T, client redis.UniversalClient, capacity int, change func(*gate.Config)) *floodRig {
+func newFloodRig(t testing.TB, client redis.UniversalClient, capacity int, change func(*gate.Config)) *floodRig {
 	t.Helper()
 	rig := &floodRig{t: t, room: "flood-" + randomName(), store: &countingStore{Store: redisstore.New(client)}}
 	ctx := context.Background()
@@ -358,4 +359,24 @@ func TestGateReleasedAdmissionRefused(t *testing.T) {
 			t.Errorf("requests of an admission released here made %d store calls, want 0", n)
 		}
 	})
+}
+
+// BenchmarkGateAdmittedRequest: one admitted visitor's request through
+// the gate to an upstream that answers "ok", the answer cached (the
+// upstream's own cost included).
+func BenchmarkGateAdmittedRequest(b *testing.B) {
+	m := miniredis.RunT(b)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	b.Cleanup(func() { client.Close() })
+	rig := newFloodRig(b, client, 1, func(c *gate.Config) { c.VisitorRate = 0 })
+	cookie := rig.admit("bench")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if rec := rig.do(cookie, "/cart", ""); rec.Code != http.StatusOK {
+				b.Fatalf("status %d", rec.Code)
+			}
+		}
+	})
+	b.ReportMetric(float64(rig.store.touches.Load())/float64(b.N), "store-calls/op")
 }

@@ -232,7 +232,8 @@ func New(cfg Config) (*Gate, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 256 // one upstream: keep connections instead of churning ports
 	g.proxy = &httputil.ReverseProxy{
-		Transport: transport,
+		Transport:  transport,
+		BufferPool: copyBuffers{},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(cfg.Upstream)
 			pr.SetXForwarded()
@@ -254,6 +255,15 @@ func New(cfg Config) (*Gate, error) {
 	}
 	return g, nil
 }
+
+// copyBuffers lends the proxy its 32 KiB copy buffers again and again
+// instead of allocating one per request.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
 // Run listens on cfg.HTTP and serves the gate until ctx ends, then shuts
 // the HTTP server down (httpapi.Serve). It does not run the embedded
