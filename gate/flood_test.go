@@ -380,3 +380,50 @@ func BenchmarkGateAdmittedRequest(b *testing.B) {
 	})
 	b.ReportMetric(float64(rig.store.touches.Load())/float64(b.N), "store-calls/op")
 }
+
+// TestForwardAuthOneStoreCallAndLimit: the forward-auth server shares the
+// gate's check and limit: 300 questions at once about one admitted
+// visitor make one store call, and the next one over the visitor's burst
+// is answered 429 without one.
+func TestForwardAuthOneStoreCallAndLimit(t *testing.T) {
+	withRedis(t, func(t *testing.T, client redis.UniversalClient) {
+		rig := newFloodRig(t, client, 1, func(c *gate.Config) { c.VisitorRate, c.VisitorBurst = 0.1, 300 })
+		cookie := rig.admit("asker")
+		rig.frozen.Store(time.Now().UnixNano())
+		rig.store.delay.Store(int64(100 * time.Millisecond))
+		fa, err := gate.NewForwardAuth(withWaitroom(rig.cfg, rig.srv), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ask := func() *httptest.ResponseRecorder {
+			req := httptest.NewRequest(http.MethodGet, "http://auth.test"+gate.AuthPath, nil)
+			req.Header.Set("X-Forwarded-Uri", "/cart")
+			req.AddCookie(&http.Cookie{Name: rig.cfg.CookieName, Value: cookie})
+			rec := httptest.NewRecorder()
+			fa.ServeHTTP(rec, req)
+			return rec
+		}
+		var (
+			wg    sync.WaitGroup
+			ok    atomic.Int64
+			start = make(chan struct{})
+		)
+		for range 300 {
+			wg.Go(func() {
+				<-start
+				if rec := ask(); rec.Code == http.StatusOK && rec.Header().Get(protocol.HeaderUser) == "asker" {
+					ok.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if ok.Load() != 300 || rig.store.touches.Load() != 1 {
+			t.Errorf("300 questions at once: %d answered 200 with the user, %d store calls; want 300 and 1", ok.Load(), rig.store.touches.Load())
+		}
+		rec := ask()
+		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || rig.store.touches.Load() != 1 {
+			t.Errorf("over the burst: %d Retry-After %q, %d store calls; want 429 with Retry-After and no call", rec.Code, rec.Header().Get("Retry-After"), rig.store.touches.Load())
+		}
+	})
+}
