@@ -230,7 +230,11 @@ func New(cfg Config) (*Gate, error) {
 	}
 	g := newGate(cfg, nil)
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = 256 // one upstream: keep connections instead of churning ports
+	// One upstream: keep its connections instead of churning ports (the
+	// default transport keeps 100 idle connections in all, and a burst of
+	// more concurrent requests would close and dial again every one
+	// above).
+	transport.MaxIdleConns, transport.MaxIdleConnsPerHost = 1024, 1024
 	g.proxy = &httputil.ReverseProxy{
 		Transport:  transport,
 		BufferPool: copyBuffers{},
