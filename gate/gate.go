@@ -13,10 +13,13 @@
 // that address. An API client (Accept: application/json, no text/html)
 // gets 503 problem+json with the queue's length and Retry-After instead.
 //
-// Every admitted request is checked online, against the store (the answer
-// cached for at most CheckCache and never past the lease's end less
-// SafetyMargin): a released, expired or superseded admission, like a
-// tampered or expired cookie, leads back to the waiting page. Checked
+// Every admitted request is checked online, against the store (one call
+// per admission at a time, the answer fresh for CheckCache, served while
+// a renewal is in flight or has failed but never past the lease's end
+// less SafetyMargin: see check.go): a released, expired or superseded
+// admission, like a tampered or expired cookie, leads back to the waiting
+// page. Each admission may send VisitorRate requests a second (bursts of
+// VisitorBurst); over it the gate answers 429 without asking the store. Checked
 // requests go upstream with Stampede-User and Stampede-Admission headers,
 // set after the hop-by-hop headers (those named in Connection too) are
 // removed; any Stampede-* header the client sent, in any case and with
@@ -63,8 +66,10 @@ type Config struct {
 	// CookieName names the admission cookie; the return-address cookie
 	// is CookieName + "_return".
 	CookieName string
-	// CheckCache is how long an online check's answer is reused (at most
-	// 1 s): a slot released elsewhere is refused within it.
+	// CheckCache is how long an online check's answer is fresh (at most
+	// 1 s), from when its store call began: a slot released elsewhere is
+	// refused within it plus one store round trip (a request past it
+	// while a renewal is in flight gets the cached answer).
 	CheckCache time.Duration
 	// SafetyMargin: a cached check is not used past the lease's end less
 	// this, so that a request in flight reaches upstream before the slot
