@@ -75,7 +75,8 @@ func NewForwardAuth(cfg Config, rules *Rules) (*ForwardAuth, error) {
 	if err := f.Err(); err != nil {
 		return nil, err
 	}
-	fa := &ForwardAuth{g: &Gate{cfg: cfg, cache: map[admissionKey]cached{}}, rooms: map[string]*Gate{}, rules: rules}
+	// The rooms' checks share one set of places: one store client.
+	fa := &ForwardAuth{g: newGate(cfg, nil), rooms: map[string]*Gate{}, rules: rules}
 	fa.rooms[cfg.Room] = fa.g
 	for _, rr := range rules.Rooms {
 		if _, ok := fa.rooms[rr.Room]; ok {
@@ -83,7 +84,7 @@ func NewForwardAuth(cfg Config, rules *Rules) (*ForwardAuth, error) {
 		}
 		rc := cfg
 		rc.Room, rc.CookieName = rr.Room, cfg.CookieName+"_"+rr.Room
-		fa.rooms[rr.Room] = &Gate{cfg: rc, cache: map[admissionKey]cached{}}
+		fa.rooms[rr.Room] = newGate(rc, fa.g.places)
 	}
 	return fa, nil
 }
@@ -181,15 +182,17 @@ func (f *ForwardAuth) auth(w http.ResponseWriter, r *http.Request) {
 		refuse(false)
 		return
 	}
-	c, stale, err := f.verify(g, ck.Value)
+	// A cookie that outlived its token (a proxy that does not pass the
+	// re-issued cookie back) still counts: the check answers with the
+	// freshest token of its admission, re-signed by the store's touch.
+	c, _, err := g.verify(ck.Value, true)
 	if err != nil {
 		refuse(true)
 		return
 	}
-	if stale {
-		// The cookie outlived its token (a proxy that does not pass the
-		// re-issued cookie back): ask the store, which re-signs.
-		g.forget(admissionKey{c.User, c.Seq})
+	if ok, wait := g.limits.allow(admissionKey{c.User, c.Seq}, g.cfg.Now()); !ok {
+		tooMany(w, orig, wait)
+		return
 	}
 	token, ok, err := g.check(r.Context(), c, ck.Value)
 	if err != nil {
@@ -206,32 +209,6 @@ func (f *ForwardAuth) auth(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(protocol.HeaderUser, c.User)
 	w.Header().Set(protocol.HeaderAdmission, token)
 	w.WriteHeader(http.StatusOK)
-}
-
-// verify checks the admission cookie's signature, issuer and room. A
-// token past its expiry still verifies (stale) while its admission could
-// hold (before its start plus MaxSession): the online check decides.
-func (f *ForwardAuth) verify(g *Gate, token string) (protocol.AdmissionClaims, bool, error) {
-	now := g.cfg.Now()
-	c, err := protocol.VerifyAdmission(token, g.cfg.Admissions.JWKS(), g.cfg.Room, now)
-	if err == nil {
-		return c, false, nil
-	}
-	if stampede.As(err).Message != protocol.MsgExpired {
-		return c, false, err
-	}
-	exp, err := tokenExpiry(token)
-	if err != nil {
-		return c, false, err
-	}
-	c, err = protocol.VerifyAdmission(token, g.cfg.Admissions.JWKS(), g.cfg.Room, exp.Add(-time.Second))
-	if err != nil {
-		return c, false, err
-	}
-	if !now.Before(c.AdmittedAt.Add(g.cfg.MaxSession)) {
-		return c, false, errors.New("the admission's session is over")
-	}
-	return c, true, nil
 }
 
 // tokenExpiry reads the exp claim of a token without verifying it (the
@@ -316,8 +293,8 @@ func (f *ForwardAuth) release(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			continue
 		}
-		if c, _, err := f.verify(g, ck.Value); err == nil {
-			g.forget(admissionKey{c.User, c.Seq})
+		if c, _, err := g.verify(ck.Value, true); err == nil {
+			g.released(admissionKey{c.User, c.Seq}, c)
 			if _, err := g.cfg.Service.ReleaseAdmission(r.Context(), g.cfg.Room, c.User, c.Seq); err != nil {
 				httpapi.WriteProblem(w, err, "stampede-forward-auth")
 				return

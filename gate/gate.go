@@ -13,10 +13,13 @@
 // that address. An API client (Accept: application/json, no text/html)
 // gets 503 problem+json with the queue's length and Retry-After instead.
 //
-// Every admitted request is checked online, against the store (the answer
-// cached for at most CheckCache and never past the lease's end less
-// SafetyMargin): a released, expired or superseded admission, like a
-// tampered or expired cookie, leads back to the waiting page. Checked
+// Every admitted request is checked online, against the store (one call
+// per admission at a time, the answer fresh for CheckCache, served while
+// a renewal is in flight or has failed but never past the lease's end
+// less SafetyMargin: see check.go): a released, expired or superseded
+// admission, like a tampered or expired cookie, leads back to the waiting
+// page. Each admission may send VisitorRate requests a second (bursts of
+// VisitorBurst); over it the gate answers 429 without asking the store. Checked
 // requests go upstream with Stampede-User and Stampede-Admission headers,
 // set after the hop-by-hop headers (those named in Connection too) are
 // removed; any Stampede-* header the client sent, in any case and with
@@ -41,6 +44,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/protocol"
@@ -61,8 +66,10 @@ type Config struct {
 	// CookieName names the admission cookie; the return-address cookie
 	// is CookieName + "_return".
 	CookieName string
-	// CheckCache is how long an online check's answer is reused (at most
-	// 1 s): a slot released elsewhere is refused within it.
+	// CheckCache is how long an online check's answer is fresh (at most
+	// 1 s), from when its store call began: a slot released elsewhere is
+	// refused within it plus one store round trip (a request past it
+	// while a renewal is in flight gets the cached answer).
 	CheckCache time.Duration
 	// SafetyMargin: a cached check is not used past the lease's end less
 	// this, so that a request in flight reaches upstream before the slot
@@ -71,6 +78,22 @@ type Config struct {
 	// MaxSession caps the sliding lease: the admission ends at its start
 	// plus MaxSession, however active the user is.
 	MaxSession time.Duration
+	// CheckConcurrency bounds the store calls the gate's online checks
+	// make at once, for every visitor together: a flood of visitors waits
+	// here instead of taking the store client's connections from the
+	// room's admission pass.
+	CheckConcurrency int
+	// CheckBackoff: after a failed online check an admission is not
+	// looked up again for CheckBackoff, doubled after each further
+	// failure up to 16 times it; meanwhile its still-valid cached answer
+	// is served, or else the request gets 503 at once.
+	CheckBackoff time.Duration
+	// VisitorRate is how many requests a second each admission may send
+	// on average, VisitorBurst how many at once (a token bucket per
+	// admission); over it a request gets 429 with Retry-After, without
+	// touching the store. A VisitorRate of 0 turns the limit off.
+	VisitorRate  float64
+	VisitorBurst int
 	// Logger receives the gate's logs.
 	Logger *slog.Logger
 	// Now is the gate's clock.
@@ -95,12 +118,15 @@ type Config struct {
 }
 
 // DefaultConfig returns cookie "stampede_admission", a one-second check
-// cache, a 500 ms safety margin, 30-minute sessions and the default HTTP
-// settings on 127.0.0.1:8080; Room, Upstream and the waiting-room
-// instance must be set.
+// cache, a 500 ms safety margin, 30-minute sessions, 8 concurrent store
+// calls for the checks, a 250 ms check backoff, 20 requests a second per
+// visitor with bursts of 100, and the default HTTP settings on
+// 127.0.0.1:8080; Room, Upstream and the waiting-room instance must be
+// set.
 func DefaultConfig() Config {
 	return Config{CookieName: "stampede_admission", CheckCache: time.Second, SafetyMargin: 500 * time.Millisecond,
-		MaxSession: 30 * time.Minute, Logger: slog.Default(), Now: time.Now,
+		MaxSession: 30 * time.Minute, CheckConcurrency: 8, CheckBackoff: 250 * time.Millisecond,
+		VisitorRate: 20, VisitorBurst: 100, Logger: slog.Default(), Now: time.Now,
 		HTTP: "127.0.0.1:8080", Server: httpapi.DefaultServerConfig()}
 }
 
@@ -124,6 +150,18 @@ func (c Config) Validate() error {
 	}
 	if c.MaxSession < time.Second {
 		f.Add("max_session", "must be at least 1s, got %s", c.MaxSession)
+	}
+	if c.CheckConcurrency < 1 || c.CheckConcurrency > 1024 {
+		f.Add("check_concurrency", "must be between 1 and 1024, got %d", c.CheckConcurrency)
+	}
+	if c.CheckBackoff < time.Millisecond || c.CheckBackoff > time.Minute {
+		f.Add("check_backoff", "must be between 1ms and 1m, got %s", c.CheckBackoff)
+	}
+	if math.IsNaN(c.VisitorRate) || c.VisitorRate < 0 || c.VisitorRate > 1e6 {
+		f.Add("visitor_rate", "must be between 0 (no limit) and 1000000 requests a second, got %v", c.VisitorRate)
+	}
+	if c.VisitorBurst < 0 || c.VisitorBurst > 1e6 || (c.VisitorRate > 0 && c.VisitorBurst < 1) {
+		f.Add("visitor_burst", "must be between 1 and 1000000 with a visitor rate, got %d", c.VisitorBurst)
 	}
 	if c.Logger == nil {
 		f.Add("logger", "must not be nil")
@@ -155,8 +193,22 @@ type Gate struct {
 	cfg   Config
 	proxy *httputil.ReverseProxy
 
+	// mu guards cache, what the gate knows of each admission (check.go).
 	mu    sync.Mutex
-	cache map[admissionKey]cached
+	cache map[admissionKey]*entry
+	// flights reads the room's status once for every refused API client
+	// asking at the same time; places holds CheckConcurrency places for
+	// the checks' store calls.
+	flights singleflight.Group
+	places  chan struct{}
+	// tokens remembers the verified admission tokens, limits each
+	// admission's bucket (nil without a limit).
+	tokens *tokenCache
+	limits *visitorLimits
+	// room is the room's status read at roomAt (guarded by mu), for the
+	// answers to API clients that must wait.
+	room   waitroom.RoomStatus
+	roomAt time.Time
 }
 
 // admissionKey identifies one admission.
@@ -165,8 +217,15 @@ type admissionKey struct {
 	seq  int64
 }
 
-// cached is a held answer reusable until until.
-type cached struct{ until time.Time }
+// newGate returns a Gate for cfg, without its proxy, whose checks take
+// their places among places (a new set of cfg.CheckConcurrency when nil).
+func newGate(cfg Config, places chan struct{}) *Gate {
+	if places == nil {
+		places = make(chan struct{}, cfg.CheckConcurrency)
+	}
+	return &Gate{cfg: cfg, cache: map[admissionKey]*entry{}, places: places,
+		tokens: &tokenCache{m: map[string]verified{}}, limits: newVisitorLimits(cfg.VisitorRate, cfg.VisitorBurst)}
+}
 
 // New returns a Gate for cfg in front of cfg.Upstream. It starts
 // nothing: serve it (it is an http.Handler) or Run it.
@@ -174,11 +233,16 @@ func New(cfg Config) (*Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &Gate{cfg: cfg, cache: map[admissionKey]cached{}}
+	g := newGate(cfg, nil)
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = 256 // one upstream: keep connections instead of churning ports
+	// One upstream: keep its connections instead of churning ports (the
+	// default transport keeps 100 idle connections in all, and a burst of
+	// more concurrent requests would close and dial again every one
+	// above).
+	transport.MaxIdleConns, transport.MaxIdleConnsPerHost = 1024, 1024
 	g.proxy = &httputil.ReverseProxy{
-		Transport: transport,
+		Transport:  transport,
+		BufferPool: copyBuffers{},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(cfg.Upstream)
 			pr.SetXForwarded()
@@ -200,6 +264,15 @@ func New(cfg Config) (*Gate, error) {
 	}
 	return g, nil
 }
+
+// copyBuffers lends the proxy its 32 KiB copy buffers again and again
+// instead of allocating one per request.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
 // Run listens on cfg.HTTP and serves the gate until ctx ends, then shuts
 // the HTTP server down (httpapi.Serve). It does not run the embedded
@@ -243,13 +316,17 @@ func (g *Gate) guard(w http.ResponseWriter, r *http.Request) {
 		value string
 	)
 	for _, ck := range r.CookiesNamed(g.cfg.CookieName) {
-		if v, err := protocol.VerifyAdmission(ck.Value, g.cfg.Admissions.JWKS(), g.cfg.Room, g.cfg.Now()); err == nil {
+		if v, _, err := g.verify(ck.Value, false); err == nil {
 			c, value = v, ck.Value
 			break
 		}
 	}
 	if value == "" {
 		g.wait(w, r, false)
+		return
+	}
+	if ok, wait := g.limits.allow(admissionKey{c.User, c.Seq}, g.cfg.Now()); !ok {
+		tooMany(w, r, wait)
 		return
 	}
 	token, ok, err := g.check(r.Context(), c, value)
@@ -296,61 +373,6 @@ func isStampedeHeader(name string) bool {
 	return len(name) > len(p) && strings.EqualFold(name[:len(p)], p) && (name[len(p)] == '-' || name[len(p)] == '_')
 }
 
-// check tells whether admission c holds its slot: from the cache, or by
-// touching it in the store (which slides the lease), re-signing the token
-// when the lease has moved past its expiry. It returns the token to use.
-func (g *Gate) check(ctx context.Context, c protocol.AdmissionClaims, token string) (string, bool, error) {
-	k := admissionKey{c.User, c.Seq}
-	now := g.cfg.Now()
-	g.mu.Lock()
-	e, ok := g.cache[k]
-	g.mu.Unlock()
-	if ok && now.Before(e.until) {
-		return token, true, nil
-	}
-	st, err := g.cfg.Service.TouchAdmission(ctx, g.cfg.Room, c.User, c.Seq, c.AdmittedAt.Add(g.cfg.MaxSession))
-	if err != nil {
-		return "", false, err
-	}
-	end := st.Ticket.LeaseExpires
-	if !st.Held || !now.Add(g.cfg.SafetyMargin).Before(end) {
-		g.forget(k)
-		return "", false, nil
-	}
-	g.mu.Lock()
-	g.cache[k] = cached{until: minTime(now.Add(g.cfg.CheckCache), end.Add(-g.cfg.SafetyMargin))}
-	if len(g.cache) > 100_000 { // bounded: drop stale entries
-		for kk, v := range g.cache {
-			if !now.Before(v.until) {
-				delete(g.cache, kk)
-			}
-		}
-	}
-	g.mu.Unlock()
-	if end.Unix() > c.Expires.Unix() {
-		fresh, err := g.cfg.Admissions.Sign(protocol.AdmissionClaims{Room: c.Room, User: c.User, Seq: c.Seq,
-			AdmittedAt: c.AdmittedAt, IssuedAt: now, Expires: end})
-		if err == nil && fresh != "" {
-			token = fresh
-		}
-	}
-	return token, true, nil
-}
-
-// forget drops k's cached answer.
-func (g *Gate) forget(k admissionKey) {
-	g.mu.Lock()
-	delete(g.cache, k)
-	g.mu.Unlock()
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
 // modifyResponse releases the slot when upstream says "Stampede-Release:
 // done", before the answer reaches the client.
 func (g *Gate) modifyResponse(resp *http.Response) error {
@@ -364,7 +386,7 @@ func (g *Gate) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	c := a.claims
-	g.forget(admissionKey{c.User, c.Seq})
+	g.released(admissionKey{c.User, c.Seq}, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := g.cfg.Service.ReleaseAdmission(ctx, g.cfg.Room, c.User, c.Seq); err != nil {
@@ -404,7 +426,7 @@ func (g *Gate) wait(w http.ResponseWriter, r *http.Request, clear bool) {
 		e := &stampede.Error{Code: stampede.Unavailable, RetryAfter: 5 * time.Second,
 			Message: fmt.Sprintf("the checkout is full: join the waiting room %q", g.cfg.Room),
 			Extra:   map[string]any{"room": g.cfg.Room, "join": "/v1/rooms/" + g.cfg.Room + "/tickets"}}
-		if st, err := g.cfg.Service.Room(r.Context(), g.cfg.Room); err == nil {
+		if st, ok := g.roomStatus(r.Context()); ok {
 			e.Extra["position"] = st.Waiting
 			if st.AdmissionRate > 0 {
 				e.RetryAfter = time.Duration(math.Min(300, float64(st.Waiting+1)/st.AdmissionRate)) * time.Second

@@ -41,7 +41,11 @@ An admitted visitor's request gets 200 with Stampede-User and
 Stampede-Admission, which the proxy copies onto the request to the
 checkout, after the same online check as the gate (cached for at most
 --check-cache), which slides the lease up to --max-session after admission;
-a re-issued admission cookie comes back as Set-Cookie. Any other visitor
+a re-issued admission cookie comes back as Set-Cookie. The gate's limits
+hold here too (--visitor-rate, --visitor-burst, --check-concurrency,
+--check-backoff): a visitor over its rate gets 429 with Retry-After, never
+the checkout (nginx's auth_request turns any status but 2xx, 401 and 403
+into 500, which deploy/forward-auth/nginx.conf answers as 503). Any other visitor
 gets what the gate answers (303 to the waiting page, or 503 problem+json
 for an API client), or a bare 401 with ` + gate.AuthPath + `?deny=401 (nginx),
 whose error page then asks ` + gate.WaitPath + `.
@@ -71,6 +75,7 @@ what an unmatched request gets ("room": --room guards it, "allow",
 	f.StringVar(&opts.cookie, "cookie", def.CookieName, "name of the admission cookie")
 	f.DurationVar(&opts.checkCache, "check-cache", def.CheckCache, "how long an online check of a slot is reused, at most 1s")
 	f.DurationVar(&opts.maxSession, "max-session", def.MaxSession, "longest an admission lasts, however active the visitor (the lease slides up to it)")
+	opts.addLimitFlags(f, def)
 	f.StringVar(&opts.rules, "rules", "", "a JSON file of rules: rooms by host and path prefix, bypass rules, and what unmatched requests get (see above)")
 	return cmd
 }
@@ -81,6 +86,7 @@ what an unmatched request gets ("room": --room guards it, "allow",
 func (o *gateOptions) forwardAuthConfig(cmd *cobra.Command, srv *api.Server) (gate.Config, error) {
 	cfg := gate.DefaultConfig()
 	cfg.Room, cfg.CookieName, cfg.CheckCache, cfg.MaxSession = o.room, o.cookie, o.checkCache, o.maxSession
+	o.applyLimits(&cfg)
 	cfg.Logger = loggerOf(cmd)
 	cfg.HTTP, cfg.Server = o.wr.http, o.wr.server
 	embedded := map[string]bool{"service": true, "tickets": true, "admissions": true, "waitroom": true}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/gate"
@@ -23,6 +24,26 @@ type gateOptions struct {
 	cookie     string
 	checkCache time.Duration
 	maxSession time.Duration
+	// the limits of admitted traffic
+	checkConcurrency int
+	checkBackoff     time.Duration
+	visitorRate      float64
+	visitorBurst     int
+}
+
+// addLimitFlags adds the flags limiting admitted traffic, shared by
+// serve gate and serve forward-auth.
+func (o *gateOptions) addLimitFlags(f *pflag.FlagSet, def gate.Config) {
+	f.Float64Var(&o.visitorRate, "visitor-rate", def.VisitorRate, "requests a second each admitted visitor may send on average (a token bucket); over it: 429 with Retry-After, without asking the store; 0 turns the limit off")
+	f.IntVar(&o.visitorBurst, "visitor-burst", def.VisitorBurst, "requests an admitted visitor may send at once (the bucket's size)")
+	f.IntVar(&o.checkConcurrency, "check-concurrency", def.CheckConcurrency, "most store calls the online checks make at once, all visitors together (the rest of the store client's pool stays for the room's admission)")
+	f.DurationVar(&o.checkBackoff, "check-backoff", def.CheckBackoff, "after a failed online check, how long a visitor's admission is not asked about again (doubling with each further failure, up to 16 times)")
+}
+
+// applyLimits sets cfg's limits from the flags.
+func (o *gateOptions) applyLimits(cfg *gate.Config) {
+	cfg.CheckConcurrency, cfg.CheckBackoff = o.checkConcurrency, o.checkBackoff
+	cfg.VisitorRate, cfg.VisitorBurst = o.visitorRate, o.visitorBurst
 }
 
 func newServeGateCmd() *cobra.Command {
@@ -51,6 +72,14 @@ after admission. An upstream answer with 'Stampede-Release: done' releases
 the slot. A tampered, expired or released cookie leads back to the
 waiting page.
 
+One admitted visitor cannot take the room down: its cookie is verified
+once, its online checks make at most one store call at a time (renewed in
+the background while the cached answer is served; after a failure, not
+asked again for --check-backoff), all checks together make at most
+--check-concurrency store calls at once, and each visitor may send
+--visitor-rate requests a second (bursts of --visitor-burst): over it the
+gate answers 429 with Retry-After without asking the store.
+
 The gate also serves the waiting room's API for --room, its page and
 /.well-known/jwks.json; every other path goes upstream.`,
 		Example: `  stampede serve gate --upstream http://127.0.0.1:9000 --room drop --admin-token "$(openssl rand -hex 16)"
@@ -65,6 +94,7 @@ The gate also serves the waiting room's API for --room, its page and
 	f.StringVar(&opts.cookie, "cookie", def.CookieName, "name of the admission cookie")
 	f.DurationVar(&opts.checkCache, "check-cache", def.CheckCache, "how long an online check of a slot is reused, at most 1s")
 	f.DurationVar(&opts.maxSession, "max-session", def.MaxSession, "longest an admission lasts, however active the visitor (the lease slides up to it)")
+	opts.addLimitFlags(f, def)
 	return cmd
 }
 
@@ -73,6 +103,7 @@ The gate also serves the waiting room's API for --room, its page and
 func (o *gateOptions) config(cmd *cobra.Command, srv *api.Server) (gate.Config, error) {
 	cfg := gate.DefaultConfig()
 	cfg.Room, cfg.CookieName, cfg.CheckCache, cfg.MaxSession = o.room, o.cookie, o.checkCache, o.maxSession
+	o.applyLimits(&cfg)
 	cfg.Logger = loggerOf(cmd)
 	cfg.HTTP, cfg.Server = o.wr.http, o.wr.server
 	if o.upstream == "" {

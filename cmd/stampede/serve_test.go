@@ -125,11 +125,12 @@ func TestServeGateRejectsBadFlags(t *testing.T) {
 		t.Setenv(env, "")
 	}
 	_, _, err := execute(t, "serve", "gate", "--admin-token=0123456789abcdef", "--upstream", "ftp://x",
-		"--room", "bad room", "--check-cache", "5s", "--max-session", "0s")
+		"--room", "bad room", "--check-cache", "5s", "--max-session", "0s",
+		"--visitor-rate", "-1", "--visitor-burst", "-2", "--check-concurrency", "0", "--check-backoff", "0s")
 	if err == nil {
 		t.Fatal("serve gate accepted bad flags")
 	}
-	for _, want := range []string{"--room:", "--upstream:", "--check-cache:", "--max-session:"} {
+	for _, want := range []string{"--room:", "--upstream:", "--check-cache:", "--max-session:", "--visitor-rate:", "--visitor-burst:", "--check-concurrency:", "--check-backoff:"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

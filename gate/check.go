@@ -1,0 +1,294 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/stampede-lab/stampede"
+	"github.com/stampede-lab/stampede/protocol"
+	"github.com/stampede-lab/stampede/waitroom"
+)
+
+// The online check of an admission, shared by every request of a visitor:
+//
+//   - at most one store call per admission is in flight (entry.call,
+//     started and joined under the gate's lock); every request arriving
+//     meanwhile waits for its answer, or, while an earlier answer is
+//     still usable, is served that answer;
+//   - an answer is fresh for CheckCache from the moment its call began;
+//     from three quarters of that on (renewAhead), the next request
+//     renews it in the background
+//     while the cached answer is served (refresh ahead);
+//   - a cached "held" answer is never served past the lease's end less
+//     SafetyMargin, nor once the admission was released through this
+//     process; a renewal in flight, or one that failed, keeps serving it
+//     until that bound (stale while revalidate);
+//   - a failed call is not retried by every request: the admission is
+//     left alone for CheckBackoff, doubling with each further failure,
+//     and meanwhile a request without a usable answer gets 503 at once;
+//   - "not held" (released, expired, superseded) is final for an
+//     admission (its sequence number is never admitted again): it is
+//     remembered and refused without asking;
+//   - every store call waits for one of CheckConcurrency places, so a
+//     flood of distinct visitors cannot take every connection of the
+//     store's pool from the room's admission pass.
+
+// checkTimeout bounds one check's store call, its wait for a place
+// included (the store bounds each round trip itself).
+const checkTimeout = 5 * time.Second
+
+// renewAhead: an answer is renewed in the background once less than
+// CheckCache/renewAhead of its freshness is left, so that with a store
+// answering within that (250 ms of a 1 s cache) a steady visitor never
+// waits for a call and makes about 1.3 a second.
+const renewAhead = 4
+
+// maxBackoffDoublings caps a visitor's backoff at CheckBackoff << 4.
+const maxBackoffDoublings = 4
+
+// maxEntries bounds the remembered admissions (and verified tokens, and
+// visitors' buckets) of one gate; past it the unusable ones are dropped,
+// then arbitrary ones.
+const maxEntries = 100_000
+
+// entry is what the gate knows of one admission.
+type entry struct {
+	// held: the last answer said the admission holds its slot, usable
+	// until fresh and, while renewing or after a failed renewal, until
+	// bound. checked is when the call that gave it began.
+	held    bool
+	checked time.Time
+	fresh   time.Time
+	bound   time.Time
+	// refused: the admission no longer holds its slot (the store said so,
+	// or it was released here): final.
+	refused bool
+	// token is the freshest admission token known for it, and tokenExp
+	// that token's expiry.
+	token    string
+	tokenExp time.Time
+	// call is closed when the store call in flight ends (nil: none).
+	// failures counts the calls failed in a row; none is made before
+	// retryAt; lastErr is the last failure.
+	call     chan struct{}
+	failures int
+	retryAt  time.Time
+	lastErr  error
+	// keep is when the entry is of no use any more (the admission's
+	// session ends).
+	keep time.Time
+}
+
+// check tells whether admission c holds its slot (see above) and returns
+// the token to use: token, or a fresher one re-signed when the lease
+// moved past token's expiry.
+func (g *Gate) check(ctx context.Context, c protocol.AdmissionClaims, token string) (string, bool, error) {
+	k := admissionKey{c.User, c.Seq}
+	for waited := false; ; waited = true {
+		now := g.cfg.Now()
+		g.mu.Lock()
+		e := g.entry(k, c, now)
+		if e.refused {
+			g.mu.Unlock()
+			return "", false, nil
+		}
+		tok := newer(e, token, c.Expires)
+		if e.held && now.Before(e.bound) {
+			// Fresh; or renewing, or its renewal failed, and within
+			// the bound; or the answer of the call this request waited
+			// for.
+			if now.Before(e.fresh) || waited || (g.cfg.CheckCache > 0 && (e.call != nil || e.failures > 0)) {
+				if e.call == nil && !now.Before(e.checked.Add(g.cfg.CheckCache-g.cfg.CheckCache/renewAhead)) && !now.Before(e.retryAt) {
+					g.startCall(k, e, c) // refresh ahead, or retry after a backoff
+				}
+				g.mu.Unlock()
+				return tok, true, nil
+			}
+		}
+		if e.call == nil {
+			if waited || now.Before(e.retryAt) {
+				err := backoffErr(e.lastErr, e.retryAt.Sub(now))
+				g.mu.Unlock()
+				return "", false, err
+			}
+			g.startCall(k, e, c)
+		}
+		call := e.call
+		g.mu.Unlock()
+		select {
+		case <-call:
+		case <-ctx.Done():
+			return "", false, stampede.UnavailableErr("the admission check", ctx.Err())
+		}
+	}
+}
+
+// newer records token (whose expiry is exp) as the entry's freshest
+// when it is, and returns the freshest; g.mu is held.
+func newer(e *entry, token string, exp time.Time) string {
+	if e.token == "" || exp.After(e.tokenExp) {
+		e.token, e.tokenExp = token, exp
+	}
+	return e.token
+}
+
+// backoffErr is the answer while admission checks are backed off.
+func backoffErr(last error, wait time.Duration) error {
+	e := stampede.UnavailableErr("the admission check", last)
+	e.RetryAfter = max(wait, time.Second)
+	return e
+}
+
+// startCall starts the store call about admission c, k's only one in
+// flight (e.call is closed when it ends); g.mu is held.
+func (g *Gate) startCall(k admissionKey, e *entry, c protocol.AdmissionClaims) {
+	done := make(chan struct{})
+	e.call = done
+	go g.lookup(k, c, done)
+}
+
+// lookup asks the store about admission c (touching it, which slides the
+// lease), records the answer in k's entry and closes done.
+func (g *Gate) lookup(k admissionKey, c protocol.AdmissionClaims, done chan struct{}) {
+	defer close(done)
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	start := g.cfg.Now()
+	held, end, err := g.touch(ctx, c)
+	now := g.cfg.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entry(k, c, now)
+	if e.call == done {
+		e.call = nil
+	}
+	if e.refused {
+		return // released here meanwhile
+	}
+	if err != nil {
+		e.failures++
+		e.retryAt = now.Add(g.cfg.CheckBackoff << min(e.failures-1, maxBackoffDoublings))
+		e.lastErr = err
+		return
+	}
+	e.failures, e.retryAt, e.lastErr = 0, time.Time{}, nil
+	if !held || !start.Add(g.cfg.SafetyMargin).Before(end) {
+		e.held, e.refused = false, true
+		return
+	}
+	e.held, e.checked = true, start
+	e.bound = end.Add(-g.cfg.SafetyMargin)
+	e.fresh = minTime(start.Add(g.cfg.CheckCache), e.bound)
+	if end.Unix() > e.tokenExp.Unix() {
+		fresh, err := g.cfg.Admissions.Sign(protocol.AdmissionClaims{Room: c.Room, User: c.User, Seq: c.Seq,
+			AdmittedAt: c.AdmittedAt, IssuedAt: now, Expires: end})
+		if err == nil && fresh != "" {
+			e.token, e.tokenExp = fresh, end.Truncate(time.Second)
+		}
+	}
+}
+
+// touch is one store call for admission c, in one of CheckConcurrency
+// places: whether it holds its slot, and the lease's end after the touch.
+func (g *Gate) touch(ctx context.Context, c protocol.AdmissionClaims) (bool, time.Time, error) {
+	select {
+	case g.places <- struct{}{}:
+	case <-ctx.Done():
+		return false, time.Time{}, stampede.UnavailableErr("the admission check", context.Cause(ctx))
+	}
+	defer func() { <-g.places }()
+	st, err := g.cfg.Service.TouchAdmission(ctx, g.cfg.Room, c.User, c.Seq, c.AdmittedAt.Add(g.cfg.MaxSession))
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	return st.Held, st.Ticket.LeaseExpires, nil
+}
+
+// entry returns k's entry, made if missing; g.mu is held. Making one past
+// maxEntries first drops the entries of no use any more.
+func (g *Gate) entry(k admissionKey, c protocol.AdmissionClaims, now time.Time) *entry {
+	e := g.cache[k]
+	if e != nil {
+		return e
+	}
+	if len(g.cache) >= maxEntries {
+		for kk, v := range g.cache {
+			if !now.Before(v.keep) && v.call == nil {
+				delete(g.cache, kk)
+			}
+		}
+		for kk, v := range g.cache { // still full: drop arbitrary ones
+			if len(g.cache) < maxEntries*9/10 {
+				break
+			}
+			if v.call == nil {
+				delete(g.cache, kk)
+			}
+		}
+	}
+	e = &entry{keep: c.AdmittedAt.Add(g.cfg.MaxSession)}
+	g.cache[k] = e
+	return e
+}
+
+// released marks admission k released through this process: refused from
+// now on without asking the store.
+func (g *Gate) released(k admissionKey, c protocol.AdmissionClaims) {
+	g.mu.Lock()
+	e := g.entry(k, c, g.cfg.Now())
+	e.held, e.refused = false, true
+	g.mu.Unlock()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// roomKey is the single flight of the room's status (no admission's: a
+// user is never empty).
+const roomKey = "\x00room"
+
+// roomStatus is the room's status for a refused API client's answer
+// (the queue's length and Retry-After): read from the store at most once
+// a second, in one call however many ask, in one of the checks' places
+// (none free: no status). ok is false without one.
+func (g *Gate) roomStatus(ctx context.Context) (waitroom.RoomStatus, bool) {
+	now := g.cfg.Now()
+	g.mu.Lock()
+	st, at := g.room, g.roomAt
+	g.mu.Unlock()
+	if !at.IsZero() && now.Sub(at) < time.Second && !now.Before(at) {
+		return st, true
+	}
+	ch := g.flights.DoChan(roomKey, func() (any, error) {
+		select {
+		case g.places <- struct{}{}:
+		default:
+			return nil, errors.New("no place for a store call")
+		}
+		defer func() { <-g.places }()
+		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+		defer cancel()
+		st, err := g.cfg.Service.Room(ctx, g.cfg.Room)
+		if err != nil {
+			return nil, err
+		}
+		g.mu.Lock()
+		g.room, g.roomAt = st, now
+		g.mu.Unlock()
+		return st, nil
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return waitroom.RoomStatus{}, false
+		}
+		return res.Val.(waitroom.RoomStatus), true
+	case <-ctx.Done():
+		return waitroom.RoomStatus{}, false
+	}
+}
