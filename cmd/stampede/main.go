@@ -65,10 +65,11 @@ given on the command line wins over the environment.`,
 	}
 	logOpts.flags(root.PersistentFlags())
 	bindEnvFlags(root.PersistentFlags())
-	serve, pay, events := newServeCmd(), newPayCmd(), newEventsCmd()
+	serve, pay, events, room := newServeCmd(), newPayCmd(), newEventsCmd(), newRoomCmd()
 	bindEnv(serve)
 	bindEnv(pay)
 	bindEnv(events)
-	root.AddCommand(newLabCmd(), serve, pay, events, newProbeCmd())
+	bindEnv(room)
+	root.AddCommand(newLabCmd(), serve, room, pay, events, newProbeCmd())
 	return root
 }

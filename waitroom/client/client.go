@@ -32,6 +32,10 @@ type Config struct {
 	// CheckoutKey authorizes Check and Done (the server's
 	// --checkout-key); not needed for Join, Ticket and Leave.
 	CheckoutKey string
+	// AdminToken authorizes the room administration calls (Rooms,
+	// RoomAdmin, PutRoom, PatchRoom, DeleteRoom): the server's
+	// --admin-token.
+	AdminToken string
 	// Timeout bounds every call, retries none.
 	Timeout time.Duration
 	// HTTPClient sends the requests; nil means a new http.Client.
@@ -55,6 +59,9 @@ func (c Config) Validate() error {
 	}
 	if c.CheckoutKey != "" && len(c.CheckoutKey) < minKeyLen {
 		f.Add("checkout_key", "must be empty or at least %d bytes, got %d", minKeyLen, len(c.CheckoutKey))
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < minKeyLen {
+		f.Add("admin_token", "must be empty or at least %d bytes, got %d", minKeyLen, len(c.AdminToken))
 	}
 	return f.Err()
 }
@@ -207,6 +214,47 @@ func (c *Client) Leave(ctx context.Context, room, user, ticketToken string) (Tic
 	return t, err
 }
 
+// Rooms lists every room with its configuration (GET /v1/rooms, admin
+// token), as the server answers it.
+func (c *Client) Rooms(ctx context.Context) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, http.MethodGet, "/v1/rooms", c.cfg.AdminToken, nil, &out)
+	return out, err
+}
+
+// RoomAdmin reads one room's counters and whole configuration (GET
+// /v1/rooms/{room} with the admin token: the admin view).
+func (c *Client) RoomAdmin(ctx context.Context, room string) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, http.MethodGet, roomPath(room), c.cfg.AdminToken, nil, &out)
+	return out, err
+}
+
+// PutRoom creates room, or replaces its whole configuration, with cfg
+// (PUT /v1/rooms/{room}: capacity is required, every other field has a
+// default). The server validates cfg and names each bad field.
+func (c *Client) PutRoom(ctx context.Context, room string, cfg json.RawMessage) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, http.MethodPut, roomPath(room), c.cfg.AdminToken, cfg, &out)
+	return out, err
+}
+
+// PatchRoom changes the fields patch names (PATCH /v1/rooms/{room}, a JSON
+// merge patch: an object member such as the template is merged).
+func (c *Client) PatchRoom(ctx context.Context, room string, patch json.RawMessage) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, http.MethodPatch, roomPath(room), c.cfg.AdminToken, patch, &out)
+	return out, err
+}
+
+// DeleteRoom removes room and all its data (DELETE /v1/rooms/{room}).
+func (c *Client) DeleteRoom(ctx context.Context, room string) error {
+	var out json.RawMessage
+	return c.do(ctx, http.MethodDelete, roomPath(room), c.cfg.AdminToken, nil, &out)
+}
+
+func roomPath(room string) string { return "/v1/rooms/" + url.PathEscape(room) }
+
 // do sends one request with bearer (if any) and body (if any) as JSON and
 // decodes a 2xx answer into out.
 func (c *Client) do(ctx context.Context, method, path, bearer string, body, out any) error {
@@ -238,6 +286,9 @@ func (c *Client) do(ctx context.Context, method, path, bearer string, body, out 
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		return httpapi.ReadProblem(resp)
+	}
+	if resp.StatusCode == http.StatusNoContent {
+		return nil
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
 		return fmt.Errorf("waitroom client: %s %s: decoding the answer: %w", method, path, err)
