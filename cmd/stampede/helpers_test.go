@@ -55,6 +55,24 @@ func execute(t *testing.T, args ...string) (string, string, error) {
 	return out.String(), errOut.String(), err
 }
 
+// withDataDir gives a waiting room, gate or forward-auth endpoint started
+// by a test a --data-dir of its own (a new temporary directory) unless args
+// name one: its in-process Redis keeps a snapshot there, which must
+// neither land in the package's directory nor reach another test.
+func withDataDir(t *testing.T, service string, args []string) []string {
+	switch service {
+	case "waitroom", "gate", "forward-auth":
+	default:
+		return args
+	}
+	for _, a := range args {
+		if a == "--data-dir" || strings.HasPrefix(a, "--data-dir=") {
+			return args
+		}
+	}
+	return append(append([]string{}, args...), "--data-dir", t.TempDir())
+}
+
 // runCmd runs the stampede command line with args in-process until ctx
 // ends, through the root command (whose hook reads the environment and
 // makes the logger); its stderr goes to the returned buffer, and its error
@@ -90,7 +108,7 @@ func startServe(t *testing.T, service string, args ...string) (string, *syncBuff
 	t.Helper()
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	logs, done := runCmd(ctx, append([]string{"serve", service, "--log-format", "text", "--http", addr}, args...)...)
+	logs, done := runCmd(ctx, append([]string{"serve", service, "--log-format", "text", "--http", addr}, withDataDir(t, service, args)...)...)
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -177,7 +195,7 @@ func startChild(t *testing.T, name, service, health string, env []string, args .
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := childCmd(append([]string{"serve", service, "--http", addr}, args...), env...)
+	c := childCmd(append([]string{"serve", service, "--http", addr}, withDataDir(t, service, args)...), env...)
 	c.Stdout, c.Stderr = logf, logf
 	if err := c.Start(); err != nil {
 		t.Fatal(err)

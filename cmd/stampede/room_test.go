@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRoomCommands drives a real `serve waitroom` with `stampede room` as
@@ -98,5 +101,74 @@ func TestRoomCommands(t *testing.T) {
 	must("delete", "concert", "--yes")
 	if _, err := room("get", "concert"); err == nil {
 		t.Error("the room is still there after delete")
+	}
+}
+
+// TestWaitroomKeepsItsStateAcrossARestart: without --redis, serve waitroom
+// keeps its rooms and tickets in --data-dir across a clean stop (the
+// in-process Redis's snapshot), and its generated secret with them, so a
+// ticket token issued before the restart still reads its ticket after it.
+// With an empty --data-dir nothing is kept.
+func TestWaitroomKeepsItsStateAcrossARestart(t *testing.T) {
+	const token = "room-admin-token-0123456789"
+	dir := t.TempDir()
+	start := func(dataDir string) (string, func()) {
+		t.Helper()
+		addr := freeAddr(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		logs, done := runCmd(ctx, "serve", "waitroom", "--http", addr, "--admin-token", token, "--data-dir", dataDir, "--allow-unsigned-users")
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("serve waitroom did not start: %s", logs.String())
+			}
+		}
+		return "http://" + addr, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve waitroom: %v\n%s", err, logs.String())
+			}
+		}
+	}
+	url, stop := start(dir)
+	if _, _, err := execute(t, "room", "create", "keep", "--capacity", "1", "--set", `{"paused": true}`, "--url", url, "--admin-token", token); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(url+"/v1/rooms/keep/tickets", "application/json", strings.NewReader(`{"user_id":"ada"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ticket struct {
+		Token string `json:"ticket_token"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&ticket)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusCreated || ticket.Token == "" {
+		t.Fatalf("join: %d %v", resp.StatusCode, err)
+	}
+	stop()
+
+	url, stop = start(dir)
+	out, _, err := execute(t, "room", "get", "keep", "--url", url, "--admin-token", token)
+	if err != nil || !strings.Contains(out, `"paused": true`) {
+		t.Errorf("after a restart: %v %s; want the paused room back", err, out)
+	}
+	req, _ := http.NewRequest(http.MethodGet, url+"/v1/rooms/keep/tickets/ada", nil)
+	req.Header.Set("Authorization", "Bearer "+ticket.Token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("the ticket after a restart: %v %v; want 200 with the old token", resp.Status, err)
+	} else {
+		resp.Body.Close()
+	}
+	stop()
+
+	// No data directory: nothing kept.
+	url, stop = start("")
+	defer stop()
+	if _, _, err := execute(t, "room", "get", "keep", "--url", url, "--admin-token", token); err == nil {
+		t.Error("with --data-dir \"\" the room came back")
 	}
 }

@@ -135,7 +135,7 @@ func runGate(cmd *cobra.Command, opts *gateOptions) error {
 	if _, err := opts.config(cmd, nil); err != nil {
 		return err
 	}
-	opts.wr.onAdmit = gate.AdmitPath
+	opts.wr.onAdmit, opts.wr.name = gate.AdmitPath, "gate-" + opts.room
 	srv, stop, err := opts.wr.start(cmd)
 	if err != nil {
 		return err

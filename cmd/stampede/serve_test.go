@@ -98,7 +98,7 @@ func TestServeWaitroomStartsAndStops(t *testing.T) {
 	var errOut bytes.Buffer
 	cmd.SetOut(&bytes.Buffer{})
 	cmd.SetErr(&errOut)
-	cmd.SetArgs([]string{"serve", "waitroom", "--http", "127.0.0.1:0", "--admin-token", "0123456789abcdef0123"})
+	cmd.SetArgs([]string{"serve", "waitroom", "--http", "127.0.0.1:0", "--admin-token", "0123456789abcdef0123", "--data-dir", t.TempDir()})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 	time.Sleep(300 * time.Millisecond)

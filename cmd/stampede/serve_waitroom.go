@@ -3,9 +3,14 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -48,6 +53,12 @@ type waitroomOptions struct {
 	keyEpoch         string
 	previousSecret   string
 	previousKeyEpoch string
+	// dataDir keeps the embedded store's snapshot (and its generated
+	// secret) across restarts; name is the snapshot's base name, set by
+	// the command (serve waitroom, serve gate, serve forward-auth), not a
+	// flag, so that two of them in one directory keep separate files.
+	dataDir string
+	name    string
 }
 
 // The environment variables `stampede serve waitroom` reads when the flag
@@ -116,6 +127,8 @@ STAMPEDE_ADMIN_TOKEN, STAMPEDE_SECRET, STAMPEDE_REDIS_TIMEOUT=500ms.`,
 // `serve gate` (which embeds a waiting room) share them.
 func (opts *waitroomOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&opts.http, "http", "127.0.0.1:8080", "address to listen on for HTTP")
+	f.StringVar(&opts.dataDir, "data-dir", defaultDataDir, "without --redis: where the in-process Redis keeps its data across a clean restart\n"+
+		"(a snapshot written on shutdown and read at start; with no --secret, the generated secret too); empty: kept in memory only")
 	f.StringVar(&opts.redis, "redis", "", "Redis URL: redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path, or\n"+
 		"redis-cluster://[user:pass@]host1:port,host2:port,... for Redis Cluster; empty: start an in-process miniredis")
 	f.DurationVar(&opts.redisTimeout, "redis-timeout", redisstore.DefaultConfig().OpTimeout,
@@ -283,6 +296,57 @@ func redisClient(url string, cfg redisstore.Config) (redis.UniversalClient, erro
 	return redis.NewClient(ropts), nil
 }
 
+// startEmbedded starts the in-process Redis: with a --data-dir, on the
+// snapshot <data-dir>/<name>.json (read when it exists), which the caller
+// writes at shutdown; the directory is made when missing. snapshot is ""
+// without a --data-dir.
+func (o *waitroomOptions) startEmbedded() (m *redisstore.Embedded, snapshot string, err error) {
+	if o.dataDir == "" {
+		m, err := redisstore.StartEmbedded()
+		return m, "", err
+	}
+	if err := os.MkdirAll(o.dataDir, 0o700); err != nil {
+		return nil, "", fmt.Errorf("--data-dir: %w", err)
+	}
+	snapshot = filepath.Join(o.dataDir, o.fileName()+".json")
+	m, err = redisstore.StartEmbeddedAt("127.0.0.1:0", snapshot)
+	if err != nil {
+		return nil, "", fmt.Errorf("--data-dir: %w (move the file away to start empty)", err)
+	}
+	return m, snapshot, nil
+}
+
+// fileName is the base name of the embedded store's files in --data-dir.
+func (o *waitroomOptions) fileName() string {
+	if o.name == "" {
+		return "waitroom"
+	}
+	return o.name
+}
+
+// dataSecret reads the signing secret kept in <data-dir>/<name>.secret, or
+// makes one and keeps it there (mode 0600), so that tickets and admissions
+// issued before a restart still verify after it.
+func (o *waitroomOptions) dataSecret(log *slog.Logger) ([]byte, error) {
+	path := filepath.Join(o.dataDir, o.fileName()+".secret")
+	if b, err := os.ReadFile(path); err == nil {
+		if len(b) < 32 {
+			return nil, fmt.Errorf("--data-dir: %s holds %d bytes, not a secret of at least 32: remove it or give --secret", path, len(b))
+		}
+		return b, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	b := make([]byte, 32)
+	rand.Read(b)
+	b = []byte(hex.EncodeToString(b))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	log.Warn("no --secret given: generated one and kept it in --data-dir; other instances need it as --secret", "file", path)
+	return b, nil
+}
+
 // start connects to Redis (or starts an embedded one) and makes a
 // waiting-room instance on it, not yet running (api.Server.Run admits).
 // stop closes the store and Redis; call it once the server is done.
@@ -304,13 +368,36 @@ func (opts *waitroomOptions) start(cmd *cobra.Command) (srv *api.Server, stop fu
 	}()
 
 	var client redis.UniversalClient
+	secret := []byte(opts.secret)
 	if opts.redis == "" {
-		m, err := redisstore.StartEmbedded()
+		m, snapshot, err := opts.startEmbedded()
 		if err != nil {
 			return nil, nil, err
 		}
-		closers = append(closers, func() { m.Close() })
-		log.Info("no --redis given: started an in-process Redis (miniredis); its state is lost on exit", "addr", m.Addr())
+		closers = append(closers, func() {
+			if snapshot == "" {
+				m.Close()
+				return
+			}
+			// The listener first, so that the snapshot sees no more writes.
+			m.CloseListener()
+			if err := m.Save(snapshot); err != nil {
+				log.Error("the in-process Redis's snapshot could not be written: its state is lost", "file", snapshot, "err", err)
+			} else {
+				log.Info("the in-process Redis's state was saved", "file", snapshot)
+			}
+			m.Close()
+		})
+		if snapshot == "" {
+			log.Info("no --redis given: started an in-process Redis (miniredis); --data-dir is empty, so its state is lost on exit", "addr", m.Addr())
+		} else {
+			log.Info("no --redis given: started an in-process Redis (miniredis), kept in --data-dir across clean restarts", "addr", m.Addr(), "snapshot", snapshot)
+			if len(secret) == 0 {
+				if secret, err = opts.dataSecret(log); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
 		ropts := &redis.Options{Addr: m.Addr()}
 		scfg.ApplyTimeouts(ropts)
 		client = redis.NewClient(ropts)
@@ -328,7 +415,6 @@ func (opts *waitroomOptions) start(cmd *cobra.Command) (srv *api.Server, stop fu
 	}
 	closers = append(closers, func() { client.Close() })
 
-	secret := []byte(opts.secret)
 	if len(secret) == 0 {
 		secret = make([]byte, 32)
 		rand.Read(secret)
