@@ -56,6 +56,15 @@ import (
 // the gate.
 const AdmitPath = "/.stampede/gate/admit"
 
+// The gate's own liveness, readiness and metrics, under its reserved
+// prefix (the unprefixed paths are the checkout's): the embedded waiting
+// room's /healthz, /readyz (its store answers) and /metrics.
+const (
+	HealthPath  = "/.stampede/healthz"
+	ReadyPath   = "/.stampede/readyz"
+	MetricsPath = "/.stampede/metrics"
+)
+
 // Config configures a Gate. Validate names each field in snake_case, in
 // the words of the `serve gate` flag that sets it.
 type Config struct {
@@ -297,6 +306,13 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case p == AdmitPath:
 		g.admit(w, r)
+	case p == HealthPath, p == ReadyPath, p == MetricsPath:
+		// The embedded waiting room's own /healthz, /readyz and /metrics,
+		// under the gate's reserved prefix: every other path belongs to
+		// the checkout behind it.
+		r2 := r.Clone(r.Context())
+		r2.URL.Path, r2.URL.RawPath = strings.TrimPrefix(p, "/.stampede"), ""
+		g.cfg.Waitroom.ServeHTTP(w, r2)
 	case p == "/rooms/"+g.cfg.Room, p == "/v1/rooms/"+g.cfg.Room, strings.HasPrefix(p, "/v1/rooms/"+g.cfg.Room+"/"), p == "/.well-known/jwks.json":
 		g.cfg.Waitroom.ServeHTTP(w, r)
 	default:

@@ -1,6 +1,7 @@
 package gate_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-lab/stampede/gate"
@@ -112,4 +114,36 @@ func TestGateLeavesAnotherRoomsCookie(t *testing.T) {
 			t.Errorf("back at the first room's gate: %d %v, want 200: the other gate deleted the admission", st, err)
 		}
 	})
+}
+
+// TestGateServesItsOwnHealth: the gate answers its liveness, readiness and
+// metrics under its reserved prefix (the embedded waiting room's), while
+// the unprefixed paths stay the checkout's (behind the gate's guard).
+func TestGateServesItsOwnHealth(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	w := newWorld(t, client, 1, time.Minute)
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, want := range map[string]string{gate.HealthPath: `"ok"`, gate.ReadyPath: "", gate.MetricsPath: "http_requests_total"} {
+		resp, err := hc.Get(w.gates[0] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s = %d %.200s, want 200 with %q", path, resp.StatusCode, body, want)
+		}
+	}
+	// /healthz itself is the checkout's: a visitor without admission is
+	// sent to the waiting page.
+	resp, err := hc.Get(w.gates[0] + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		t.Errorf("GET /healthz through the gate = 200: the checkout's path was answered by the gate")
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/gate"
 	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/api"
 )
 
@@ -81,7 +83,9 @@ asked again for --check-backoff), all checks together make at most
 gate answers 429 with Retry-After without asking the store.
 
 The gate also serves the waiting room's API for --room, its page and
-/.well-known/jwks.json; every other path goes upstream.`,
+/.well-known/jwks.json, and its own liveness, readiness and metrics under
+its reserved prefix (/.stampede/healthz, /.stampede/readyz,
+/.stampede/metrics); every other path goes upstream.`,
 		Example: `  stampede serve gate --upstream http://127.0.0.1:9000 --room drop --admin-token "$(openssl rand -hex 16)"
   STAMPEDE_REDIS_URL=redis://localhost:6379/0 STAMPEDE_SECRET=... stampede serve gate --upstream http://checkout:9000 --room drop --http :8443`,
 		Args: cobra.NoArgs,
@@ -109,19 +113,22 @@ func (o *gateOptions) config(cmd *cobra.Command, srv *api.Server) (gate.Config, 
 	if o.upstream == "" {
 		return cfg, errors.New("--upstream is required: the checkout's URL")
 	}
-	u, err := url.Parse(o.upstream)
-	if err != nil {
-		return cfg, fmt.Errorf("--upstream: %w", err)
+	var bad []error
+	if u, err := url.Parse(o.upstream); err != nil {
+		// Not Go's parser error: the flag's words (Validate checks the
+		// scheme and host of a URL that parses).
+		bad = append(bad, &stampede.Error{Code: stampede.Invalid, Field: "upstream",
+			Message: fmt.Sprintf("must be an http or https URL such as http://127.0.0.1:9000, got %q", o.upstream)})
+	} else {
+		cfg.Upstream = u
 	}
-	cfg.Upstream = u
 	embedded := map[string]bool{"service": true, "tickets": true, "admissions": true, "waitroom": true}
 	if srv != nil {
 		cfg.Service, cfg.Tickets, cfg.Admissions, cfg.Waitroom = srv.Service(), srv.Tickets(), srv.Admissions(), srv
 		embedded = nil
 	}
-	var bad []error
 	for _, e := range stampede.FieldErrors(cfg.Validate()) {
-		if !embedded[e.Field] {
+		if !embedded[e.Field] && !(e.Field == "upstream" && cfg.Upstream == nil && len(bad) > 0) {
 			bad = append(bad, e)
 		}
 	}
@@ -135,7 +142,7 @@ func runGate(cmd *cobra.Command, opts *gateOptions) error {
 	if _, err := opts.config(cmd, nil); err != nil {
 		return err
 	}
-	opts.wr.onAdmit, opts.wr.name = gate.AdmitPath, "gate-" + opts.room
+	opts.wr.onAdmit, opts.wr.name = gate.AdmitPath, "gate-"+opts.room
 	srv, stop, err := opts.wr.start(cmd)
 	if err != nil {
 		return err
@@ -151,6 +158,7 @@ func runGate(cmd *cobra.Command, opts *gateOptions) error {
 	}
 	admitting, stopAdmitting := runInBackground(cmd.Context(), srv.Run)
 	defer func() { stopAdmitting(); <-admitting }()
+	warnMissingRoom(cmd, srv, opts.room)
 	if err := g.Run(cmd.Context()); err != nil {
 		if e, ok := errors.AsType[*stampede.Error](err); ok && e.Field != "" {
 			return flagErrors("", err) // --http
@@ -159,4 +167,20 @@ func runGate(cmd *cobra.Command, opts *gateOptions) error {
 	}
 	loggerOf(cmd).Info("stopped")
 	return nil
+}
+
+// warnMissingRoom says, at start, when the room the gate guards does not
+// exist yet: until an admin creates it, nobody can join and every visitor
+// is kept out.
+func warnMissingRoom(cmd *cobra.Command, srv *api.Server, room string) {
+	ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+	defer cancel()
+	_, err := srv.Service().RoomConfig(ctx, room)
+	switch {
+	case err == nil:
+	case errors.Is(err, waitroom.ErrNoRoom):
+		loggerOf(cmd).Warn("the room does not exist yet: nobody can join and every visitor is kept out until an admin creates it (stampede room create)", "room", room)
+	default:
+		loggerOf(cmd).Warn("could not read the room's configuration at start", "room", room, "err", err)
+	}
 }
