@@ -124,9 +124,10 @@ func (h *Handler) apply(ctx context.Context, tx Tx, ev Event, now time.Time) (Ou
 	if err := tx.AdvancePayment(ctx, ev.PaymentID, ev.Seq, ev.Status, now); err != nil {
 		return "", fmt.Errorf("advance payment %s: %w", ev.PaymentID, err)
 	}
-	// A refund event leaves the payment's status as it was: the order
+	// A refund event leaves the payment's status as it was, and a capture
+	// or void event repeats what the payment's own status event says: the order
 	// and its ticket are not its business.
-	if !ev.Status.Terminal() || ev.Refund != nil {
+	if !ev.Status.Terminal() || ev.Refund != nil || ev.Operation != nil {
 		return OutcomeNoEffect, nil
 	}
 	o, err := tx.LockOrder(ctx, ev.MerchantID, ev.OrderID, now)
