@@ -187,7 +187,7 @@ func (s *Store) scanOpsOf(ctx context.Context, paymentID string) ([]pay.Operatio
 func notAuthorized(kind pay.OperationKind, st pay.Status) error {
 	return &pay.Error{Code: pay.CodeNotAuthorized, Kind: pay.CodeConflict,
 		Message: fmt.Sprintf("the payment is %s: only an AUTHORIZED payment can be %s", st, pastTense(kind)),
-		Extra:   map[string]any{"status": string(st)}}
+		Extra:   map[string]any{"payment_status": string(st)}}
 }
 
 // operationExists is the error of a capture or void of a payment that
