@@ -124,9 +124,12 @@ func (h *Handler) apply(ctx context.Context, tx Tx, ev Event, now time.Time) (Ou
 	if err := tx.AdvancePayment(ctx, ev.PaymentID, ev.Seq, ev.Status, now); err != nil {
 		return "", fmt.Errorf("advance payment %s: %w", ev.PaymentID, err)
 	}
-	// A refund event leaves the payment's status as it was: the order
-	// and its ticket are not its business.
-	if !ev.Status.Terminal() || ev.Refund != nil {
+	// A refund event leaves the payment's status as it was, and a capture
+	// or void event repeats what the payment's own status event says: the order
+	// and its ticket are not its business. A voided authorisation is not
+	// handled here yet (its order is the checkout's to release; the
+	// releases table records DECLINED and FAILED payments only).
+	if !ev.Status.Terminal() || ev.Refund != nil || ev.Operation != nil || ev.Status == protocol.StatusVoided {
 		return OutcomeNoEffect, nil
 	}
 	o, err := tx.LockOrder(ctx, ev.MerchantID, ev.OrderID, now)

@@ -204,6 +204,10 @@ type ApproveRequest struct {
 	Amount int64 `json:"amount"`
 	// Currency is one of Currencies.
 	Currency string `json:"currency"`
+	// Capture is "manual" for an authorisation only (the record is
+	// AUTHORIZED until captured or voided), "" or "automatic" for a
+	// charge.
+	Capture string `json:"capture,omitempty"`
 }
 
 // Validate reports every unusable field at once, each by its JSON name.
@@ -215,6 +219,9 @@ func (r ApproveRequest) Validate() error {
 	}
 	if !slices.Contains(Currencies, r.Currency) {
 		f.Add("currency", "must be one of %s, got %q", joinQuoted(Currencies), r.Currency)
+	}
+	if r.Capture != "" && r.Capture != "automatic" && r.Capture != "manual" {
+		f.Add("capture", `must be "automatic" or "manual", got %q`, r.Capture)
 	}
 	return f.Err()
 }

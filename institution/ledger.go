@@ -9,6 +9,10 @@ import (
 const (
 	StatusApproved = "APPROVED"
 	StatusDeclined = "DECLINED"
+	// StatusAuthorized: a manual-capture approval, held until captured
+	// (then APPROVED) or voided (then VOIDED).
+	StatusAuthorized = "AUTHORIZED"
+	StatusVoided     = "VOIDED"
 )
 
 // ApprovalResult is the answer to an approval request.
@@ -46,6 +50,10 @@ type Record struct {
 	// Requests counts the requests for the key that reached processing,
 	// replays included.
 	Requests int `json:"requests"`
+	// Manual is set for an authorisation (capture "manual"); Captured is
+	// the amount its capture took.
+	Manual   bool  `json:"manual,omitempty"`
+	Captured int64 `json:"captured,omitempty"`
 }
 
 // Ledger is the answer of GET /admin/approvals: every record in the order
@@ -112,11 +120,16 @@ type ledgerState struct {
 	refundOrder    []string // refund keys in the order first processed
 	refundAttempts map[string]attempt
 	refunded       map[string]int64 // by approval key
+
+	ops        map[string]*OperationRecord
+	opOrder    []string // operation keys in the order first processed
+	opAttempts map[string]attempt
 }
 
 func newLedgerState() ledgerState {
 	return ledgerState{records: map[string]*Record{}, attempts: map[string]attempt{},
-		refunds: map[string]*RefundRecord{}, refundAttempts: map[string]attempt{}, refunded: map[string]int64{}}
+		refunds: map[string]*RefundRecord{}, refundAttempts: map[string]attempt{}, refunded: map[string]int64{},
+		ops: map[string]*OperationRecord{}, opAttempts: map[string]attempt{}}
 }
 
 // addArrival appends a to the arrival log, dropping the oldest beyond max.

@@ -302,6 +302,14 @@ func (s *Simulator) process(req ApproveRequest, b Behavior) (ApprovalResult, err
 	}
 	s.approval++
 	id := fmt.Sprintf("apv_%010d", s.approval)
+	if req.Capture == "manual" {
+		// An authorisation holds the money; the capture charges it.
+		if rec.Status == StatusDeclined {
+			rec.Status, rec.ApprovalID, rec.ApprovedAt, rec.Manual = StatusAuthorized, id, now, true
+		}
+		s.metrics.approvals.WithLabelValues(StatusAuthorized).Inc()
+		return ApprovalResult{ExternalKey: req.ExternalKey, Status: StatusAuthorized, ApprovalID: rec.ApprovalID}, nil
+	}
 	if rec.Charges == 0 {
 		rec.Status, rec.ApprovalID, rec.ApprovedAt = StatusApproved, id, now
 	}

@@ -154,7 +154,7 @@ type RefundInquiry struct {
 }
 
 // errUnsupported is the error of an operation the connector cannot do.
-func errUnsupported(inst Institution, what string) error {
+func errUnsupported(inst Institution, what string) *Error {
 	name := "the institution"
 	if c, ok := inst.(Connector); ok {
 		name = fmt.Sprintf("the %s connector", c.Name())

@@ -25,6 +25,9 @@ const (
 	CodeNotRefundable    Code = "not_refundable"      // the payment is not APPROVED: there is nothing to refund
 	CodeRefundExceeds    Code = "refund_exceeds"      // the refunds would add up to more than the payment's amount
 	CodeNotSupported     Code = "not_supported"       // the institution's connector cannot do this
+	CodeNotAuthorized    Code = "not_authorized"      // capture or void of a payment that is not AUTHORIZED
+	CodeOperationExists  Code = "operation_exists"    // the authorisation already has a capture or void holding it
+	CodeCaptureExceeds   Code = "capture_exceeds"     // a capture of more than the authorised amount
 	CodeUnauthorized          = stampede.Unauthorized // no valid merchant API key
 	CodeForbidden             = stampede.Forbidden    // the key's merchant is not the body's merchant_id
 	CodeMismatch              = stampede.Mismatch     // the idempotency key was used with a different request

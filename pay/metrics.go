@@ -16,6 +16,7 @@ type Metrics struct {
 	settled   *prometheus.CounterVec
 	flagged   prometheus.Counter
 	recovered prometheus.Counter
+	ops       *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics on reg.
@@ -37,8 +38,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stampede_pay_recovered_total", Help: "PENDING payments whose approval call ended unrecorded (a crash, a failed write), taken over as UNKNOWN.",
 		}),
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stampede_pay_operations_total",
+			Help: "Captures and voids written to a final or unknown status, by kind, status and origin (merchant, or auth_window: the service voiding an authorisation left uncaptured past the window).",
+		}, []string{"kind", "status", "origin"}),
 	}
-	reg.MustRegister(m.outcomes, m.approvals, m.settled, m.flagged, m.recovered)
+	reg.MustRegister(m.outcomes, m.approvals, m.settled, m.flagged, m.recovered, m.ops)
 	return m
 }
 
@@ -52,6 +57,12 @@ func (m *Metrics) outcome(s Status, took time.Duration) {
 func (m *Metrics) settle(s Status) {
 	if m != nil {
 		m.settled.WithLabelValues(string(s)).Inc()
+	}
+}
+
+func (m *Metrics) operation(k OperationKind, s RefundStatus, origin string) {
+	if m != nil {
+		m.ops.WithLabelValues(string(k), string(s), origin).Inc()
 	}
 }
 

@@ -41,11 +41,24 @@ const (
 // Statuses returns every status, in lifecycle order.
 func Statuses() []Status { return protocol.PaymentStatuses() }
 
+// The statuses of manual capture.
+const (
+	StatusAuthorized = protocol.StatusAuthorized // authorised, awaiting a capture or a void
+	StatusVoided     = protocol.StatusVoided     // the authorisation was cancelled
+)
+
 // CanTransition reports whether a payment may move from one status to
-// another: a non-terminal status may move to any other status except back
-// to PENDING; a terminal status never moves.
+// another: PENDING and UNKNOWN may move to any other status except back
+// to PENDING and to VOIDED; AUTHORIZED only to APPROVED (captured) or
+// VOIDED; a terminal status never moves.
 func CanTransition(from, to Status) bool {
-	return from.Valid() && to.Valid() && !from.Terminal() && from != to && to != StatusPending
+	if !from.Valid() || !to.Valid() || from.Terminal() || from == to || to == StatusPending {
+		return false
+	}
+	if from == StatusAuthorized {
+		return to == StatusApproved || to == StatusVoided
+	}
+	return to != StatusVoided
 }
 
 // Payment is one payment request of a merchant.
@@ -70,7 +83,26 @@ type Payment struct {
 	NextInquiryAt time.Time
 	// Inquiries counts the inconclusive status inquiries made so far.
 	Inquiries int
-	History   []StatusChange // oldest first; empty in list results
+	// CaptureMode is automatic (the approval takes the money) or manual
+	// (the approval is an authorisation, AUTHORIZED until captured or
+	// voided); "" reads as automatic.
+	CaptureMode CaptureMode
+	// Captured is the amount a manual-capture payment's capture took
+	// (0 until then); the refundable amount of such a payment.
+	Captured int64
+	History  []StatusChange // oldest first; empty in list results
+}
+
+// Manual reports whether p's approval is an authorisation.
+func (p Payment) Manual() bool { return p.CaptureMode == CaptureManual }
+
+// Refundable is the amount refunds of p may add up to: the captured
+// amount of a manual-capture payment, else its amount.
+func (p Payment) Refundable() int64 {
+	if p.Manual() {
+		return p.Captured
+	}
+	return p.Amount
 }
 
 // StatusChange is one entry of a payment's append-only status history.
@@ -228,6 +260,13 @@ func PrepareCreate(p Payment, idem IdempotencyRecord, now time.Time) (Payment, I
 	if err := ValidateCreate(p.MerchantID, p.OrderID, p.Amount, p.Currency); err != nil {
 		return p, idem, err
 	}
+	if p.CaptureMode == "" {
+		p.CaptureMode = CaptureAutomatic
+	}
+	if !p.CaptureMode.Valid() {
+		return p, idem, Invalid("capture", "must be one of %v, got %q", CaptureModes(), p.CaptureMode)
+	}
+	p.Captured = 0
 	if p.Status != "" && p.Status != StatusPending {
 		return p, idem, Invalid("status", "a new payment is PENDING, not %s", p.Status)
 	}

@@ -11,22 +11,28 @@ import (
 // the code is one of the Reason* codes below and the text is safe to show
 // anyone: no URL, address or Go error. The raw cause goes to the log.
 const (
-	ReasonApproved        = "approved"          // the institution approved the payment
-	ReasonDeclined        = "declined"          // the institution declined the payment
-	ReasonBulkheadFull    = "bulkhead_full"     // too many approvals in flight: not sent
-	ReasonNotSent         = "not_sent"          // the approval could not be sent: nothing happened
-	ReasonRejected        = "rejected"          // the institution refused the request without processing it
-	ReasonApprovalTimeout = "approval_timeout"  // no answer within the approval timeout: the money may have moved
-	ReasonOutcomeUnknown  = "outcome_unknown"   // the answer was lost or an error: the money may have moved
-	ReasonInquiryApproved = "inquiry_approved"  // a status inquiry found the payment approved
-	ReasonInquiryDeclined = "inquiry_declined"  // a status inquiry found the payment declined
-	ReasonInquiryNotFound = "inquiry_not_found" // not found after the institution's not-found window
-	ReasonRecovered       = "recovered"         // PENDING past its approval timeout (a crash, a failed write): taken over
-	ReasonReviewUnsettled = "unsettled"         // flagged: status inquiries could not settle it
-	ReasonWithheld        = "withheld"          // an old reason with internals in it, not shown
-	ReasonRefunded        = "refunded"          // the institution carried the refund out
-	ReasonRefundDeclined  = "refund_declined"   // the institution declined the refund
-	ReasonInquiryRefunded = "inquiry_refunded"  // a status inquiry found the refund carried out
+	ReasonApproved        = "approved"              // the institution approved the payment
+	ReasonDeclined        = "declined"              // the institution declined the payment
+	ReasonBulkheadFull    = "bulkhead_full"         // too many approvals in flight: not sent
+	ReasonNotSent         = "not_sent"              // the approval could not be sent: nothing happened
+	ReasonRejected        = "rejected"              // the institution refused the request without processing it
+	ReasonApprovalTimeout = "approval_timeout"      // no answer within the approval timeout: the money may have moved
+	ReasonOutcomeUnknown  = "outcome_unknown"       // the answer was lost or an error: the money may have moved
+	ReasonInquiryApproved = "inquiry_approved"      // a status inquiry found the payment approved
+	ReasonInquiryDeclined = "inquiry_declined"      // a status inquiry found the payment declined
+	ReasonInquiryNotFound = "inquiry_not_found"     // not found after the institution's not-found window
+	ReasonRecovered       = "recovered"             // PENDING past its approval timeout (a crash, a failed write): taken over
+	ReasonReviewUnsettled = "unsettled"             // flagged: status inquiries could not settle it
+	ReasonWithheld        = "withheld"              // an old reason with internals in it, not shown
+	ReasonRefunded        = "refunded"              // the institution carried the refund out
+	ReasonRefundDeclined  = "refund_declined"       // the institution declined the refund
+	ReasonInquiryRefunded = "inquiry_refunded"      // a status inquiry found the refund carried out
+	ReasonAuthorized      = "authorized"            // the institution authorised a manual-capture payment
+	ReasonCaptured        = "captured"              // the institution captured the authorisation
+	ReasonVoided          = "voided"                // the institution cancelled the authorisation
+	ReasonOpDeclined      = "operation_declined"    // the institution declined a capture or void
+	ReasonInquiryDone     = "inquiry_succeeded"     // a status inquiry found the capture or void carried out
+	ReasonAuthExpired     = "authorization_expired" // not captured within the authorisation window: voided by the service
 )
 
 // reasonCodes are the codes a public reason may start with.
@@ -35,6 +41,8 @@ var reasonCodes = map[string]bool{
 	ReasonRejected: true, ReasonApprovalTimeout: true, ReasonOutcomeUnknown: true, ReasonInquiryApproved: true,
 	ReasonInquiryDeclined: true, ReasonInquiryNotFound: true, ReasonRecovered: true, ReasonReviewUnsettled: true,
 	ReasonWithheld: true, ReasonRefunded: true, ReasonRefundDeclined: true, ReasonInquiryRefunded: true,
+	ReasonAuthorized: true, ReasonCaptured: true, ReasonVoided: true, ReasonOpDeclined: true, ReasonInquiryDone: true,
+	ReasonAuthExpired: true,
 }
 
 // reason formats a public reason: code, then safe text.

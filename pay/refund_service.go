@@ -63,7 +63,7 @@ func (s *Service) Refund(ctx context.Context, merchantID, paymentID, key string,
 		// Whether it is partial is known only against the payment: the
 		// store is asked for the full amount, which it checks.
 		p, err := s.store.Get(ctx, r.PaymentID)
-		if err == nil && b.Amount != p.Amount {
+		if err == nil && b.Amount != p.Refundable() {
 			return Refund{}, false, errUnsupported(s.inst, "partial refunds")
 		}
 	}

@@ -121,6 +121,11 @@ type Config struct {
 	ReviewAfter int
 	// IdempotencyTTL is how long an Idempotency-Key is remembered.
 	IdempotencyTTL time.Duration
+	// AuthWindow is how long an authorisation (a manual-capture payment
+	// AUTHORIZED) may wait for its capture: the reconciler voids one
+	// older than that (counted from the payment's creation). 0 never
+	// voids.
+	AuthWindow time.Duration
 	// Now is the clock.
 	Now func() time.Time
 	// Logger receives the service's logs.
@@ -134,7 +139,7 @@ type Config struct {
 // backoff, 10-second claims, PENDING taken over 2 seconds after its
 // approval timeout, outcome writes retried for 10 seconds, review after 8
 // inconclusive inquiries, a reconciler that gives up after 5 minutes of
-// failures, and 24-hour idempotency keys.
+// failures, 24-hour idempotency keys and a 7-day authorisation window.
 func DefaultConfig() Config {
 	none, _ := retry.New(retry.DefaultConfig(), nil)
 	return Config{
@@ -151,6 +156,7 @@ func DefaultConfig() Config {
 		GiveUpAfter:        5 * time.Minute,
 		ReviewAfter:        8,
 		IdempotencyTTL:     DefaultIdempotencyTTL,
+		AuthWindow:         DefaultAuthWindow,
 		Now:                time.Now,
 		Logger:             slog.Default(),
 	}
@@ -200,6 +206,9 @@ func (c Config) Validate() error {
 	if c.IdempotencyTTL <= 0 {
 		f.Add("idempotency_ttl", "must be positive, got %s", c.IdempotencyTTL)
 	}
+	if c.AuthWindow < 0 {
+		f.Add("auth_window", "must not be negative, got %s", c.AuthWindow)
+	}
 	if c.Now == nil {
 		f.Add("now", "must not be nil")
 	}
@@ -246,6 +255,11 @@ type CreateRequest struct {
 	// ClientAuthorized connector, refused by the others. Left out of the
 	// hash when empty, so that a request without it hashes as before.
 	PaymentKey string `json:"payment_key,omitempty"`
+	// Capture is "automatic" (the default) or "manual": the approval is
+	// then an authorisation (AUTHORIZED), captured or voided later. Left
+	// out of the hash when automatic, so that a request without it
+	// hashes as before.
+	Capture CaptureMode `json:"capture,omitempty"`
 }
 
 // Hash identifies a request body for idempotency: same key, same hash.
@@ -271,6 +285,12 @@ func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (p 
 	if err := ValidateCreate(req.MerchantID, req.OrderID, req.Amount, req.Currency); err != nil {
 		return Payment{}, false, err
 	}
+	if req.Capture == CaptureAutomatic {
+		req.Capture = ""
+	}
+	if req.Capture != "" && !req.Capture.Valid() {
+		return Payment{}, false, Invalid("capture", "must be one of %v, got %q", CaptureModes(), req.Capture)
+	}
 	externalKey, err := s.checkInstitution(req)
 	if err != nil {
 		return Payment{}, false, err
@@ -279,7 +299,7 @@ func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (p 
 	req.MerchantID = mid.String() // the same request hashes the same whatever the case
 	now := s.cfg.Now()
 	p = Payment{ID: NewID(), MerchantID: req.MerchantID, OrderID: req.OrderID, Amount: req.Amount, Currency: req.Currency,
-		ExternalKey: externalKey,
+		ExternalKey: externalKey, CaptureMode: req.Capture,
 		// Until then the payment is ours; after it a reconciler may take
 		// it over.
 		NextInquiryAt: now.Add(s.cfg.ApprovalTimeout + s.cfg.TakeoverMargin)}
@@ -306,6 +326,14 @@ func (s *Service) Create(ctx context.Context, key string, req CreateRequest) (p 
 // key: the order id for a ClientAuthorized connector, empty (the
 // payment's id) otherwise.
 func (s *Service) checkInstitution(req CreateRequest) (string, error) {
+	if req.Capture == CaptureManual {
+		_, ok := s.inst.(Capturer)
+		if caps := CapabilitiesOf(s.inst); !ok || !caps.ManualCapture || !caps.Void {
+			e := errUnsupported(s.inst, "manual capture")
+			e.Field = "capture"
+			return "", e
+		}
+	}
 	if ca, ok := s.inst.(ClientAuthorized); ok {
 		if err := ca.CheckCreate(req.OrderID, req.Currency, req.PaymentKey); err != nil {
 			return "", err
@@ -361,7 +389,7 @@ func (s *Service) writeOutcome(ctx context.Context, p Payment, to Status, why st
 	if cur, err = s.store.Get(ctx, p.ID); err != nil {
 		return Payment{}, err
 	}
-	if cur.Status == StatusUnknown && to.Terminal() {
+	if cur.Status == StatusUnknown && to.Settled() {
 		// Taken over while we waited: our verdict settles it.
 		settled, err := s.store.Transition(ctx, p.ID, StatusUnknown, to, why)
 		if !errors.Is(err, ErrStaleStatus) {
@@ -420,7 +448,16 @@ func (s *Service) approve(ctx context.Context, p Payment, paymentKey string) (St
 		}
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		v, err := s.inst.Approve(actx, ApprovalRequest{ExternalKey: p.ExternalKey, Amount: p.Amount, Currency: p.Currency, PaymentKey: paymentKey})
+		req := ApprovalRequest{ExternalKey: p.ExternalKey, Amount: p.Amount, Currency: p.Currency, PaymentKey: paymentKey}
+		var (
+			v   Verdict
+			err error
+		)
+		if c, ok := s.inst.(Capturer); ok && p.Manual() {
+			v, err = c.Authorize(actx, req)
+		} else {
+			v, err = s.inst.Approve(actx, req)
+		}
 		if !errors.Is(err, ErrNotSent) {
 			sent = true
 		}
@@ -428,6 +465,9 @@ func (s *Service) approve(ctx context.Context, p Payment, paymentKey string) (St
 		return err
 	}, func(err error) bool { return errors.Is(err, ErrOutcomeUnknown) })
 	if err == nil {
+		if verdict.Approved && p.Manual() {
+			return StatusAuthorized, reason(ReasonAuthorized, "the institution authorised it; capture or void it (attempt %d)", attempts)
+		}
 		if verdict.Approved {
 			return StatusApproved, reason(ReasonApproved, "the institution approved it (attempt %d)", attempts)
 		}
@@ -608,6 +648,8 @@ func settleRequest(a answer) TransitionRequest {
 // and why, or ok false when it settles nothing yet.
 func (s *Service) verdict(p Payment, q Inquiry) (to Status, why string, ok bool) {
 	switch {
+	case q.Found && q.Approved && p.Manual():
+		return StatusAuthorized, reason(ReasonInquiryApproved, "a status inquiry found it authorised"), true
 	case q.Found && q.Approved:
 		return StatusApproved, reason(ReasonInquiryApproved, "a status inquiry found it approved"), true
 	case q.Found:
@@ -845,7 +887,7 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 func (s *Service) Run(ctx context.Context) error { return s.RunReconciler(ctx) }
 
 // RunReconciler runs a reconciliation pass (payments, then refunds:
-// RefundPass) at once and then every ReconcileEvery, and deletes expired idempotency keys, until ctx ends
+// RefundPass, OperationPass, AuthWindowPass) at once and then every ReconcileEvery, and deletes expired idempotency keys, until ctx ends
 // (then it returns nil). A failed pass is logged and retried on the next
 // tick; when passes have kept failing for GiveUpAfter, it returns the
 // last error.
@@ -862,6 +904,14 @@ func (s *Service) RunReconciler(ctx context.Context) error {
 			var n int
 			n, err = s.RefundPass(ctx)
 			res.Settled += n
+		}
+		if err == nil {
+			var n int
+			n, err = s.OperationPass(ctx)
+			res.Settled += n
+		}
+		if err == nil {
+			_, err = s.AuthWindowPass(ctx)
 		}
 		if err == nil {
 			_, err = s.store.DeleteExpiredIdempotency(ctx, s.cfg.Now())

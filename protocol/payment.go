@@ -21,30 +21,58 @@ const (
 	StatusDeclined PaymentStatus = "DECLINED" // the institution declined it
 	StatusUnknown  PaymentStatus = "UNKNOWN"  // timeout or lost response: the money may have moved
 	StatusFailed   PaymentStatus = "FAILED"   // known not processed
+	// StatusAuthorized: the institution authorised a payment made with
+	// manual capture; the money is held, not taken, until a capture
+	// (then APPROVED) or a void (then VOIDED).
+	StatusAuthorized PaymentStatus = "AUTHORIZED"
+	// StatusVoided: an authorisation was cancelled; nothing was taken.
+	StatusVoided PaymentStatus = "VOIDED"
 )
 
 // PaymentStatuses returns every status, in lifecycle order.
 func PaymentStatuses() []PaymentStatus {
-	return []PaymentStatus{StatusPending, StatusApproved, StatusDeclined, StatusUnknown, StatusFailed}
+	return []PaymentStatus{StatusPending, StatusApproved, StatusDeclined, StatusUnknown, StatusFailed, StatusAuthorized, StatusVoided}
 }
 
 // Valid reports whether s is one of the statuses.
 func (s PaymentStatus) Valid() bool { return slices.Contains(PaymentStatuses(), s) }
 
-// Terminal reports whether s is final: APPROVED, DECLINED or FAILED.
-// PENDING and UNKNOWN still await an answer.
+// Terminal reports whether s is final: APPROVED, DECLINED, FAILED or
+// VOIDED. PENDING and UNKNOWN still await an answer; AUTHORIZED awaits a
+// capture or a void.
 func (s PaymentStatus) Terminal() bool {
-	return s == StatusApproved || s == StatusDeclined || s == StatusFailed
+	return s == StatusApproved || s == StatusDeclined || s == StatusFailed || s == StatusVoided
 }
+
+// Settled reports whether the institution's answer to the approval is
+// known: a terminal status, or AUTHORIZED.
+func (s PaymentStatus) Settled() bool { return s.Terminal() || s == StatusAuthorized }
 
 // The types of payment events.
 const (
-	EventCreated       = "payment.created"        // the payment was created PENDING
-	EventStatusChanged = "payment.status_changed" // the payment changed status
-	EventReviewFlagged = "payment.review_flagged" // the payment was flagged for manual review
-	EventRefundCreated = "refund.created"         // a refund of the payment was recorded PENDING
-	EventRefundChanged = "refund.status_changed"  // a refund of the payment changed status
+	EventCreated        = "payment.created"        // the payment was created PENDING
+	EventStatusChanged  = "payment.status_changed" // the payment changed status
+	EventReviewFlagged  = "payment.review_flagged" // the payment was flagged for manual review
+	EventRefundCreated  = "refund.created"         // a refund of the payment was recorded PENDING
+	EventRefundChanged  = "refund.status_changed"  // a refund of the payment changed status
+	EventCaptureCreated = "capture.created"        // a capture of the authorisation was recorded PENDING
+	EventCaptureChanged = "capture.status_changed" // a capture changed status
+	EventVoidCreated    = "void.created"           // a void of the authorisation was recorded PENDING
+	EventVoidChanged    = "void.status_changed"    // a void changed status
 )
+
+// OperationEvent is what a capture or void event says about the
+// operation; the payment's members of PaymentEvent are the payment's as
+// the operation's change left it (a succeeded capture makes it APPROVED,
+// a succeeded void VOIDED, in the same event).
+type OperationEvent struct {
+	ID     string `json:"id"`
+	Kind   string `json:"kind"`   // "capture" or "void"
+	Amount int64  `json:"amount"` // in minor units of the payment's currency; 0 for a void
+	From   string `json:"from,omitempty"`
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
 
 // RefundEvent is what a refund event (EventRefundCreated,
 // EventRefundChanged) says about the refund; the payment's members of
@@ -76,6 +104,8 @@ type PaymentEvent struct {
 	// Refund is set on a refund event only: the payment is unchanged,
 	// the refund moved.
 	Refund *RefundEvent `json:"refund,omitempty"`
+	// Operation is set on a capture or void event only.
+	Operation *OperationEvent `json:"operation,omitempty"`
 }
 
 // EventID returns the id of a payment's seq-th event, "<payment id>-<seq>":

@@ -134,6 +134,7 @@ type payOptions struct {
 	stream      natspub.Config
 	timeout     time.Duration
 	inquiries   int
+	authWindow  time.Duration
 	server      httpapi.ServerConfig
 	webhooks    webhook.Config
 	admission   payAdmissionOptions
@@ -153,8 +154,9 @@ func newServePayCmd() *cobra.Command {
 		Long: `Run the payment API in front of a payment institution:
 
   POST /v1/payments        Authorization: Bearer <API key>, Idempotency-Key header;
-                           {"merchant_id" (optional: the key's),"order_id","amount","currency"}
-                           → 201 APPROVED/DECLINED/FAILED, 202 UNKNOWN, 400, 401, 403, 409
+                           {"merchant_id" (optional: the key's),"order_id","amount","currency",
+                           "capture" (optional: automatic, or manual for an authorisation)}
+                           → 201 APPROVED/AUTHORIZED/DECLINED/FAILED, 202 UNKNOWN, 400, 401, 403, 409
                              (in flight, or order_exists), 413, 415, 422, 503
   GET  /v1/payments       the key's merchant's payments: ?order_id, status, created_after,
                            created_before, limit, cursor (next_cursor of the last page)
@@ -163,6 +165,12 @@ func newServePayCmd() *cobra.Command {
                            left),"reason" (optional)} → 201 SUCCEEDED/FAILED, 202 UNKNOWN;
                            409 refund_exceeds when the refunds would pass the amount
   GET  /v1/payments/{id}/refunds   the payment's refunds with their histories
+  POST /v1/payments/{id}/capture   Idempotency-Key header; {"amount" (optional: all)} of an
+                           AUTHORIZED payment → 201 SUCCEEDED/FAILED, 202 UNKNOWN; 409
+                           not_authorized, operation_exists (a capture or void holds it)
+  POST /v1/payments/{id}/void      Idempotency-Key header; no body; as capture
+  GET  /v1/payments/{id}/operations  the payment's captures and voids
+  GET  /v1/events          the merchant's events, in order: ?after (next_cursor), limit
   GET  /v1/admin/payments?flagged=true, /v1/admin/payments/{id}, /v1/admin/stats
                            any merchant's payments, flagged ones, counts by status and the
                            outbox lag (Bearer --admin-token; absent without it)
@@ -192,7 +200,11 @@ then needs the widget's "payment_key", its order_id being Toss's orderId, in
 KRW). Each declares
 what it guarantees; a missing or malformed key is refused at start. A refund,
 like an approval, is never sent again after a lost answer: it is UNKNOWN
-until a status inquiry settles it.
+until a status inquiry settles it. A payment made with "capture": "manual" (a
+connector with manual capture: simulator, stripe) is an authorisation
+(AUTHORIZED), captured (POST /v1/payments/{id}/capture) or voided (POST
+/v1/payments/{id}/void) under the same rules, or voided by the reconciler once
+older than --auth-window. GET /v1/events is the merchant's events feed.
 
 Storage: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite (--sqlite,
 default <data-dir>/pay.db). Events: --nats (or $STAMPEDE_NATS_URL), else an
@@ -235,6 +247,7 @@ past --idle-timeout.`,
 	f.DurationVar(&opts.webhooks.Timeout, "webhook-timeout", opts.webhooks.Timeout, "timeout of one webhook attempt")
 	f.IntVar(&opts.webhooks.Concurrency, "webhook-concurrency", opts.webhooks.Concurrency, "webhook attempts in flight at once")
 	f.IntVar(&opts.inquiries, "inquiry-concurrency", pay.DefaultConfig().InquiryConcurrency, "status inquiries the reconciler runs at once")
+	f.DurationVar(&opts.authWindow, "auth-window", pay.DefaultAuthWindow, `how long an authorisation ("capture": "manual") waits for its capture before the reconciler voids it (0: never)`)
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
 	f.DurationVar(&opts.server.WriteTimeout, "write-timeout", 0, "longest time from a request's headers to the end of its answer (0: --timeout plus "+writeTimeoutMargin.String()+"); must exceed --timeout")
@@ -289,6 +302,7 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	// Every flag is checked before anything is opened or created.
 	svcCfg := pay.DefaultConfig()
 	svcCfg.ApprovalTimeout, svcCfg.InquiryConcurrency, svcCfg.GiveUpAfter = opts.timeout, opts.inquiries, opts.giveUpAfter
+	svcCfg.AuthWindow = opts.authWindow
 	apiCfg := payapi.DefaultConfig()
 	apiCfg.AdminToken, apiCfg.Admission = opts.adminToken, admission
 	wcfg := opts.webhooks

@@ -173,8 +173,13 @@ func New(cfg Config) (*Server, error) {
 		a.Handle("/v1/approvals/{external_key}", httpapi.Methods{http.MethodGet: s.status})
 		a.Handle("/v1/refunds", httpapi.Methods{http.MethodPost: s.refund})
 		a.Handle("/v1/refunds/{external_key}", httpapi.Methods{http.MethodGet: s.refundStatus})
+		a.Handle("/v1/captures", httpapi.Methods{http.MethodPost: s.operate(institution.OpCapture)})
+		a.Handle("/v1/captures/{external_key}", httpapi.Methods{http.MethodGet: s.operationStatus})
+		a.Handle("/v1/voids", httpapi.Methods{http.MethodPost: s.operate(institution.OpVoid)})
+		a.Handle("/v1/voids/{external_key}", httpapi.Methods{http.MethodGet: s.operationStatus})
 	}
 	a.Handle("/admin/refunds", httpapi.Methods{http.MethodGet: s.admin(s.getRefunds)})
+	a.Handle("/admin/operations", httpapi.Methods{http.MethodGet: s.admin(s.getOperations)})
 	a.Handle("/admin/behavior", httpapi.Methods{
 		http.MethodGet: s.admin(s.getBehavior),
 		http.MethodPut: s.admin(s.putBehavior),
@@ -241,7 +246,7 @@ func (s *Server) admin(fn httpapi.HandlerFunc) httpapi.HandlerFunc {
 }
 
 // approveFields lists the fields of POST /v1/approvals.
-const approveFields = `"external_key", "amount", "currency"`
+const approveFields = `"external_key", "amount", "currency", "capture"`
 
 // approve serves POST /v1/approvals: the arrival is taken before the body
 // is read, and logged even when the body is invalid.
@@ -251,6 +256,7 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) error {
 		ExternalKey *string `json:"external_key"`
 		Amount      *int64  `json:"amount"`
 		Currency    *string `json:"currency"`
+		Capture     *string `json:"capture"`
 	}
 	a.Invalid = s.decodeJSON(w, r, &body, approveFields)
 	if body.ExternalKey != nil {
@@ -261,6 +267,10 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) error {
 	}
 	if a.Invalid == nil {
 		a.Request.Amount, a.Request.Currency = *body.Amount, *body.Currency
+		if body.Capture != nil {
+			a.Request.Capture = *body.Capture
+			a.Invalid = a.Request.Validate()
+		}
 	}
 	res, err := s.Approve(r.Context(), a)
 	if err != nil {
@@ -348,5 +358,41 @@ func (s *Server) refundStatus(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) getRefunds(w http.ResponseWriter, r *http.Request) error {
 	httpapi.WriteJSON(w, http.StatusOK, s.Refunds())
+	return nil
+}
+
+// operationFields lists the fields of POST /v1/captures and /v1/voids.
+const operationFields = `"external_key", "approval_key", "amount"`
+
+// operate serves POST /v1/captures and POST /v1/voids.
+func (s *Server) operate(kind string) httpapi.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		var body institution.OperationRequest
+		if err := s.decodeJSON(w, r, &body, operationFields); err != nil {
+			return err
+		}
+		body.Kind = kind
+		res, err := s.Operate(r.Context(), body, r.URL.Path)
+		if err != nil {
+			return err
+		}
+		httpapi.WriteJSON(w, http.StatusOK, res)
+		return nil
+	}
+}
+
+// operationStatus serves GET /v1/captures/{external_key} and
+// /v1/voids/{external_key}.
+func (s *Server) operationStatus(w http.ResponseWriter, r *http.Request) error {
+	rec, err := s.OperationStatus(r.PathValue("external_key"))
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, rec)
+	return nil
+}
+
+func (s *Server) getOperations(w http.ResponseWriter, r *http.Request) error {
+	httpapi.WriteJSON(w, http.StatusOK, s.Operations())
 	return nil
 }

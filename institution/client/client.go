@@ -117,7 +117,7 @@ func (c *Client) Approve(ctx context.Context, req institution.ApproveRequest) (i
 		if err := json.Unmarshal(data, &res); err != nil {
 			return institution.ApprovalResult{}, fmt.Errorf("%w: the 200 answer is not an approval result: %w", ErrUnknownOutcome, err)
 		}
-		if res.Status != institution.StatusApproved && res.Status != institution.StatusDeclined {
+		if res.Status != institution.StatusApproved && res.Status != institution.StatusDeclined && res.Status != institution.StatusAuthorized {
 			return institution.ApprovalResult{}, fmt.Errorf("%w: the 200 answer has status %q", ErrUnknownOutcome, res.Status)
 		}
 		return res, nil
@@ -169,7 +169,7 @@ func (c *Client) Status(ctx context.Context, externalKey string) (StatusResult, 
 	switch resp.StatusCode {
 	case http.StatusOK:
 		var rec institution.Record
-		if err := json.Unmarshal(data, &rec); err != nil || (rec.Status != institution.StatusApproved && rec.Status != institution.StatusDeclined) {
+		if err := json.Unmarshal(data, &rec); err != nil || !knownStatus(rec.Status) {
 			return StatusResult{}, fmt.Errorf("%w: the 200 answer is not a record: %.200s", ErrStatusUnavailable, data)
 		}
 		return StatusResult{Found: true, Status: rec.Status, ApprovalID: rec.ApprovalID, Amount: rec.Amount,
@@ -395,4 +395,91 @@ func (c *Client) RefundStatus(ctx context.Context, externalKey string) (StatusRe
 func (c *Client) Refunds(ctx context.Context) (institution.RefundLedger, error) {
 	var l institution.RefundLedger
 	return l, c.admin(ctx, http.MethodGet, "/admin/refunds", nil, &l)
+}
+
+// knownStatus reports whether st is an approval record's status.
+func knownStatus(st string) bool {
+	switch st {
+	case institution.StatusApproved, institution.StatusDeclined, institution.StatusAuthorized, institution.StatusVoided:
+		return true
+	}
+	return false
+}
+
+// operationPath is the path of an operation kind's requests.
+func operationPath(kind string) string {
+	if kind == institution.OpVoid {
+		return "/v1/voids"
+	}
+	return "/v1/captures"
+}
+
+// Operate asks the institution to capture or void (req.Kind) an
+// authorisation. A DECLINED result is an answer, not an error; the
+// errors are Refund's.
+func (c *Client) Operate(ctx context.Context, req institution.OperationRequest) (institution.OperationResult, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return institution.OperationResult{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
+	var connected atomic.Bool
+	resp, err := c.send(ctx, http.MethodPost, operationPath(req.Kind), body, false, &connected)
+	if err != nil {
+		if !connected.Load() {
+			return institution.OperationResult{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+		}
+		return institution.OperationResult{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+	data, err := readAll(resp, maxAnswer)
+	if err != nil {
+		return institution.OperationResult{}, fmt.Errorf("%w: reading the answer: %w", ErrUnknownOutcome, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		var res institution.OperationResult
+		if err := json.Unmarshal(data, &res); err != nil ||
+			(res.Status != institution.OpSucceeded && res.Status != institution.OpDeclined) {
+			return institution.OperationResult{}, fmt.Errorf("%w: the 200 answer is not an operation result: %.200s", ErrUnknownOutcome, data)
+		}
+		return res, nil
+	case resp.StatusCode == http.StatusGatewayTimeout:
+		return institution.OperationResult{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, answerError(resp, data))
+	default:
+		return institution.OperationResult{}, classify(resp, data, ErrUnknownOutcome)
+	}
+}
+
+// OperationStatus asks the institution what it knows about a capture's
+// or void's externalKey; the answer and the errors are RefundStatus's,
+// with Status SUCCEEDED or DECLINED when Found.
+func (c *Client) OperationStatus(ctx context.Context, kind, externalKey string) (StatusResult, error) {
+	resp, err := c.send(ctx, http.MethodGet, operationPath(kind)+"/"+url.PathEscape(externalKey), nil, false, nil)
+	if err != nil {
+		return StatusResult{}, fmt.Errorf("%w: %w", ErrStatusUnavailable, err)
+	}
+	data, err := readAll(resp, maxAnswer)
+	if err != nil {
+		return StatusResult{}, fmt.Errorf("%w: reading the answer: %w", ErrStatusUnavailable, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		var rec institution.OperationRecord
+		if err := json.Unmarshal(data, &rec); err != nil || (rec.Status != institution.OpSucceeded && rec.Status != institution.OpDeclined) {
+			return StatusResult{}, fmt.Errorf("%w: the 200 answer is not an operation record: %.200s", ErrStatusUnavailable, data)
+		}
+		return StatusResult{Found: true, Status: rec.Status, Amount: rec.Amount, Charges: rec.Applied, Definitive: true}, nil
+	case http.StatusNotFound:
+		if res, ok := notFound(answerError(resp, data)); ok {
+			return res, nil
+		}
+	case http.StatusServiceUnavailable:
+		return StatusResult{}, fmt.Errorf("%w: %w", ErrStatusUnavailable, answerError(resp, data))
+	}
+	return StatusResult{}, classify(resp, data, ErrStatusUnavailable)
+}
+
+// Operations returns the institution's captures and voids (admin token).
+func (c *Client) Operations(ctx context.Context) ([]institution.OperationRecord, error) {
+	var out []institution.OperationRecord
+	return out, c.admin(ctx, http.MethodGet, "/admin/operations", nil, &out)
 }

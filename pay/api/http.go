@@ -123,6 +123,10 @@ func New(svc *pay.Service, store pay.Store, cfg Config, reg *prometheus.Registry
 	api.Handle("/v1/payments", httpapi.Methods{http.MethodPost: h.create, http.MethodGet: h.listPayments})
 	api.Handle("/v1/payments/{id}", httpapi.Methods{http.MethodGet: h.get})
 	api.Handle("/v1/payments/{id}/refunds", httpapi.Methods{http.MethodPost: h.refund, http.MethodGet: h.listRefunds})
+	api.Handle("/v1/payments/{id}/capture", httpapi.Methods{http.MethodPost: h.capture})
+	api.Handle("/v1/payments/{id}/void", httpapi.Methods{http.MethodPost: h.void})
+	api.Handle("/v1/payments/{id}/operations", httpapi.Methods{http.MethodGet: h.listOperations})
+	api.Handle("/v1/events", httpapi.Methods{http.MethodGet: h.events})
 	api.AddCheck(httpapi.Check{Name: "store", Ping: store.Ping})
 	if err := registerAdmin(api, svc, store, cfg); err != nil {
 		return nil, err
@@ -155,9 +159,11 @@ type createBody struct {
 	// PaymentKey is the key the institution's widget gave the buyer's
 	// browser (Toss Payments' paymentKey); required by such a connector.
 	PaymentKey *string `json:"payment_key"`
+	// Capture is "automatic" (the default) or "manual".
+	Capture *string `json:"capture"`
 }
 
-const createFields = `"merchant_id", "order_id", "amount", "currency", "payment_key"`
+const createFields = `"merchant_id", "order_id", "amount", "currency", "payment_key", "capture"`
 
 // create answers POST /v1/payments. merchant_id may be left out: it is
 // the key's merchant; when given it must be that merchant (403
@@ -200,6 +206,12 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 	if b.PaymentKey != nil {
 		req.PaymentKey = *b.PaymentKey
 	}
+	if b.Capture != nil {
+		if !pay.CaptureMode(*b.Capture).Valid() {
+			return pay.Invalid("capture", "must be one of %v", pay.CaptureModes())
+		}
+		req.Capture = pay.CaptureMode(*b.Capture)
+	}
 	p, replayed, err := h.svc.Create(r.Context(), key, req)
 	if err != nil {
 		return err
@@ -221,7 +233,7 @@ func (h *handler) create(w http.ResponseWriter, r *http.Request) error {
 // (GET shows it).
 func CreatedResponse(p pay.Payment) (int, []byte, error) {
 	code := http.StatusCreated
-	if !p.Status.Terminal() {
+	if !p.Status.Settled() {
 		code = http.StatusAccepted
 	}
 	p.History = nil

@@ -8,17 +8,21 @@ import (
 
 // View is a payment as the API shows it.
 type View struct {
-	ID           string       `json:"id"`
-	MerchantID   string       `json:"merchant_id"`
-	OrderID      string       `json:"order_id"`
-	Amount       int64        `json:"amount"`
-	Currency     string       `json:"currency"`
-	Status       pay.Status   `json:"status"`
-	ManualReview bool         `json:"manual_review"`
-	ReviewReason string       `json:"review_reason,omitempty"`
-	CreatedAt    time.Time    `json:"created_at"`
-	UpdatedAt    time.Time    `json:"updated_at"`
-	History      []ChangeView `json:"history,omitempty"`
+	ID           string     `json:"id"`
+	MerchantID   string     `json:"merchant_id"`
+	OrderID      string     `json:"order_id"`
+	Amount       int64      `json:"amount"`
+	Currency     string     `json:"currency"`
+	Status       pay.Status `json:"status"`
+	ManualReview bool       `json:"manual_review"`
+	ReviewReason string     `json:"review_reason,omitempty"`
+	// Capture is automatic or manual (an authorisation, captured or
+	// voided later); Captured is a manual payment's captured amount.
+	Capture   pay.CaptureMode `json:"capture"`
+	Captured  *int64          `json:"captured,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+	History   []ChangeView    `json:"history,omitempty"`
 }
 
 // ChangeView is one status change as the API shows it: Code is the
@@ -36,7 +40,14 @@ type ChangeView struct {
 // reasons stored before they were made safe show no internals either.
 func ViewOf(p pay.Payment) View {
 	v := View{ID: p.ID, MerchantID: p.MerchantID, OrderID: p.OrderID, Amount: p.Amount, Currency: p.Currency,
-		Status: p.Status, ManualReview: p.ManualReview, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+		Status: p.Status, ManualReview: p.ManualReview, Capture: p.CaptureMode, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+	if v.Capture == "" {
+		v.Capture = pay.CaptureAutomatic
+	}
+	if p.Manual() {
+		c := p.Captured
+		v.Captured = &c
+	}
 	if p.ReviewReason != "" {
 		v.ReviewReason = pay.SafeReason(p.ReviewReason)
 	}

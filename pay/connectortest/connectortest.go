@@ -2,7 +2,8 @@
 // service's connectors (pay.Connector and pay.Refunder) against the
 // institution simulator (package institution) speaking the connector's
 // protocol: approvals, idempotent repeats, inquiries by the external
-// key, full and partial refunds and their inquiries, and every fault
+// key, full and partial refunds and their inquiries, authorisations with
+// their captures and voids (where the connector declares them), and every fault
 // mode of the simulator, each of which must come out as the error the
 // payment service documents (pay.ErrNotSent, ErrRejected,
 // ErrOutcomeUnknown, ErrInquiryUnavailable) or as a verdict.
@@ -79,6 +80,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"NotSent", testNotSent},
 		{"FullAndPartialRefunds", testRefunds},
 		{"RefundFaultModes", testRefundFaults},
+		{"AuthorizeCaptureAndVoid", testCaptureVoid},
+		{"CaptureAndVoidFaultModes", testCaptureVoidFaults},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -399,5 +402,130 @@ func testRefundFaults(t *testing.T, h Harness) {
 	}
 	if got := refunded(h, pa.ExternalKey); got != 1000 {
 		t.Errorf("refunded %d, want only HANG_AFTER_PROCESSING's 1000", got)
+	}
+}
+
+// capturer returns h's connector as a pay.Capturer, or skips the test
+// when it does not declare manual capture and void.
+func capturer(t *testing.T, h Harness) pay.Capturer {
+	t.Helper()
+	c, ok := h.Connector.(pay.Capturer)
+	caps := h.Connector.Capabilities()
+	if !caps.ManualCapture || !caps.Void {
+		if ok {
+			t.Fatalf("%s implements pay.Capturer without declaring manual_capture and void", h.Connector.Name())
+		}
+		t.Skip("no manual capture")
+	}
+	if !ok {
+		t.Fatalf("%s declares manual_capture and void but is no pay.Capturer", h.Connector.Name())
+	}
+	return c
+}
+
+// authorize authorises req and fails the test unless it is approved.
+func authorize(t *testing.T, c pay.Capturer, req pay.ApprovalRequest) {
+	t.Helper()
+	if v, err := c.Authorize(ctx(t), req); err != nil || !v.Approved {
+		t.Fatalf("Authorize = %+v, %v; want approved", v, err)
+	}
+}
+
+func testCaptureVoid(t *testing.T, h Harness) {
+	c := capturer(t, h)
+	pa := approval(10000)
+	authorize(t, c, pa)
+	if r := record(h, pa.ExternalKey); r.Status != institution.StatusAuthorized || r.Charges != 0 {
+		t.Fatalf("after the authorisation the institution has %+v, want AUTHORIZED, nothing charged", r)
+	}
+	if q := inquire(t, h, pa.ExternalKey); !q.Found || !q.Approved {
+		t.Errorf("an authorisation's inquiry = %+v, want found and approved", q)
+	}
+	capKey := newKey("cap")
+	q, err := c.InquireOperation(ctx(t), pay.OpCapture, capKey, pa.ExternalKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Found || (q.Definitive && q.NotFoundWindow <= 0) {
+		t.Errorf("inquiry of a capture never sent = %+v, want not found", q)
+	}
+	v, err := c.Capture(ctx(t), pay.OperationRequest{ExternalKey: capKey, PaymentKey: pa.ExternalKey, Amount: 6000, Currency: "KRW"})
+	if err != nil || !v.Succeeded {
+		t.Fatalf("Capture = %+v, %v; want succeeded", v, err)
+	}
+	if r := record(h, pa.ExternalKey); r.Status != institution.StatusApproved || r.Captured != 6000 || r.Charges != 1 {
+		t.Errorf("after the capture the institution has %+v, want APPROVED, 6000 captured once", r)
+	}
+	if q, err := c.InquireOperation(ctx(t), pay.OpCapture, capKey, pa.ExternalKey); err != nil || !q.Found || !q.Succeeded {
+		t.Errorf("the capture's inquiry = %+v, %v; want found, succeeded", q, err)
+	}
+	// A void of a captured payment is refused, nothing done.
+	if _, err := c.Void(ctx(t), pay.OperationRequest{ExternalKey: newKey("void"), PaymentKey: pa.ExternalKey, Currency: "KRW"}); !errors.Is(err, pay.ErrRejected) {
+		t.Errorf("a void after the capture: %v, want ErrRejected", err)
+	}
+
+	pb := approval(5000)
+	authorize(t, c, pb)
+	voidKey := newKey("void")
+	if v, err := c.Void(ctx(t), pay.OperationRequest{ExternalKey: voidKey, PaymentKey: pb.ExternalKey, Currency: "KRW"}); err != nil || !v.Succeeded {
+		t.Fatalf("Void = %+v, %v; want succeeded", v, err)
+	}
+	if r := record(h, pb.ExternalKey); r.Status != institution.StatusVoided || r.Charges != 0 {
+		t.Errorf("after the void the institution has %+v, want VOIDED, nothing charged", r)
+	}
+	if q, err := c.InquireOperation(ctx(t), pay.OpVoid, voidKey, pb.ExternalKey); err != nil || !q.Found || !q.Succeeded {
+		t.Errorf("the void's inquiry = %+v, %v; want found, succeeded", q, err)
+	}
+}
+
+func testCaptureVoidFaults(t *testing.T, h Harness) {
+	c := capturer(t, h)
+	hang := (20 * h.CallTimeout).Milliseconds()
+	for _, tc := range []struct {
+		mode  institution.Mode
+		want  func(pay.RefundVerdict, error) bool
+		what  string
+		found bool // the inquiry then finds it carried out
+	}{
+		{institution.ModeDecline, func(v pay.RefundVerdict, err error) bool { return err == nil && !v.Succeeded }, "declined", false},
+		{institution.ModeError, func(_ pay.RefundVerdict, err error) bool { return errors.Is(err, pay.ErrOutcomeUnknown) }, "ErrOutcomeUnknown", false},
+		{institution.ModeHangBefore, func(_ pay.RefundVerdict, err error) bool { return errors.Is(err, pay.ErrOutcomeUnknown) }, "ErrOutcomeUnknown", false},
+		{institution.ModeHangAfter, func(_ pay.RefundVerdict, err error) bool { return errors.Is(err, pay.ErrOutcomeUnknown) }, "ErrOutcomeUnknown", true},
+	} {
+		for _, kind := range []pay.OperationKind{pay.OpCapture, pay.OpVoid} {
+			pa := approval(3000)
+			authorize(t, c, pa)
+			behave(t, h, func(b *institution.Behavior) { b.Mode, b.HangMS = tc.mode, hang })
+			req := pay.OperationRequest{ExternalKey: newKey(string(kind)), PaymentKey: pa.ExternalKey, Currency: "KRW"}
+			var (
+				v   pay.RefundVerdict
+				err error
+			)
+			if kind == pay.OpCapture {
+				req.Amount = 3000
+				v, err = c.Capture(ctx(t), req)
+			} else {
+				v, err = c.Void(ctx(t), req)
+			}
+			if !tc.want(v, err) {
+				t.Errorf("%s %s = %+v, %v; want %s", tc.mode, kind, v, err, tc.what)
+			}
+			behave(t, h, func(b *institution.Behavior) { b.StatusAPI = institution.StatusAPIDown })
+			if _, err := c.InquireOperation(ctx(t), kind, req.ExternalKey, pa.ExternalKey); !errors.Is(err, pay.ErrInquiryUnavailable) {
+				t.Errorf("%s %s: inquiry with the status API down: %v, want ErrInquiryUnavailable", tc.mode, kind, err)
+			}
+			behave(t, h, func(*institution.Behavior) {})
+			q, err := c.InquireOperation(ctx(t), kind, req.ExternalKey, pa.ExternalKey)
+			if err != nil || (q.Found && q.Succeeded) != tc.found {
+				t.Errorf("%s %s: inquiry = %+v, %v; want carried out: %v", tc.mode, kind, q, err, tc.found)
+			}
+		}
+	}
+	// Unreachable: not sent.
+	if u, ok := h.Unreachable.(pay.Capturer); ok {
+		_, err := u.Capture(ctx(t), pay.OperationRequest{ExternalKey: newKey("cap"), PaymentKey: newKey("ord"), Amount: 1, Currency: "KRW"})
+		if !errors.Is(err, pay.ErrNotSent) {
+			t.Errorf("capture to an unreachable institution: %v, want ErrNotSent", err)
+		}
 	}
 }

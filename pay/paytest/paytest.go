@@ -68,6 +68,11 @@ func run(t *testing.T, newStore func(t *testing.T) pay.Store, parallel bool) {
 		{"RefundEventsInPaymentOrder", testRefundEventsInPaymentOrder},
 		{"ClaimDueRefunds", testClaimDueRefunds},
 		{"ListForMerchant", testListForMerchant},
+		{"OperationRules", testOperationRules},
+		{"ConcurrentCaptureVoidOneRecorded", testConcurrentCaptureVoidOneRecorded},
+		{"ClaimDueOperations", testClaimDueOperations},
+		{"ExpiredAuthorizations", testExpiredAuthorizations},
+		{"MerchantEvents", testMerchantEvents},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,8 +4,11 @@ package sqlstore
 // status changes, its outbox, its webhook deliveries and its reconciliation
 // run, as the store sends them to d's database.
 func MoneyPathStatements(d Dialect) map[string]string {
-	q := newQueries(d)
+	q, o := newQueries(d), newOpQueries(d)
 	return map[string]string{
+		"insertOp": o.insertOp, "opByKey": o.opByKey, "getOp": o.getOp, "opsOfPayment": o.opsOfPayment,
+		"holdingOp": o.holdingOp, "updateOp": o.updateOp, "setCaptured": o.setCaptured, "claimDueOps": o.claimDueOps,
+		"deferOp": o.deferOp, "expiredAuths": o.expiredAuths, "merchantEvents": o.merchantEvents,
 		"getPayment": q.getPayment, "lockPayment": q.lockPayment, "history": q.history,
 		"lockWithHistory": q.lockWithHistory, "insertPayment": q.insertPayment, "updateStatus": q.updateStatus,
 		"flagReview": q.flagReview, "insertHistory": q.insertHistory, "insertOutbox": q.insertOutbox,

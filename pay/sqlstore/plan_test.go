@@ -25,9 +25,11 @@ import (
 
 // partialScans are the indexes a money-path statement may scan from end
 // to end: partial indexes whose rows are a backlog (unpublished outbox
-// rows, payments due for an inquiry, pending deliveries), which the
-// service drains, not a history that grows with every payment.
-var partialScans = []string{"outbox_unpublished", "payments_due", "webhook_deliveries_due", "webhook_deliveries_pending"}
+// rows, payments due for an inquiry, pending deliveries, captures and
+// voids due for an inquiry, authorisations awaiting their capture),
+// which the service drains, not a history that grows with every payment.
+var partialScans = []string{"outbox_unpublished", "payments_due", "webhook_deliveries_due", "webhook_deliveries_pending",
+	"payment_operations_due", "payments_authorized"}
 
 // placeholder matches a statement's parameters in either dialect.
 var placeholder = regexp.MustCompile(`[$?](\d+)`)

@@ -13,7 +13,7 @@ import (
 )
 
 const paymentCols = `id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key,
-	manual_review, review_reason, created_at, updated_at, event_seq, next_inquiry_at, inquiries`
+	manual_review, review_reason, created_at, updated_at, event_seq, next_inquiry_at, inquiries, capture_mode, captured`
 
 // idemCols are the columns of an idempotency record. The table's
 // response_code and response_body columns are neither written nor read
@@ -48,7 +48,7 @@ const deliveryCols = `id, payment_id, seq, merchant_id, type, body, status, atte
 
 // liveStatuses are the statuses of a payment that keeps its order taken:
 // the partial unique index payments_live_order has the same list.
-const liveStatuses = `('PENDING', 'UNKNOWN', 'APPROVED')`
+const liveStatuses = `('PENDING', 'UNKNOWN', 'APPROVED', 'AUTHORIZED')`
 
 func newQueries(d Dialect) queries {
 	get := `SELECT ` + paymentCols + ` FROM payments WHERE id = $1`
@@ -65,11 +65,11 @@ func newQueries(d Dialect) queries {
 		listByStatus: `SELECT ` + paymentCols + ` FROM payments WHERE status = $1 ORDER BY created_at, id LIMIT $2`,
 		list:         `SELECT ` + paymentCols + ` FROM payments WHERE id > $1 ORDER BY id LIMIT $2`,
 		insertPayment: `INSERT INTO payments (` + paymentCols + `)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13, 0)`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13, 0, $14, 0)`,
 		updateStatus:  `UPDATE payments SET status = $1, updated_at = $2, event_seq = $3, next_inquiry_at = $5 WHERE id = $4`,
 		flagReview:    `UPDATE payments SET manual_review = $1, review_reason = $2, updated_at = $3, event_seq = $4 WHERE id = $5`,
 		insertHistory: `INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES ($1, $2, $3, $4, $5)`,
-		insertOutbox:  `INSERT INTO outbox (payment_id, seq, type, payload, created_at) VALUES ($1, $2, $3, $4, $5)`,
+		insertOutbox:  `INSERT INTO outbox (payment_id, seq, type, payload, created_at, merchant_id) VALUES ($1, $2, $3, $4, $5, $6)`,
 		getIdem:       `SELECT ` + idemCols + ` FROM idempotency_keys WHERE key = $1`,
 		// A live record is left alone (no row affected); an expired one
 		// is replaced.
@@ -212,12 +212,14 @@ func (s *Store) encodeNullTime(t time.Time) any {
 // scanPayment scans paymentCols; it returns the payment's last event seq.
 func (s *Store) scanPayment(row interface{ Scan(...any) error }) (pay.Payment, int64, error) {
 	var (
-		p      pay.Payment
-		status string
-		seq    int64
+		p            pay.Payment
+		status, mode string
+		seq          int64
 	)
 	err := row.Scan(&p.ID, &p.MerchantID, &p.OrderID, &p.Amount, &p.Currency, &status, &p.ExternalKey, &p.IdempotencyKey,
-		&p.ManualReview, &p.ReviewReason, s.at(&p.CreatedAt), s.at(&p.UpdatedAt), &seq, s.nullAt(&p.NextInquiryAt), &p.Inquiries)
+		&p.ManualReview, &p.ReviewReason, s.at(&p.CreatedAt), s.at(&p.UpdatedAt), &seq, s.nullAt(&p.NextInquiryAt), &p.Inquiries,
+		&mode, &p.Captured)
+	p.CaptureMode = pay.CaptureMode(mode)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, 0, pay.ErrNotFound
 	}

@@ -157,13 +157,13 @@ func (s *Store) CreateRefund(ctx context.Context, r pay.Refund) (pay.Refund, err
 		if err := s.queryRow(ctx, tx, s.rq.heldRefunds, p.ID).Scan(&held); err != nil {
 			return err
 		}
-		left := p.Amount - held
+		left := p.Refundable() - held
 		if r.Amount == 0 {
 			r.Amount = left
 		}
 		if r.Amount <= 0 || r.Amount > left {
 			return &pay.Error{Code: pay.CodeRefundExceeds, Kind: pay.CodeConflict, Field: "amount",
-				Message: fmt.Sprintf("the payment's refunds would exceed its amount: %d %s of %d are refunded or in flight, %d left", held, p.Currency, p.Amount, max(left, 0)),
+				Message: fmt.Sprintf("the payment's refunds would exceed its amount: %d %s of %d are refunded or in flight, %d left", held, p.Currency, p.Refundable(), max(left, 0)),
 				Extra:   map[string]any{"refundable": max(left, 0)}}
 		}
 		r.Currency, r.PaymentKey = p.Currency, p.ExternalKey

@@ -110,6 +110,7 @@ type Store struct {
 	read  *sql.DB // reads; may be write
 	q     queries
 	rq    refundQueries
+	oq    opQueries
 	gc    *committer // nil without Config.GroupCommit
 	// wst and rst are the prepared statements of write and read by
 	// text; nil without Config.PrepareStatements.
@@ -137,7 +138,7 @@ func New(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
 	if read == nil {
 		read = write
 	}
-	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d), rq: newRefundQueries(d)}
+	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d), rq: newRefundQueries(d), oq: newOpQueries(d)}
 	if cfg.MerchantTTL > 0 {
 		s.merchants = newMerchantCache(cfg.MerchantTTL, cfg.Now)
 	}

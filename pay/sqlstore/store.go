@@ -40,16 +40,16 @@ func (s *Store) lockWithHistory(ctx context.Context, tx *sql.Tx, id string) (pay
 	)
 	for rows.Next() {
 		var (
-			status           string
+			status, mode     string
 			from, to, reason sql.NullString
 			changeAt, next   time.Time
 		)
 		if err := rows.Scan(&p.ID, &p.MerchantID, &p.OrderID, &p.Amount, &p.Currency, &status, &p.ExternalKey, &p.IdempotencyKey,
 			&p.ManualReview, &p.ReviewReason, s.at(&p.CreatedAt), s.at(&p.UpdatedAt), &seq, s.nullAt(&next), &p.Inquiries,
-			&from, &to, &reason, s.nullAt(&changeAt)); err != nil {
+			&mode, &p.Captured, &from, &to, &reason, s.nullAt(&changeAt)); err != nil {
 			return pay.Payment{}, 0, err
 		}
-		p.Status, p.NextInquiryAt = pay.Status(status), next
+		p.Status, p.NextInquiryAt, p.CaptureMode = pay.Status(status), next, pay.CaptureMode(mode)
 		if from.Valid {
 			p.History = append(p.History, pay.StatusChange{
 				From: pay.Status(from.String), To: pay.Status(to.String), Reason: reason.String, At: changeAt})
@@ -113,7 +113,7 @@ func (s *Store) insertHistory(ctx context.Context, tx *sql.Tx, id string, c pay.
 // used within Config.MerchantTTL). The delivery's body is built only
 // then.
 func (s *Store) insertOutbox(ctx context.Context, tx *sql.Tx, merchantID string, e pay.OutboxEvent) error {
-	if _, err := s.exec(ctx, tx, s.q.insertOutbox, e.PaymentID, e.Seq, e.Type, string(e.Payload), s.d.EncodeTime(e.CreatedAt)); err != nil {
+	if _, err := s.exec(ctx, tx, s.q.insertOutbox, e.PaymentID, e.Seq, e.Type, string(e.Payload), s.d.EncodeTime(e.CreatedAt), merchantID); err != nil {
 		return err
 	}
 	if hook, err := s.hasWebhook(ctx, tx, merchantID); err != nil || !hook {
@@ -189,7 +189,7 @@ func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.Idemp
 		if _, err := s.exec(ctx, tx, s.q.insertPayment,
 			p.ID, p.MerchantID, p.OrderID, p.Amount, p.Currency, string(p.Status), p.ExternalKey, p.IdempotencyKey,
 			p.ManualReview, p.ReviewReason, s.d.EncodeTime(p.CreatedAt), s.d.EncodeTime(p.UpdatedAt),
-			s.encodeNullTime(p.NextInquiryAt)); err != nil {
+			s.encodeNullTime(p.NextInquiryAt), string(p.CaptureMode)); err != nil {
 			return err
 		}
 		if err := s.insertHistory(ctx, tx, p.ID, p.History[0]); err != nil {

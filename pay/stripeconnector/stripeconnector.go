@@ -124,12 +124,29 @@ func (c *Connector) Capabilities() pay.Capabilities {
 	return pay.Capabilities{IdempotentApproval: true, InquiryByOrder: true, Refund: true, PartialRefund: true, ManualCapture: true, Void: true}
 }
 
-// approvalKey and refundKey are the Idempotency-Keys sent to Stripe.
+// approvalKey, refundKey and operationKey are the Idempotency-Keys sent
+// to Stripe: each request its own.
 func approvalKey(externalKey string) string { return "stampede-approval-" + externalKey }
 func refundKey(externalKey string) string   { return "stampede-refund-" + externalKey }
+func operationKey(kind pay.OperationKind, externalKey string) string {
+	return "stampede-" + string(kind) + "-" + externalKey
+}
 
 // Approve implements pay.Institution: create and confirm a PaymentIntent.
 func (c *Connector) Approve(ctx context.Context, req pay.ApprovalRequest) (pay.Verdict, error) {
+	return c.approve(ctx, req, false)
+}
+
+// Authorize implements pay.Capturer: create and confirm a PaymentIntent
+// with capture_method manual, which Stripe leaves requires_capture.
+func (c *Connector) Authorize(ctx context.Context, req pay.ApprovalRequest) (pay.Verdict, error) {
+	return c.approve(ctx, req, true)
+}
+
+// approve creates and confirms a PaymentIntent, sent again under its key
+// (Stripe answers a repeated key with the first result) up to
+// ApprovalRetries times while the outcome is unknown.
+func (c *Connector) approve(ctx context.Context, req pay.ApprovalRequest, manual bool) (pay.Verdict, error) {
 	var last error
 	for attempt := 0; attempt <= c.cfg.ApprovalRetries; attempt++ {
 		if attempt > 0 && ctx.Err() != nil {
@@ -144,6 +161,9 @@ func (c *Connector) Approve(ctx context.Context, req pay.ApprovalRequest) (pay.V
 			// declines instead of waiting for the buyer.
 			AutomaticPaymentMethods: &stripe.PaymentIntentCreateAutomaticPaymentMethodsParams{
 				Enabled: stripe.Bool(true), AllowRedirects: stripe.String("never")},
+		}
+		if manual {
+			params.CaptureMethod = stripe.String(string(stripe.PaymentIntentCaptureMethodManual))
 		}
 		params.AddMetadata(MetadataKey, req.ExternalKey)
 		params.SetIdempotencyKey(approvalKey(req.ExternalKey))
@@ -277,6 +297,101 @@ func (c *Connector) InquireRefund(ctx context.Context, externalKey, _ string) (p
 		}
 	}
 	return pay.RefundInquiry{Definitive: true, NotFoundWindow: c.cfg.NotFoundWindow}, nil
+}
+
+var _ pay.Capturer = (*Connector)(nil)
+
+// Capture implements pay.Capturer: capture the PaymentIntent of
+// req.PaymentKey (amount_to_capture req.Amount) under the capture's own
+// Idempotency-Key.
+func (c *Connector) Capture(ctx context.Context, req pay.OperationRequest) (pay.RefundVerdict, error) {
+	return c.operate(ctx, pay.OpCapture, req)
+}
+
+// Void implements pay.Capturer: cancel the PaymentIntent of
+// req.PaymentKey under the void's own Idempotency-Key.
+func (c *Connector) Void(ctx context.Context, req pay.OperationRequest) (pay.RefundVerdict, error) {
+	return c.operate(ctx, pay.OpVoid, req)
+}
+
+// operate sends one capture or cancel (never again: a lost answer is
+// settled by InquireOperation).
+func (c *Connector) operate(ctx context.Context, kind pay.OperationKind, req pay.OperationRequest) (pay.RefundVerdict, error) {
+	pi, err := c.find(ctx, req.PaymentKey)
+	if err != nil {
+		// Nothing about the operation was sent yet.
+		_, werr := classify(err)
+		return pay.RefundVerdict{}, errors.Join(pay.ErrNotSent, werr)
+	}
+	if pi == nil {
+		return pay.RefundVerdict{}, fmt.Errorf("%w: no PaymentIntent of key %s", pay.ErrRejected, req.PaymentKey)
+	}
+	var out *stripe.PaymentIntent
+	if kind == pay.OpCapture {
+		params := &stripe.PaymentIntentCaptureParams{AmountToCapture: stripe.Int64(req.Amount)}
+		params.AddMetadata(MetadataKey+"_capture", req.ExternalKey)
+		params.SetIdempotencyKey(operationKey(kind, req.ExternalKey))
+		out, err = c.sc.V1PaymentIntents.Capture(ctx, pi.ID, params)
+	} else {
+		params := &stripe.PaymentIntentCancelParams{}
+		params.SetIdempotencyKey(operationKey(kind, req.ExternalKey))
+		out, err = c.sc.V1PaymentIntents.Cancel(ctx, pi.ID, params)
+	}
+	if err != nil {
+		k, werr := classify(err)
+		switch k {
+		case declined:
+			return pay.RefundVerdict{Succeeded: false}, nil
+		case rejected:
+			return pay.RefundVerdict{}, errors.Join(pay.ErrRejected, werr)
+		}
+		return pay.RefundVerdict{}, errors.Join(pay.ErrOutcomeUnknown, werr)
+	}
+	done, settled := operationDone(kind, out.Status)
+	if !settled {
+		return pay.RefundVerdict{}, fmt.Errorf("%w: the PaymentIntent is %s", pay.ErrOutcomeUnknown, out.Status)
+	}
+	return pay.RefundVerdict{Succeeded: done}, nil
+}
+
+// operationDone reads a PaymentIntent's status after a capture or void:
+// whether the operation took effect, and whether the status says
+// (processing does not).
+func operationDone(kind pay.OperationKind, st stripe.PaymentIntentStatus) (done, settled bool) {
+	switch st {
+	case stripe.PaymentIntentStatusSucceeded:
+		return kind == pay.OpCapture, true
+	case stripe.PaymentIntentStatusCanceled:
+		return kind == pay.OpVoid, true
+	case stripe.PaymentIntentStatusRequiresCapture:
+		return false, true
+	}
+	return false, false
+}
+
+// InquireOperation implements pay.Capturer. A PaymentIntent is captured
+// or cancelled at most once, so its status answers for the one
+// operation pay let through: succeeded is a capture carried out,
+// canceled a void; still requires_capture is neither (not found, read as
+// never processed once the not-found window has passed since our
+// request, Stripe answering synchronously).
+func (c *Connector) InquireOperation(ctx context.Context, kind pay.OperationKind, _, paymentKey string) (pay.RefundInquiry, error) {
+	pi, err := c.find(ctx, paymentKey)
+	if err != nil {
+		_, werr := classify(err)
+		return pay.RefundInquiry{}, errors.Join(pay.ErrInquiryUnavailable, werr)
+	}
+	if pi == nil {
+		return pay.RefundInquiry{Definitive: true, NotFoundWindow: c.cfg.NotFoundWindow}, nil
+	}
+	switch pi.Status {
+	case stripe.PaymentIntentStatusRequiresCapture:
+		return pay.RefundInquiry{Definitive: true, NotFoundWindow: c.cfg.NotFoundWindow}, nil
+	case stripe.PaymentIntentStatusSucceeded, stripe.PaymentIntentStatusCanceled:
+		done, _ := operationDone(kind, pi.Status)
+		return pay.RefundInquiry{Found: true, Succeeded: done, Definitive: true}, nil
+	}
+	return pay.RefundInquiry{NotFoundWindow: c.cfg.NotFoundWindow}, nil // processing: ask again
 }
 
 // errKind is what a Stripe error means for the money.

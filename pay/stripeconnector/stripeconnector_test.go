@@ -132,3 +132,109 @@ func TestBadKeysAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestCaptureAndVoidAgainstStripeMock: the authorisation (capture_method
+// manual), the capture, the cancel and their inquiries are requests
+// stripe-mock accepts (it checks them against Stripe's OpenAPI
+// description; its fixtures are stateless, so only refusals are
+// checked).
+func TestCaptureAndVoidAgainstStripeMock(t *testing.T) {
+	c := newConnector(t, testenv.URL(t, testenv.StripeMockURL))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := pay.NewID()
+	if _, err := c.Authorize(ctx, pay.ApprovalRequest{ExternalKey: key, Amount: 5000, Currency: "USD"}); err != nil {
+		t.Fatalf("Authorize: %v", err)
+	}
+	for _, kind := range []pay.OperationKind{pay.OpCapture, pay.OpVoid} {
+		req := pay.OperationRequest{ExternalKey: pay.NewID(), PaymentKey: key, Currency: "USD"}
+		var err error
+		if kind == pay.OpCapture {
+			req.Amount = 3000
+			_, err = c.Capture(ctx, req)
+		} else {
+			_, err = c.Void(ctx, req)
+		}
+		if err != nil && !errors.Is(err, pay.ErrOutcomeUnknown) {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		if _, err := c.InquireOperation(ctx, kind, req.ExternalKey, key); err != nil {
+			t.Fatalf("InquireOperation(%s): %v", kind, err)
+		}
+	}
+	if caps := c.Capabilities(); !caps.ManualCapture || !caps.Void {
+		t.Fatalf("capabilities %s", caps)
+	}
+}
+
+// TestCaptureAndVoidSendTheirOwnKeys: the authorisation asks for
+// capture_method manual; a capture and a void each go out once under
+// their own Idempotency-Key, with the amount to capture; their verdicts
+// are read from the PaymentIntent's status, and an inquiry reads it too.
+func TestCaptureAndVoidSendTheirOwnKeys(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		status = "requires_capture"
+		seen   []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, r.Method+" "+r.URL.Path+" "+r.Header.Get("Idempotency-Key")+" "+string(body))
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/capture"):
+			status = "succeeded"
+		case strings.HasSuffix(r.URL.Path, "/cancel"):
+			status = "canceled"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		pi := `{"id":"pi_1","object":"payment_intent","status":"` + status + `","amount":5000,"currency":"usd","metadata":{"stampede_key":"k-1"}}`
+		if strings.HasSuffix(r.URL.Path, "/search") {
+			_, _ = io.WriteString(w, `{"object":"search_result","data":[`+pi+`],"has_more":false}`)
+			return
+		}
+		_, _ = io.WriteString(w, pi)
+	}))
+	defer srv.Close()
+	c := newConnector(t, srv.URL)
+	ctx := context.Background()
+	if v, err := c.Authorize(ctx, pay.ApprovalRequest{ExternalKey: "k-1", Amount: 5000, Currency: "USD"}); err != nil || !v.Approved {
+		t.Fatalf("Authorize = %+v, %v", v, err)
+	}
+	if q, err := c.InquireOperation(ctx, pay.OpCapture, "cap-1", "k-1"); err != nil || q.Found || !q.Definitive {
+		t.Fatalf("inquiry before the capture = %+v, %v; want not found", q, err)
+	}
+	v, err := c.Capture(ctx, pay.OperationRequest{ExternalKey: "cap-1", PaymentKey: "k-1", Amount: 3000, Currency: "USD"})
+	if err != nil || !v.Succeeded {
+		t.Fatalf("Capture = %+v, %v", v, err)
+	}
+	if q, err := c.InquireOperation(ctx, pay.OpCapture, "cap-1", "k-1"); err != nil || !q.Found || !q.Succeeded {
+		t.Fatalf("inquiry after the capture = %+v, %v; want found, succeeded", q, err)
+	}
+	if v, err := c.Void(ctx, pay.OperationRequest{ExternalKey: "void-1", PaymentKey: "k-1", Currency: "USD"}); err != nil || !v.Succeeded {
+		t.Fatalf("Void = %+v, %v", v, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var create, capture, cancelReq string
+	for _, s := range seen {
+		switch {
+		case strings.HasPrefix(s, "POST /v1/payment_intents/pi_1/capture"):
+			capture = s
+		case strings.HasPrefix(s, "POST /v1/payment_intents/pi_1/cancel"):
+			cancelReq = s
+		case strings.HasPrefix(s, "POST /v1/payment_intents "):
+			create = s
+		}
+	}
+	if !strings.Contains(create, "capture_method=manual") || !strings.Contains(create, "stampede-approval-k-1") {
+		t.Errorf("authorisation %q: want capture_method=manual under the approval key", create)
+	}
+	if !strings.Contains(capture, "stampede-capture-cap-1") || !strings.Contains(capture, "amount_to_capture=3000") {
+		t.Errorf("capture %q: want its own key and amount_to_capture=3000", capture)
+	}
+	if !strings.Contains(cancelReq, "stampede-void-void-1") {
+		t.Errorf("cancel %q: want its own key", cancelReq)
+	}
+}
