@@ -140,7 +140,7 @@ func runForwardAuth(cmd *cobra.Command, opts *forwardAuthOptions) error {
 	if err != nil {
 		return err
 	}
-	opts.wr.onAdmit, opts.wr.name = gate.AdmitPath, "forward-auth-" + opts.room
+	opts.wr.onAdmit, opts.wr.name = gate.AdmitPath, "forward-auth-"+opts.room
 	srv, stop, err := opts.wr.start(cmd)
 	if err != nil {
 		return err
