@@ -443,7 +443,7 @@ func (g *Gate) wait(w http.ResponseWriter, r *http.Request, clear bool) {
 			Message: fmt.Sprintf("the checkout is full: join the waiting room %q", g.cfg.Room),
 			Extra:   map[string]any{"room": g.cfg.Room, "join": "/v1/rooms/" + g.cfg.Room + "/tickets"}}
 		if st, ok := g.roomStatus(r.Context()); ok {
-			e.Extra["position"] = st.Waiting
+			e.Extra["waiting"] = st.Waiting
 			if st.AdmissionRate > 0 {
 				e.RetryAfter = time.Duration(math.Min(300, float64(st.Waiting+1)/st.AdmissionRate)) * time.Second
 			}
@@ -455,7 +455,12 @@ func (g *Gate) wait(w http.ResponseWriter, r *http.Request, clear bool) {
 		http.SetCookie(w, g.cookie(r, g.cfg.CookieName+"_return", url.QueryEscape(r.URL.RequestURI()), 0))
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, "/rooms/"+g.cfg.Room+"?join=anonymous", http.StatusSeeOther)
+	to := "/rooms/" + g.cfg.Room + "?join=anonymous"
+	if lang := r.URL.Query().Get("lang"); lang != "" {
+		// The page's language, as the visitor asked for it.
+		to += "&lang=" + url.QueryEscape(lang)
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
 // isNavigation reports a request for a page: Sec-Fetch-Dest is document

@@ -447,7 +447,7 @@ func TestReleasedUserRefusedWithinOneSecond(t *testing.T) {
 		var p map[string]any
 		json.NewDecoder(res.Body).Decode(&p)
 		res.Body.Close()
-		if res.StatusCode != 503 || res.Header.Get("Content-Type") != "application/problem+json" || res.Header.Get("Retry-After") == "" || p["position"] == nil {
+		if res.StatusCode != 503 || res.Header.Get("Content-Type") != "application/problem+json" || res.Header.Get("Retry-After") == "" || p["waiting"] == nil || p["position"] != nil {
 			t.Errorf("API client without admission: %d %q Retry-After %q %v", res.StatusCode, res.Header.Get("Content-Type"), res.Header.Get("Retry-After"), p)
 		}
 

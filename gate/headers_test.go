@@ -147,3 +147,23 @@ func TestGateServesItsOwnHealth(t *testing.T) {
 		t.Errorf("GET /healthz through the gate = 200: the checkout's path was answered by the gate")
 	}
 }
+
+// TestGateKeepsThePageLanguage: a visitor sent to the waiting page keeps
+// the language it asked for (?lang=ko).
+func TestGateKeepsThePageLanguage(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	w := newWorld(t, client, 1, time.Minute)
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, _ := http.NewRequest(http.MethodGet, w.gates[0]+"/shop?lang=ko", nil)
+	req.Header.Set("Accept", "text/html")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/rooms/"+w.room+"?join=anonymous&lang=ko" {
+		t.Errorf("GET /shop?lang=ko = %d to %q, want 303 to the page in Korean", resp.StatusCode, loc)
+	}
+}
