@@ -282,7 +282,7 @@ func TestServeWorkerDeliverRefusesBadStart(t *testing.T) {
 // parks its payment (listed by `events parked`) while the others are
 // delivered; no fulfilment store is opened.
 func TestServeWorkerDeliverEndToEnd(t *testing.T) {
-	const secret = "whsec_outlet_e2e"
+	const secret = "whsec_outlet_e2e_0123"
 	ctx := context.Background()
 	emb, err := natspub.StartEmbedded(t.TempDir())
 	if err != nil {

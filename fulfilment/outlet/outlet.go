@@ -111,6 +111,9 @@ func DefaultConfig() Config {
 	}
 }
 
+// MinSecret is the shortest signing secret accepted.
+const MinSecret = 16
+
 // Validate reports every unusable field at once (see stampede.Fields),
 // each named as serve worker's flag that sets it (see Config).
 func (c Config) Validate() error {
@@ -118,8 +121,8 @@ func (c Config) Validate() error {
 	if err := validURL(c.URL); err != nil {
 		f.Add("deliver", "%s", err)
 	}
-	if c.Secret == "" {
-		f.Add("deliver_secret", "must not be empty: the requests are signed with it")
+	if len(c.Secret) < MinSecret {
+		f.Add("deliver_secret", "must be at least %d bytes (got %d): the requests are signed with it, and a short key can be guessed", MinSecret, len(c.Secret))
 	}
 	if c.Timeout <= 0 {
 		f.Add("deliver_timeout", "must be positive, got %s", c.Timeout)

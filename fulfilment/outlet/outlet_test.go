@@ -17,7 +17,7 @@ import (
 	"github.com/stampede-lab/stampede/protocol"
 )
 
-const secret = "whsec_test"
+const secret = "whsec_test_0123456789"
 
 // testConfig is an outlet to url with fast retries and a recorded sleep.
 func testConfig(url string, waits *[]time.Duration) outlet.Config {
