@@ -23,6 +23,7 @@ type session struct {
 	open      bool   // false while a barrier runs (one runs whenever the session is neither open nor ended)
 	lastDseq  uint64 // consumer sequence of the session's latest delivery
 	ord       uint64 // deliveries received in the session
+	jumps     uint64 // deliveries whose consumer sequence did not follow the previous one
 	ended     bool
 	refreshed bool // the parked keys were read before the barrier opened
 	keys      map[string]*keyQueue
@@ -225,6 +226,7 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 		// no message until a barrier has seen the consumer's state agree
 		// with what is held again.
 		p.rebarriers++
+		s.jumps++
 		if s.open {
 			s.open = false
 			p.c.bg.Go(func() { p.barrier(s) })
@@ -402,7 +404,7 @@ func (p *partition) barrier(s *session) {
 	began := time.Now()
 	for {
 		p.mu.Lock()
-		before := s.ord
+		before, jumps := s.ord, s.jumps
 		p.mu.Unlock()
 		ctx, cancel := context.WithTimeout(p.c.ctx, 5*time.Second)
 		info, err := p.cons.Info(ctx)
@@ -460,7 +462,8 @@ func (p *partition) barrier(s *session) {
 					}
 				}
 			}
-			if pin == s.pin && info.NumAckPending <= known && unknown == 0 {
+			// A jump after the reading began makes it stale: read again.
+			if pin == s.pin && info.NumAckPending <= known && unknown == 0 && s.jumps == jumps {
 				if p.c.parking != nil && !s.refreshed {
 					// Before the first event runs, read the parked keys
 					// afresh: an earlier owner may have parked one just
@@ -498,6 +501,11 @@ func (p *partition) barrier(s *session) {
 						}
 						kq.redrive = true
 					}
+				}
+				if s.jumps != jumps {
+					// A jump while the parked keys were read: read again.
+					p.mu.Unlock()
+					continue
 				}
 				s.open = true
 				p.barrierTime += time.Since(began)
