@@ -42,7 +42,8 @@ type Event struct {
 	Published time.Time
 	// Epoch is the fencing token of this process's ownership of the
 	// partition: the consumer sequence of the first delivery of the
-	// session (see the package documentation). A later owner of the
+	// session, or on a replicated stream a counter kept in a KV bucket
+	// (see the package documentation). A later owner of the
 	// partition always has a larger epoch, so an effect store that keeps
 	// the largest epoch it has seen per partition, and refuses a write
 	// with a smaller one (ErrFenced), refuses the late effects of a
@@ -95,10 +96,11 @@ type Consumer struct {
 	bg        sync.WaitGroup
 	closeOnce sync.Once
 	inFlight  atomic.Int64
-	connected atomic.Bool // the connection was up at the last check
-	alive     *liveness   // nil unless Pinned with OwnerTimeout
-	closed    atomic.Bool // Close (or a failed New) has begun: start no pulls
-	parking   *Parking    // nil unless MaxAttempts > 0
+	connected atomic.Bool        // the connection was up at the last check
+	alive     *liveness          // nil unless Pinned with OwnerTimeout
+	closed    atomic.Bool        // Close (or a failed New) has begun: start no pulls
+	parking   *Parking           // nil unless MaxAttempts > 0
+	epochs    jetstream.KeyValue // the epoch bucket; nil unless the stream is replicated
 	parked    parkedKeys
 	redriven  atomic.Uint64
 }
@@ -125,6 +127,15 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 		parked: parkedKeys{keys: map[string]*parkState{}}}
 	if cfg.MaxAttempts > 0 {
 		if c.parking, err = OpenParking(ctx, js, cfg); err != nil {
+			return nil, err
+		}
+	}
+	if r := stream.CachedInfo().Config.Replicas; r > 1 {
+		// A replicated stream's consumers can change leader, and a new
+		// leader's consumer sequence can be behind the old one's: the
+		// epochs come from a bucket instead (see the package
+		// documentation).
+		if c.epochs, err = openEpochs(ctx, js, cfg, r); err != nil {
 			return nil, err
 		}
 	}
@@ -541,6 +552,12 @@ type PartitionStats struct {
 	// BarrierTime is the time sessions spent behind their barrier, from
 	// their first message to their opening.
 	BarrierTime time.Duration
+	// Rebarriers counts deliveries whose consumer sequence did not follow
+	// the session's previous one (a delivery lost on its way, or a new
+	// consumer leader behind the old one), each of which closed the
+	// session's barrier again until the held messages matched the
+	// consumer's pending ones.
+	Rebarriers uint64
 }
 
 // Stats is a snapshot of a Consumer's counters, summed over partitions
@@ -565,6 +582,8 @@ type Stats struct {
 	// Unpins counts partitions this process unpinned because their pinned
 	// client was not heard of for OwnerTimeout.
 	Unpins uint64
+	// Rebarriers sums PartitionStats.Rebarriers.
+	Rebarriers uint64
 	// Late counts messages that arrived while a later message of their key
 	// was running or waiting for its redelivery: per-key order lost, which
 	// the protocol rules out except in the failures the package
@@ -604,6 +623,7 @@ func (c *Consumer) Stats() Stats {
 		s.Acked += p.acked
 		s.Failed += p.failed
 		s.Late += p.late
+		s.Rebarriers += p.rebarriers
 		s.Fenced += p.fenced
 		s.Parked += p.parkedEvents
 		p.mu.Unlock()

@@ -49,24 +49,47 @@
 // has a pull request waiting on the partition: a stopped owner's requests
 // live on for up to PullExpiry). A new session starts with a barrier: none
 // of its messages runs until the consumer's NumAckPending, read from the
-// server, is no larger than the number of messages the session holds that
-// were delivered no later than that reading (and, pinned, the pin is still
-// this session's). Those held messages are pending at the server, so the
-// counts being equal means every pending message of the partition is held
-// here: nothing earlier is still running in the previous owner, or waiting
-// for its AckWait before it is redelivered. Messages the previous owner
+// server, is no larger than the number of messages the session holds whose
+// stream sequence is not above the consumer's delivered position in that
+// reading (and, pinned, the pin is still this session's). Those held
+// messages are pending at the server, so the counts being equal means
+// every pending message of the partition is held here: nothing earlier is
+// still running in the previous owner, or waiting for its AckWait before
+// it is redelivered. A message the session received before the reading
+// but above the consumer's delivered position (a consumer leader that
+// took over without hearing of that delivery) holds the barrier until the
+// consumer has delivered it again.
+//
+// The barrier closes again during a session whenever a delivery's
+// consumer sequence does not follow the previous one. The consumer
+// sequence counts the consumer's deliveries, and within a session every
+// delivery of the partition comes here, so a jump means a delivery that
+// never arrived (its connection's server died while forwarding it, in a
+// cluster) or a new consumer leader whose count is behind: the server
+// counts the lost message as pending and would hand out the key's later
+// messages first. Until the barrier passes again (the lost message comes
+// back after its AckWait), no new message starts. Messages the previous owner
 // held come back to the new one (after its Close hands them back, or after
 // AckWait when it died) and take their place in stream order before the
 // barrier opens. A session ends when the pin changes (ErrPinIDMismatch, a
 // message with another pin id, or a barrier reading another pin id): its
 // queued messages go back to the server, its running ones finish.
 //
-// Each session has an epoch, Event.Epoch: the consumer sequence of its
-// first delivery. The consumer sequence counts every delivery of the
-// durable consumer, whoever receives it, so a later session of a partition,
-// in any process, has a larger epoch than every earlier one. A handler
-// whose effect store refuses its epoch as stale (ErrFenced) hands the
-// message back and ends the session.
+// Each session has an epoch, Event.Epoch. On a stream with one replica it
+// is the consumer sequence of the session's first delivery: the consumer
+// sequence counts every delivery of the durable consumer, whoever receives
+// it, so a later session of a partition, in any process, has a larger
+// epoch than every earlier one. On a replicated stream the consumer can
+// change leader when a node fails, and the new leader's count can be
+// behind the old one's, so the epochs come from a JetStream KV bucket with
+// the stream's replica count (Config.EpochBucketName, one key per
+// partition): the barrier takes the session's epoch, one more than the
+// largest taken before (and than the consumer's delivered count), by a
+// compare-and-set the bucket acknowledges once its replicas have
+// committed it, and runs nothing before. It takes the epoch before its
+// reading that confirms the pin, so a session pinned later takes a larger
+// epoch whatever node fails. A handler whose effect store refuses its
+// epoch as stale (ErrFenced) hands the message back and ends the session.
 //
 // With Config.OwnerTimeout, the processes announce the pins they hold on a
 // core NATS subject (alive.go), and one of them unpins a partition with
@@ -134,7 +157,11 @@
 //     owner per partition, the barrier keeps the new owner waiting for
 //     everything the old one held);
 //   - across the death of a process: its messages are redelivered after
-//     AckWait, and the barrier holds the new owner until they arrive.
+//     AckWait, and the barrier holds the new owner until they arrive;
+//   - across the loss of a node of a NATS cluster (replicated stream):
+//     a delivery lost with the node, or a consumer leader that moves,
+//     closes the barrier until the consumer's pending messages are held
+//     again, and the epochs come from the replicated bucket.
 //
 // On its own it does not hold when a live process loses contact with the
 // server for longer than AckWait (a network partition, a pause longer than

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/stampede-lab/stampede"
 )
@@ -149,5 +152,45 @@ func TestOwnerTimeoutValidated(t *testing.T) {
 	c.Serve, c.Prefer = []int{0, 1}, []int{2}
 	if err := c.Validate(); err == nil || stampede.As(err).Field != "prefer" {
 		t.Errorf("Validate() = %v, want an error naming prefer", err)
+	}
+}
+
+// TestLostDeliveryKeepsOrder loses one delivery on its way to the process,
+// as a NATS node that dies while it forwards a message does: the server
+// counts the message as delivered and pending, and sends the key's next
+// messages. Those must wait until the lost one comes back (after AckWait)
+// and runs first.
+func TestLostDeliveryKeepsOrder(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			f := newFixture(t, tg, 1)
+			f.cfg.AckWait, f.cfg.InProgressEvery = 500*time.Millisecond, 100*time.Millisecond
+			const n = 40
+			keys := keysFor(n, 4, 0)
+			var dropped atomic.Bool
+			dropDelivery = func(msg jetstream.Msg, md *jetstream.MsgMetadata) bool {
+				key, seq := parse(t, msg.Data())
+				return key == "k1" && seq == 2 && md.NumDelivered == 1 && dropped.CompareAndSwap(false, true)
+			}
+			t.Cleanup(func() { dropDelivery = nil })
+			prog := newProgress()
+			c, err := New(context.Background(), f.js, f.cfg, orderHandler(f, prog, func(string) time.Duration { return 0 }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			f.publish(keys)
+			prog.waitFor(t, n, 30*time.Second)
+			st := c.Stats()
+			c.Close()
+			if !dropped.Load() {
+				t.Fatal("no delivery was lost: the test exercised nothing")
+			}
+			checkLedger(t, f.ledger)
+			if st.Rebarriers == 0 || st.Late != 0 {
+				t.Errorf("Stats: %d rebarriers, %d late; want at least 1 and 0", st.Rebarriers, st.Late)
+			}
+			t.Logf("%d events, one delivery lost; %d rebarriers, %d redeliveries", n, st.Rebarriers, st.Redelivered)
+		})
 	}
 }

@@ -24,7 +24,7 @@ const (
 type entry struct {
 	msg       jetstream.Msg
 	seq       uint64 // stream sequence: the message's identity and its order
-	dseq      uint64 // consumer sequence of its first delivery in this session
+	ord       uint64 // session.ord of its latest delivery
 	delivered uint64 // NumDelivered of the latest delivery
 	published time.Time
 	state     entryState

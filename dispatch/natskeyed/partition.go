@@ -10,13 +10,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// dropDelivery, set by tests before New, loses the deliveries it returns
+// true for, as a connection that breaks while a message is on its way does.
+var dropDelivery func(jetstream.Msg, *jetstream.MsgMetadata) bool
+
 // session is one period during which this process owns a partition: one
 // pin id of the pinned consumer, or the whole life of an unpinned one. A
 // session's messages do not run until its barrier has passed (open).
 type session struct {
 	pin       string
-	epoch     uint64 // consumer sequence of the session's first delivery (Event.Epoch)
-	open      bool
+	epoch     uint64 // Event.Epoch: see the package documentation
+	open      bool   // false while a barrier runs (one runs whenever the session is neither open nor ended)
+	lastDseq  uint64 // consumer sequence of the session's latest delivery
+	ord       uint64 // deliveries received in the session
+	jumps     uint64 // deliveries whose consumer sequence did not follow the previous one
 	ended     bool
 	refreshed bool // the parked keys were read before the barrier opened
 	keys      map[string]*keyQueue
@@ -54,6 +61,7 @@ type partition struct {
 	late         uint64
 	fenced       uint64
 	barrierTime  time.Duration
+	rebarriers   uint64
 	sweepKeys    int // see dropIfEmptyLocked
 }
 
@@ -179,6 +187,9 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 		p.c.cfg.Logger.Warn("dispatch/natskeyed: message without metadata", "consumer", p.name, "err", err)
 		return
 	}
+	if dropDelivery != nil && dropDelivery(msg, md) {
+		return
+	}
 	pin := ""
 	if p.c.cfg.Pinned {
 		pin = msg.Headers().Get(pinHeader)
@@ -205,8 +216,25 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 		p.startSessionLocked(pin)
 	}
 	s := p.sess
-	if s.epoch == 0 {
-		s.epoch = md.Sequence.Consumer
+	dseq := md.Sequence.Consumer
+	s.ord++
+	if s.lastDseq != 0 && dseq != s.lastDseq+1 {
+		// The consumer sequence skipped a delivery (lost on its way here)
+		// or went back (a new consumer leader that had not heard of the
+		// latest deliveries): what the session holds may no longer be
+		// every pending message that comes before what it receives. Start
+		// no message until a barrier has seen the consumer's state agree
+		// with what is held again.
+		p.rebarriers++
+		s.jumps++
+		if s.open {
+			s.open = false
+			p.c.bg.Go(func() { p.barrier(s) })
+		}
+	}
+	s.lastDseq = dseq
+	if s.epoch == 0 && p.c.epochs == nil {
+		s.epoch = dseq
 	}
 	kq := s.keys[key]
 	var submit *keyQueue
@@ -224,6 +252,7 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 		if e.state != running {
 			e.msg, e.delivered, e.touched = msg, md.NumDelivered, now
 		}
+		e.ord = s.ord
 		if e.state == away {
 			e.state = queued
 			if p.scheduleLocked(kq) {
@@ -256,7 +285,7 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 			p.c.cfg.Logger.Warn("dispatch/natskeyed: message arrived after a later one of its key had started",
 				"consumer", p.name, "key", key, "seq", seq, "done", kq.lastDone)
 		}
-		kq.insert(&entry{msg: msg, seq: seq, dseq: md.Sequence.Consumer, delivered: md.NumDelivered,
+		kq.insert(&entry{msg: msg, seq: seq, ord: s.ord, delivered: md.NumDelivered,
 			published: md.Timestamp, touched: now, kq: kq})
 		p.held++
 		if n := p.held + len(p.draining); n > p.peak {
@@ -359,13 +388,24 @@ func (p *partition) endSessionLocked() []jetstream.Msg {
 // on this partition is held by s: then no earlier message of any key can
 // still be running elsewhere, or be waiting for its AckWait to pass before
 // it comes here. It compares the consumer's NumAckPending with the
-// messages s holds that were delivered no later than the info's last
-// delivery; those are pending and unacknowledged, so equal counts mean
-// equal sets. With pinning, it also checks that s's pin is the current one.
+// messages s holds whose stream sequence is not above the info's last
+// delivered one; those are pending and unacknowledged, so equal counts
+// mean equal sets. A message s received before the reading but above the
+// consumer's delivered position is one the consumer does not know it
+// delivered (a new leader that had not heard of it): the consumer will
+// deliver it again, and its earlier messages may be pending elsewhere, so
+// the barrier waits for that. With pinning, it also checks that s's pin
+// is the current one. With an epoch bucket, it first takes s's epoch,
+// then confirms the pin with a later reading, so that a later session's
+// epoch is larger. A session runs its barrier at its start and again
+// whenever its consumer sequences jump (onMsg).
 func (p *partition) barrier(s *session) {
 	wait := 2 * time.Millisecond
 	began := time.Now()
 	for {
+		p.mu.Lock()
+		before, jumps := s.ord, s.jumps
+		p.mu.Unlock()
 		ctx, cancel := context.WithTimeout(p.c.ctx, 5*time.Second)
 		info, err := p.cons.Info(ctx)
 		cancel()
@@ -375,9 +415,9 @@ func (p *partition) barrier(s *session) {
 			p.mu.Unlock()
 			return
 		}
+		pin := s.pin
 		if err == nil {
 			p.lag, p.lagAt = info.NumPending, time.Now()
-			pin := s.pin
 			if p.c.cfg.Pinned {
 				pin = pinnedID(info, p.c.cfg.Group)
 			}
@@ -390,15 +430,40 @@ func (p *partition) barrier(s *session) {
 				}
 				return
 			}
-			known := 0
+			if s.epoch == 0 && p.c.epochs != nil {
+				// An epoch bucket: take the session's epoch, then read again.
+				p.mu.Unlock()
+				ctx, cancel := context.WithTimeout(p.c.ctx, 5*time.Second)
+				epoch, eerr := p.nextEpoch(ctx, info.Delivered.Consumer)
+				cancel()
+				p.mu.Lock()
+				if s.ended || p.closing {
+					p.mu.Unlock()
+					return
+				}
+				if eerr == nil {
+					s.epoch = epoch
+					p.mu.Unlock()
+					continue
+				}
+				p.c.cfg.Logger.Warn("dispatch/natskeyed: take an epoch", "consumer", p.name, "err", eerr)
+				err = eerr
+			}
+		}
+		if err == nil {
+			known, unknown := 0, 0
 			for _, kq := range s.keys {
 				for _, e := range kq.items[kq.head:] {
-					if e.dseq <= info.Delivered.Consumer {
+					switch {
+					case e.seq <= info.Delivered.Stream:
 						known++
+					case e.ord <= before:
+						unknown++
 					}
 				}
 			}
-			if pin == s.pin && info.NumAckPending <= known {
+			// A jump after the reading began makes it stale: read again.
+			if pin == s.pin && info.NumAckPending <= known && unknown == 0 && s.jumps == jumps {
 				if p.c.parking != nil && !s.refreshed {
 					// Before the first event runs, read the parked keys
 					// afresh: an earlier owner may have parked one just
@@ -436,6 +501,11 @@ func (p *partition) barrier(s *session) {
 						}
 						kq.redrive = true
 					}
+				}
+				if s.jumps != jumps {
+					// A jump while the parked keys were read: read again.
+					p.mu.Unlock()
+					continue
 				}
 				s.open = true
 				p.barrierTime += time.Since(began)
@@ -556,7 +626,8 @@ func (p *partition) stats() (PartitionStats, []KeyDepth) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ps := PartitionStats{Partition: p.index, Lag: p.lag, Held: p.held + len(p.draining), HeldPeak: p.peak,
-		InFlight: p.inFlight, Sessions: p.sessions, BarrierWaits: p.barrierWaits, BarrierTime: p.barrierTime}
+		InFlight: p.inFlight, Sessions: p.sessions, BarrierWaits: p.barrierWaits, BarrierTime: p.barrierTime,
+		Rebarriers: p.rebarriers}
 	var keys []KeyDepth
 	if s := p.sess; s != nil {
 		ps.Owned = s.open

@@ -1046,13 +1046,14 @@ func openStream(ctx context.Context, url, prefix, sub string, partitions, replic
 	return ls, nil
 }
 
-// close deletes the stream, the workers' parking, and closes the
-// connection.
+// close deletes the stream, the workers' parking and epoch bucket, and
+// closes the connection.
 func (ls *labStream) close(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	_ = ls.js.DeleteStream(ctx, ls.name)
 	_ = ls.js.DeleteKeyValue(ctx, workerConsumer(ls.name).ParkBucketName())
 	_ = ls.js.DeleteStream(ctx, workerConsumer(ls.name).ParkStreamName())
+	_ = ls.js.DeleteKeyValue(ctx, workerConsumer(ls.name).EpochBucketName())
 	ls.nc.Close()
 }
 
