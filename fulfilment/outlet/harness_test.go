@@ -72,13 +72,6 @@ func embedded(t testing.TB) string {
 	return srv.ClientURL()
 }
 
-// newStream starts an embedded JetStream server and creates a stream on
-// it (see newStreamOn).
-func newStream(t testing.TB, partitions int) *jsStream {
-	t.Helper()
-	return newStreamOn(t, embedded(t), partitions)
-}
-
 // newStreamOn creates a stream of partitions partitions, named for this
 // test alone, on the server at url, with a keyed consumer's configuration
 // tuned for tests (short delays); the stream and its parking go when the
