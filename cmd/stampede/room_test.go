@@ -15,6 +15,7 @@ import (
 // does not name), pause, resume, close, list and delete; bad input and a
 // wrong token come back as the server's problem, naming the field.
 func TestRoomCommands(t *testing.T) {
+	clearServiceEnv(t) // the in-process Redis: nothing left behind on a shared one
 	const token = "room-admin-token-0123456789"
 	addr, _ := startServe(t, "waitroom", "--admin-token", token)
 	url := "http://" + addr
@@ -110,6 +111,8 @@ func TestRoomCommands(t *testing.T) {
 // ticket token issued before the restart still reads its ticket after it.
 // With an empty --data-dir nothing is kept.
 func TestWaitroomKeepsItsStateAcrossARestart(t *testing.T) {
+	clearServiceEnv(t) // the in-process Redis is what --data-dir keeps
+	t.Setenv(envSecret, "")
 	const token = "room-admin-token-0123456789"
 	dir := t.TempDir()
 	start := func(dataDir string) (string, func()) {
