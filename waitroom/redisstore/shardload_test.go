@@ -101,11 +101,14 @@ func drive(t *testing.T, n, workers int, fn func(i int) error) time.Duration {
 }
 
 // loadN is how many users a load test joins: STAMPEDE_LOAD_JOINS, else def.
-func loadN(t *testing.T, def int) int {
-	if v := os.Getenv("STAMPEDE_LOAD_JOINS"); v != "" {
+func loadN(t *testing.T, def int) int { return loadNFrom(t, "STAMPEDE_LOAD_JOINS", def) }
+
+// loadNFrom is loadN reading the variable env.
+func loadNFrom(t *testing.T, env string, def int) int {
+	if v := os.Getenv(env); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1000 {
-			t.Fatalf("STAMPEDE_LOAD_JOINS=%q: want a number ≥ 1000", v)
+			t.Fatalf("%s=%q: want a number ≥ 1000", env, v)
 		}
 		return n
 	}
@@ -232,7 +235,7 @@ func measureRoom(t *testing.T, client *redis.Client, n, shards int) {
 // TestClusterShardedRoomJoins is the "one room, many joins" check on the
 // Redis Cluster of STAMPEDE_REDIS_CLUSTER_URL (three masters): a room of 3
 // queue shards, each on its own master, takes STAMPEDE_LOAD_JOINS (default
-// 300,000) joins at store level, then drains through concurrent admission
+// 300,000; STAMPEDE_CLUSTER_LOAD_JOINS for this test alone) joins at store level, then drains through concurrent admission
 // passes and releases. The capacity is never exceeded (an observer counts
 // the room all along, and every pass is checked), every user is admitted
 // exactly once and released, the accounting adds up, and each master's
@@ -247,7 +250,7 @@ func TestClusterShardedRoomJoins(t *testing.T) {
 	}
 	client, opts := clusterClient(t)
 	ctx := context.Background()
-	n := loadN(t, 300_000)
+	n := loadNFrom(t, "STAMPEDE_CLUSTER_LOAD_JOINS", loadN(t, 300_000))
 	measure := os.Getenv("STAMPEDE_MEASURE") == "1"
 	const shards, capacity = 3, 2000
 
