@@ -183,7 +183,7 @@ func TestLabSaleQuickRealServices(t *testing.T) {
 	useTestSelf(t)
 	out := t.TempDir()
 	if _, errOut, err := execute(t, "lab", "sale", "--quick", "--out", out, "--redis", redisURL, "--postgres", pgURL, "--nats", natsURL); err != nil {
-		t.Fatalf("lab sale --quick on real services: %v\n%s", err, errOut)
+		t.Fatalf("lab sale --quick on real services: %v\n%s\n%s", err, saleOutcomes(out), errOut)
 	}
 	checkHeld(t, readSale(t, out), 300)
 }

@@ -109,7 +109,7 @@ type Config struct {
 	// parked events themselves go to the stream <Stream>_<Durable>_PARKED.
 	ParkBucket string
 	// ParkReplicas is the replica count of the parking bucket and stream
-	// (0 means 1); 3 on a three-node cluster.
+	// when they are created; 0 means the stream's.
 	ParkReplicas int
 
 	// KeyHeader, when set, names the header that holds a message's key.

@@ -15,11 +15,11 @@ import (
 // key per partition.
 func (c Config) EpochBucketName() string { return c.Stream + "_" + c.Durable + "_epochs" }
 
-// openEpochs creates (or opens) the epoch bucket with the stream's
+// openEpochs opens (or creates) the epoch bucket with the stream's
 // replica count, so that an acknowledged epoch survives what the stream
 // survives.
 func openEpochs(ctx context.Context, js jetstream.JetStream, cfg Config, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.EpochBucketName(),
+	kv, err := bindOrCreateKV(ctx, js, jetstream.KeyValueConfig{Bucket: cfg.EpochBucketName(),
 		Description: "session epochs of the keyed consumer " + cfg.Durable + " of " + cfg.Stream,
 		Replicas:    max(1, replicas), Storage: jetstream.FileStorage, History: 1})
 	if err != nil {

@@ -72,19 +72,31 @@ type Parking struct {
 	js     jetstream.JetStream
 }
 
-// OpenParking creates (or opens) the parking bucket and stream of cfg's
-// consumer. Only cfg's Stream, Durable, Subject-independent names and
+// OpenParking opens the parking bucket and stream of cfg's consumer,
+// creating them if they do not exist (an existing one keeps its
+// configuration). Only cfg's Stream, Durable, Subject-independent names and
 // ParkReplicas matter.
 func OpenParking(ctx context.Context, js jetstream.JetStream, cfg Config) (*Parking, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.ParkBucketName(),
-		Description: "keys parked by the keyed consumer " + cfg.Durable + " of " + cfg.Stream, Replicas: max(1, cfg.ParkReplicas),
+	replicas := cfg.ParkReplicas
+	if replicas == 0 {
+		// As many replicas as the stream: parking must survive what the
+		// stream survives, or a node's death stops every key that fails.
+		replicas = 1
+		if st, err := js.Stream(ctx, cfg.Stream); err == nil {
+			replicas = max(1, st.CachedInfo().Config.Replicas)
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("dispatch/natskeyed: stream %s: %w", cfg.Stream, err)
+		}
+	}
+	kv, err := bindOrCreateKV(ctx, js, jetstream.KeyValueConfig{Bucket: cfg.ParkBucketName(),
+		Description: "keys parked by the keyed consumer " + cfg.Durable + " of " + cfg.Stream, Replicas: replicas,
 		Storage: jetstream.FileStorage})
 	if err != nil {
 		return nil, fmt.Errorf("dispatch/natskeyed: parking bucket %s: %w", cfg.ParkBucketName(), err)
 	}
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: cfg.ParkStreamName(),
+	st, err := bindOrCreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.ParkStreamName(),
 		Description: "events parked by the keyed consumer " + cfg.Durable + " of " + cfg.Stream,
-		Subjects:    []string{cfg.parkSubjectPrefix() + ".>"}, Storage: jetstream.FileStorage, Replicas: max(1, cfg.ParkReplicas),
+		Subjects:    []string{cfg.parkSubjectPrefix() + ".>"}, Storage: jetstream.FileStorage, Replicas: replicas,
 		Duplicates: 2 * time.Minute})
 	if err != nil {
 		return nil, fmt.Errorf("dispatch/natskeyed: parking stream %s: %w", cfg.ParkStreamName(), err)

@@ -499,6 +499,21 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 	}
 	defer ls.close(ctx)
 	nc, js, stream, subject, transform := ls.nc, ls.js, ls.name, ls.subject, ls.transform
+	// The parking bucket and stream are created now, while every node is
+	// up, with the stream's replicas: created after a node kill, a new
+	// replicated stream can wait for the dead node (nats-server 2.9), and
+	// a single-replica one on the dead node would be gone. A loaded
+	// machine can time a creation out: ask again, for up to 30 s.
+	var pk *dispatchjs.Parking
+	for setup := time.Now().Add(30 * time.Second); ; {
+		if pk, err = dispatchjs.OpenParking(ctx, js, workerConsumer(stream)); err == nil {
+			break
+		}
+		if ctx.Err() != nil || time.Now().After(setup) {
+			return lab.RunResult{}, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 
 	ledgerPath := filepath.Join(dir, "ledger.db")
 	if err := createLedger(ledgerPath); err != nil {
@@ -611,19 +626,6 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 	}
 	defer db.Close()
 	deadline := time.Now().Add(4*c.AckWait + 30*time.Second + e.hotTail(plan))
-	// The parking bucket is created by the workers; opening it is a call
-	// to the cluster, which may still be electing leaders after a node
-	// kill: ask again until the deadline.
-	var pk *dispatchjs.Parking
-	for {
-		if pk, err = dispatchjs.OpenParking(ctx, js, workerConsumer(stream)); err == nil {
-			break
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return lab.RunResult{}, err
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 	// Every event applied or parked (the parked ones wait for the redrive).
 	var applied int
 	var parked []dispatchjs.ParkedKey
