@@ -17,18 +17,20 @@ type Code = stampede.Code
 
 // The error codes the waiting room returns.
 const (
-	CodeInvalid           = stampede.Invalid          // 400: a field of the request is wrong
-	CodeUnauthorized      = stampede.Unauthorized     // 401: missing or bad token
-	CodeForbidden         = stampede.Forbidden        // 403: a token for someone else
-	CodeNotFound          = stampede.NotFound         // 404: no such room, ticket or path
-	CodeConflict          = stampede.Conflict         // 409: the user holds a ticket the request cannot prove
-	CodeMethod            = stampede.MethodNotAllowed // 405: wrong HTTP method
-	CodeTooLarge          = stampede.TooLarge         // 413: request body over the limit
-	CodeRateLimited       = stampede.RateLimited      // 429: too many joins from one client address
-	CodeBusy         Code = "busy"                    // 503: too many challenges in flight
-	CodeUnsupported       = stampede.Unsupported      // 415: wrong media type
-	CodeInternal          = stampede.Internal         // 500: a bug
-	CodeUnavailable       = stampede.Unavailable      // 503: the store cannot be reached in time
+	CodeInvalid             = stampede.Invalid          // 400: a field of the request is wrong
+	CodeUnauthorized        = stampede.Unauthorized     // 401: missing or bad token
+	CodeForbidden           = stampede.Forbidden        // 403: a token for someone else
+	CodeNotFound            = stampede.NotFound         // 404: no such room, ticket or path
+	CodeConflict            = stampede.Conflict         // 409: the user holds a ticket the request cannot prove
+	CodeMethod              = stampede.MethodNotAllowed // 405: wrong HTTP method
+	CodeTooLarge            = stampede.TooLarge         // 413: request body over the limit
+	CodeRateLimited         = stampede.RateLimited      // 429: too many joins from one client address
+	CodeBusy           Code = "busy"                    // 503: too many challenges in flight
+	CodeLineFull       Code = "line_full"               // 503: the room's line holds max_waiting users
+	CodeJoinsThrottled Code = "joins_throttled"         // 503: the room's joins passed max_joins_per_second
+	CodeUnsupported         = stampede.Unsupported      // 415: wrong media type
+	CodeInternal            = stampede.Internal         // 500: a bug
+	CodeUnavailable         = stampede.Unavailable      // 503: the store cannot be reached in time
 )
 
 // fieldError is an invalid-input error naming field.

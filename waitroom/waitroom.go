@@ -161,7 +161,24 @@ type RoomConfig struct {
 	// the exact capacity stay in one place. It is fixed when the room is
 	// created. Not one of RoomConfigFields: a PUT may leave it out.
 	QueueShards int
+	// MaxWaiting bounds the users waiting in the queue at once: a join
+	// that would pass it is refused (ErrLineFull: 503 with Retry-After,
+	// "the line is full"), so that no crowd, however many addresses it
+	// has, grows the store without bound. A user already in the line
+	// keeps their place and may read or re-join. In a sharded room each
+	// shard holds at most its share (rounded up). 0 turns it off.
+	MaxWaiting int
+	// MaxJoinsPerSecond bounds the room's new joins, whatever their
+	// addresses: a token bucket in the store holding one second's worth,
+	// refilled continuously; a join without a token is refused
+	// (ErrJoinsThrottled: 503 with Retry-After). A sharded room gives
+	// each shard its share. 0 turns it off.
+	MaxJoinsPerSecond int
 }
+
+// DefaultMaxWaiting is the default bound on a room's waiting line: one
+// million users, about 600 MB of Redis at the ~600 bytes each user costs.
+const DefaultMaxWaiting = 1_000_000
 
 // MaxQueueShards is the most queue shards a room may have.
 const MaxQueueShards = 64
@@ -171,7 +188,7 @@ const MaxQueueShards = 64
 var RoomConfigFields = []string{
 	"capacity", "lease_seconds", "admit_interval_ms", "max_admissions_per_minute", "opens_at",
 	"paused", "closed", "closed_message", "abandon_after_seconds", "arrival_seconds", "retention_seconds",
-	"pow_difficulty", "template",
+	"pow_difficulty", "template", "max_waiting", "max_joins_per_second",
 }
 
 // DefaultRetention is how long finished tickets are kept by default.
@@ -179,9 +196,11 @@ const DefaultRetention = 24 * time.Hour
 
 // DefaultRoomConfig is an open room of 100 with 5-minute leases, admitting
 // every 200 ms without an outflow limit, abandonment or arrival check,
-// keeping finished tickets for DefaultRetention.
+// keeping finished tickets for DefaultRetention, with a line of at most
+// DefaultMaxWaiting and no join rate bound.
 func DefaultRoomConfig() RoomConfig {
-	return RoomConfig{Capacity: 100, Lease: 5 * time.Minute, AdmitInterval: 200 * time.Millisecond, Retention: DefaultRetention}
+	return RoomConfig{Capacity: 100, Lease: 5 * time.Minute, AdmitInterval: 200 * time.Millisecond, Retention: DefaultRetention,
+		MaxWaiting: DefaultMaxWaiting}
 }
 
 // Validate reports every unusable field at once, each by its JSON name
@@ -219,6 +238,12 @@ func (c RoomConfig) Validate() error {
 	}
 	if c.QueueShards < 0 || c.QueueShards > MaxQueueShards {
 		f.Add("queue_shards", "must be between 0 (one queue) and %d, got %d", MaxQueueShards, c.QueueShards)
+	}
+	if c.MaxWaiting < 0 || c.MaxWaiting > 100_000_000 {
+		f.Add("max_waiting", "must be between 0 (no bound) and 100000000, got %d", c.MaxWaiting)
+	}
+	if c.MaxJoinsPerSecond < 0 || c.MaxJoinsPerSecond > 1_000_000 {
+		f.Add("max_joins_per_second", "must be between 0 (no bound) and 1000000, got %d", c.MaxJoinsPerSecond)
 	}
 	if c.PoWDifficulty < 0 || c.PoWDifficulty > MaxPoWDifficulty {
 		f.Add("pow_difficulty", "must be between 0 (off) and %d bits, got %d", MaxPoWDifficulty, c.PoWDifficulty)
@@ -354,4 +379,14 @@ var (
 	ErrNoRoom = errors.New("waitroom: no such room")
 	// ErrNoTicket means the user never joined the room.
 	ErrNoTicket = errors.New("waitroom: no such ticket")
+	// ErrLineFull refuses a join to a room whose line holds MaxWaiting
+	// users.
+	ErrLineFull = &Error{Code: CodeLineFull, Kind: stampede.Unavailable, RetryAfter: LineFullRetry,
+		Message: "the line is full; try again later"}
+	// ErrJoinsThrottled refuses a join past the room's MaxJoinsPerSecond.
+	ErrJoinsThrottled = &Error{Code: CodeJoinsThrottled, Kind: stampede.Unavailable, RetryAfter: time.Second,
+		Message: "too many people are joining this line right now; try again in a second"}
 )
+
+// LineFullRetry is the Retry-After of ErrLineFull.
+const LineFullRetry = 30 * time.Second

@@ -41,6 +41,8 @@ type waitroomOptions struct {
 	joinRate     float64
 	joinBurst    int
 	joinClients  int
+	prefixRate   float64
+	prefixBurst  int
 	trustedProxy string
 	server       httpapi.ServerConfig
 	// onAdmit is the waiting page's admission hook; set by serve gate
@@ -101,9 +103,11 @@ pair serves the same keys; rotate with a new --key-epoch and the old one
 as --previous-key-epoch until the old tokens have expired.
 
 Errors are RFC 9457 application/problem+json. Joins are limited per client
-address (--join-rate, --join-burst: 429 rate_limited with Retry-After);
-behind a reverse proxy, name it with --trusted-proxy so that its
-X-Forwarded-For counts. Every call to Redis ends
+address (--join-rate, --join-burst) and per network prefix, IPv4 /24 or
+IPv6 /48 (--join-prefix-rate, --join-prefix-burst): 429 rate_limited with
+Retry-After; behind a reverse proxy, name it with --trusted-proxy so that
+its X-Forwarded-For counts. A room also bounds its line (max_waiting) and
+its joins per second (max_joins_per_second): 503 with Retry-After. Every call to Redis ends
 within --redis-timeout: a down or frozen Redis answers 503 with
 Retry-After, never a hang; /readyz then fails while /healthz stays ok.
 
@@ -148,6 +152,9 @@ func (opts *waitroomOptions) addFlags(f *pflag.FlagSet) {
 	f.Float64Var(&opts.joinRate, "join-rate", jl.Rate, "joins per second allowed per client address (token bucket, per instance); 0: no limit")
 	f.IntVar(&opts.joinBurst, "join-burst", jl.Burst, "joins a client address may make at once before --join-rate applies")
 	f.IntVar(&opts.joinClients, "join-clients", jl.MaxClients, "client addresses whose buckets are kept (least recently seen dropped first)")
+	f.Float64Var(&opts.prefixRate, "join-prefix-rate", jl.PrefixRate, "joins per second allowed per network prefix (IPv4 /24, IPv6 /48) together, so that\n"+
+		"rotating addresses within one network does not multiply --join-rate (per instance); 0: no prefix limit")
+	f.IntVar(&opts.prefixBurst, "join-prefix-burst", jl.PrefixBurst, "joins a network prefix may make at once before --join-prefix-rate applies")
 	f.StringVar(&opts.trustedProxy, "trusted-proxy", "", "CIDR[,CIDR...] of reverse proxies whose X-Forwarded-For names the client;\n"+
 		"from any other peer the header is ignored (empty: trust none)")
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "HTTP: time to read a request's headers")
@@ -237,7 +244,8 @@ func (o *waitroomOptions) serverConfig(store waitroom.Store, secret []byte) (api
 	cfg.Store = store
 	cfg.Instance, cfg.Immediate = o.instance, o.immediate
 	cfg.Secret, cfg.AdminToken = secret, o.adminToken
-	cfg.JoinLimit = api.JoinLimitConfig{Rate: o.joinRate, Burst: o.joinBurst, MaxClients: o.joinClients, TrustedProxies: proxies}
+	cfg.JoinLimit = api.JoinLimitConfig{Rate: o.joinRate, Burst: o.joinBurst, PrefixRate: o.prefixRate, PrefixBurst: o.prefixBurst,
+		MaxClients: o.joinClients, TrustedProxies: proxies}
 	cfg.OnAdmit = o.onAdmit
 	cfg.CheckoutKey, cfg.AllowUnsignedUsers = o.checkoutKey, o.allowUnsigned
 	cfg.KeyEpoch, cfg.PreviousKeys = o.keyEpoch, o.previousKeys()

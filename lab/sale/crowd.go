@@ -137,7 +137,7 @@ func newCrowd(r *rig, cfg Config, seed uint64) *crowd {
 		} else {
 			at = cfg.Surge + time.Duration(rng.Float64()*float64(cfg.Tail))
 		}
-		b := &buyer{n: i, arrival: at, ip: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)}
+		b := &buyer{n: i, arrival: at, ip: buyerIP(i)}
 		if rng.Float64() < cfg.QueueAbandon {
 			b.queuePatience = time.Duration(1+rng.IntN(8)) * time.Second
 		}
@@ -473,3 +473,9 @@ func (c *crowd) bot(ctx context.Context, i int) {
 		}
 	}
 }
+
+// buyerIP is buyer i's address: each buyer of a crowd under 65,536 in a
+// network prefix (/24) of its own, as a crowd from many networks is, so
+// that the waiting room's per-prefix join limit sees what it would in a
+// real sale.
+func buyerIP(i int) string { return fmt.Sprintf("10.%d.%d.%d", i&255, i>>8&255, i>>16&255) }

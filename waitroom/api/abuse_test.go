@@ -198,9 +198,11 @@ func TestJoinLimitMemoryBounded(t *testing.T) {
 
 func TestJoinLimitConfigValidate(t *testing.T) {
 	for field, c := range map[string]api.JoinLimitConfig{
-		"join_rate":    {Rate: -1},
-		"join_burst":   {Rate: 1, Burst: 0, MaxClients: 1},
-		"join_clients": {Rate: 1, Burst: 1},
+		"join_rate":         {Rate: -1},
+		"join_burst":        {Rate: 1, Burst: 0, MaxClients: 1},
+		"join_clients":      {Rate: 1, Burst: 1},
+		"join_prefix_rate":  {Rate: 1, Burst: 1, MaxClients: 1, PrefixRate: -2},
+		"join_prefix_burst": {Rate: 1, Burst: 1, MaxClients: 1, PrefixRate: 5},
 	} {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%+v: %v, want an error naming %s", c, err, field)

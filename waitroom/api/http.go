@@ -117,6 +117,7 @@ type handler struct {
 	// adminThrottle limits wrong admin tokens per client address.
 	adminThrottle *httpapi.FailureThrottle
 	limiter       *joinLimiter // nil: no join limit
+	prefixLimiter *joinLimiter // per network prefix; nil: none
 	pow           *waitroom.PoWIssuer
 	// checkoutHash is the SHA-256 of CheckoutKey; zero when it is empty.
 	checkoutHash [sha256.Size]byte
@@ -195,8 +196,9 @@ func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfi
 	if cfg.CheckoutKey != "" {
 		h.checkoutHash = sha256.Sum256([]byte(cfg.CheckoutKey))
 	}
-	if cfg.JoinLimit.Rate > 0 {
-		h.limiter = newJoinLimiter(cfg.JoinLimit, cfg.Now)
+	if jl := cfg.JoinLimit; jl.Rate > 0 {
+		h.limiter = newJoinLimiter(jl.Rate, jl.Burst, jl.MaxClients, cfg.Now)
+		h.prefixLimiter = newJoinLimiter(jl.PrefixRate, jl.PrefixBurst, jl.MaxClients, cfg.Now)
 	}
 
 	api.Handle("/v1/rooms", httpapi.Methods{
@@ -329,6 +331,9 @@ type roomConfigJSON struct {
 	Template *waitroom.RoomTemplate `json:"template"`
 	// QueueShards: see RoomConfig.QueueShards.
 	QueueShards int `json:"queue_shards"`
+	// MaxWaiting and MaxJoinsPerSecond: see RoomConfig.
+	MaxWaiting        int `json:"max_waiting"`
+	MaxJoinsPerSecond int `json:"max_joins_per_second"`
 }
 
 // configView shows cfg.
@@ -339,6 +344,7 @@ func configView(room string, cfg waitroom.RoomConfig) roomConfigJSON {
 		Paused: cfg.Paused, Closed: cfg.Closed, ClosedMessage: cfg.ClosedMessage,
 		AbandonAfterSeconds: cfg.AbandonAfter.Seconds(), ArrivalSeconds: cfg.Arrival.Seconds(),
 		RetentionSeconds: cfg.Retention.Seconds(), PoWDifficulty: cfg.PoWDifficulty, QueueShards: cfg.QueueShards,
+		MaxWaiting: cfg.MaxWaiting, MaxJoinsPerSecond: cfg.MaxJoinsPerSecond,
 	}
 	if !cfg.OpensAt.IsZero() {
 		at := cfg.OpensAt.UTC().Format(time.RFC3339Nano)
@@ -367,6 +373,8 @@ type roomConfigBody struct {
 	RetentionSeconds       json.RawMessage `json:"retention_seconds"`
 	PoWDifficulty          json.RawMessage `json:"pow_difficulty"`
 	Template               json.RawMessage `json:"template"`
+	MaxWaiting             json.RawMessage `json:"max_waiting"`
+	MaxJoinsPerSecond      json.RawMessage `json:"max_joins_per_second"`
 	// QueueShards is optional, and fixed once the room exists.
 	QueueShards json.RawMessage `json:"queue_shards"`
 }
@@ -375,7 +383,7 @@ type roomConfigBody struct {
 func (b *roomConfigBody) raw() []json.RawMessage {
 	return []json.RawMessage{b.Capacity, b.LeaseSeconds, b.AdmitIntervalMS, b.MaxAdmissionsPerMinute, b.OpensAt,
 		b.Paused, b.Closed, b.ClosedMessage, b.AbandonAfterSeconds, b.ArrivalSeconds, b.RetentionSeconds,
-		b.PoWDifficulty, b.Template}
+		b.PoWDifficulty, b.Template, b.MaxWaiting, b.MaxJoinsPerSecond}
 }
 
 // present returns the JSON names of the fields the body sets.
@@ -489,6 +497,16 @@ func (b *roomConfigBody) applyAs(cfg *waitroom.RoomConfig, merge bool) error {
 		var n int64
 		n, err = integer("pow_difficulty", r, 0, waitroom.MaxPoWDifficulty)
 		cfg.PoWDifficulty = int(n)
+	}
+	if r := b.MaxWaiting; err == nil && len(r) > 0 {
+		var n int64
+		n, err = integer("max_waiting", r, 0, 100_000_000)
+		cfg.MaxWaiting = int(n)
+	}
+	if r := b.MaxJoinsPerSecond; err == nil && len(r) > 0 {
+		var n int64
+		n, err = integer("max_joins_per_second", r, 0, 1_000_000)
+		cfg.MaxJoinsPerSecond = int(n)
 	}
 	if r := b.QueueShards; err == nil && len(r) > 0 {
 		var n int64

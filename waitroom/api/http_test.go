@@ -547,7 +547,7 @@ func TestPutWholePatchOne(t *testing.T) {
 	want := waitroom.RoomConfig{Capacity: 7, Lease: 90 * time.Second, AdmitInterval: 50 * time.Millisecond,
 		MaxAdmissionsPerMinute: 600, OpensAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), Paused: true,
 		ClosedMessage: "sold out", AbandonAfter: 30 * time.Second, Arrival: 20 * time.Second, Retention: time.Hour,
-		PoWDifficulty: 4, Template: waitroom.RoomTemplate{Title: "T"}}
+		PoWDifficulty: 4, Template: waitroom.RoomTemplate{Title: "T"}, MaxWaiting: waitroom.DefaultMaxWaiting}
 	if cfg, err := e.store.Config(context.Background(), room); err != nil || cfg != want {
 		t.Fatalf("stored config = %+v, %v\nwant %+v", cfg, err, want)
 	}
@@ -567,6 +567,8 @@ func TestPutWholePatchOne(t *testing.T) {
 		{`{"max_admissions_per_minute":0}`, func(c *waitroom.RoomConfig) { c.MaxAdmissionsPerMinute = 0 }},
 		{`{"closed":true,"closed_message":"all gone"}`, func(c *waitroom.RoomConfig) { c.Closed, c.ClosedMessage = true, "all gone" }},
 		{`{"pow_difficulty":0}`, func(c *waitroom.RoomConfig) { c.PoWDifficulty = 0 }},
+		{`{"max_waiting":50}`, func(c *waitroom.RoomConfig) { c.MaxWaiting = 50 }},
+		{`{"max_joins_per_second":20}`, func(c *waitroom.RoomConfig) { c.MaxJoinsPerSecond = 20 }},
 		{`{"template":{"title":"U","primary_color":"#112233"}}`, func(c *waitroom.RoomConfig) {
 			c.Template = waitroom.RoomTemplate{Title: "U", PrimaryColor: "#112233"}
 		}},

@@ -16,14 +16,22 @@ import (
 )
 
 // JoinLimitConfig configures the per-client limit on joins: a token bucket
-// per client address, kept in memory by each instance.
+// per client address, and a larger one per network prefix (an IPv4 /24,
+// an IPv6 /48), kept in memory by each instance. The prefix bucket bounds
+// a crowd that rotates addresses within its network, as one host can.
 type JoinLimitConfig struct {
 	// Rate is the joins per second a client address earns; 0 turns the
-	// limit off.
+	// limit off (the prefix limit too).
 	Rate float64
 	// Burst is the most joins a client address may make at once (the
 	// bucket's size); at least 1 when Rate is set.
 	Burst int
+	// PrefixRate is the joins per second all the addresses of one prefix
+	// (IPv4 /24, IPv6 /48) earn together; 0 turns the prefix limit off.
+	PrefixRate float64
+	// PrefixBurst is the prefix bucket's size; at least 1 when PrefixRate
+	// is set.
+	PrefixBurst int
 	// MaxClients bounds the buckets kept: past it the least recently seen
 	// client's bucket is dropped (that client starts again with a full
 	// bucket). It bounds memory whatever addresses arrive.
@@ -35,9 +43,10 @@ type JoinLimitConfig struct {
 }
 
 // DefaultJoinLimitConfig allows 1 join per second per address with a burst
-// of 10, over at most 100,000 addresses, trusting no proxy.
+// of 10, and 20 per second per prefix with a burst of 200, over at most
+// 100,000 addresses (and as many prefixes), trusting no proxy.
 func DefaultJoinLimitConfig() JoinLimitConfig {
-	return JoinLimitConfig{Rate: 1, Burst: 10, MaxClients: 100_000}
+	return JoinLimitConfig{Rate: 1, Burst: 10, PrefixRate: 20, PrefixBurst: 200, MaxClients: 100_000}
 }
 
 // Validate reports every unusable field by its snake_case name, the
@@ -50,6 +59,12 @@ func (c JoinLimitConfig) Validate() error {
 	}
 	if c.Rate > 0 && c.Burst < 1 {
 		f.Add("join_burst", "must be at least 1 when the rate is set, got %d", c.Burst)
+	}
+	if c.PrefixRate < 0 || math.IsNaN(c.PrefixRate) || math.IsInf(c.PrefixRate, 0) {
+		f.Add("join_prefix_rate", "must be 0 (off) or a positive number of joins per second, got %v", c.PrefixRate)
+	}
+	if c.PrefixRate > 0 && c.PrefixBurst < 1 {
+		f.Add("join_prefix_burst", "must be at least 1 when the prefix rate is set, got %d", c.PrefixBurst)
 	}
 	if c.Rate > 0 && c.MaxClients < 1 {
 		f.Add("join_clients", "must be at least 1 when the rate is set, got %d", c.MaxClients)
@@ -92,10 +107,13 @@ func ParseTrustedProxies(list string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// joinLimiter is a token bucket per client address with LRU eviction.
+// joinLimiter is a token bucket per key (a client address or a prefix)
+// with LRU eviction.
 type joinLimiter struct {
-	cfg JoinLimitConfig
-	now func() time.Time
+	rate       float64
+	burst      int
+	maxClients int
+	now        func() time.Time
 
 	mu      sync.Mutex
 	buckets map[netip.Addr]*list.Element // of *bucket
@@ -109,16 +127,20 @@ type bucket struct {
 	last   time.Time
 }
 
-// newJoinLimiter returns a limiter for cfg (already validated) reading the
-// time from now.
-func newJoinLimiter(cfg JoinLimitConfig, now func() time.Time) *joinLimiter {
-	return &joinLimiter{cfg: cfg, now: now, buckets: map[netip.Addr]*list.Element{}}
+// newJoinLimiter returns a limiter of rate and burst (already validated)
+// over at most maxClients keys, reading the time from now; nil when rate
+// is 0.
+func newJoinLimiter(rate float64, burst, maxClients int, now func() time.Time) *joinLimiter {
+	if rate <= 0 {
+		return nil
+	}
+	return &joinLimiter{rate: rate, burst: burst, maxClients: maxClients, now: now, buckets: map[netip.Addr]*list.Element{}}
 }
 
 // allow takes one token from addr's bucket. When the bucket is empty it
 // returns false and how long until a token is there.
 func (l *joinLimiter) allow(addr netip.Addr) (bool, time.Duration) {
-	if l == nil || l.cfg.Rate <= 0 {
+	if l == nil {
 		return true, 0
 	}
 	now := l.now()
@@ -129,23 +151,23 @@ func (l *joinLimiter) allow(addr netip.Addr) (bool, time.Duration) {
 		l.lru.MoveToFront(el)
 		b = el.Value.(*bucket)
 		if dt := now.Sub(b.last).Seconds(); dt > 0 {
-			b.tokens = min(float64(l.cfg.Burst), b.tokens+dt*l.cfg.Rate)
+			b.tokens = min(float64(l.burst), b.tokens+dt*l.rate)
 		}
 		b.last = now
 	} else {
-		for len(l.buckets) >= l.cfg.MaxClients {
+		for len(l.buckets) >= l.maxClients {
 			old := l.lru.Back()
 			delete(l.buckets, old.Value.(*bucket).addr)
 			l.lru.Remove(old)
 		}
-		b = &bucket{addr: addr, tokens: float64(l.cfg.Burst), last: now}
+		b = &bucket{addr: addr, tokens: float64(l.burst), last: now}
 		l.buckets[addr] = l.lru.PushFront(b)
 	}
 	if b.tokens >= 1 {
 		b.tokens--
 		return true, 0
 	}
-	wait := time.Duration((1 - b.tokens) / l.cfg.Rate * float64(time.Second))
+	wait := time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
 	return false, wait
 }
 
@@ -159,6 +181,18 @@ func clientKey(a netip.Addr) netip.Addr {
 		return p.Addr()
 	}
 	return a
+}
+
+// prefixKey is the prefix bucket's key of a client address: its IPv4 /24
+// or its IPv6 /48 (a site's usual allocation).
+func prefixKey(a netip.Addr) netip.Addr {
+	a = a.Unmap()
+	bits := 24
+	if a.Is6() {
+		bits = 48
+	}
+	p, _ := a.Prefix(bits)
+	return p.Addr()
 }
 
 // trusted reports whether a is in one of prefixes.
@@ -218,11 +252,17 @@ func (h *handler) limitJoin(r *http.Request) error {
 	if !ok {
 		return nil // not an IP peer (a test's or a Unix socket's): nothing to key on
 	}
+	what := "your address"
 	allowed, wait := h.limiter.allow(clientKey(addr))
 	if allowed {
-		return nil
+		// The address's own token is spent even if its network's bucket
+		// refuses: a rotating crowd pays on both.
+		if allowed, wait = h.prefixLimiter.allow(prefixKey(addr)); allowed {
+			return nil
+		}
+		what = "your network"
 	}
 	wait = max(time.Second, time.Duration(math.Ceil(wait.Seconds()))*time.Second)
 	return &waitroom.Error{Code: waitroom.CodeRateLimited, RetryAfter: wait,
-		Message: fmt.Sprintf("too many joins from your address; try again in %d s", int(wait.Seconds()))}
+		Message: fmt.Sprintf("too many joins from %s; try again in %d s", what, int(wait.Seconds()))}
 }

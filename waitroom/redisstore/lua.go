@@ -72,6 +72,23 @@ local kJoinedat, kSeen, kAway, kAwayat, kDone, kSeqof = KEYS[7], KEYS[8], KEYS[9
 // finish, finishFrom, enqueue, comeBack, closeWaiting, closeAll,
 // setAside, forget and shuffle.
 const queueLua = `
+-- joinRefused checks a new join against the room's bounds (shard's, in
+-- a sharded room): 'LINEFULL' when the line holds max_waiting users,
+-- 'JOINRATE' when the join bucket (max_joins_per_second, one second's
+-- worth) is empty; nil when the join may go on, having taken its token.
+local function joinRefused()
+  local c = redis.call('HMGET', kCfg, 'max_waiting', 'join_rate', 'jtokens', 'jat')
+  local maxw = tonumber(c[1] or 0) or 0
+  if maxw > 0 and redis.call('ZCARD', kQueue) >= maxw then return 'LINEFULL' end
+  local rate = tonumber(c[2] or 0) or 0
+  if rate > 0 then
+    local tokens = rate
+    if c[3] then tokens = math.min(rate, tonumber(c[3]) + math.max(0, now - tonumber(c[4])) * rate / 1000) end
+    if tokens < 1 then return 'JOINRATE' end
+    redis.call('HSET', kCfg, 'jtokens', tostring(tokens - 1), 'jat', now)
+  end
+  return nil
+end
 -- finish puts user in a final state and starts their retention.
 local function finish(user, st)
   redis.call('HSET', kState, user, st)

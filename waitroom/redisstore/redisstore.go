@@ -437,6 +437,8 @@ func configFields(cfg waitroom.RoomConfig) map[string][2]any {
 		"retention_seconds":         {"retention_ms", cfg.Retention.Milliseconds()},
 		"pow_difficulty":            {"pow_difficulty", cfg.PoWDifficulty},
 		"template":                  {"template", tmpl},
+		"max_waiting":               {"max_waiting", cfg.MaxWaiting},
+		"max_joins_per_second":      {"join_rate", cfg.MaxJoinsPerSecond},
 	}
 }
 
@@ -535,7 +537,7 @@ func (s *Store) UpdateConfig(ctx context.Context, room string, cfg waitroom.Room
 // configNames are the configuration hash's fields Config reads, in order.
 var configNames = []string{"capacity", "lease_ms", "interval_ms", "rate_per_min", "opens_at_ms", "paused",
 	"closed", "closed_message", "abandon_ms", "arrival_ms", "retention_ms",
-	"pow_difficulty", "template", "queue_shards"}
+	"pow_difficulty", "template", "queue_shards", "max_waiting", "join_rate"}
 
 // Config implements waitroom.Store.
 func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, error) {
@@ -559,7 +561,7 @@ func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, e
 	cfg := waitroom.RoomConfig{
 		Capacity: int(num(0)), Lease: ms(1), AdmitInterval: ms(2), MaxAdmissionsPerMinute: int(num(3)),
 		Paused: num(5) == 1, Closed: num(6) == 1, AbandonAfter: ms(8), Arrival: ms(9), Retention: ms(10),
-		PoWDifficulty: int(num(11)), QueueShards: int(num(13)),
+		PoWDifficulty: int(num(11)), QueueShards: int(num(13)), MaxWaiting: int(num(14)), MaxJoinsPerSecond: int(num(15)),
 	}
 	if n := num(4); n > 0 {
 		cfg.OpensAt = time.UnixMilli(n).UTC()
@@ -838,6 +840,10 @@ func storeError(err error) error {
 		return waitroom.ErrNoRoom
 	case strings.Contains(err.Error(), "NOTICKET"):
 		return waitroom.ErrNoTicket
+	case strings.Contains(err.Error(), "LINEFULL"):
+		return waitroom.ErrLineFull
+	case strings.Contains(err.Error(), "JOINRATE"):
+		return waitroom.ErrJoinsThrottled
 	default:
 		return waitroom.Unavailable(err)
 	}

@@ -93,6 +93,8 @@ if redis.call('HGET', kCfg, 'closed') == '1' then
   if st then return view(user, st, 0) end
   return {'closed', -1, 0, 0, 0, redis.call('HGET', kCfg, 'closed_message') or ''}
 end
+local refused = joinRefused()
+if refused then return redis.error_reply(refused) end
 local seq = redis.call('INCR', kSeq)
 enqueue(user, seq, seq)
 return view(user, 'waiting', 1)

@@ -203,7 +203,11 @@ func (s *Store) checkShards(ctx context.Context, room string, cfg waitroom.RoomC
 // shardConfigFields are the configuration fields a queue shard keeps a
 // copy of.
 var shardConfigFields = map[string]bool{"closed": true, "closed_message": true, "abandon_after_seconds": true,
-	"retention_seconds": true, "lease_seconds": true}
+	"retention_seconds": true, "lease_seconds": true, "max_waiting": true, "max_joins_per_second": true}
+
+// shardShare is a shard's share, rounded up, of a room-wide bound n over
+// k shards (0, no bound, stays 0).
+func shardShare(n, k int) int { return (n + k - 1) / k }
 
 // writeShardConfigs copies the fields (JSON names) the shards need to every
 // shard of a room of k shards.
@@ -217,6 +221,9 @@ func (s *Store) writeShardConfigs(ctx context.Context, room string, k int, cfg w
 	if len(names) == 0 {
 		return nil
 	}
+	// The bounds on the line and on joins are the room's: each shard
+	// enforces its share.
+	cfg.MaxWaiting, cfg.MaxJoinsPerSecond = shardShare(cfg.MaxWaiting, k), shardShare(cfg.MaxJoinsPerSecond, k)
 	args, err := hashArgs(cfg, names)
 	if err != nil {
 		return err

@@ -58,6 +58,8 @@ if redis.call('HGET', kCfg, 'closed') == '1' then
   return {'closed', -1, 0, 0, 0, redis.call('HGET', kCfg, 'closed_message') or '', 0}
 end
 if st == 'admitted' and ARGV[3] ~= '0' and redis.call('HGET', kAdmseq, user) ~= ARGV[3] then return {'unknown'} end
+local refused = joinRefused()
+if refused then return redis.error_reply(refused) end
 local stamp = math.max(nowus, tonumber(redis.call('HGET', kCfg, 'last') or 0) + 1, tonumber(ARGV[2]) + 1)
 redis.call('HSET', kCfg, 'last', stamp)
 enqueue(user, stamp, redis.call('INCR', kSeq))

@@ -6,6 +6,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -86,6 +87,8 @@ func Run(t *testing.T, h Harness) {
 		{"AbandonedPlaceKeptWithinWindow", testAbandon},
 		{"NoShowReleasedAfterArrival", testArrival},
 		{"FinishedTicketsForgottenAfterRetention", testRetention},
+		{"LineBoundRefusesNewJoinsOnly", testLineBound},
+		{"JoinRateBoundsNewJoins", testJoinRate},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
@@ -816,4 +819,98 @@ func testRetention(t *testing.T, h Harness) {
 	if tk := state(t, s, room, "stayer"); tk.State != waitroom.StateAdmitted {
 		t.Errorf("stayer = %+v, want admitted (retention forgets finished users only)", tk)
 	}
+}
+
+// joinAll joins each user and sorts them into joined and refused, failing
+// the test on any error other than want.
+func joinAll(t *testing.T, s waitroom.Store, room string, want error, us []string) (joined, refused []string) {
+	t.Helper()
+	for _, u := range us {
+		_, err := s.Join(context.Background(), room, u)
+		switch {
+		case err == nil:
+			joined = append(joined, u)
+		case errors.Is(err, want):
+			refused = append(refused, u)
+		default:
+			t.Fatalf("Join(%s): %v, want nil or %v", u, err, want)
+		}
+	}
+	return joined, refused
+}
+
+// share is a bound of n over the harness's shards as the store enforces
+// it: each shard its share, rounded up.
+func (h Harness) share(n int) int {
+	k := max(1, h.QueueShards)
+	return k * ((n + k - 1) / k)
+}
+
+func testLineBound(t *testing.T, h Harness) {
+	s := h.Store(t)
+	ctx := context.Background()
+	const bound = 8
+	room := newRoomWith(t, h, s, 1, func(c *waitroom.RoomConfig) { c.MaxWaiting = bound })
+	joined, refused := joinAll(t, s, room, waitroom.ErrLineFull, users(40))
+	if len(refused) == 0 || len(joined) > h.share(bound) || !h.sharded() && len(joined) != bound {
+		t.Fatalf("a line of at most %d: %d joined, %d refused", bound, len(joined), len(refused))
+	}
+	var e *waitroom.Error
+	if _, err := s.Join(ctx, room, refused[0]); !errors.As(err, &e) || e.Code != waitroom.CodeLineFull || e.RetryAfter <= 0 {
+		t.Fatalf("a join to a full line = %v, want line_full with a Retry-After", err)
+	}
+	// Someone already in line keeps their place and may join again.
+	if tk, err := s.Join(ctx, room, joined[0]); err != nil || tk.State != waitroom.StateWaiting || tk.Created {
+		t.Fatalf("a waiting user's join to a full line = %+v, %v; want their ticket", tk, err)
+	}
+	// A place that frees lets one more in.
+	if _, err := s.Leave(ctx, room, joined[0]); err != nil {
+		t.Fatal(err)
+	}
+	if h.sharded() {
+		// The freed place is in one shard: join until a refused user of
+		// that shard gets it.
+		if j, _ := joinAll(t, s, room, waitroom.ErrLineFull, refused); len(j) != 1 {
+			t.Fatalf("after one left, %d more joined, want 1", len(j))
+		}
+	} else if _, err := s.Join(ctx, room, refused[0]); err != nil {
+		t.Fatalf("a join after one left = %v, want it in line", err)
+	}
+	// Lifting the bound lets everyone in.
+	cfg, _ := s.Config(ctx, room)
+	cfg.MaxWaiting = 0
+	if err := s.UpdateConfig(ctx, room, cfg, []string{"max_waiting"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Config(ctx, room); got.MaxWaiting != 0 {
+		t.Fatalf("max_waiting after the update = %d, want 0", got.MaxWaiting)
+	}
+	join(t, s, room, refused...)
+	checkAccounting(t, s, room)
+}
+
+func testJoinRate(t *testing.T, h Harness) {
+	s := h.Store(t)
+	const rate = 2
+	room := newRoomWith(t, h, s, 1, func(c *waitroom.RoomConfig) { c.MaxJoinsPerSecond = rate })
+	if cfg, _ := s.Config(context.Background(), room); cfg.MaxJoinsPerSecond != rate {
+		t.Fatalf("max_joins_per_second = %d, want %d", cfg.MaxJoinsPerSecond, rate)
+	}
+	us := users(4*h.share(rate) + 1)
+	joined, refused := joinAll(t, s, room, waitroom.ErrJoinsThrottled, us)
+	// The bucket starts full (one second's worth) and refills at the rate:
+	// at once, at most that second's worth (plus what refilled while the
+	// joins ran, well under one token).
+	if len(refused) == 0 || len(joined) == 0 || len(joined) > h.share(rate) || !h.sharded() && len(joined) != rate {
+		t.Fatalf("%d joins a second, at once: %d joined, %d refused", rate, len(joined), len(refused))
+	}
+	// Re-reading a ticket or re-joining is no new join.
+	if tk, err := s.Join(context.Background(), room, joined[0]); err != nil || tk.Created {
+		t.Fatalf("a waiting user's join = %+v, %v; want their ticket, not throttled", tk, err)
+	}
+	h.Advance(t, 1100*time.Millisecond)
+	if more, _ := joinAll(t, s, room, waitroom.ErrJoinsThrottled, refused); len(more) == 0 || len(more) > h.share(rate) {
+		t.Fatalf("a second later %d more joined, want 1 to %d", len(more), h.share(rate))
+	}
+	checkAccounting(t, s, room)
 }
