@@ -405,8 +405,8 @@ func TestRedisOutageAnswers503AndRecovers(t *testing.T) {
 		t.Fatalf("u0 after the outage: %s, want admitted with an admission_token", st.raw)
 	}
 	for i, u := range []string{"u3", "u4", "u5"} {
-		if st := ticket(u); st.str("state") != "waiting" || st.json["position"] != float64(i) {
-			t.Fatalf("%s after the outage: %s, want waiting at position %d", u, st.raw, i)
+		if st := ticket(u); st.str("state") != "waiting" || st.json["position"] != float64(i+1) {
+			t.Fatalf("%s after the outage: %s, want waiting at position %d", u, st.raw, i+1)
 		}
 	}
 	room1 := faultMust(t, hc, http.StatusOK, "GET", roomURL, "", "Bearer "+faultAdminToken)

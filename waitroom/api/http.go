@@ -711,8 +711,11 @@ type ticketJSON struct {
 	Room   string         `json:"room"`
 	UserID string         `json:"user_id"`
 	State  waitroom.State `json:"state"`
-	// Position is null unless waiting.
+	// Position is the user's place in line, 1 for the next one admitted,
+	// and Ahead the users before them (Position - 1); both null unless
+	// waiting.
 	Position *int64 `json:"position"`
+	Ahead    *int64 `json:"ahead"`
 	// ETASeconds is null unless waiting with a measured admission rate;
 	// 0 once admitted.
 	ETASeconds     *float64 `json:"eta_seconds"`
@@ -731,8 +734,9 @@ func (h *handler) ticketView(t waitroom.Ticket) ticketJSON {
 	switch t.State {
 	case waitroom.StateWaiting:
 		if t.Position >= 0 {
-			pos := t.Position
-			v.Position = &pos
+			// The store counts the users ahead; people count from 1.
+			ahead, pos := t.Position, t.Position+1
+			v.Position, v.Ahead = &pos, &ahead
 		}
 		if eta >= 0 {
 			s := math.Round(eta.Seconds()*10) / 10

@@ -284,10 +284,10 @@ func TestFullFlow(t *testing.T) {
 
 		a := join(t, e, room, "alice")
 		bob := join(t, e, room, "bob")
-		if a.status != http.StatusCreated || a.str("state") != "waiting" || a.json["position"] != 0.0 || a.str("ticket_token") == "" {
+		if a.status != http.StatusCreated || a.str("state") != "waiting" || a.json["position"] != 1.0 || a.json["ahead"] != 0.0 || a.str("ticket_token") == "" {
 			t.Fatalf("alice's join = %d %s", a.status, a.raw)
 		}
-		if bob.json["position"] != 1.0 || a.json["poll_after_ms"] == nil || a.str("room") != room || a.str("user_id") != "alice" {
+		if bob.json["position"] != 2.0 || bob.json["ahead"] != 1.0 || a.json["poll_after_ms"] == nil || a.str("room") != room || a.str("user_id") != "alice" {
 			t.Fatalf("bob's join = %s", bob.raw)
 		}
 		if _, ok := a.json["eta_seconds"]; !ok {
@@ -316,7 +316,7 @@ func TestFullFlow(t *testing.T) {
 		if d := time.Until(lease); d < 55*time.Second || d > 65*time.Second {
 			t.Errorf("lease ends in %s, want about 60s", d)
 		}
-		if got := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, "bob"), auth: bobAuth}); got.str("state") != "waiting" || got.json["position"] != 0.0 || got.str("admission_token") != "" {
+		if got := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, "bob"), auth: bobAuth}); got.str("state") != "waiting" || got.json["position"] != 1.0 || got.str("admission_token") != "" {
 			t.Fatalf("bob's ticket = %s", got.raw)
 		}
 
@@ -324,7 +324,7 @@ func TestFullFlow(t *testing.T) {
 		// the room runs (once it has found the room) and is poked.
 		waitFor(t, "the service to run the room's admitter", func() bool { return slices.Contains(e.srv.Service().Rooms(), room) })
 		left := e.must(t, http.StatusOK, req{method: "DELETE", path: ticketPath(room, "alice"), auth: aliceAuth})
-		if left.str("state") != "released" || left.json["position"] != nil {
+		if left.str("state") != "released" || left.json["position"] != nil || left.json["ahead"] != nil {
 			t.Fatalf("alice's leave = %s", left.raw)
 		}
 		waitFor(t, "bob's admission", func() bool {
@@ -364,7 +364,7 @@ func TestJoinIsIdempotent(t *testing.T) {
 		if a.status != http.StatusCreated || again.status != http.StatusOK {
 			t.Fatalf("statuses %d then %d, want 201 then 200", a.status, again.status)
 		}
-		if again.json["position"] != 1.0 || a.json["position"] != 1.0 || again.str("state") != "waiting" {
+		if again.json["position"] != 2.0 || a.json["position"] != 2.0 || again.str("state") != "waiting" {
 			t.Fatalf("joins = %s then %s", a.raw, again.raw)
 		}
 		// Both ticket tokens work.

@@ -50,11 +50,16 @@ func (v *ticketJSON) appendJSON(dst []byte) ([]byte, bool) {
 	dst = jsonbody.AppendString(dst, v.UserID)
 	dst = append(dst, `,"state":`...)
 	dst = jsonbody.AppendString(dst, string(v.State))
-	dst = append(dst, `,"position":`...)
-	if v.Position == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = strconv.AppendInt(dst, *v.Position, 10)
+	for _, f := range [...]struct {
+		name string
+		n    *int64
+	}{{`,"position":`, v.Position}, {`,"ahead":`, v.Ahead}} {
+		dst = append(dst, f.name...)
+		if f.n == nil {
+			dst = append(dst, "null"...)
+		} else {
+			dst = strconv.AppendInt(dst, *f.n, 10)
+		}
 	}
 	dst = append(dst, `,"eta_seconds":`...)
 	if v.ETASeconds == nil {

@@ -151,7 +151,10 @@ type TicketInfo struct {
 	Room           string         `json:"room"`
 	UserID         string         `json:"user_id"`
 	State          waitroom.State `json:"state"`
+	// Position is the place in line, 1 for the next one admitted, and
+	// Ahead the users before it; both nil unless waiting.
 	Position       *int64         `json:"position"`
+	Ahead          *int64         `json:"ahead"`
 	ETASeconds     *float64       `json:"eta_seconds"`
 	PollAfterMS    int64          `json:"poll_after_ms"`
 	TicketToken    string         `json:"ticket_token"`
