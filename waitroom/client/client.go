@@ -148,18 +148,18 @@ type Admission struct {
 
 // TicketInfo is a ticket as the API shows it.
 type TicketInfo struct {
-	Room           string         `json:"room"`
-	UserID         string         `json:"user_id"`
-	State          waitroom.State `json:"state"`
+	Room   string         `json:"room"`
+	UserID string         `json:"user_id"`
+	State  waitroom.State `json:"state"`
 	// Position is the place in line, 1 for the next one admitted, and
 	// Ahead the users before it; both nil unless waiting.
-	Position       *int64         `json:"position"`
-	Ahead          *int64         `json:"ahead"`
-	ETASeconds     *float64       `json:"eta_seconds"`
-	PollAfterMS    int64          `json:"poll_after_ms"`
-	TicketToken    string         `json:"ticket_token"`
-	AdmissionToken string         `json:"admission_token"`
-	LeaseExpiresAt time.Time      `json:"lease_expires_at"`
+	Position       *int64    `json:"position"`
+	Ahead          *int64    `json:"ahead"`
+	ETASeconds     *float64  `json:"eta_seconds"`
+	PollAfterMS    int64     `json:"poll_after_ms"`
+	TicketToken    string    `json:"ticket_token"`
+	AdmissionToken string    `json:"admission_token"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 }
 
 // JoinRequest says who joins: all empty is an anonymous join; UserID with
