@@ -50,7 +50,6 @@ var Metrics = []Metric{
 	{"stampede_waitroom_admitted_total", "counter", []string{"room"}, "Users admitted by this instance's admission passes."},
 	{"stampede_waitroom_expired_total", "counter", []string{"room"}, "Leases that ran out and were reclaimed."},
 	{"stampede_waitroom_admission_pass_errors_total", "counter", []string{"room"}, "Admission passes that failed."},
-	{"stampede_waitroom_admission_passes_skipped_total", "counter", []string{"room"}, "Passes skipped because another instance leads the tick (leader mode)."},
 	{"stampede_waitroom_store_round_trips_total", "counter", []string{"mode"}, "Store requests made by admission passes."},
 	{"stampede_waitroom_admission_pass_seconds", "histogram", []string{"mode"}, "How long one admission pass took in the store."},
 

@@ -44,6 +44,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind", "status", "origin"}),
 	}
 	reg.MustRegister(m.outcomes, m.approvals, m.settled, m.flagged, m.recovered, m.ops)
+	// Every status a first call or a settlement can reach is there from the
+	// start, at 0: a dashboard's rate() and an alert see "none yet", not
+	// "no data", before the first payment.
+	for _, s := range []Status{StatusApproved, StatusDeclined, StatusUnknown, StatusFailed, StatusAuthorized} {
+		m.outcomes.WithLabelValues(string(s))
+		if s != StatusUnknown {
+			m.settled.WithLabelValues(string(s))
+		}
+	}
 	return m
 }
 

@@ -22,14 +22,14 @@ const metricsNamespace = "stampede_waitroom"
 //	stampede_waitroom_admitted_total{room}                 users admitted
 //	stampede_waitroom_expired_total{room}                  leases reclaimed
 //	stampede_waitroom_admission_pass_errors_total{room}    failed passes
-//	stampede_waitroom_admission_passes_skipped_total{room} passes another instance led (leader mode)
 //	stampede_waitroom_store_round_trips_total{mode}        store requests made by admission passes
 //	stampede_waitroom_admission_pass_seconds{mode}         histogram of pass latency
+//
+// A room's counters exist, at 0, from its first pass on.
 type Metrics struct {
 	admitted    *prometheus.CounterVec
 	expired     *prometheus.CounterVec
 	passErrors  *prometheus.CounterVec
-	skipped     *prometheus.CounterVec
 	roundTrips  *prometheus.CounterVec
 	passSeconds *prometheus.HistogramVec
 }
@@ -52,10 +52,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: metricsNamespace, Name: "admission_pass_errors_total",
 			Help: "Admission passes that failed (usually: the store was unreachable).",
 		}, []string{"room"}),
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "admission_passes_skipped_total",
-			Help: "Admission passes skipped because another instance leads the tick (leader mode).",
-		}, []string{"room"}),
 		roundTrips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "store_round_trips_total",
 			Help: "Requests sent to the store by admission passes, by admission mode.",
@@ -70,7 +66,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.admitted = registerOrReuse(reg, m.admitted)
 		m.expired = registerOrReuse(reg, m.expired)
 		m.passErrors = registerOrReuse(reg, m.passErrors)
-		m.skipped = registerOrReuse(reg, m.skipped)
 		m.roundTrips = registerOrReuse(reg, m.roundTrips)
 		m.passSeconds = registerOrReuse(reg, m.passSeconds)
 	}
@@ -98,18 +93,14 @@ func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 func (m *Metrics) OnPass(room string, mode Mode, took time.Duration, res AdmitResult, err error) {
 	m.passSeconds.WithLabelValues(string(mode)).Observe(took.Seconds())
 	m.roundTrips.WithLabelValues(string(mode)).Add(float64(res.RoundTrips))
+	// Add(0) too: the room's series exist from its first pass.
+	errs := 0.0
 	if err != nil {
-		m.passErrors.WithLabelValues(room).Inc()
+		errs = 1
 	}
-	if res.Skipped {
-		m.skipped.WithLabelValues(room).Inc()
-	}
-	if n := len(res.Admitted); n > 0 {
-		m.admitted.WithLabelValues(room).Add(float64(n))
-	}
-	if res.Expired > 0 {
-		m.expired.WithLabelValues(room).Add(float64(res.Expired))
-	}
+	m.passErrors.WithLabelValues(room).Add(errs)
+	m.admitted.WithLabelValues(room).Add(float64(len(res.Admitted)))
+	m.expired.WithLabelValues(room).Add(float64(res.Expired))
 }
 
 // roomCollector reads every room's gauges from the store at scrape time:
