@@ -223,6 +223,25 @@
     push("consumer", lagKnown ? snap.workers.consumer_lag : null);
     spark("consumer", lagKnown ? fmt(snap.workers.consumer_lag) : "–");
     void wUp;
+    const pt = $("parked").tBodies[0];
+    while (pt.firstChild) pt.removeChild(pt.firstChild);
+    const pk = snap.workers.parked_known;
+    $("parked-count").textContent = pk ? fmt(snap.workers.parked.length) + " keys, " + fmt(snap.workers.parked_events) + " events" : "";
+    if (pk) {
+      for (const k of snap.workers.parked) {
+        const tr = el("tr");
+        tr.append(el("td", { class: "mono" }, k.key), el("td", { class: "n" }, String(k.partition)), el("td", { class: "n" }, fmt(k.events)),
+          el("td", { class: "n" }, fmt(k.attempts)), el("td", {}, k.reason), el("td", {}, k.parked_at.replace("T", " ").slice(0, 19)));
+        pt.appendChild(tr);
+      }
+      if (snap.workers.parked.length === 0) {
+        const tr = el("tr"); tr.appendChild(el("td", { colspan: "6", class: "muted" }, "No key is parked."));
+        pt.appendChild(tr);
+      }
+    } else {
+      const tr = el("tr"); tr.appendChild(el("td", { colspan: "6", class: "muted" }, "Not shown: start the console with --worker-token (the workers' --admin-token)."));
+      pt.appendChild(tr);
+    }
 
     // Seats.
     const cUp = partState("checkout-state", snap.checkout);

@@ -62,6 +62,10 @@ type Config struct {
 	// Workers are the base URLs of the event workers, whose /metrics
 	// give the consumer lag (optional).
 	Workers []string
+	// WorkerToken is the workers' --admin-token: with it, the console
+	// lists the parked keys (GET /v1/parked of the first worker that
+	// answers; the workers of one consumer share them). Optional.
+	WorkerToken string
 	// Interval is how often the page is updated.
 	Interval time.Duration
 	// Timeout bounds each call to a part.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
@@ -101,6 +102,7 @@ func fakePart(t *testing.T, token string, answers map[string]string) *httptest.S
 type rigOptions struct {
 	waitroomURL, payURL, checkoutURL string
 	workers                          []string
+	workerToken                      string
 }
 
 func newRig(t *testing.T, mutate func(*rigOptions)) *rig {
@@ -134,7 +136,9 @@ func newRig(t *testing.T, mutate func(*rigOptions)) *rig {
 			`{"from":"PENDING","to":"UNKNOWN","code":"approval_timeout","reason":"approval_timeout: <b>no answer</b> within 3s","at":"2026-01-01T00:00:03Z"}]}`,
 	})
 	checkout := fakePart(t, "", map[string]string{"/v1/events/concert": `{"event":"concert","seats":100,"seats_left":60,"held":10,"sold":30}`})
-	w1 := fakePart(t, "", map[string]string{"/metrics": "stampede_worker_partition_lag{partition=\"0\"} 5\nstampede_worker_partition_lag{partition=\"1\"} 2\nstampede_worker_acked_total 9\n"})
+	w1 := fakePart(t, "", map[string]string{"/metrics": "stampede_worker_partition_lag{partition=\"0\"} 5\nstampede_worker_partition_lag{partition=\"1\"} 2\nstampede_worker_acked_total 9\n",
+		"/v1/parked": `{"keys":[{"key":"pay-7","partition":3,"first_id":"pay-7-2","first_sequence":41,"reason":"ticket service: 422","attempts":20,` +
+			`"parked_at":"2026-01-01T00:00:00Z","events":2}],"events":2}`})
 	w2 := fakePart(t, "", map[string]string{"/metrics": "stampede_worker_partition_lag{partition=\"1\"} 4\nstampede_worker_partition_lag{partition=\"2\"} 1\n"})
 	o := rigOptions{waitroomURL: wr.URL, payURL: pay.URL, checkoutURL: checkout.URL, workers: []string{w1.URL, w2.URL}}
 	if mutate != nil {
@@ -148,7 +152,7 @@ func newRig(t *testing.T, mutate func(*rigOptions)) *rig {
 	ccfg.Waitroom = console.Endpoint{URL: o.waitroomURL, Token: waitroomToken}
 	ccfg.Pay = console.Endpoint{URL: o.payURL, Token: payToken}
 	ccfg.Checkout, ccfg.Events = console.Endpoint{URL: o.checkoutURL}, []string{"concert"}
-	ccfg.Workers = o.workers
+	ccfg.Workers, ccfg.WorkerToken = o.workers, o.workerToken
 	ccfg.Interval, ccfg.Timeout = 100*time.Millisecond, 500*time.Millisecond
 	ccfg.Logger, ccfg.Now = slog.New(slog.DiscardHandler), clk.Now
 	h, err := console.New(ccfg)
@@ -403,6 +407,41 @@ func TestSnapshot(t *testing.T) {
 	}
 	if w := s.Workers; !w.Available || w.ConsumerLag != 5+4+1 || len(w.Workers) != 2 || w.Workers[0].Acked != 9 {
 		t.Errorf("workers = %+v, want consumer lag 10 (5 + max(2,4) + 1)", w)
+	}
+	if w := s.Workers; w.ParkedKnown || len(w.Parked) != 0 {
+		t.Errorf("without --worker-token the parked keys = %+v, want none read", w)
+	}
+}
+
+// TestSnapshotListsParkedKeys: with the workers' token, the snapshot lists
+// the parked keys a worker reports; a worker that refuses the token makes
+// the part unavailable with a safe message.
+func TestSnapshotListsParkedKeys(t *testing.T) {
+	r := newRig(t, func(o *rigOptions) { o.workerToken = "worker-admin-token-0123" })
+	r.csrf(t)
+	w := r.snapshot(t).Workers
+	if !w.Available || !w.ParkedKnown || w.ParkedEvents != 2 || len(w.Parked) != 1 {
+		t.Fatalf("workers = %+v, want one parked key with 2 events", w)
+	}
+	if k := w.Parked[0]; k.Key != "pay-7" || k.Partition != 3 || k.Attempts != 20 || k.Reason != "ticket service: 422" || k.Events != 2 {
+		t.Errorf("parked key = %+v", k)
+	}
+	refusing := fakePart(t, "another-token-0123456", map[string]string{"/v1/parked": `{"keys":[],"events":0}`})
+	metrics := fakePart(t, "", map[string]string{"/metrics": "stampede_worker_acked_total 1\n"})
+	// The metrics from one server, the refusal from another behind one URL.
+	both := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		target := refusing.URL
+		if req.URL.Path == "/metrics" {
+			target = metrics.URL
+		}
+		u, _ := url.Parse(target)
+		httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, req)
+	}))
+	t.Cleanup(both.Close)
+	r = newRig(t, func(o *rigOptions) { o.workerToken, o.workers = "worker-admin-token-0123", []string{both.URL} })
+	r.csrf(t)
+	if w := r.snapshot(t).Workers; w.Available || w.ParkedKnown || !strings.Contains(w.Error, "parked keys: refused the console's token") {
+		t.Errorf("a worker refusing the token: %+v, want unavailable, saying the token was refused", w)
 	}
 }
 

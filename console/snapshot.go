@@ -100,13 +100,29 @@ type Worker struct {
 	Acked     int64  `json:"acked"`
 }
 
+// ParkedKey is a key the workers parked after its event kept failing:
+// its later events wait for a redrive (`stampede events redrive`).
+type ParkedKey struct {
+	Key       string    `json:"key"`
+	Partition int       `json:"partition"`
+	FirstID   string    `json:"first_id"`
+	Reason    string    `json:"reason"`
+	Attempts  uint64    `json:"attempts"`
+	ParkedAt  time.Time `json:"parked_at"`
+	Events    uint64    `json:"events"`
+}
+
 // Workers is the workers' part of a snapshot: ConsumerLag is the messages
 // of the stream not yet delivered to any worker, summed over the
-// partitions (each partition's largest report).
+// partitions (each partition's largest report). With Config.WorkerToken,
+// Parked lists the parked keys (ParkedKnown says the list was read).
 type Workers struct {
 	Part
-	ConsumerLag int64    `json:"consumer_lag"`
-	Workers     []Worker `json:"workers"`
+	ConsumerLag  int64       `json:"consumer_lag"`
+	Workers      []Worker    `json:"workers"`
+	ParkedKnown  bool        `json:"parked_known"`
+	Parked       []ParkedKey `json:"parked"`
+	ParkedEvents uint64      `json:"parked_events"`
 }
 
 // Snapshot is everything the page shows at one instant.
@@ -349,11 +365,12 @@ func (g *gatherer) checkout(ctx context.Context) Checkout {
 	return out
 }
 
-func (g *gatherer) workers(ctx context.Context) Workers {
-	out := Workers{Part: Part{Configured: len(g.cfg.Workers) > 0}, Workers: make([]Worker, len(g.cfg.Workers))}
+func (g *gatherer) workers(ctx context.Context) (out Workers) {
+	out = Workers{Part: Part{Configured: len(g.cfg.Workers) > 0}, Workers: make([]Worker, len(g.cfg.Workers)), Parked: []ParkedKey{}}
 	if !out.Configured {
 		return out
 	}
+	defer func() { g.parked(ctx, &out) }()
 	lags := make([]map[string]int64, len(g.cfg.Workers))
 	var wg sync.WaitGroup
 	for i, u := range g.cfg.Workers {
@@ -379,6 +396,33 @@ func (g *gatherer) workers(ctx context.Context) Workers {
 		out.Error = fmt.Sprintf("%d of %d workers not reachable", down, len(out.Workers))
 	}
 	return out
+}
+
+// parked lists the parked keys from the first available worker, when the
+// console has the workers' token; a refusal is the part's error.
+func (g *gatherer) parked(ctx context.Context, out *Workers) {
+	if g.cfg.WorkerToken == "" {
+		return
+	}
+	for i, w := range out.Workers {
+		if !w.Available {
+			continue
+		}
+		var p struct {
+			Keys   []ParkedKey `json:"keys"`
+			Events uint64      `json:"events"`
+		}
+		if err := g.c.do(ctx, Endpoint{URL: g.cfg.Workers[i], Token: g.cfg.WorkerToken}, http.MethodGet, "/v1/parked", nil, &p); err != nil {
+			out.Available = false
+			out.Error = "parked keys: " + partError(err)
+			return
+		}
+		if p.Keys != nil {
+			out.Parked = p.Keys
+		}
+		out.ParkedEvents, out.ParkedKnown = p.Events, true
+		return
+	}
 }
 
 // worker reads one worker's /metrics.

@@ -32,6 +32,8 @@ func newServeConsoleCmd() *cobra.Command {
              status history (pay's /v1/admin endpoints: serve pay --admin-token, --pay-token)
   seats      left, held and sold per event (--checkout, --events)
   consumers  the consumer lag of the event stream (--workers: the workers' /metrics)
+  parked     the keys the workers parked after their event kept failing, with the
+             reason (--worker-token: the workers' --admin-token, their GET /v1/parked)
   controls   pause, resume and close a room, change its capacity and outflow
              (max admissions per minute), through the waiting room's admin API
 
@@ -50,7 +52,7 @@ also carries the page's CSRF token in a header.
     --waitroom http://127.0.0.1:8080 --waitroom-token "$WAITROOM_ADMIN_TOKEN" \
     --pay http://127.0.0.1:8081 --pay-token "$PAY_ADMIN_TOKEN" \
     --checkout http://127.0.0.1:8083 --events concert \
-    --workers http://127.0.0.1:9101,http://127.0.0.1:9102`,
+    --workers http://127.0.0.1:9101,http://127.0.0.1:9102 --worker-token "$WORKER_ADMIN_TOKEN"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runConsole(cmd, opts) },
 	}
@@ -65,6 +67,7 @@ also carries the page's CSRF token in a header.
 	f.StringVar(&c.Checkout.URL, "checkout", "", "base URL of the checkout (empty: seats not shown)")
 	f.StringSliceVar(&c.Events, "events", nil, "the checkout's events whose seats are shown, comma-separated")
 	f.StringSliceVar(&c.Workers, "workers", nil, "base URLs of the event workers' metrics, comma-separated (empty: consumer lag not shown)")
+	f.StringVar(&c.WorkerToken, "worker-token", "", "the workers' --admin-token: lists the parked keys (empty: not shown)")
 	f.DurationVar(&c.Interval, "interval", c.Interval, "how often the page is updated")
 	f.DurationVar(&c.Timeout, "timeout", c.Timeout, "deadline of each call to a part; past it the part is shown unavailable")
 	f.DurationVar(&c.Session, "session", c.Session, "how long a login lasts")

@@ -69,6 +69,8 @@ Store: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite --sqlite (default
   GET /metrics   lag, held messages and deepest key queue per partition,
                  handlers in flight, deliveries, redeliveries, failures,
                  invalid events set aside
+  GET /v1/parked the parked keys, each with its failed event and reason
+                 (Bearer --admin-token; absent without it)
 
 An event that is not a valid payment event is logged, counted
 (stampede_worker_invalid_events_total) and acknowledged: it is never retried.
@@ -117,6 +119,7 @@ Receivers de-duplicate by Idempotency-Key (examples/receiver-python).`,
 	f.DurationVar(&opts.outlet.MaxBackoff, "deliver-max-backoff", opts.outlet.MaxBackoff, "with --deliver: the longest wait between two requests")
 	f.DurationVar(&opts.outlet.MaxRetryAfter, "deliver-max-retry-after", opts.outlet.MaxRetryAfter, "with --deliver: the longest Retry-After honoured")
 	f.DurationVar(&opts.server.ShutdownTimeout, "shutdown-timeout", opts.server.ShutdownTimeout, "on SIGINT or SIGTERM, how long running handlers and requests may finish")
+	f.StringVar(&opts.cfg.AdminToken, "admin-token", "", "bearer token of the read-only GET /v1/parked (the parked keys, for the operator console), at least 16 bytes (empty: no admin endpoint)")
 	return cmd
 }
 
@@ -281,6 +284,13 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 		api.AddCheck(httpapi.Check{Name: "store", Ping: store.Ping})
 	}
 	api.AddCheck(httpapi.Check{Name: "consumer", Ping: w.Alive})
+	if cfg.AdminToken != "" {
+		pk, err := dispatchjs.OpenParking(ctx, js, cfg.Consumer)
+		if err != nil {
+			return stop(err)
+		}
+		worker.RegisterAdmin(api, pk, cfg.AdminToken)
+	}
 
 	ln, err := net.Listen("tcp", opts.http)
 	if err != nil {

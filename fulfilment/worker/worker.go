@@ -51,7 +51,13 @@ type Config struct {
 	Consumer dispatchjs.Config
 	// Fulfilment configures the handler (clock, ticket ids).
 	Fulfilment fulfilment.Config
+	// AdminToken, when set (at least MinAdminToken bytes), opens the
+	// read-only admin endpoint (RegisterAdmin) with this bearer token.
+	AdminToken string
 }
+
+// MinAdminToken is the shortest admin token accepted.
+const MinAdminToken = 16
 
 // DefaultConfig returns dispatch/natskeyed's and fulfilment's defaults:
 // stream PAYMENTS, payments.<p>.<id> in 8 pinned partitions, 8 handlers at
@@ -77,6 +83,9 @@ func (c Config) Validate() error {
 	}
 	if c.Store == nil && c.Deliver == nil {
 		f.Add("store", "is required: the fulfilment store the events are applied to")
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < MinAdminToken {
+		f.Add("admin_token", "must be empty (no admin endpoint) or at least %d bytes, got %d", MinAdminToken, len(c.AdminToken))
 	}
 	f.Check("", c.Consumer.Validate())
 	f.Check("fulfilment", c.Fulfilment.Validate())

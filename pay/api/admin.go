@@ -1,13 +1,9 @@
 package api
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
@@ -26,10 +22,10 @@ type adminHandler struct {
 	svc   *pay.Service
 	store pay.Store
 	admin pay.AdminStore
-	hash  [sha256.Size]byte
-	// throttle limits wrong admin tokens per client address (an IPv4
-	// address, an IPv6 /64): AdminFailures a minute, then 429.
-	throttle *httpapi.FailureThrottle
+	// guard checks the admin token and limits wrong ones per client
+	// address (an IPv4 address, an IPv6 /64): AdminFailures a minute,
+	// then 429.
+	guard *httpapi.BearerGuard
 }
 
 // AdminFailures is how many wrong admin tokens one client address may send
@@ -51,8 +47,7 @@ func registerAdmin(api *httpapi.API, svc *pay.Service, store pay.Store, cfg Conf
 	if !ok {
 		return pay.Invalid("admin_token", "is set but the store %T has no admin reads (pay.AdminStore)", store)
 	}
-	h := &adminHandler{svc: svc, store: store, admin: as, hash: sha256.Sum256([]byte(cfg.AdminToken)),
-		throttle: httpapi.NewFailureThrottle(AdminFailures, time.Minute, nil)}
+	h := &adminHandler{svc: svc, store: store, admin: as, guard: httpapi.NewBearerGuard(cfg.AdminToken, AdminFailures, "admin token")}
 	api.Handle("/v1/admin/payments", httpapi.Methods{http.MethodGet: h.list})
 	api.Handle("/v1/admin/payments/{id}", httpapi.Methods{http.MethodGet: h.get})
 	api.Handle("/v1/admin/stats", httpapi.Methods{http.MethodGet: h.stats})
@@ -63,18 +58,7 @@ func registerAdmin(api *httpapi.API, svc *pay.Service, store pay.Store, cfg Conf
 // (over the tokens' SHA-256, so that the length leaks nothing either).
 // A client address that sent AdminFailures wrong tokens in a minute is
 // refused (429) before its token is even compared.
-func (h *adminHandler) authorize(r *http.Request) error {
-	if err := h.throttle.Check(r, "admin token"); err != nil {
-		return err
-	}
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], h.hash[:]) != 1 {
-		h.throttle.Fail(r)
-		return &pay.Error{Code: pay.CodeUnauthorized, Message: "the admin token is required: Authorization: Bearer <admin token>"}
-	}
-	return nil
-}
+func (h *adminHandler) authorize(r *http.Request) error { return h.guard.Authorize(r) }
 
 // adminPage is GET /v1/admin/payments's answer.
 type adminPage struct {
