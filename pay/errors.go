@@ -28,6 +28,7 @@ const (
 	CodeNotAuthorized    Code = "not_authorized"      // capture or void of a payment that is not AUTHORIZED
 	CodeOperationExists  Code = "operation_exists"    // the authorisation already has a capture or void holding it
 	CodeCaptureExceeds   Code = "capture_exceeds"     // a capture of more than the authorised amount
+	CodeCancelExists     Code = "cancellation_exists" // the payment already has a cancellation, under another key
 	CodeUnauthorized          = stampede.Unauthorized // no valid merchant API key
 	CodeForbidden             = stampede.Forbidden    // the key's merchant is not the body's merchant_id
 	CodeMismatch              = stampede.Mismatch     // the idempotency key was used with a different request

@@ -33,6 +33,10 @@ const (
 	ReasonOpDeclined      = "operation_declined"    // the institution declined a capture or void
 	ReasonInquiryDone     = "inquiry_succeeded"     // a status inquiry found the capture or void carried out
 	ReasonAuthExpired     = "authorization_expired" // not captured within the authorisation window: voided by the service
+	ReasonCancelRequested = "cancel_requested"      // a cancellation was recorded; it waits for the payment to settle
+	ReasonCancelVoid      = "cancel_void"           // a cancellation was carried out as a void
+	ReasonCancelRefund    = "cancel_refund"         // a cancellation was carried out as a refund
+	ReasonCancelNothing   = "cancel_nothing_to_do"  // a cancellation closed: no money was taken, or none is left
 )
 
 // reasonCodes are the codes a public reason may start with.
@@ -42,7 +46,8 @@ var reasonCodes = map[string]bool{
 	ReasonInquiryDeclined: true, ReasonInquiryNotFound: true, ReasonRecovered: true, ReasonReviewUnsettled: true,
 	ReasonWithheld: true, ReasonRefunded: true, ReasonRefundDeclined: true, ReasonInquiryRefunded: true,
 	ReasonAuthorized: true, ReasonCaptured: true, ReasonVoided: true, ReasonOpDeclined: true, ReasonInquiryDone: true,
-	ReasonAuthExpired: true,
+	ReasonAuthExpired: true, ReasonCancelRequested: true, ReasonCancelVoid: true, ReasonCancelRefund: true,
+	ReasonCancelNothing: true,
 }
 
 // reason formats a public reason: code, then safe text.

@@ -887,7 +887,7 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 func (s *Service) Run(ctx context.Context) error { return s.RunReconciler(ctx) }
 
 // RunReconciler runs a reconciliation pass (payments, then refunds:
-// RefundPass, OperationPass, AuthWindowPass) at once and then every ReconcileEvery, and deletes expired idempotency keys, until ctx ends
+// RefundPass, OperationPass, AuthWindowPass, CancellationPass) at once and then every ReconcileEvery, and deletes expired idempotency keys, until ctx ends
 // (then it returns nil). A failed pass is logged and retried on the next
 // tick; when passes have kept failing for GiveUpAfter, it returns the
 // last error.
@@ -912,6 +912,11 @@ func (s *Service) RunReconciler(ctx context.Context) error {
 		}
 		if err == nil {
 			_, err = s.AuthWindowPass(ctx)
+		}
+		if err == nil {
+			var n int
+			n, err = s.CancellationPass(ctx)
+			res.Settled += n
 		}
 		if err == nil {
 			_, err = s.store.DeleteExpiredIdempotency(ctx, s.cfg.Now())

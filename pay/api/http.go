@@ -125,6 +125,7 @@ func New(svc *pay.Service, store pay.Store, cfg Config, reg *prometheus.Registry
 	api.Handle("/v1/payments/{id}/refunds", httpapi.Methods{http.MethodPost: h.refund, http.MethodGet: h.listRefunds})
 	api.Handle("/v1/payments/{id}/capture", httpapi.Methods{http.MethodPost: h.capture})
 	api.Handle("/v1/payments/{id}/void", httpapi.Methods{http.MethodPost: h.void})
+	api.Handle("/v1/payments/{id}/cancel", httpapi.Methods{http.MethodPost: h.cancel})
 	api.Handle("/v1/payments/{id}/operations", httpapi.Methods{http.MethodGet: h.listOperations})
 	api.Handle("/v1/events", httpapi.Methods{http.MethodGet: h.events})
 	api.AddCheck(httpapi.Check{Name: "store", Ping: store.Ping})
@@ -255,6 +256,14 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, ViewOf(p))
+	v := ViewOf(p)
+	c, ok, err := h.svc.CancellationOf(r.Context(), p.ID)
+	if err != nil {
+		return err
+	}
+	if ok {
+		v.Cancellation = CancellationViewOf(c)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, v)
 	return nil
 }

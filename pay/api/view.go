@@ -23,6 +23,9 @@ type View struct {
 	CreatedAt time.Time       `json:"created_at"`
 	UpdatedAt time.Time       `json:"updated_at"`
 	History   []ChangeView    `json:"history,omitempty"`
+	// Cancellation is the payment's cancellation, when it has one
+	// (POST /v1/payments/{id}/cancel).
+	Cancellation *CancellationView `json:"cancellation,omitempty"`
 }
 
 // ChangeView is one status change as the API shows it: Code is the

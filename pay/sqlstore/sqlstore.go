@@ -111,6 +111,7 @@ type Store struct {
 	q     queries
 	rq    refundQueries
 	oq    opQueries
+	cq    cancelQueries
 	gc    *committer // nil without Config.GroupCommit
 	// wst and rst are the prepared statements of write and read by
 	// text; nil without Config.PrepareStatements.
@@ -138,7 +139,7 @@ func New(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
 	if read == nil {
 		read = write
 	}
-	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d), rq: newRefundQueries(d), oq: newOpQueries(d)}
+	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d), rq: newRefundQueries(d), oq: newOpQueries(d), cq: newCancelQueries(d)}
 	if cfg.MerchantTTL > 0 {
 		s.merchants = newMerchantCache(cfg.MerchantTTL, cfg.Now)
 	}

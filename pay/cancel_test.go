@@ -1,0 +1,249 @@
+package pay_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stampede-lab/stampede/institution"
+	"github.com/stampede-lab/stampede/internal/httpapi"
+	"github.com/stampede-lab/stampede/pay"
+)
+
+// unknownPayment creates a payment of amount (body: manual capture when
+// manual) while the institution hangs in mode, and checks that it is
+// answered 202 UNKNOWN; the institution is left hanging.
+func (r *rig) unknownPayment(t *testing.T, mode institution.Mode, amount int64, manual bool) string {
+	t.Helper()
+	r.behave(t, institution.Behavior{Mode: mode, HangMS: 1000, Idempotent: true, StatusAPI: institution.StatusAPIUp})
+	body := payment("o-"+pay.NewID(), amount)
+	if manual {
+		body = body[:len(body)-1] + `,"capture":"manual"}`
+	}
+	code, p := r.post(t, pay.NewID(), body)
+	if code != http.StatusAccepted || p["status"] != "UNKNOWN" {
+		t.Fatalf("POST against a hung institution = %d %v, want 202 UNKNOWN", code, p)
+	}
+	return p["id"].(string)
+}
+
+// cancellation returns the cancellation member of a payment's JSON.
+func cancellationOf(t *testing.T, p map[string]any) map[string]any {
+	t.Helper()
+	c, ok := p["cancellation"].(map[string]any)
+	if !ok {
+		t.Fatalf("the payment shows no cancellation: %v", p)
+	}
+	return c
+}
+
+// settle runs reconciliation passes (payments, then cancellations) until
+// payment id is no longer UNKNOWN, for up to 5 s.
+func (r *rig) settle(t *testing.T, id string) pay.Payment {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := r.svc.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p, err := r.svc.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status != pay.StatusUnknown {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("payment %s still UNKNOWN", id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestCancelUnknownIsRefundedOnceItSettlesApproved: a payment whose
+// approval answer was lost is cancelled: the cancellation is recorded and
+// shown (202 REQUESTED), replayed under its key, refused under another;
+// while the status API is down nothing is done; once the inquiry finds
+// the payment approved, four reconcilers racing carry it out as one full
+// refund, which the institution made once.
+func TestCancelUnknownIsRefundedOnceItSettlesApproved(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := context.Background()
+	id := r.unknownPayment(t, institution.ModeHangAfter, 8_000, false)
+	// The status API goes down (a GET would settle the payment
+	// otherwise): the payment stays UNKNOWN and the cancellation waits.
+	r.behave(t, institution.Behavior{Mode: institution.ModeNormal, Idempotent: true, StatusAPI: institution.StatusAPIDown})
+
+	resp, body := r.operate(t, id, "cancel", "cancel-1", `{"reason":"event cancelled"}`)
+	if resp.StatusCode != http.StatusAccepted || body["status"] != "UNKNOWN" || cancellationOf(t, body)["status"] != "REQUESTED" ||
+		cancellationOf(t, body)["code"] != pay.ReasonCancelRequested {
+		t.Fatalf("cancel of an UNKNOWN payment = %d %v, want 202 with a REQUESTED cancellation", resp.StatusCode, body)
+	}
+	resp, again := r.operate(t, id, "cancel", "cancel-1", `{"reason":"event cancelled"}`)
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get("Idempotent-Replayed") != "true" || cancellationOf(t, again)["status"] != "REQUESTED" {
+		t.Fatalf("replay = %d %v, want the stored cancellation", resp.StatusCode, again)
+	}
+	if resp, body := r.operate(t, id, "cancel", "cancel-1", `{"reason":"other"}`); resp.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("same key, another reason = %d %v, want 422", resp.StatusCode, body)
+	}
+	if resp, body := r.operate(t, id, "cancel", "cancel-2", ``); resp.StatusCode != http.StatusConflict || body["code"] != string(pay.CodeCancelExists) {
+		t.Fatalf("a second cancellation = %d %v, want 409 cancellation_exists", resp.StatusCode, body)
+	}
+	_, got := r.get(t, "/v1/payments/"+id)
+	if got["status"] != "UNKNOWN" || cancellationOf(t, got)["status"] != "REQUESTED" {
+		t.Fatalf("GET shows %v, want the REQUESTED cancellation", got["cancellation"])
+	}
+
+	if _, err := r.svc.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.svc.CancellationPass(ctx); err != nil || n != 0 {
+		t.Fatalf("CancellationPass while UNKNOWN = %d, %v; want 0", n, err)
+	}
+	r.behave(t, institution.Behavior{Mode: institution.ModeNormal, Idempotent: true, StatusAPI: institution.StatusAPIUp})
+	if p := r.settle(t, id); p.Status != pay.StatusApproved {
+		t.Fatalf("settled %s, want APPROVED", p.Status)
+	}
+
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if _, err := r.svc.CancellationPass(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := r.svc.CancellationPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, got = r.get(t, "/v1/payments/"+id)
+	c := cancellationOf(t, got)
+	if c["status"] != "CARRIED_OUT" || c["action"] != "refund" || c["code"] != pay.ReasonCancelRefund {
+		t.Fatalf("after settling: %v, want CARRIED_OUT by a refund", c)
+	}
+	_, list := r.get(t, "/v1/payments/"+id+"/refunds")
+	refunds := list["refunds"].([]any)
+	if len(refunds) != 1 || refunds[0].(map[string]any)["id"] != c["action_id"] || refunds[0].(map[string]any)["status"] != "SUCCEEDED" ||
+		list["refunded"] != float64(8_000) {
+		t.Fatalf("refunds = %v, want the cancellation's one refund of 8000 SUCCEEDED", list)
+	}
+	ledger, err := r.inst.Refunds(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ledger.Records) != 1 || ledger.Records[0].Requests != 1 || ledger.RefundedByApproval[id] != 8_000 {
+		t.Fatalf("the institution saw %+v, want one refund request of 8000", ledger)
+	}
+}
+
+// TestCancelUnknownAuthorizationIsVoided: a manual-capture payment whose
+// answer was lost is cancelled; once the inquiry finds it AUTHORIZED the
+// cancellation voids it, once.
+func TestCancelUnknownAuthorizationIsVoided(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := context.Background()
+	id := r.unknownPayment(t, institution.ModeHangAfter, 6_000, true)
+	if resp, body := r.operate(t, id, "cancel", "cv-1", ``); resp.StatusCode != http.StatusAccepted || cancellationOf(t, body)["status"] != "REQUESTED" {
+		t.Fatalf("cancel = %d %v, want 202 REQUESTED", resp.StatusCode, body)
+	}
+	r.behave(t, institution.Behavior{Mode: institution.ModeNormal, Idempotent: true, StatusAPI: institution.StatusAPIUp})
+	if p := r.settle(t, id); p.Status != pay.StatusAuthorized {
+		t.Fatalf("settled %s, want AUTHORIZED", p.Status)
+	}
+	for range 2 {
+		if _, err := r.svc.CancellationPass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, got := r.get(t, "/v1/payments/"+id)
+	c := cancellationOf(t, got)
+	if got["status"] != "VOIDED" || c["status"] != "CARRIED_OUT" || c["action"] != "void" {
+		t.Fatalf("after settling: %v, want VOIDED by the cancellation's void", got)
+	}
+	if ops := r.operationsAt(t, id); len(ops) != 1 || ops[0].Kind != "void" {
+		t.Fatalf("the institution has %+v, want one void", ops)
+	}
+}
+
+// TestCancelUnknownThatNeverHappenedCloses: the approval was never
+// processed; after the not-found window the payment is FAILED and the
+// cancellation closes with nothing sent.
+func TestCancelUnknownThatNeverHappenedCloses(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := context.Background()
+	id := r.unknownPayment(t, institution.ModeHangBefore, 4_000, false)
+	if resp, body := r.operate(t, id, "cancel", "cn-1", `{}`); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("cancel = %d %v, want 202", resp.StatusCode, body)
+	}
+	r.behave(t, institution.Behavior{Mode: institution.ModeNormal, Idempotent: true, StatusAPI: institution.StatusAPIUp})
+	if p := r.settle(t, id); p.Status != pay.StatusFailed {
+		t.Fatalf("settled %s, want FAILED", p.Status)
+	}
+	if n, err := r.svc.CancellationPass(ctx); err != nil || n != 1 {
+		t.Fatalf("CancellationPass = %d, %v; want 1 closed", n, err)
+	}
+	_, got := r.get(t, "/v1/payments/"+id)
+	if c := cancellationOf(t, got); c["status"] != "CLOSED" || c["action"] != "none" || c["code"] != pay.ReasonCancelNothing {
+		t.Fatalf("cancellation = %v, want CLOSED with nothing to do", c)
+	}
+	if ledger, _ := r.inst.Refunds(ctx); len(ledger.Records) != 0 {
+		t.Fatalf("the institution has refunds %+v, want none", ledger.Records)
+	}
+}
+
+// TestCancelSettledPaymentAtOnce: an APPROVED payment's cancellation is
+// carried out in the request (200), a DECLINED one's closes.
+func TestCancelSettledPaymentAtOnce(t *testing.T) {
+	r := newRig(t, slowOK)
+	id := r.approvedPayment(t, 3_000)
+	resp, body := r.operate(t, id, "cancel", "cs-1", `{"reason":"changed my mind"}`)
+	if c := cancellationOf(t, body); resp.StatusCode != http.StatusOK || c["status"] != "CARRIED_OUT" || c["action"] != "refund" {
+		t.Fatalf("cancel of an APPROVED payment = %d %v, want 200 CARRIED_OUT by a refund", resp.StatusCode, body)
+	}
+	_, list := r.get(t, "/v1/payments/"+id+"/refunds")
+	if list["refunded"] != float64(3_000) {
+		t.Fatalf("refunds = %v, want 3000", list)
+	}
+	r.behave(t, institution.Behavior{Mode: institution.ModeDecline, StatusAPI: institution.StatusAPIUp})
+	_, declined := r.post(t, pay.NewID(), payment("o-cd", 10))
+	resp, body = r.operate(t, declined["id"].(string), "cancel", "cs-2", ``)
+	if c := cancellationOf(t, body); resp.StatusCode != http.StatusOK || c["status"] != "CLOSED" {
+		t.Fatalf("cancel of a DECLINED payment = %d %v, want 200 CLOSED", resp.StatusCode, body)
+	}
+}
+
+// TestCancelBadInputNamesTheField: every mistake is a 4xx problem naming
+// what is wrong, never a 500.
+func TestCancelBadInputNamesTheField(t *testing.T) {
+	r := newRig(t, slowOK)
+	id := r.approvedPayment(t, 1_000)
+	long := make([]byte, pay.MaxCancelReasonLen+1)
+	for i := range long {
+		long[i] = 'x'
+	}
+	cases := []struct {
+		id, key, body string
+		code          int
+		field, pcode  string
+	}{
+		{id, "", `{}`, 400, "Idempotency-Key", "invalid"},
+		{id, "b1", `{"reason":""}`, 400, "reason", "invalid"},
+		{id, "b2", `{"reason":"a\u0000b"}`, 400, "reason", "invalid"},
+		{id, "b3", `{"reason":5}`, 400, "reason", "invalid"},
+		{id, "b4", `{"reason":"x","amount":1}`, 400, "amount", "invalid"},
+		{id, "b5", `{"reason":"` + string(long) + `"}`, 400, "reason", "invalid"},
+		{"not-a-uuid", "b6", `{}`, 400, "id", "invalid"},
+		{pay.NewID(), "b7", `{}`, 404, "", "not_found"},
+	}
+	for _, tc := range cases {
+		resp, body := r.operate(t, tc.id, "cancel", tc.key, tc.body)
+		if resp.StatusCode != tc.code || resp.Header.Get("Content-Type") != httpapi.ProblemContentType ||
+			body["code"] != tc.pcode || (tc.field != "" && body["field"] != tc.field) {
+			t.Errorf("cancel %q %s = %d %v, want a %d %s problem naming %q", tc.key, tc.body, resp.StatusCode, body, tc.code, tc.pcode, tc.field)
+		}
+	}
+}
