@@ -214,4 +214,3 @@ func (s *Service) CancellationPass(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
-
