@@ -87,6 +87,9 @@ then it exits with status 2 as well.`,
 	cmd.AddCommand(newLabOrderingCmd(opts))
 	cmd.AddCommand(newLabAdmissionCmd(opts))
 	cmd.AddCommand(newLabRetryStampedeCmd(opts))
+	// Not in experiments(): 2,000 payments twice, with a kill and a
+	// settle window, beyond lab all's quick profile.
+	cmd.AddCommand(newLabRefundsCmd(opts))
 	// Not in experiments(): its sweep takes several minutes of child
 	// processes, beyond lab all's quick profile.
 	cmd.AddCommand(newLabEventsCmd(opts))
