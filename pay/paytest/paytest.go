@@ -73,6 +73,7 @@ func run(t *testing.T, newStore func(t *testing.T) pay.Store, parallel bool) {
 		{"ClaimDueOperations", testClaimDueOperations},
 		{"ExpiredAuthorizations", testExpiredAuthorizations},
 		{"MerchantEvents", testMerchantEvents},
+		{"CancellationRules", testCancellationRules},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
