@@ -54,8 +54,8 @@ refunds.json).
 The stampede condition must show 0 double refunds, 0 over-refunds, 0
 unsettled, 0 unrefunded and clean parity: otherwise the command exits with
 status 2. "naive: double_refunds > 0" is an expectation (with --strict, a
-miss exits 2 as well). Default: %d payments, hang %s, timeout %s. --seconds
-does not apply.`, d.Payments, d.Hang, d.Timeout),
+miss exits 2 as well). Default: %d payments, hang %s, timeout %s, about a
+minute for both conditions. --seconds and --full do not apply.`, d.Payments, d.Hang, d.Timeout),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			exp, err := buildRefunds(cmd, opts)
@@ -81,12 +81,15 @@ does not apply.`, d.Payments, d.Hang, d.Timeout),
 }
 
 // buildRefunds makes the refunds experiment from its defaults and every
-// flag given explicitly. --full has no other profile here; --seconds is
-// an error given to this command.
+// flag given explicitly. --full (there is no other profile) and --seconds
+// (a run lasts as long as its faults) are errors.
 func buildRefunds(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
 	cfg := refunds.DefaultConfig()
 	if err := opts.common(&cfg.Seed, &cfg.Repeat, nil); err != nil {
 		return nil, err
+	}
+	if opts.full && cmd.Name() == "refunds" {
+		return nil, fmt.Errorf("--full: the refunds lab has one profile (%d payments); set --payments, --hang, --timeout, --repeat instead", cfg.Payments)
 	}
 	if opts.seconds != 0 && cmd.Name() == "refunds" {
 		return nil, fmt.Errorf("--seconds: the refunds lab has no run length (a run lasts as long as its faults and settling); use --payments, --hang, --timeout")

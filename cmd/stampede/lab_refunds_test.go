@@ -76,4 +76,7 @@ func TestLabRefundsFlags(t *testing.T) {
 	if _, err := refundsParams(t, &labOptions{seed: 1, seconds: 5}); err == nil || !strings.Contains(err.Error(), "--seconds") {
 		t.Errorf("--seconds: %v, want refused", err)
 	}
+	if _, err := refundsParams(t, &labOptions{seed: 1, full: true}); err == nil || !strings.Contains(err.Error(), "--full") {
+		t.Errorf("--full: %v, want refused", err)
+	}
 }

@@ -226,13 +226,13 @@ func (e *Experiment) Name() string { return "refunds" }
 // Repeats implements lab.Experiment.
 func (e *Experiment) Repeats() int { return e.cfg.Repeat }
 
-// Profile implements lab.Profiled: "default" for DefaultConfig (whatever
-// the seed), "custom" once a flag changed it.
+// Profile implements lab.Profiled: "quick" for DefaultConfig, the lab's
+// only profile (whatever the seed), "custom" once a flag changed it.
 func (e *Experiment) Profile() string {
 	c := e.cfg
 	c.Seed = 1
 	if reflect.DeepEqual(c, DefaultConfig()) {
-		return "default"
+		return "quick"
 	}
 	return "custom"
 }

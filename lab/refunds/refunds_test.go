@@ -117,7 +117,7 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Errorf("no faults: %v", err)
 	}
-	if e, _ := New(DefaultConfig()); e.Profile() != "default" {
+	if e, _ := New(DefaultConfig()); e.Profile() != "quick" {
 		t.Errorf("profile of the defaults: %s", e.Profile())
 	}
 }
