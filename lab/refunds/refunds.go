@@ -257,7 +257,7 @@ func (e *Experiment) Params() any {
 		"payment":             "amount = 2 × share (a basket of two events); the cancelled event's share is refunded, so a second refund of it fits within the amount and only the checker can see it",
 		"start_signal":        "close of one channel after every client prepared its refund request",
 		"system":              "institution simulator and payment API (SQLite, fresh per run, reconciler running) on real HTTP listeners, 127.0.0.1; pay reaches the institution through a TCP proxy its kill cuts",
-		"pay":                 "ApprovalTimeout and InquiryTimeout = timeout, TakeoverMargin = timeout, ClaimLease = 3 × timeout, ReconcileEvery = reconcile_every, WriteRetryFor 1 s; the rest pay.DefaultConfig",
+		"pay":                 "ApprovalTimeout and InquiryTimeout = timeout, TakeoverMargin = timeout, ClaimLease = 3 × timeout, ReconcileEvery = reconcile_every, WriteRetryFor 1 s, ReviewAfter 1000 (nothing flagged within the lab's windows); the rest pay.DefaultConfig",
 		"checker":             "the institution's refund ledger (GET /admin/refunds): refunds per payment, refunded sum per payment",
 	}
 }
