@@ -32,10 +32,14 @@ type Config struct {
 	// the first process to pull a partition keeps it while it lives, so
 	// spreading partitions over processes means giving each its own Serve
 	// list (the others take a partition over only when its owner goes).
-	// Without Pinned, two processes must never serve one partition at
-	// once: the server would split its messages between them and per-key
-	// order would not hold. A process taking over a partition from one
-	// that has stopped is safe (its barrier waits for what the other held).
+	// Without Pinned and without Lease, two processes must never serve
+	// one partition at once: the server would split its messages between
+	// them and per-key order would not hold. A process taking over a
+	// partition from one that has stopped is safe (its barrier waits for
+	// what the other held). With Lease (and not Pinned), Serve is this
+	// process's own share: it takes those partitions at once when they
+	// are free, takes any other partition whose holder let its lease run
+	// out, and hands such a partition back when its own process asks.
 	Serve []int
 	// Pinned makes each partition's consumer a priority-group consumer with
 	// the pinned_client policy (NATS 2.11+), so that the server delivers a
@@ -67,6 +71,23 @@ type Config struct {
 	// partitions) and moves elsewhere only when that process goes. Empty
 	// means no preference.
 	Prefer []int
+	// Lease, when positive and Pinned is false, makes every process hold
+	// each partition it consumes by a lease in a JetStream KV bucket
+	// (LeaseBucketName), renewed every Lease/3 by a compare-and-set on
+	// the entry's revision, so that no two processes consume a partition
+	// at once and a partition whose holder died, stopped or lost the
+	// server moves to a live process within Lease plus Lease/3 (its held
+	// messages come back after AckWait, and the barrier waits for them).
+	// A holder that could not renew for 3/4 of Lease starts nothing more
+	// of the partition and stops pulling it. Each holder takes a new,
+	// larger Event.Epoch from the epoch bucket, so the fence refuses a
+	// late effect of the previous one. A process takes the partitions of
+	// its own Serve share at once, others only after their lease ran
+	// out, and hands those back when their own process comes back. It
+	// works on every server version with JetStream; with Pinned it is
+	// ignored (the server's pins do the same). Zero turns leases off:
+	// then Serve must keep processes apart, and nothing takes over.
+	Lease time.Duration
 
 	// Workers is the number of handlers that run at once (the keyed
 	// dispatcher's workers, shared by every served partition).
@@ -129,7 +150,9 @@ type Config struct {
 
 // DefaultConfig returns a consumer of stream PAYMENTS, subjects
 // payments.<p>.<id> in 8 partitions, durable consumers payments-<p>, all
-// partitions served through pinned priority groups, 8 workers, 1,024
+// partitions served through pinned priority groups (on a server without
+// them, set Pinned to false: partitions are then held by 10 s leases),
+// 8 workers, 1,024
 // pending messages and pulls of 256 per partition, a 30 s AckWait with
 // progress every 10 s, 8 attempts before a failing event is parked with
 // its key, and the key from the last subject token.
@@ -142,6 +165,7 @@ func DefaultConfig() Config {
 		Pinned:          true,
 		Group:           "workers",
 		PinnedTTL:       15 * time.Second,
+		Lease:           10 * time.Second,
 		Workers:         8,
 		MaxPending:      1024,
 		PullBatch:       256,
@@ -199,6 +223,9 @@ func (c Config) Validate() error {
 	if c.OwnerTimeout < 0 || c.OwnerTimeout > 0 && c.OwnerTimeout < 30*time.Millisecond {
 		f.Add("owner_timeout", "must be 0 (off) or at least 30ms, got %s", c.OwnerTimeout)
 	}
+	if c.Lease < 0 || c.Lease > 0 && c.Lease < 300*time.Millisecond {
+		f.Add("lease", "must be 0 (off) or at least 300ms, got %s", c.Lease)
+	}
 	if c.InProgressEvery <= 0 || c.InProgressEvery > c.AckWait/2 {
 		f.Add("in_progress_every", "must be positive and at most ack_wait/2 (%s), got %s", c.AckWait/2, c.InProgressEvery)
 	}
@@ -243,9 +270,16 @@ func (c Config) preferred(p int) bool {
 	return len(c.Prefer) == 0 || slices.Contains(c.Prefer, p)
 }
 
-// served returns the partitions this process consumes.
+// preferredLease reports whether partition p is of this process's own
+// share (Serve) when leasing.
+func (c Config) preferredLease(p int) bool {
+	return len(c.Serve) == 0 || slices.Contains(c.Serve, p)
+}
+
+// served returns the partitions this process consumes, or with leases
+// may consume (all of them).
 func (c Config) served() []int {
-	if len(c.Serve) > 0 {
+	if len(c.Serve) > 0 && !c.leasing() {
 		return c.Serve
 	}
 	all := make([]int, c.Partitions)

@@ -103,6 +103,12 @@ type Consumer struct {
 	epochs    jetstream.KeyValue // the epoch bucket; nil unless the stream is replicated
 	parked    parkedKeys
 	redriven  atomic.Uint64
+
+	leases      jetstream.KeyValue // the lease bucket; nil unless Config.Lease is in force
+	holder      string             // this consumer's name in the lease bucket
+	takeovers   atomic.Uint64
+	handbacks   atomic.Uint64
+	leaseLosses atomic.Uint64
 }
 
 // New creates or updates the durable consumer of every served partition
@@ -130,13 +136,20 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 			return nil, err
 		}
 	}
-	if r := stream.CachedInfo().Config.Replicas; r > 1 {
+	if r := stream.CachedInfo().Config.Replicas; r > 1 || cfg.leasing() {
 		// A replicated stream's consumers can change leader, and a new
 		// leader's consumer sequence can be behind the old one's: the
 		// epochs come from a bucket instead (see the package
-		// documentation).
+		// documentation). With leases too: each holder of a lease takes
+		// its epoch there, after it took the lease.
 		if c.epochs, err = openEpochs(ctx, js, cfg, r); err != nil {
 			return nil, err
+		}
+		if cfg.leasing() {
+			if c.leases, err = openLeases(ctx, js, cfg, r); err != nil {
+				return nil, err
+			}
+			c.holder = holderID()
 		}
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -194,6 +207,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler) (*C
 		}
 	}
 	for _, p := range c.parts {
+		if c.leases != nil {
+			p.lease = &leaseState{}
+			c.bg.Go(p.leaseLoop)
+			continue
+		}
 		if err := p.start(ctx); err != nil {
 			c.abort()
 			return nil, fmt.Errorf("dispatch/natskeyed: consume %s: %w", p.name, err)
@@ -236,14 +254,15 @@ func (c *Consumer) run(_ string, kq *keyQueue) {
 	p := kq.p
 	p.mu.Lock()
 	kq.scheduled = false
-	if kq.redrive && kq.sess == p.sess && kq.sess.open && !kq.running && c.connected.Load() {
+	if kq.redrive && kq.sess == p.sess && kq.sess.open && !kq.running && c.connected.Load() && p.leaseValidLocked() {
 		c.runRedrive(kq)
 		return
 	}
 	e := kq.front()
-	if kq.sess != p.sess || !kq.sess.open || kq.running || e == nil || e.state != queued || !c.connected.Load() {
-		// Stale token (session ended), barrier closed, or disconnected (the
-		// heartbeat loop reschedules once connected): do not start.
+	if kq.sess != p.sess || !kq.sess.open || kq.running || e == nil || e.state != queued || !c.connected.Load() || !p.leaseValidLocked() {
+		// Stale token (session ended), barrier closed, disconnected (the
+		// heartbeat loop reschedules once connected), or a lease that
+		// was not renewed in time: do not start.
 		p.mu.Unlock()
 		return
 	}
@@ -439,7 +458,8 @@ func (c *Consumer) heartbeat() {
 // waits for running handlers (at most DrainTimeout, then cancels their
 // context) and acknowledges them, and unpins the partitions this process
 // held so that another process takes them over without waiting for
-// PinnedTTL. It is safe to call more than once.
+// PinnedTTL, or deletes the leases it held (Config.Lease) so that their
+// own processes take them at once. It is safe to call more than once.
 func (c *Consumer) Close() {
 	c.closeOnce.Do(func() {
 		drain, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
@@ -474,6 +494,9 @@ func (c *Consumer) Close() {
 			wait, cancel := context.WithTimeout(drain, 2*c.cfg.PullExpiry+time.Second)
 			var wg sync.WaitGroup
 			for _, p := range c.parts {
+				if c.leases != nil && p.pulling() == nil {
+					continue // not held here: another process may pull it
+				}
 				wg.Go(func() {
 					if err := p.awaitNoPullers(wait); err != nil && drain.Err() == nil {
 						c.cfg.Logger.Warn("dispatch/natskeyed: close: could not see this process's pull requests leave the server; handing queued messages back anyway", "consumer", p.name, "err", err)
@@ -500,6 +523,13 @@ func (c *Consumer) Close() {
 		}
 		close(c.stop)
 		c.bg.Wait()
+		if c.leases != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			for _, p := range c.parts {
+				p.releaseLease(ctx)
+			}
+			cancel()
+		}
 		c.cancel()
 		_ = c.nc.FlushTimeout(5 * time.Second)
 		if c.cfg.Pinned {
@@ -529,6 +559,10 @@ type PartitionStats struct {
 	// Owned reports whether this process holds the partition now: it has
 	// a session whose barrier has passed.
 	Owned bool
+	// Leased reports whether this process holds the partition's lease
+	// (Config.Lease); a partition leased but not yet Owned waits for its
+	// barrier.
+	Leased bool
 	// Lag counts the partition's messages not yet delivered to any client
 	// (the consumer's NumPending, from the latest delivery or consumer
 	// info).
@@ -582,6 +616,15 @@ type Stats struct {
 	// Unpins counts partitions this process unpinned because their pinned
 	// client was not heard of for OwnerTimeout.
 	Unpins uint64
+	// Takeovers counts partitions this process took over because their
+	// holder had not renewed its lease for a whole Config.Lease.
+	Takeovers uint64
+	// Handbacks counts partitions this process handed back to the process
+	// whose own share they are (Config.Serve), when it asked.
+	Handbacks uint64
+	// LeaseLosses counts leases this process lost: not renewed in time,
+	// or taken by another process meanwhile (it was stopped or cut off).
+	LeaseLosses uint64
 	// Rebarriers sums PartitionStats.Rebarriers.
 	Rebarriers uint64
 	// Late counts messages that arrived while a later message of their key
@@ -642,6 +685,7 @@ func (c *Consumer) Stats() Stats {
 	if c.alive != nil {
 		s.Unpins = c.alive.unpins.Load()
 	}
+	s.Takeovers, s.Handbacks, s.LeaseLosses = c.takeovers.Load(), c.handbacks.Load(), c.leaseLosses.Load()
 	for i := 0; i < len(all) && i < 5; i++ {
 		m := i
 		for j := i + 1; j < len(all); j++ {

@@ -100,6 +100,9 @@ func newFixture(t testing.TB, tg target, partitions int) *fixture {
 	cfg.AckWait, cfg.InProgressEvery = 2*time.Second, 300*time.Millisecond
 	cfg.NakDelay, cfg.MaxNakDelay = 50*time.Millisecond, time.Second
 	cfg.DrainTimeout = 10 * time.Second
+	// Static partitions when unpinned, as before leases: the lease tests
+	// (lease_test.go) turn them on.
+	cfg.Lease = 0
 	f.cfg = cfg
 	var sc jetstream.StreamConfig
 	if f.transform {
@@ -116,6 +119,8 @@ func newFixture(t testing.TB, tg target, partitions int) *fixture {
 		_ = js.DeleteStream(context.Background(), cfg.Stream)
 		_ = js.DeleteKeyValue(context.Background(), cfg.ParkBucketName())
 		_ = js.DeleteStream(context.Background(), cfg.ParkStreamName())
+		_ = js.DeleteKeyValue(context.Background(), cfg.LeaseBucketName())
+		_ = js.DeleteKeyValue(context.Background(), cfg.EpochBucketName())
 	})
 	return f
 }
@@ -187,6 +192,13 @@ func (p *progress) add() {
 	close(p.cond)
 	p.cond = make(chan struct{})
 	p.mu.Unlock()
+}
+
+// count returns the completions so far.
+func (p *progress) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
 }
 
 // waitFor waits until at least n completions, or fails after limit.

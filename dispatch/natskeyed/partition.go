@@ -44,7 +44,8 @@ type partition struct {
 	draining map[uint64]*entry // running messages of ended sessions
 	done     doneRing
 	closing  bool
-	lastPin  string // the latest pin id this process held
+	lastPin  string      // the latest pin id this process held
+	lease    *leaseState // nil unless Config.Lease is in force
 
 	lag          uint64
 	lagAt        time.Time
@@ -204,7 +205,9 @@ func (p *partition) onMsg(msg jetstream.Msg) {
 		p.redelivered++
 	}
 	p.lag, p.lagAt = md.NumPending, now
-	if p.closing {
+	if p.closing || p.lease != nil && (!p.lease.held || p.sess == nil) {
+		// Closing, or the lease is gone and this is a late delivery of
+		// the pulls that have stopped: back to the server.
 		p.mu.Unlock()
 		_ = msg.Nak()
 		return
@@ -629,6 +632,9 @@ func (p *partition) stats() (PartitionStats, []KeyDepth) {
 		InFlight: p.inFlight, Sessions: p.sessions, BarrierWaits: p.barrierWaits, BarrierTime: p.barrierTime,
 		Rebarriers: p.rebarriers}
 	var keys []KeyDepth
+	if p.lease != nil {
+		ps.Leased = p.lease.held
+	}
 	if s := p.sess; s != nil {
 		ps.Owned = s.open
 		for _, kq := range s.keys {
