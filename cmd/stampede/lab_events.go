@@ -80,6 +80,7 @@ Not part of 'stampede lab' / 'lab all': the default sweep (3 worker counts
 	f.Float64("jitter", d.Jitter, "handling times spread uniformly over ±jitter of their mean")
 	f.Duration("ack-wait", d.AckWait, "the consumers' ack deadline")
 	f.Duration("owner-timeout", d.OwnerTimeout, "unpin a partition whose owner was not heard of for this long (0: off, wait for the pin's TTL)")
+	f.Duration("lease", d.Lease, "nats-server before 2.11: hold partitions by leases of this length, so a live worker takes a dead one's over (0: static partitions)")
 	f.String("nats", "", "a real NATS server's URL, or a cluster's comma-separated URLs (empty: an embedded nats-server per run)")
 	f.Float64("poison", d.Poison, "share of the other keys' events that fail until healed (0: off); each poison event is parked with its key, and the run redrives every parked key at its end; adds a poisoned condition per worker count and fault")
 	f.Int("max-attempts", d.MaxAttempts, "the workers' deliveries of a failing event before it is parked")
@@ -111,6 +112,7 @@ func buildEvents(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
 	x.set("hot-cost", func(f *pflag.FlagSet) (e error) { cfg.HotCost, e = f.GetDuration("hot-cost"); return })
 	x.set("jitter", func(f *pflag.FlagSet) (e error) { cfg.Jitter, e = f.GetFloat64("jitter"); return })
 	x.set("owner-timeout", func(f *pflag.FlagSet) (e error) { cfg.OwnerTimeout, e = f.GetDuration("owner-timeout"); return })
+	x.set("lease", func(f *pflag.FlagSet) (e error) { cfg.Lease, e = f.GetDuration("lease"); return })
 	x.set("nats", func(f *pflag.FlagSet) (e error) { cfg.NATS, e = f.GetString("nats"); return })
 	x.set("poison", func(f *pflag.FlagSet) (e error) { cfg.Poison, e = f.GetFloat64("poison"); return })
 	x.set("max-attempts", func(f *pflag.FlagSet) (e error) { cfg.MaxAttempts, e = f.GetInt("max-attempts"); return })
@@ -207,6 +209,7 @@ func newLabEventsWorkerCmd() *cobra.Command {
 	f.DurationVar(&cfg.HotCost, "hot-cost", 0, "handling time of one event of the hot key (0: --cost)")
 	f.Float64Var(&cfg.Jitter, "jitter", 0, "handling times spread uniformly over ±jitter of their mean")
 	f.DurationVar(&cfg.Consumer.OwnerTimeout, "owner-timeout", 0, "unpin a partition whose owner was not heard of for this long (0: off)")
+	f.DurationVar(&cfg.Consumer.Lease, "lease", 0, "unpinned: hold partitions by leases of this length; --serve is then this worker's own share (0: static partitions)")
 	f.StringVar(&prefer, "prefer", "", "partitions to pin first (the others after the pull expiry)")
 	f.StringVar(&serve, "serve", "", "partitions to serve statically (servers without pinning)")
 	return cmd

@@ -38,7 +38,10 @@ few addresses. The institution hangs after processing for part of the
 sale, its status API goes down for a while, and it declines for a while.
 Faults (--faults): waitroom-kill (kill -9 of gate 2), redis-restart,
 pay-kill (kill -9), db-cut (3 s: SQLite files locked, or PostgreSQL cut by a
-TCP proxy), worker-kill (kill -9 of worker 0).
+TCP proxy), worker-kill (kill -9 of worker 0, restarted 2 s later); and,
+only when asked for, worker-kill-for-good (kill -9 of worker 1, never
+restarted: the other workers take its partitions over, by pinning on
+nats-server 2.11+ or by 3 s partition leases on an older one).
 
 The report accounts for every buyer (ticket, declined, failed, abandoned,
 sold out, not admitted), and checks: no seat sold twice or beyond the seats
@@ -70,7 +73,7 @@ Not part of 'stampede lab' / 'lab all'.`,
 	f.Int("buyers", d.Buyers, "simulated buyers")
 	f.Int("seats", d.Seats, "seats of the event")
 	f.Int("capacity", d.Capacity, "capacity of the room")
-	f.StringSlice("faults", d.Faults, "faults: waitroom-kill, redis-restart, pay-kill, db-cut, worker-kill (none: --faults '')")
+	f.StringSlice("faults", d.Faults, "faults: waitroom-kill, redis-restart, pay-kill, db-cut, worker-kill, worker-kill-for-good (none: --faults '')")
 	f.Int("bots", d.Bots, "bots hammering join")
 	f.Duration("surge", d.Surge, "80 % of the buyers arrive within this long of the opening")
 	f.Duration("tail", d.Tail, "the other 20 % arrive over this long after the surge")

@@ -53,9 +53,13 @@ fulfilment store (inbox and ticket in one transaction): a ticket for every
 APPROVED payment, a release for every DECLINED or FAILED one.
 
 Run several workers on one NATS and one store: on nats-server 2.11+ each
-partition is pinned to one worker at a time and moves when it stops; on an
-older server give each worker its own --serve partitions (two workers on one
-partition would break per-payment order).
+partition is pinned to one worker at a time and moves when it stops. On an
+older server (or with --serve) each partition is held by a lease (--lease,
+10s) in a JetStream KV bucket: give each worker its own --serve share; a
+worker takes over the partitions of one that died within --lease plus a
+third of it, and hands them back when that worker returns. With --lease 0
+the partitions are static: two workers on one partition would break
+per-payment order, and nobody takes over a dead worker's share.
 
 --nats is required: the worker must read the stream serve pay writes, and
 serve pay's embedded nats-server is private to it. Run a nats-server (with
@@ -110,6 +114,7 @@ Receivers de-duplicate by Idempotency-Key (examples/receiver-python).`,
 	f.DurationVar(&c.AckWait, "ack-wait", c.AckWait, "how long the server waits for an acknowledgement before redelivering")
 	f.StringVar(&opts.serve, "serve", "", "comma-separated partitions this worker serves, e.g. 0,1,2,3 (empty: pinned on nats-server 2.11+, else all)")
 	f.DurationVar(&c.OwnerTimeout, "owner-timeout", c.OwnerTimeout, "pinned only: unpin a partition whose owning worker was not heard of for this long, so a live worker takes it over (0: off, wait for the pin's TTL)")
+	f.DurationVar(&c.Lease, "lease", c.Lease, "unpinned (nats-server before 2.11, or --serve): hold each partition by a lease of this length in a KV bucket, so that a live worker takes a dead one's partitions over within lease + lease/3; --serve is then this worker's own share, handed back to it when it returns (0: off, static partitions, nothing taken over)")
 	f.DurationVar(&c.PinnedTTL, "pinned-ttl", c.PinnedTTL, "pinned only: how long the server keeps a partition pinned to a worker that stopped pulling")
 	f.StringVar(&opts.prefer, "prefer", "", "comma-separated partitions this worker pins first (pinned only; the others after the pull expiry), to spread partitions over workers")
 	f.StringVar(&opts.outlet.URL, "deliver", "", "POST every payment event to this URL instead of fulfilling it (HTTP outlet; needs $"+envDeliverSecret+"; no store is opened)")
@@ -223,8 +228,8 @@ func runWorker(cmd *cobra.Command, opts *workerOptions) error {
 		return err
 	}
 	cfg.Consumer.Logger = log
-	if !cfg.Consumer.Pinned && len(cfg.Consumer.Serve) == 0 {
-		log.Warn("nats-server older than 2.11 has no pinned consumers: this worker serves every partition; run only one, or give each its own --serve",
+	if !cfg.Consumer.Pinned && len(cfg.Consumer.Serve) == 0 && cfg.Consumer.Lease == 0 {
+		log.Warn("nats-server older than 2.11 has no pinned consumers and --lease is 0: this worker serves every partition; run only one, or give each its own --serve",
 			"server_version", nc.ConnectedServerVersion())
 	}
 	js, err := natsjs.New(nc)

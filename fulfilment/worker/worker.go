@@ -234,16 +234,19 @@ var (
 	descOwned    = prometheus.NewDesc("stampede_worker_partition_owned", "1 when this worker owns the partition.", []string{"partition"}, nil)
 	descInFlight = prometheus.NewDesc("stampede_worker_in_flight", "Handlers running.", nil, nil)
 	descCounters = map[string]*prometheus.Desc{
-		"delivered":   prometheus.NewDesc("stampede_worker_delivered_total", "Deliveries received.", nil, nil),
-		"redelivered": prometheus.NewDesc("stampede_worker_redelivered_total", "Deliveries of a message delivered before.", nil, nil),
-		"duplicates":  prometheus.NewDesc("stampede_worker_duplicates_total", "Deliveries of a message already held or completed here, not run again.", nil, nil),
-		"acked":       prometheus.NewDesc("stampede_worker_acked_total", "Events whose handler succeeded (invalid ones set aside included).", nil, nil),
-		"failed":      prometheus.NewDesc("stampede_worker_failed_total", "Handler errors, each negatively acknowledged for redelivery.", nil, nil),
-		"late":        prometheus.NewDesc("stampede_worker_late_total", "Events that arrived after a later event of their key had started: per-key order lost. Alert on it.", nil, nil),
-		"invalid":     prometheus.NewDesc("stampede_worker_invalid_events_total", "Events set aside because they are not valid payment events.", nil, nil),
-		"applied":     prometheus.NewDesc("stampede_worker_applied_total", "Events that issued a ticket or recorded a release (serve worker --deliver: events the endpoint accepted).", nil, nil),
-		"fenced":      prometheus.NewDesc("stampede_worker_fenced_total", "Events the store refused because a later owner of their partition had written (this worker had lost it), handed back.", nil, nil),
-		"unpins":      prometheus.NewDesc("stampede_worker_unpins_total", "Partitions this worker unpinned because their owner was silent for --owner-timeout.", nil, nil),
+		"delivered":    prometheus.NewDesc("stampede_worker_delivered_total", "Deliveries received.", nil, nil),
+		"redelivered":  prometheus.NewDesc("stampede_worker_redelivered_total", "Deliveries of a message delivered before.", nil, nil),
+		"duplicates":   prometheus.NewDesc("stampede_worker_duplicates_total", "Deliveries of a message already held or completed here, not run again.", nil, nil),
+		"acked":        prometheus.NewDesc("stampede_worker_acked_total", "Events whose handler succeeded (invalid ones set aside included).", nil, nil),
+		"failed":       prometheus.NewDesc("stampede_worker_failed_total", "Handler errors, each negatively acknowledged for redelivery.", nil, nil),
+		"late":         prometheus.NewDesc("stampede_worker_late_total", "Events that arrived after a later event of their key had started: per-key order lost. Alert on it.", nil, nil),
+		"invalid":      prometheus.NewDesc("stampede_worker_invalid_events_total", "Events set aside because they are not valid payment events.", nil, nil),
+		"applied":      prometheus.NewDesc("stampede_worker_applied_total", "Events that issued a ticket or recorded a release (serve worker --deliver: events the endpoint accepted).", nil, nil),
+		"fenced":       prometheus.NewDesc("stampede_worker_fenced_total", "Events the store refused because a later owner of their partition had written (this worker had lost it), handed back.", nil, nil),
+		"unpins":       prometheus.NewDesc("stampede_worker_unpins_total", "Partitions this worker unpinned because their owner was silent for --owner-timeout.", nil, nil),
+		"takeovers":    prometheus.NewDesc("stampede_worker_takeovers_total", "Partitions this worker took over because their holder had not renewed its --lease.", nil, nil),
+		"handbacks":    prometheus.NewDesc("stampede_worker_handbacks_total", "Partitions this worker handed back to the worker whose --serve share they are.", nil, nil),
+		"lease_losses": prometheus.NewDesc("stampede_worker_lease_losses_total", "Partition leases this worker lost (not renewed in time, or taken meanwhile).", nil, nil),
 	}
 )
 
@@ -275,7 +278,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight))
 	for name, v := range map[string]uint64{"delivered": s.Delivered, "redelivered": s.Redelivered, "duplicates": s.Duplicates,
 		"acked": s.Acked, "failed": s.Failed, "late": s.Late, "invalid": c.w.Invalid(), "applied": c.w.Applied(),
-		"fenced": s.Fenced, "unpins": s.Unpins} {
+		"fenced": s.Fenced, "unpins": s.Unpins, "takeovers": s.Takeovers, "handbacks": s.Handbacks, "lease_losses": s.LeaseLosses} {
 		ch <- prometheus.MustNewConstMetric(descCounters[name], prometheus.CounterValue, float64(v))
 	}
 }

@@ -91,6 +91,11 @@ type Config struct {
 	// dispatch/natskeyed Config.OwnerTimeout): a partition whose owner
 	// was not heard of for this long is unpinned and taken over.
 	OwnerTimeout time.Duration
+	// Lease is the consumers' partition lease on a server without
+	// pinning (see dispatch/natskeyed Config.Lease): a worker takes over
+	// the partitions of one that has not renewed its lease for this
+	// long. 0 (the default): static partitions, as before leases.
+	Lease time.Duration
 	// AckWait is the consumers' ack deadline; the pause fault stops a
 	// worker for 1.5 × AckWait.
 	AckWait time.Duration
@@ -194,6 +199,9 @@ func (c Config) Validate() error {
 	if c.Jitter < 0 || c.Jitter >= 1 {
 		f.Add("jitter", "must be in [0, 1), got %g", c.Jitter)
 	}
+	if c.Lease < 0 || c.Lease > 0 && c.Lease < 300*time.Millisecond {
+		f.Add("lease", "must be 0 (off) or at least 300ms, got %s", c.Lease)
+	}
 	if c.OwnerTimeout < 0 || c.OwnerTimeout > 0 && c.OwnerTimeout < 30*time.Millisecond {
 		f.Add("owner_timeout", "must be 0 (off) or at least 30ms, got %s", c.OwnerTimeout)
 	}
@@ -282,7 +290,7 @@ func (e *Experiment) Params() any {
 	return map[string]any{"rate": c.Rate, "keys": c.Keys, "hot_loads": c.HotLoads, "seconds": c.Seconds, "repeat": c.Repeat,
 		"workers": c.Workers, "faults": c.Faults, "concurrency": c.Concurrency, "partitions": c.Partitions,
 		"cost_ms": float64(c.Cost) / 1e6, "hot_cost_ms": float64(c.hotCost()) / 1e6, "jitter": c.Jitter,
-		"owner_timeout_ms": c.OwnerTimeout.Milliseconds(), "ack_wait_ms": c.AckWait.Milliseconds(), "nats": c.NATS != "", "replicas": c.Replicas, "seed": c.Seed,
+		"owner_timeout_ms": c.OwnerTimeout.Milliseconds(), "lease_ms": c.Lease.Milliseconds(), "ack_wait_ms": c.AckWait.Milliseconds(), "nats": c.NATS != "", "replicas": c.Replicas, "seed": c.Seed,
 		"poison": c.Poison, "max_attempts": c.MaxAttempts}
 }
 
@@ -525,7 +533,7 @@ func (e *Experiment) runJetStream(ctx context.Context, plan []arrival, n int, fa
 		args := []string{"--nats", url, "--ledger", ledgerPath, "--stream", stream, "--subject", subject,
 			"--partitions", strconv.Itoa(c.Partitions), "--concurrency", strconv.Itoa(c.Concurrency),
 			"--ack-wait", c.AckWait.String(), "--cost", c.Cost.String(), "--hot-cost", c.hotCost().String(),
-			"--jitter", strconv.FormatFloat(c.Jitter, 'g', -1, 64), "--owner-timeout", c.OwnerTimeout.String(), "--name", strconv.Itoa(i),
+			"--jitter", strconv.FormatFloat(c.Jitter, 'g', -1, 64), "--owner-timeout", c.OwnerTimeout.String(), "--lease", c.Lease.String(), "--name", strconv.Itoa(i),
 			"--max-attempts", strconv.Itoa(c.maxAttempts())}
 		if pinned && n > 1 {
 			// Spread the partitions: each worker pins its share first.

@@ -33,6 +33,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		"hot_cost":      func(c *Config) { c.HotCost = -time.Second },
 		"jitter":        func(c *Config) { c.Jitter = 1 },
 		"owner_timeout": func(c *Config) { c.OwnerTimeout = time.Millisecond },
+		"lease":         func(c *Config) { c.Lease = time.Millisecond },
 		"poison":        func(c *Config) { c.Poison = 0.5 },
 		"max_attempts":  func(c *Config) { c.MaxAttempts = 0 },
 	} {

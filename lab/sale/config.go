@@ -32,10 +32,25 @@ const (
 	FaultPayKill      = "pay-kill"      // kill -9 of pay, restarted 1 s later
 	FaultDBCut        = "db-cut"        // 3 s without the databases (SQLite: an exclusive lock on every file; PostgreSQL: a TCP proxy cutting every connection)
 	FaultWorkerKill   = "worker-kill"   // kill -9 of worker 0, restarted 2 s later
+	// FaultWorkerGone is kill -9 of worker 1, never restarted: the other
+	// workers must take its partitions over (pinned consumers on
+	// nats-server 2.11+, partition leases on an older one). Not in
+	// AllFaults: ask for it with Faults.
+	FaultWorkerGone = "worker-kill-for-good"
 )
 
-// AllFaults lists every fault in the order they strike.
+// AllFaults lists every fault of the default sale in the order they
+// strike.
 var AllFaults = []string{FaultWaitroomKill, FaultRedisRestart, FaultPayKill, FaultDBCut, FaultWorkerKill}
+
+// KnownFaults lists every fault a sale accepts: AllFaults and
+// FaultWorkerGone.
+var KnownFaults = append(slices.Clone(AllFaults), FaultWorkerGone)
+
+// WorkerLease is each worker's partition lease (serve worker --lease) on
+// a nats-server without pinned consumers: a dead worker's partitions move
+// to a live one within WorkerLease plus a third of it.
+const WorkerLease = 3 * time.Second
 
 // Config configures the sale.
 type Config struct {
@@ -167,8 +182,8 @@ func (c Config) Validate() error {
 		return bad("Cmd", "must be set: it starts the parts of the sale")
 	}
 	for _, f := range c.Faults {
-		if !slices.Contains(AllFaults, f) {
-			return bad("Faults", "has %q; want some of %s (or none)", f, strings.Join(AllFaults, ", "))
+		if !slices.Contains(KnownFaults, f) {
+			return bad("Faults", "has %q; want some of %s (or none)", f, strings.Join(KnownFaults, ", "))
 		}
 	}
 	return nil

@@ -239,6 +239,26 @@ func (s *sampler) sample(ctx context.Context) Point {
 	return p
 }
 
+// scrapeCounter reads one unlabelled metric from a worker's /metrics; 0
+// when the worker does not answer (a dead one).
+func scrapeCounter(ctx context.Context, u, name string) float64 {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
+}
+
 // scrapeLag reads a worker's per-partition lag plus held messages.
 func scrapeLag(ctx context.Context, u string) map[string]float64 {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)

@@ -373,7 +373,8 @@ func (r *rig) setUp(ctx context.Context) error {
 		return err
 	}
 	// The workers: pinned consumers share the partitions on nats-server
-	// 2.11+; an older server gets a static split.
+	// 2.11+; on an older server each worker has its own share, held by
+	// leases, so that the others take a dead worker's share over.
 	static, err := r.oldNATS()
 	if err != nil {
 		return err
@@ -387,7 +388,7 @@ func (r *rig) setUp(ctx context.Context) error {
 			for p := i; p < partitions; p += len(workerAddrs) {
 				mine = append(mine, strconv.Itoa(p))
 			}
-			args = append(args, "--serve", strings.Join(mine, ","))
+			args = append(args, "--serve", strings.Join(mine, ","), "--lease", WorkerLease.String())
 		}
 		w, err := r.newProc(fmt.Sprintf("worker-%d", i), "http://"+a+"/healthz", args...)
 		if err != nil {

@@ -380,6 +380,9 @@ func (r *rig) fault(ctx context.Context, f string, d *dbs) error {
 		return restart(r.pay, time.Second)
 	case FaultWorkerKill:
 		return restart(r.workers[0], 2*time.Second)
+	case FaultWorkerGone:
+		r.workers[1].kill9()
+		return nil
 	case FaultRedisRestart:
 		if r.redis != nil {
 			r.redis.stop() // saves its snapshot on SIGTERM
@@ -719,6 +722,18 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	m["bot_joins_limited"] = float64(c.botLimited.Load())
 	extra["join_errors"] = c.joinErrors.Load()
 	extra["gate_retries"] = c.gateRetries.Load()
+	// How the live workers took over the partitions of a dead one: by
+	// lease (nats-server before 2.11) or by unpinning a silent owner.
+	for _, name := range []string{"takeovers", "handbacks", "unpins"} {
+		total := 0.0
+		for _, u := range r.workerMetrics {
+			sctx, cancel := context.WithTimeout(ctx, time.Second)
+			total += scrapeCounter(sctx, u, "stampede_worker_"+name+"_total")
+			cancel()
+		}
+		m["worker_"+name] = total
+	}
+	e.logf("sale: the live workers took over %.0f partitions by lease, handed %.0f back, unpinned %.0f", m["worker_takeovers"], m["worker_handbacks"], m["worker_unpins"])
 
 	res := lab.RunResult{Metrics: m, Broken: broken, Extra: extra, Valid: true}
 	switch {
