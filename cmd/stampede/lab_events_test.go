@@ -85,14 +85,31 @@ func TestLabEventsPoison(t *testing.T) {
 }
 
 // TestLabEventsR3NodeKilled runs the events lab on the three-node NATS
-// cluster .ci/nats-cluster starts, on an R3 stream, and kills one node
+// clusters .ci/nats-cluster starts, on an R3 stream, and kills one node
 // mid-run with `.ci/nats-cluster kill`: nothing lost, no effect applied
 // twice, no order violation or overlap. The node is started again after.
+// It runs on both server generations: Debian's nats-server
+// (STAMPEDE_NATS_CLUSTER_URL, 2.9: static partitions held by leases) and
+// a current one built from the module (STAMPEDE_NATS_CLUSTER_NEW_URL,
+// `.ci/nats-cluster --new`: pinned consumers).
 func TestLabEventsR3NodeKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs worker processes against a NATS cluster")
 	}
-	url := testenv.URL(t, testenv.NATSClusterURL)
+	for _, gen := range []struct {
+		name, env string
+		args      []string
+	}{
+		{"debian", testenv.NATSClusterURL, nil},
+		{"new", testenv.NATSClusterNewURL, []string{"--new"}},
+	} {
+		t.Run(gen.name, func(t *testing.T) { labEventsR3NodeKilled(t, testenv.URL(t, gen.env), gen.args) })
+	}
+}
+
+// labEventsR3NodeKilled is TestLabEventsR3NodeKilled on the cluster at
+// url, which .ci/nats-cluster with args started.
+func labEventsR3NodeKilled(t *testing.T, url string, args []string) {
 	script, err := filepath.Abs(filepath.Join("..", "..", ".ci", "nats-cluster"))
 	if err != nil {
 		t.Fatal(err)
@@ -100,14 +117,15 @@ func TestLabEventsR3NodeKilled(t *testing.T) {
 	first := strings.TrimPrefix(strings.Split(url, ",")[0], "nats://")
 	port := first[strings.LastIndex(first, ":")+1:]
 	t.Cleanup(func() {
-		if out, err := exec.Command(script).CombinedOutput(); err != nil {
+		if out, err := exec.Command(script, args...).CombinedOutput(); err != nil {
 			t.Errorf("restarting the cluster's node: %v\n%s", err, out)
 		}
 	})
 	useTestWorkers(t)
 	out := t.TempDir()
+	kill := strings.Join(append(append([]string{script}, args...), "kill", port), " ")
 	if _, _, err := execute(t, "lab", "events", "--out", out, "--seconds", "3", "--rate", "200", "--workers", "2",
-		"--nats", url, "--replicas", "3", "--faults", "node-kill", "--node-kill-cmd", script+" kill "+port); err != nil {
+		"--nats", url, "--replicas", "3", "--faults", "node-kill", "--node-kill-cmd", kill); err != nil {
 		report, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
 		t.Fatalf("lab events: %v\n%s", err, report)
 	}

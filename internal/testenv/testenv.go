@@ -43,6 +43,12 @@ const (
 	// `.ci/nats-cluster kill PORT`), e.g.
 	// nats://127.0.0.1:4231,nats://127.0.0.1:4232,nats://127.0.0.1:4233.
 	NATSClusterURL = "STAMPEDE_NATS_CLUSTER_URL"
+	// NATSClusterNewURL names the same kind of cluster running a current
+	// nats-server built from the module go.mod requires, which
+	// `.ci/nats-cluster --new` starts (and kills a node of with
+	// `.ci/nats-cluster --new kill PORT`), e.g.
+	// nats://127.0.0.1:4241,nats://127.0.0.1:4242,nats://127.0.0.1:4243.
+	NATSClusterNewURL = "STAMPEDE_NATS_CLUSTER_NEW_URL"
 	// StripeMockURL is the base URL of a stripe-mock server, the Stripe
 	// connector's tests' Stripe (.ci/stripe-mock starts one).
 	StripeMockURL = "STAMPEDE_STRIPE_MOCK_URL"
@@ -54,22 +60,24 @@ const (
 // examples are the values of the package's variables on a machine set up
 // like CI's, shown in the reason for a skip.
 var examples = map[string]string{
-	RedisURL:        "redis://127.0.0.1:6379/0",
-	RedisClusterURL: "redis-cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003",
-	RedisHAURL:      "redis-cluster://127.0.0.1:7011,127.0.0.1:7012,127.0.0.1:7013,127.0.0.1:7014,127.0.0.1:7015,127.0.0.1:7016",
-	PostgresURL:     "'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'",
-	NATSURL:         "nats://127.0.0.1:4222",
-	NATSClusterURL:  "nats://127.0.0.1:4231,nats://127.0.0.1:4232,nats://127.0.0.1:4233",
-	StripeMockURL:   "http://127.0.0.1:12111",
+	RedisURL:          "redis://127.0.0.1:6379/0",
+	RedisClusterURL:   "redis-cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003",
+	RedisHAURL:        "redis-cluster://127.0.0.1:7011,127.0.0.1:7012,127.0.0.1:7013,127.0.0.1:7014,127.0.0.1:7015,127.0.0.1:7016",
+	PostgresURL:       "'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'",
+	NATSURL:           "nats://127.0.0.1:4222",
+	NATSClusterURL:    "nats://127.0.0.1:4231,nats://127.0.0.1:4232,nats://127.0.0.1:4233",
+	NATSClusterNewURL: "nats://127.0.0.1:4241,nats://127.0.0.1:4242,nats://127.0.0.1:4243",
+	StripeMockURL:     "http://127.0.0.1:12111",
 }
 
 // starters say what starts a service locally, when .ci/run has a helper
 // for it.
 var starters = map[string]string{
-	RedisClusterURL: ".ci/redis-cluster starts one",
-	RedisHAURL:      ".ci/redis-cluster --ha starts one",
-	NATSClusterURL:  ".ci/nats-cluster starts one",
-	StripeMockURL:   ".ci/stripe-mock starts one",
+	RedisClusterURL:   ".ci/redis-cluster starts one",
+	RedisHAURL:        ".ci/redis-cluster --ha starts one",
+	NATSClusterURL:    ".ci/nats-cluster starts one",
+	NATSClusterNewURL: ".ci/nats-cluster --new starts one",
+	StripeMockURL:     ".ci/stripe-mock starts one",
 }
 
 // debianChromium is where Debian's chromium package installs Chromium
