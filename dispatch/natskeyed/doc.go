@@ -13,7 +13,11 @@
 // priority group with the pinned_client policy: every process asks for every
 // partition, the server delivers a partition to one pinned client at a
 // time, and moves it when that client stops pulling for PinnedTTL. Without
-// pinning, Config.Serve assigns partitions to processes statically.
+// pinning (a server before 2.11), Config.Lease holds each partition by a
+// lease in a JetStream KV bucket, so that one process at a time consumes
+// it and a live process takes over a dead one's partitions (see Leases
+// below); with Lease 0, Config.Serve assigns partitions to processes
+// statically and nothing takes over.
 //
 // # Protocol
 //
@@ -75,14 +79,16 @@
 // message with another pin id, or a barrier reading another pin id): its
 // queued messages go back to the server, its running ones finish.
 //
-// Each session has an epoch, Event.Epoch. On a stream with one replica it
-// is the consumer sequence of the session's first delivery: the consumer
+// Each session has an epoch, Event.Epoch. On a stream with one replica,
+// without leases, it is the consumer sequence of the session's first
+// delivery: the consumer
 // sequence counts every delivery of the durable consumer, whoever receives
 // it, so a later session of a partition, in any process, has a larger
 // epoch than every earlier one. On a replicated stream the consumer can
 // change leader when a node fails, and the new leader's count can be
 // behind the old one's, so the epochs come from a JetStream KV bucket with
-// the stream's replica count (Config.EpochBucketName, one key per
+// the stream's replica count (and so they do with leases, whatever the
+// replicas) (Config.EpochBucketName, one key per
 // partition): the barrier takes the session's epoch, one more than the
 // largest taken before (and than the consumer's delivered count), by a
 // compare-and-set the bucket acknowledges once its replicas have
@@ -115,6 +121,45 @@
 // that instant); a replay that reaches the process that ran the message is
 // recognised as above, one that reaches another process runs again, which
 // the inbox below makes harmless.
+//
+// # Leases
+//
+// With Config.Lease on an unpinned consumer, every process considers
+// every partition, and consumes one only while it holds its lease: the
+// key p<n> of the KV bucket Config.LeaseBucketName (the stream's replica
+// count, history 1), whose value names the holder. The holder renews it
+// every Lease/3 by a compare-and-set on the entry's revision (an update
+// that the bucket refuses unless the revision is still the one it
+// wrote). Another process takes the lease, by the same compare-and-set,
+// once it has seen one revision unchanged for a whole Lease by its own
+// clock: the holder has not renewed (killed, stopped, cut off). The
+// holder counts its lease valid until 3/4 of Lease after it sent its
+// latest successful renewal, which is before any other process can have
+// seen that revision for a whole Lease; past it (or when a renewal is
+// refused because another process holds the lease) it starts no more
+// message of the partition, stops pulling it, and hands its queued
+// messages back. So no two processes consume a partition at once, and a
+// dead holder's partitions move within Lease plus Lease/3 (one look per
+// Lease/3): the new holder waits until the old one's pull requests left
+// the server (at most PullExpiry), takes a new epoch from the epoch
+// bucket (larger than every earlier one), and its barrier waits for the
+// old holder's messages, which come back after AckWait. A holder stopped
+// past its lease (a pause, a network partition) may still be running a
+// handler when it wakes: that handler's effect carries the old epoch and
+// the fence refuses it (ErrFenced), as with pinning.
+//
+// Config.Serve is a process's own share: it takes a free partition of its
+// share at once, and any other partition only once that partition's
+// lease has gone unrenewed (or the key has been free) for a whole Lease.
+// When a process finds a partition of its own share held by another,
+// live process (after a restart), it asks for it back (key w<n>); the
+// holder hands it back the way Close does (stops pulling, waits for its
+// pull requests to leave the server, hands its queued messages back,
+// deletes the lease), and the asking process takes it at once. So while
+// every process lives, each consumes exactly its share, as without
+// leases; a takeover lasts until the partition's own process returns.
+// Close deletes the leases it holds. Stats counts Takeovers, Handbacks
+// and LeaseLosses.
 //
 // # Poison events
 //
@@ -157,7 +202,9 @@
 //     owner per partition, the barrier keeps the new owner waiting for
 //     everything the old one held);
 //   - across the death of a process: its messages are redelivered after
-//     AckWait, and the barrier holds the new owner until they arrive;
+//     AckWait, and the barrier holds the new owner until they arrive
+//     (pinned, or with leases; with static partitions, once the process
+//     or another one serving its partitions is started);
 //   - across the loss of a node of a NATS cluster (replicated stream):
 //     a delivery lost with the node, or a consumer leader that moves,
 //     closes the barrier until the consumer's pending messages are held
@@ -176,9 +223,9 @@
 // effect's transaction, never applies the stale process's late effects
 // (its handler still runs, and its effect is refused). The events lab
 // (lab/events) runs this under SIGSTOP. Per-key order does not hold when,
-// without pinning, two processes serve one partition at once (a deployment
-// error: see Config.Serve), or when someone else limits the consumers'
-// MaxDeliver.
+// without pinning and without leases, two processes serve one partition
+// at once (a deployment error: see Config.Serve), or when someone else
+// limits the consumers' MaxDeliver.
 //
 // Delivery is at least once. A message runs again after a handler error,
 // and may run again in another process when its owner died after the

@@ -123,6 +123,14 @@ func (p *partition) renew() {
 		ls.rev, ls.validUntil = rev, sent.Add(cfg.Lease*3/4)
 		p.mu.Unlock()
 	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists):
+		// An earlier renewal whose answer was lost may have landed: the
+		// entry still naming this process means nobody took it.
+		if e, gerr := kv.Get(ctx, p.leaseKey()); gerr == nil && string(e.Value()) == p.c.holder {
+			p.mu.Lock()
+			ls.rev = e.Revision()
+			p.mu.Unlock()
+			return
+		}
 		p.lose("another process holds the lease now")
 		return
 	default:
@@ -175,6 +183,13 @@ func (p *partition) contend() {
 		return
 	default:
 		ls.free = time.Time{}
+		if string(e.Value()) == p.c.holder {
+			// Ours still (a renewal whose answer was lost landed after
+			// this process gave the lease up): nobody took it meanwhile.
+			sent = time.Now()
+			rev, err = kv.Update(ctx, p.leaseKey(), []byte(p.c.holder), e.Revision())
+			break
+		}
 		if e.Revision() != ls.seenRev {
 			ls.seenRev, ls.seenAt = e.Revision(), now
 		}
@@ -220,8 +235,17 @@ func (p *partition) begin(gen uint64) {
 		defer p.mu.Unlock()
 		return p.lease.held && p.lease.gen == gen && !p.c.closed.Load()
 	}
+	ctx, cancel := context.WithCancel(p.c.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.c.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for current() {
-		err := p.awaitNoPullers(p.c.ctx)
+		err := p.awaitNoPullers(ctx)
 		if err == nil {
 			break
 		}
@@ -255,7 +279,11 @@ func (p *partition) begin(gen uint64) {
 // lose ends the partition's session at once: the lease is gone, another
 // process may own the partition already. Running handlers finish (their
 // effects carry the old epoch, which the fence refuses once the new
-// owner has written); queued messages go back.
+// owner has written); queued messages go back once this process's pull
+// requests have left the server (the next holder waits for the same
+// before it pulls; on a server before 2.11 a message handed back while a
+// request nobody listens to waits there can be delivered again: see
+// Close).
 func (p *partition) lose(why string) {
 	p.mu.Lock()
 	p.lease.held = false
@@ -267,7 +295,14 @@ func (p *partition) lose(why string) {
 	if cc != nil {
 		cc.Stop()
 	}
-	nakAll(naks)
+	if len(naks) > 0 {
+		p.c.bg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*p.c.cfg.PullExpiry+time.Second)
+			defer cancel()
+			_ = p.awaitNoPullers(ctx)
+			nakAll(naks)
+		})
+	}
 	p.c.leaseLosses.Add(1)
 	p.c.cfg.Logger.Warn("dispatch/natskeyed: lost a partition's lease; stopped pulling it", "consumer", p.name, "why", why)
 }
