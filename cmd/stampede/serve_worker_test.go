@@ -52,12 +52,13 @@ func TestServeWorkerNeedsNATS(t *testing.T) {
 func TestServeWorkerConfigNamesEveryFlag(t *testing.T) {
 	opts := &workerOptions{cfg: worker.DefaultConfig(), server: httpapi.DefaultServerConfig()}
 	opts.cfg.Consumer.Partitions, opts.cfg.Consumer.Workers, opts.cfg.Consumer.MaxPending, opts.cfg.Consumer.Stream = 0, 0, 0, ""
+	opts.cfg.Consumer.Lease = -time.Second
 	opts.server.ShutdownTimeout = 0
 	_, err := opts.config("2.11.0")
 	if err == nil {
 		t.Fatal("config() = nil error, want every bad flag")
 	}
-	for _, flag := range []string{"--stream:", "--partitions:", "--concurrency:", "--max-pending:", "--shutdown-timeout:"} {
+	for _, flag := range []string{"--stream:", "--partitions:", "--concurrency:", "--max-pending:", "--shutdown-timeout:", "--lease:"} {
 		if !strings.Contains(err.Error(), flag) {
 			t.Errorf("config() = %v, want it to name %s", err, flag)
 		}
