@@ -85,8 +85,10 @@ type Config struct {
 	// its own Serve share at once, others only after their lease ran
 	// out, and hands those back when their own process comes back. It
 	// works on every server version with JetStream; with Pinned it is
-	// ignored (the server's pins do the same). Zero turns leases off:
-	// then Serve must keep processes apart, and nothing takes over.
+	// ignored (the server's pins do the same). Every process of one
+	// Durable must use leases, or none: a process without them pulls its
+	// Serve list whatever the leases say. Zero turns leases off: then
+	// Serve must keep processes apart, and nothing takes over.
 	Lease time.Duration
 
 	// Workers is the number of handlers that run at once (the keyed

@@ -597,7 +597,8 @@ type PartitionStats struct {
 // Stats is a snapshot of a Consumer's counters, summed over partitions
 // where it makes sense.
 type Stats struct {
-	// Partitions holds one entry per served partition.
+	// Partitions holds one entry per served partition (with leases, one
+	// per partition of the stream: see PartitionStats.Leased).
 	Partitions []PartitionStats
 	// Delivered counts deliveries received.
 	Delivered uint64
