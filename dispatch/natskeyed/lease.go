@@ -113,7 +113,12 @@ func (p *partition) leaseLoop() {
 // asked for it.
 func (p *partition) renew() {
 	cfg, kv, ls := p.c.cfg, p.c.leases, p.lease
-	ctx, cancel := context.WithTimeout(p.c.ctx, cfg.Lease/4)
+	// A slow answer is waited for up to Lease/2: the lease's validity
+	// counts from when the renewal was sent, so a late success is still
+	// sound, and meanwhile run starts nothing once the old validity ran
+	// out. Giving up sooner would turn every stall of the server longer
+	// than the wait into a lost lease and a handover.
+	ctx, cancel := context.WithTimeout(p.c.ctx, cfg.Lease/2)
 	defer cancel()
 	sent := time.Now()
 	rev, err := kv.Update(ctx, p.leaseKey(), []byte(p.c.holder), ls.rev)
