@@ -78,8 +78,11 @@ type Config struct {
 	// at once and a partition whose holder died, stopped or lost the
 	// server moves to a live process within Lease plus Lease/3 (its held
 	// messages come back after AckWait, and the barrier waits for them).
-	// A holder that could not renew for 3/4 of Lease starts nothing more
-	// of the partition and stops pulling it. Each holder takes a new,
+	// A holder whose latest successful renewal was sent 3/4 of Lease ago
+	// starts nothing more of the partition from that instant, and stops
+	// pulling it and hands its queued messages back once the renewal has
+	// failed (a renewal waits at most Lease/2 for its answer) or was
+	// refused because another process holds the lease. Each holder takes a new,
 	// larger Event.Epoch from the epoch bucket, so the fence refuses a
 	// late effect of the previous one. A process takes the partitions of
 	// its own Serve share at once, others only after their lease ran
