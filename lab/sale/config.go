@@ -52,6 +52,13 @@ var KnownFaults = append(slices.Clone(AllFaults), FaultWorkerGone)
 // to a live one within WorkerLease plus a third of it.
 const WorkerLease = 3 * time.Second
 
+// WorkerAckWait is each worker's ack deadline (serve worker --ack-wait) on
+// a nats-server without pinned consumers: the events a dead worker held
+// come back to the worker that took its partitions over after it, and the
+// partition waits for them (its barrier), so the default 30 s would stall
+// a dead worker's partition for half a minute.
+const WorkerAckWait = 5 * time.Second
+
 // Config configures the sale.
 type Config struct {
 	// Buyers is the crowd; SurgeShare of them arrive within Surge of the

@@ -388,7 +388,7 @@ func (r *rig) setUp(ctx context.Context) error {
 			for p := i; p < partitions; p += len(workerAddrs) {
 				mine = append(mine, strconv.Itoa(p))
 			}
-			args = append(args, "--serve", strings.Join(mine, ","), "--lease", WorkerLease.String())
+			args = append(args, "--serve", strings.Join(mine, ","), "--lease", WorkerLease.String(), "--ack-wait", WorkerAckWait.String())
 		}
 		w, err := r.newProc(fmt.Sprintf("worker-%d", i), "http://"+a+"/healthz", args...)
 		if err != nil {
