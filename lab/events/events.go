@@ -1056,7 +1056,7 @@ func openStream(ctx context.Context, url, prefix, sub string, partitions, replic
 	return ls, nil
 }
 
-// close deletes the stream, the workers' parking and epoch bucket, and
+// close deletes the stream, the workers' parking, epoch and lease buckets, and
 // closes the connection.
 func (ls *labStream) close(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
@@ -1064,6 +1064,7 @@ func (ls *labStream) close(ctx context.Context) {
 	_ = ls.js.DeleteKeyValue(ctx, workerConsumer(ls.name).ParkBucketName())
 	_ = ls.js.DeleteStream(ctx, workerConsumer(ls.name).ParkStreamName())
 	_ = ls.js.DeleteKeyValue(ctx, workerConsumer(ls.name).EpochBucketName())
+	_ = ls.js.DeleteKeyValue(ctx, workerConsumer(ls.name).LeaseBucketName())
 	ls.nc.Close()
 }
 

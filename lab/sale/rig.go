@@ -23,9 +23,11 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the pgx database/sql driver
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // the SQLite database/sql driver
 
+	"github.com/stampede-lab/stampede/dispatch/natskeyed"
 	"github.com/stampede-lab/stampede/internal/freeport"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -557,8 +559,35 @@ func (r *rig) tearDown() {
 			c.Close()
 		}
 	}
+	if r.cfg.NATS != "" && r.stream != "" {
+		r.dropStream()
+	}
 	if !r.cfg.Keep {
 		r.dropDatabases()
+	}
+}
+
+// dropStream deletes, on a real NATS, the run's stream and what its
+// workers made beside it: the parking stream and bucket, the epoch and
+// the lease buckets.
+func (r *rig) dropStream() {
+	nc, err := nats.Connect(r.natsURL, nats.Timeout(5*time.Second))
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := natskeyed.DefaultConfig()
+	c.Stream, c.Durable = r.stream, "sale"
+	_ = js.DeleteStream(ctx, r.stream)
+	_ = js.DeleteStream(ctx, c.ParkStreamName())
+	for _, b := range []string{c.ParkBucketName(), c.EpochBucketName(), c.LeaseBucketName()} {
+		_ = js.DeleteKeyValue(ctx, b)
 	}
 }
 
