@@ -207,6 +207,9 @@ type Payer interface {
 	// Payment returns a payment's current status; for an UNKNOWN one pay
 	// settles it by a status inquiry first.
 	Payment(ctx context.Context, id string) (Payment, error)
+	// PaymentOfOrder finds the payment made for an order, if any (found
+	// false when pay has none).
+	PaymentOfOrder(ctx context.Context, orderID string) (p Payment, found bool, err error)
 }
 
 // RejectedError is a Payer's answer when pay refused the request without

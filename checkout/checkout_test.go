@@ -473,6 +473,10 @@ func (noPayer) Pay(context.Context, checkout.PaymentRequest) (checkout.Payment, 
 	return checkout.Payment{}, errors.New("not called")
 }
 
+func (noPayer) PaymentOfOrder(context.Context, string) (checkout.Payment, bool, error) {
+	panic("PaymentOfOrder called")
+}
+
 func (noPayer) Payment(context.Context, string) (checkout.Payment, error) {
 	return checkout.Payment{}, errors.New("not called")
 }

@@ -299,7 +299,7 @@ func (s *Service) Purchase(ctx context.Context, holdID string, b Buyer) (Order, 
 			Status: OrderPending, IdempotencyKey: "checkout-order-" + id, CreatedAt: now, UpdatedAt: now}
 		o, err = s.store.StartOrder(ctx, o, now)
 		if err == nil {
-			return s.pay(ctx, o, b.Admission)
+			return s.pay(ctx, o, b.Admission, false)
 		}
 		if se, ok := errors.AsType[*StateError](err); !ok || se.Expired || se.State == HoldHeld {
 			return Order{}, err
@@ -337,12 +337,46 @@ func (o Order) request(admission string) PaymentRequest {
 	return PaymentRequest{OrderID: o.ID, IdempotencyKey: o.IdempotencyKey, Amount: o.Amount, Currency: o.Currency, Admission: admission}
 }
 
-// pay makes o's payment and applies the outcome.
-func (s *Service) pay(ctx context.Context, o Order, admission string) (Order, error) {
+// pay makes o's payment and applies the outcome; retry says an earlier
+// attempt's answer was lost.
+func (s *Service) pay(ctx context.Context, o Order, admission string, retry bool) (Order, error) {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PayTimeout)
 	defer cancel()
 	p, err := s.payer.Pay(pctx, o.request(admission))
+	if rej, ok := errors.AsType[*RejectedError](err); ok && retry {
+		p, err = s.refusedRetry(ctx, o, rej)
+		if err == nil && p.ID == "" {
+			return o, nil // no proof either way yet: the order stays pending
+		}
+	}
 	return s.apply(ctx, o, p, err)
+}
+
+// refusedRetry decides what a refusal of a retried payment means. An
+// earlier attempt of o's payment got no answer, so it may have been made
+// after all: pay checks a new payment's admission before it can see the
+// key of an attempt still in flight, and the buyer's admission may have
+// ended meanwhile. The refusal is no proof that no payment exists: pay is
+// asked for the order's payment, and the refusal stands (the seats go
+// back) only when there is none this long after the first attempt, longer
+// than any call of that attempt can last (three pay timeouts). Until then
+// an empty Payment and no error keep the order pending.
+func (s *Service) refusedRetry(ctx context.Context, o Order, rej *RejectedError) (Payment, error) {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PayTimeout)
+	defer cancel()
+	p, found, err := s.payer.PaymentOfOrder(pctx, o.ID)
+	switch {
+	case err != nil:
+		s.log.Warn("checkout: pay refused a retried payment and cannot say whether the first attempt made one; the order stays pending",
+			"order", o.ID, "code", rej.Code, "err", err)
+		return Payment{}, nil
+	case found:
+		s.log.Info("checkout: pay refused a retried payment, but the first attempt made it", "order", o.ID, "payment", p.ID, "status", p.Status)
+		return p, nil
+	case s.cfg.Now().Sub(o.CreatedAt) < 3*s.cfg.PayTimeout:
+		return Payment{}, nil
+	}
+	return Payment{}, rej
 }
 
 // settle asks pay about pending order o again: the payment's status when
@@ -350,7 +384,7 @@ func (s *Service) pay(ctx context.Context, o Order, admission string) (Order, er
 // it, or says it is still in flight).
 func (s *Service) settle(ctx context.Context, o Order, admission string) (Order, error) {
 	if o.PaymentID == "" {
-		return s.pay(ctx, o, admission)
+		return s.pay(ctx, o, admission, true)
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PayTimeout)
 	defer cancel()

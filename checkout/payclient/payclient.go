@@ -92,6 +92,40 @@ func (c *Client) Payment(ctx context.Context, id string) (checkout.Payment, erro
 	return c.do(hr, false)
 }
 
+// PaymentOfOrder implements checkout.Payer: pay's GET
+// /v1/payments?order_id= (one payment per order and merchant); every
+// failure is an error.
+func (c *Client) PaymentOfOrder(ctx context.Context, orderID string) (checkout.Payment, bool, error) {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/payments?limit=1&order_id="+url.QueryEscape(orderID), nil)
+	if err != nil {
+		return checkout.Payment{}, false, err
+	}
+	hr.Header.Set("Authorization", "Bearer "+c.key)
+	hr.Header.Set("Accept", "application/json")
+	resp, err := c.hc.Do(hr)
+	if err != nil {
+		return checkout.Payment{}, false, fmt.Errorf("pay: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return checkout.Payment{}, false, fmt.Errorf("pay: %w", httpapi.ReadProblem(resp))
+	}
+	var page struct {
+		Payments []paymentJSON `json:"payments"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&page); err != nil {
+		return checkout.Payment{}, false, fmt.Errorf("pay: reading the payments: %w", err)
+	}
+	if len(page.Payments) == 0 {
+		return checkout.Payment{}, false, nil
+	}
+	p := page.Payments[0]
+	if p.ID == "" || !p.Status.Valid() {
+		return checkout.Payment{}, false, errors.New("pay: a listed payment without an id and status")
+	}
+	return checkout.Payment{ID: p.ID, Status: p.Status}, true, nil
+}
+
 // do sends hr with the API key and reads a payment or classifies the
 // error. Only a create (create) can be rejected: a read that fails says
 // nothing about the payment's outcome.
