@@ -155,7 +155,10 @@ func TestLabSaleQuickUnsafeInventoryIsCaught(t *testing.T) {
 	clearServiceEnv(t)
 	useTestSelf(t)
 	out := t.TempDir()
-	_, errOut, err := execute(t, "lab", "sale", "--quick", "--unsafe-inventory", "--faults", "", "--out", out)
+	// Everyone admitted at once (capacity = buyers) and a short sale:
+	// 120 buyers race for 30 seats, which the unsafe rule oversells.
+	_, errOut, err := execute(t, "lab", "sale", "--quick", "--unsafe-inventory", "--faults", "", "--out", out,
+		"--buyers", "120", "--seats", "30", "--capacity", "120", "--bots", "0", "--surge", "1s", "--tail", "1s", "--timeline", "6s")
 	if !errors.Is(err, lab.ErrInvalid) || exitCode(err) != 2 {
 		t.Fatalf("lab sale --quick --unsafe-inventory: %v (exit %d), want an invalid experiment (exit 2)\n%s", err, exitCode(err), errOut)
 	}
