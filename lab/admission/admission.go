@@ -302,7 +302,7 @@ func onOff(b bool) string {
 func (e *Experiment) Columns() []string {
 	cols := []string{"instances", "capacity", "max_active_observed", "over_cap_samples", "admitted",
 		"admissions_per_s", "slot_utilization", "live_slot_utilization", "wait_p50_ms", "wait_p99_ms", "fifo_inversions",
-		"round_trips_per_admission", "expired"}
+		"round_trips_per_admission", "expired", "lost_users"}
 	if e.cfg.Prequeue > 0 {
 		cols = append(cols, "spearman_rho", "fifo_inversions_after_open")
 	}
