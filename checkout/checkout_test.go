@@ -473,6 +473,11 @@ func (noPayer) Pay(context.Context, checkout.PaymentRequest) (checkout.Payment, 
 	return checkout.Payment{}, errors.New("not called")
 }
 
+func (noPayer) Capture(context.Context, string, string) (checkout.OperationStatus, error) {
+	return "", errors.New("no pay")
+}
+func (noPayer) Confirm(context.Context, string) error        { return errors.New("no pay") }
+func (noPayer) Cancel(context.Context, string, string) error { return errors.New("no pay") }
 func (noPayer) PaymentOfOrder(context.Context, string) (checkout.Payment, bool, error) {
 	panic("PaymentOfOrder called")
 }
