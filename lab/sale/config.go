@@ -141,7 +141,7 @@ func DefaultConfig() Config {
 		MaxSale: 10 * time.Minute, Drain: 90 * time.Second,
 		UnsafeGap: 30 * time.Millisecond,
 		Capture:   "automatic", CloseAfter: 20 * time.Second,
-		Repeat:    1, Seed: 1,
+		Repeat: 1, Seed: 1,
 		Dir: "",
 	}
 }
