@@ -429,7 +429,7 @@ func TestConfigValidateNamesFields(t *testing.T) {
 	for _, e := range stampede.FieldErrors(bad.Validate()) {
 		got = append(got, e.Field)
 	}
-	want := []string{"store", "pay", "waitroom", "max_hold", "max_seats_per_hold", "pay_timeout", "sweep_every", "now", "new_id", "logger"}
+	want := []string{"store", "pay", "waitroom", "max_hold", "max_seats_per_hold", "pay_timeout", "sweep_every", "now", "new_id", "logger", "capture"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Validate named %v, want %v", got, want)
 	}

@@ -3,14 +3,17 @@ package pay_test
 import (
 	"context"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stampede-lab/stampede/institution"
 	"github.com/stampede-lab/stampede/internal/httpapi"
 	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/pay/sqlite"
 )
 
 // confirm posts POST /v1/payments/{id}/confirm with body.
@@ -29,8 +32,22 @@ func (r *rig) confirm(t *testing.T, id, body string) (*http.Response, map[string
 // passes run at once; confirmed payments and younger ones are left alone;
 // a closed payment can no longer be confirmed.
 func TestClosureCancelsUnconfirmedPaymentsOnce(t *testing.T) {
-	const window = 400 * time.Millisecond
-	r := newRig(t, func(c *pay.Config) { slowOK(c); c.CloseAfter = window })
+	const window = time.Minute
+	// The clock jumps past the window: no sleep, and a slow machine cannot
+	// age the young payment past it.
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	scfg := sqlite.DefaultConfig()
+	scfg.Path, scfg.Now = filepath.Join(t.TempDir(), "pay.db"), now
+	store, err := sqlite.OpenConfig(context.Background(), scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	r := newRigOn(t, store, newInstitution(t), func(c *pay.Config) {
+		slowOK(c)
+		c.CloseAfter, c.Now = window, now
+	})
 	confirmedApproved, lateApproved := r.approvedPayment(t, 4000), r.approvedPayment(t, 5000)
 	confirmedAuth, lateAuth := r.authorized(t, 3000), r.authorized(t, 2000)
 	for _, id := range []string{confirmedApproved, confirmedAuth} {
@@ -43,7 +60,7 @@ func TestClosureCancelsUnconfirmedPaymentsOnce(t *testing.T) {
 	if resp, again := r.confirm(t, confirmedApproved, `{}`); resp.StatusCode != http.StatusOK || again["confirmed_at"] != first["confirmed_at"] {
 		t.Fatalf("confirm again = %d %v, want %v", resp.StatusCode, again, first)
 	}
-	time.Sleep(window + 100*time.Millisecond)
+	skew.Store(int64(window + time.Second))
 	young := r.approvedPayment(t, 1000)
 
 	var wg sync.WaitGroup
