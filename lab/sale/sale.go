@@ -682,15 +682,17 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	// whether its payment's order is sold with a ticket.
 	chargedWithoutTicket := 0
 	var chargedNoTicket []string
+	var held []pay.Held
 	for _, rec := range ledger.Records {
 		if rec.Status != institution.StatusApproved {
 			continue
 		}
-		held := rec.Amount * int64(rec.Charges)
+		h := rec.Amount * int64(rec.Charges)
 		if rec.Manual {
-			held = rec.Captured
+			h = rec.Captured
 		}
-		if held-refunds.RefundedByApproval[rec.ExternalKey] <= 0 {
+		held = append(held, pay.Held{ExternalKey: rec.ExternalKey, Amount: h - refunds.RefundedByApproval[rec.ExternalKey]})
+		if h-refunds.RefundedByApproval[rec.ExternalKey] <= 0 {
 			continue
 		}
 		order := orderOfKey[rec.ExternalKey]
@@ -706,6 +708,21 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	if chargedWithoutTicket > 0 {
 		extra["charged_without_ticket"] = chargedNoTicket
 		broken = append(broken, fmt.Sprintf("%d buyers charged without a ticket", chargedWithoutTicket))
+	}
+	// The close-out (stampede pay close-out's report) of the sale.
+	co, err := pay.CloseOut(ctx, ps, charges, held, func(order string) (bool, bool) {
+		o, ok := ordersByID[order]
+		_, ticketed := ticketOf[order]
+		return ok && o.status == "paid", ticketed
+	})
+	if err != nil {
+		return lab.RunResult{}, fmt.Errorf("sale: close-out: %w", err)
+	}
+	m["close_out_differences"] = float64(len(co.Differences))
+	extra["close_out"] = co.String()
+	if len(co.Differences) > 0 {
+		extra["close_out_differences"] = co.Differences
+		broken = append(broken, "close-out: "+co.String())
 	}
 	var closures int64
 	if err := d.pay.QueryRowContext(ctx, "SELECT COUNT(*) FROM payment_cancellations WHERE idempotency_key LIKE '%closure:%'").Scan(&closures); err != nil {
