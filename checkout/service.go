@@ -439,7 +439,7 @@ func (s *Service) record(ctx context.Context, o Order, p Payment, err error) (Or
 }
 
 // capture takes the money of pending order o's authorisation p (manual
-// capture), under the order's capture key: a lost answer is asked again
+// capture): it confirms the order at pay first, then captures under the order's capture key: a lost answer is asked again
 // under the same key, never a second capture. Once the capture
 // succeeded the order is confirmed (confirm); a declined or refused
 // capture cancels the payment (a void) and gives the seats back; an
@@ -450,6 +450,21 @@ func (s *Service) capture(ctx context.Context, o Order, p Payment) (Order, error
 		// authorisation window, and keep asking.
 		s.log.Warn("checkout: an authorisation in automatic mode; the order stays pending", "order", o.ID, "payment", p.ID)
 		return s.store.RecordPayment(ctx, o.ID, p.ID, p.Status, s.cfg.Now())
+	}
+	// Confirm first: a confirmed payment is never closed by pay, so the
+	// money this capture takes is never given back under a live order
+	// (which would leave a ticket without a seat). A payment pay is
+	// closing already is not captured: pay voids it.
+	cctx, ccancel := context.WithTimeout(ctx, s.cfg.PayTimeout)
+	defer ccancel()
+	if err := s.payer.Confirm(cctx, p.ID); err != nil {
+		if rej, ok := errors.AsType[*RejectedError](err); ok && rej.Code == string(pay.CodeCancelExists) {
+			s.log.Warn("checkout: pay closed the authorisation before the order was confirmed; the seats go back", "order", o.ID, "payment", p.ID)
+			return s.store.Settle(ctx, o.ID, false, p.ID, p.Status, "closed", s.cfg.Now())
+		} else if !ok || rej.Code != string(pay.CodeNotSupported) {
+			s.log.Warn("checkout: no confirmation of the order at pay; the order stays pending", "order", o.ID, "payment", p.ID, "err", err)
+			return s.store.RecordPayment(ctx, o.ID, p.ID, p.Status, s.cfg.Now())
+		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PayTimeout)
 	defer cancel()
