@@ -185,6 +185,9 @@ type PaymentRequest struct {
 	// Stampede-Admission) so that pay can check it (--require-admission);
 	// "" when the checkout has none (a re-sent request of the sweeper).
 	Admission string
+	// Manual asks for an authorisation (pay's "capture": "manual"): the
+	// money is held, and taken only by Payer.Capture.
+	Manual bool
 }
 
 // Payment is what pay answered: the payment and its status.
@@ -210,7 +213,51 @@ type Payer interface {
 	// PaymentOfOrder finds the payment made for an order, if any (found
 	// false when pay has none).
 	PaymentOfOrder(ctx context.Context, orderID string) (p Payment, found bool, err error)
+	// Capture captures an AUTHORIZED payment in full under an
+	// idempotency key (a repeat answers the same capture) and returns
+	// the capture's status: SUCCEEDED, FAILED (declined: nothing taken),
+	// or PENDING or UNKNOWN (asked again later).
+	Capture(ctx context.Context, paymentID, key string) (OperationStatus, error)
+	// Confirm tells pay that the checkout goes on with the payment's
+	// order, so that pay's closure pass leaves the payment alone; a
+	// *RejectedError with code cancellation_exists says pay cancelled it
+	// first (its money goes back).
+	Confirm(ctx context.Context, paymentID string) error
+	// Cancel cancels a payment under an idempotency key, whatever its
+	// status: pay voids an authorisation, refunds an approval, and waits
+	// for an UNKNOWN payment to settle first.
+	Cancel(ctx context.Context, paymentID, key string) error
 }
+
+// OperationStatus is the status of a capture at pay.
+type OperationStatus string
+
+// The capture statuses the checkout reads.
+const (
+	OperationSucceeded OperationStatus = "SUCCEEDED"
+	OperationFailed    OperationStatus = "FAILED"
+)
+
+// CaptureMode is how the checkout takes the money: at once, or held at
+// the purchase and taken once the order is confirmed.
+type CaptureMode string
+
+// The capture modes.
+const (
+	// CaptureAutomatic: the payment is approved and captured in one step
+	// (pay's default).
+	CaptureAutomatic CaptureMode = "automatic"
+	// CaptureManual: the purchase authorises (AUTHORIZED), the checkout
+	// captures while the order is still pending and confirms the sale
+	// once the capture succeeded; an order that ends another way cancels
+	// its payment (a void).
+	CaptureManual CaptureMode = "manual"
+)
+
+// Keys of the checkout's calls to pay, fixed per order so that every
+// retry, from any instance, is the same request.
+func captureKey(orderID string) string { return "checkout-capture-" + orderID }
+func cancelKey(orderID string) string  { return "checkout-cancel-" + orderID }
 
 // RejectedError is a Payer's answer when pay refused the request without
 // making a payment.

@@ -429,7 +429,7 @@ func TestConfigValidateNamesFields(t *testing.T) {
 	for _, e := range stampede.FieldErrors(bad.Validate()) {
 		got = append(got, e.Field)
 	}
-	want := []string{"store", "pay", "waitroom", "max_hold", "max_seats_per_hold", "pay_timeout", "sweep_every", "now", "new_id", "logger"}
+	want := []string{"store", "pay", "waitroom", "max_hold", "max_seats_per_hold", "pay_timeout", "sweep_every", "now", "new_id", "logger", "capture"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Validate named %v, want %v", got, want)
 	}
@@ -473,6 +473,11 @@ func (noPayer) Pay(context.Context, checkout.PaymentRequest) (checkout.Payment, 
 	return checkout.Payment{}, errors.New("not called")
 }
 
+func (noPayer) Capture(context.Context, string, string) (checkout.OperationStatus, error) {
+	return "", errors.New("no pay")
+}
+func (noPayer) Confirm(context.Context, string) error        { return errors.New("no pay") }
+func (noPayer) Cancel(context.Context, string, string) error { return errors.New("no pay") }
 func (noPayer) PaymentOfOrder(context.Context, string) (checkout.Payment, bool, error) {
 	panic("PaymentOfOrder called")
 }

@@ -45,6 +45,8 @@ type payRig struct {
 	base string
 	key  string // a merchant's API key
 	inst *instapi.Server
+	// ledger reads the institution's records (admin token).
+	ledger *instclient.Client
 }
 
 // startPay runs pay (SQLite file) and an institution simulator for t;
@@ -91,7 +93,8 @@ func startPay(t *testing.T, approvalTimeout time.Duration) *payRig {
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &payRig{base: "http://" + ln.Addr().String(), key: key, inst: inst}
+	return &payRig{base: "http://" + ln.Addr().String(), key: key, inst: inst,
+		ledger: instclient.NewClient(its.URL, nil).WithAdminToken("institution-admin-token")}
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

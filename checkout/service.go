@@ -66,6 +66,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, receives the domain counters (NewMetrics).
 	Metrics *Metrics
+	// Capture is how the money is taken (the flag --capture):
+	// CaptureAutomatic (approved at the purchase) or CaptureManual
+	// (authorised at the purchase, captured while the order is pending,
+	// voided when the order ends another way).
+	Capture CaptureMode
 }
 
 // DefaultConfig returns 10-minute holds of at most 10 seats, a 10 s pay
@@ -81,6 +86,7 @@ func DefaultConfig() Config {
 		Now:             time.Now,
 		NewID:           uuid.NewString,
 		Logger:          slog.Default(),
+		Capture:         CaptureAutomatic,
 	}
 }
 
@@ -120,6 +126,9 @@ func (c Config) Validate() error {
 	}
 	if c.Logger == nil {
 		f.Add("logger", "must not be nil")
+	}
+	if c.Capture != CaptureAutomatic && c.Capture != CaptureManual {
+		f.Add("capture", "must be %s or %s, got %q", CaptureAutomatic, CaptureManual, c.Capture)
 	}
 	return f.Err()
 }
@@ -342,7 +351,9 @@ func (o Order) request(admission string) PaymentRequest {
 func (s *Service) pay(ctx context.Context, o Order, admission string, retry bool) (Order, error) {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PayTimeout)
 	defer cancel()
-	p, err := s.payer.Pay(pctx, o.request(admission))
+	req := o.request(admission)
+	req.Manual = s.cfg.Capture == CaptureManual
+	p, err := s.payer.Pay(pctx, req)
 	if rej, ok := errors.AsType[*RejectedError](err); ok && retry {
 		p, err = s.refusedRetry(ctx, o, rej)
 		if err == nil && p.ID == "" {
@@ -417,12 +428,115 @@ func (s *Service) record(ctx context.Context, o Order, p Payment, err error) (Or
 		return o, nil
 	}
 	switch p.Status {
+	case pay.StatusAuthorized:
+		return s.capture(ctx, o, p)
 	case pay.StatusApproved:
-		return s.store.Settle(ctx, o.ID, true, p.ID, p.Status, "", now)
-	case pay.StatusDeclined, pay.StatusFailed:
+		return s.confirm(ctx, o, p)
+	case pay.StatusDeclined, pay.StatusFailed, pay.StatusVoided:
 		return s.store.Settle(ctx, o.ID, false, p.ID, p.Status, strings.ToLower(string(p.Status)), now)
 	}
 	return s.store.RecordPayment(ctx, o.ID, p.ID, p.Status, now)
+}
+
+// capture takes the money of pending order o's authorisation p (manual
+// capture): it confirms the order at pay first, then captures under the order's capture key: a lost answer is asked again
+// under the same key, never a second capture. Once the capture
+// succeeded the order is confirmed (confirm); a declined or refused
+// capture cancels the payment (a void) and gives the seats back; an
+// unsettled one keeps the order pending.
+func (s *Service) capture(ctx context.Context, o Order, p Payment) (Order, error) {
+	if s.cfg.Capture != CaptureManual {
+		// An authorisation the checkout did not ask for: leave it to pay's
+		// authorisation window, and keep asking.
+		s.log.Warn("checkout: an authorisation in automatic mode; the order stays pending", "order", o.ID, "payment", p.ID)
+		return s.store.RecordPayment(ctx, o.ID, p.ID, p.Status, s.cfg.Now())
+	}
+	// Confirm first: a confirmed payment is never closed by pay, so the
+	// money this capture takes is never given back under a live order
+	// (which would leave a ticket without a seat). A payment pay is
+	// closing already is not captured: pay voids it.
+	cctx, ccancel := context.WithTimeout(ctx, s.cfg.PayTimeout)
+	defer ccancel()
+	if err := s.payer.Confirm(cctx, p.ID); err != nil {
+		if rej, ok := errors.AsType[*RejectedError](err); ok && rej.Code == string(pay.CodeCancelExists) {
+			s.log.Warn("checkout: pay closed the authorisation before the order was confirmed; the seats go back", "order", o.ID, "payment", p.ID)
+			return s.store.Settle(ctx, o.ID, false, p.ID, p.Status, "closed", s.cfg.Now())
+		} else if !ok || rej.Code != string(pay.CodeNotSupported) {
+			s.log.Warn("checkout: no confirmation of the order at pay; the order stays pending", "order", o.ID, "payment", p.ID, "err", err)
+			return s.store.RecordPayment(ctx, o.ID, p.ID, p.Status, s.cfg.Now())
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PayTimeout)
+	defer cancel()
+	st, err := s.payer.Capture(pctx, p.ID, captureKey(o.ID))
+	if rej, ok := errors.AsType[*RejectedError](err); ok {
+		// Nothing was captured by this request: the authorisation was
+		// voided (its window, pay's closure) or another operation holds it.
+		return s.release(ctx, o, p, "capture refused: "+rej.Code)
+	}
+	switch {
+	case err != nil:
+		s.log.Warn("checkout: no answer to a capture; the order stays pending", "order", o.ID, "payment", p.ID, "err", err)
+		return s.store.RecordPayment(ctx, o.ID, p.ID, p.Status, s.cfg.Now())
+	case st == OperationSucceeded:
+		return s.confirm(ctx, o, Payment{ID: p.ID, Status: pay.StatusApproved})
+	case st == OperationFailed:
+		return s.release(ctx, o, p, "capture_declined")
+	}
+	return s.store.RecordPayment(ctx, o.ID, p.ID, p.Status, s.cfg.Now())
+}
+
+// release ends pending order o failed because its payment p must not be
+// kept: it cancels p at pay first (under the order's cancel key: a void
+// of an authorisation, a refund of an approval), and keeps the order
+// pending while pay cannot say it recorded the cancellation.
+func (s *Service) release(ctx context.Context, o Order, p Payment, why string) (Order, error) {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PayTimeout)
+	defer cancel()
+	err := s.payer.Cancel(pctx, p.ID, cancelKey(o.ID))
+	if _, ok := errors.AsType[*RejectedError](err); !ok && err != nil {
+		s.log.Warn("checkout: no answer to a cancellation; the order stays pending", "order", o.ID, "payment", p.ID, "err", err)
+		return s.store.RecordPayment(ctx, o.ID, p.ID, p.Status, s.cfg.Now())
+	} else if err != nil {
+		s.log.Warn("checkout: pay refused the cancellation of a payment the order gives up", "order", o.ID, "payment", p.ID, "err", err)
+	}
+	s.log.Info("checkout: the order gives up its payment; the seats go back", "order", o.ID, "payment", p.ID, "why", why)
+	return s.store.Settle(ctx, o.ID, false, p.ID, p.Status, why, s.cfg.Now())
+}
+
+// confirm goes on with pending order o, whose payment p is APPROVED: it
+// confirms the order at pay first (so that pay's closure pass leaves the
+// payment alone) and then sells the seats. A payment pay cancelled first
+// (its closure) fails the order; no answer keeps it pending. An order
+// that ended failed meanwhile (another settlement raced this one) gets
+// its payment cancelled: no money is kept for seats given back.
+func (s *Service) confirm(ctx context.Context, o Order, p Payment) (Order, error) {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PayTimeout)
+	defer cancel()
+	err := s.payer.Confirm(pctx, p.ID)
+	if rej, ok := errors.AsType[*RejectedError](err); ok {
+		switch rej.Code {
+		case string(pay.CodeCancelExists):
+			s.log.Warn("checkout: pay closed the payment before the order was confirmed; the seats go back", "order", o.ID, "payment", p.ID)
+			return s.store.Settle(ctx, o.ID, false, p.ID, p.Status, "closed", s.cfg.Now())
+		case string(pay.CodeNotSupported):
+			// pay keeps no confirmations (and so closes nothing).
+		default:
+			s.log.Warn("checkout: pay refused the order's confirmation; the order stays pending", "order", o.ID, "payment", p.ID, "code", rej.Code)
+			return s.store.RecordPayment(ctx, o.ID, p.ID, p.Status, s.cfg.Now())
+		}
+	} else if err != nil {
+		s.log.Warn("checkout: no answer to the order's confirmation; the order stays pending", "order", o.ID, "payment", p.ID, "err", err)
+		return s.store.RecordPayment(ctx, o.ID, p.ID, p.Status, s.cfg.Now())
+	}
+	got, err := s.store.Settle(ctx, o.ID, true, p.ID, p.Status, "", s.cfg.Now())
+	if err == nil && got.Status != OrderPaid {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.PayTimeout)
+		defer cancel()
+		cerr := s.payer.Cancel(cctx, p.ID, cancelKey(o.ID))
+		s.log.Warn("checkout: a payment approved for an order that ended failed; cancelled at pay", "order", o.ID, "payment", p.ID, "err", cerr)
+	}
+	return got, err
 }
 
 // Sweep releases the holds whose admission expired and asks pay about

@@ -17,6 +17,7 @@ type Metrics struct {
 	flagged   prometheus.Counter
 	recovered prometheus.Counter
 	ops       *prometheus.CounterVec
+	closures  *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics on reg.
@@ -42,8 +43,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stampede_pay_operations_total",
 			Help: "Captures and voids written to a final or unknown status, by kind, status and origin (merchant, or auth_window: the service voiding an authorisation left uncaptured past the window).",
 		}, []string{"kind", "status", "origin"}),
+		closures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stampede_pay_closures_total",
+			Help: "Payments no confirmed order held past the closure window, cancelled by the closure pass, by action (void, refund).",
+		}, []string{"action"}),
 	}
-	reg.MustRegister(m.outcomes, m.approvals, m.settled, m.flagged, m.recovered, m.ops)
+	reg.MustRegister(m.outcomes, m.approvals, m.settled, m.flagged, m.recovered, m.ops, m.closures)
+	m.closures.WithLabelValues("void")
+	m.closures.WithLabelValues("refund")
 	// Every status a first call or a settlement can reach is there from the
 	// start, at 0: a dashboard's rate() and an alert see "none yet", not
 	// "no data", before the first payment.
@@ -72,6 +79,12 @@ func (m *Metrics) settle(s Status) {
 func (m *Metrics) operation(k OperationKind, s RefundStatus, origin string) {
 	if m != nil {
 		m.ops.WithLabelValues(string(k), string(s), origin).Inc()
+	}
+}
+
+func (m *Metrics) closure(action string) {
+	if m != nil {
+		m.closures.WithLabelValues(action).Inc()
 	}
 }
 

@@ -126,6 +126,11 @@ type Config struct {
 	// older than that (counted from the payment's creation). 0 never
 	// voids.
 	AuthWindow time.Duration
+	// CloseAfter is how long an APPROVED or AUTHORIZED payment may wait
+	// for the merchant to confirm its order (ConfirmOrder) before the
+	// reconciler's ClosurePass cancels it: refunds or voids it. 0 (the
+	// default) closes nothing: set it only when every merchant confirms.
+	CloseAfter time.Duration
 	// Now is the clock.
 	Now func() time.Time
 	// Logger receives the service's logs.
@@ -208,6 +213,9 @@ func (c Config) Validate() error {
 	}
 	if c.AuthWindow < 0 {
 		f.Add("auth_window", "must not be negative, got %s", c.AuthWindow)
+	}
+	if c.CloseAfter < 0 {
+		f.Add("close_unconfirmed_after", "must not be negative, got %s", c.CloseAfter)
 	}
 	if c.Now == nil {
 		f.Add("now", "must not be nil")
@@ -887,7 +895,7 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 func (s *Service) Run(ctx context.Context) error { return s.RunReconciler(ctx) }
 
 // RunReconciler runs a reconciliation pass (payments, then refunds:
-// RefundPass, OperationPass, AuthWindowPass, CancellationPass) at once and then every ReconcileEvery, and deletes expired idempotency keys, until ctx ends
+// RefundPass, OperationPass, AuthWindowPass, ClosurePass, CancellationPass) at once and then every ReconcileEvery, and deletes expired idempotency keys, until ctx ends
 // (then it returns nil). A failed pass is logged and retried on the next
 // tick; when passes have kept failing for GiveUpAfter, it returns the
 // last error.
@@ -912,6 +920,9 @@ func (s *Service) RunReconciler(ctx context.Context) error {
 		}
 		if err == nil {
 			_, err = s.AuthWindowPass(ctx)
+		}
+		if err == nil {
+			_, err = s.ClosurePass(ctx)
 		}
 		if err == nil {
 			var n int

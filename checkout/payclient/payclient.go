@@ -60,7 +60,11 @@ type paymentJSON struct {
 // errors with an unknown outcome; every other 4xx is a
 // *checkout.RejectedError.
 func (c *Client) Pay(ctx context.Context, req checkout.PaymentRequest) (checkout.Payment, error) {
-	body, err := json.Marshal(map[string]any{"order_id": req.OrderID, "amount": req.Amount, "currency": req.Currency})
+	m := map[string]any{"order_id": req.OrderID, "amount": req.Amount, "currency": req.Currency}
+	if req.Manual {
+		m["capture"] = "manual"
+	}
+	body, err := json.Marshal(m)
 	if err != nil {
 		return checkout.Payment{}, err
 	}
@@ -153,4 +157,72 @@ func (c *Client) do(hr *http.Request, create bool) (checkout.Payment, error) {
 		return checkout.Payment{}, &checkout.RejectedError{Code: string(e.Code), Status: resp.StatusCode, Message: e.Message}
 	}
 	return checkout.Payment{}, fmt.Errorf("pay: %w", e)
+}
+
+// Capture implements checkout.Payer: POST /v1/payments/{id}/capture
+// under key. A 201 or 202 answer is the capture's status; a 4xx other
+// than 408, 429 and a 409 conflict (the same key in flight) is a
+// *checkout.RejectedError (nothing was captured by this request); any
+// other failure an error with an unknown outcome.
+func (c *Client) Capture(ctx context.Context, paymentID, key string) (checkout.OperationStatus, error) {
+	var op struct {
+		Status checkout.OperationStatus `json:"status"`
+	}
+	if err := c.post(ctx, "/v1/payments/"+url.PathEscape(paymentID)+"/capture", key, []byte(`{}`), &op); err != nil {
+		return "", err
+	}
+	if op.Status == "" {
+		return "", errors.New("pay: a capture answer without a status")
+	}
+	return op.Status, nil
+}
+
+// Confirm implements checkout.Payer: POST /v1/payments/{id}/confirm;
+// errors as Capture's.
+func (c *Client) Confirm(ctx context.Context, paymentID string) error {
+	return c.post(ctx, "/v1/payments/"+url.PathEscape(paymentID)+"/confirm", "", nil, nil)
+}
+
+// Cancel implements checkout.Payer: POST /v1/payments/{id}/cancel under
+// key; errors as Capture's.
+func (c *Client) Cancel(ctx context.Context, paymentID, key string) error {
+	return c.post(ctx, "/v1/payments/"+url.PathEscape(paymentID)+"/cancel", key, nil, nil)
+}
+
+// post sends a POST of body (none when nil) under key ("" for none) and
+// decodes a 2xx answer into out (when not nil); a refusal is a
+// *checkout.RejectedError.
+func (c *Client) post(ctx context.Context, path, key string, body []byte, out any) error {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		hr.Header.Set("Idempotency-Key", key)
+	}
+	hr.Header.Set("Authorization", "Bearer "+c.key)
+	hr.Header.Set("Accept", "application/json")
+	resp, err := c.hc.Do(hr)
+	if err != nil {
+		return fmt.Errorf("pay: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if out == nil {
+			return nil
+		}
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
+			return fmt.Errorf("pay: reading the answer: %w", err)
+		}
+		return nil
+	}
+	e := httpapi.ReadProblem(resp)
+	if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests &&
+		resp.StatusCode != http.StatusRequestTimeout && !(resp.StatusCode == http.StatusConflict && e.Code == pay.CodeConflict) {
+		return &checkout.RejectedError{Code: string(e.Code), Status: resp.StatusCode, Message: e.Message}
+	}
+	return fmt.Errorf("pay: %w", e)
 }

@@ -15,7 +15,7 @@ import (
 
 func newPayCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "pay", Short: "Payment tools"}
-	cmd.AddCommand(newPayParityCmd(), newPayMerchantCmd(), newPayWebhooksCmd())
+	cmd.AddCommand(newPayParityCmd(), newPayCloseOutCmd(), newPayMerchantCmd(), newPayWebhooksCmd())
 	return cmd
 }
 

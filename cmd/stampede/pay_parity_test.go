@@ -60,6 +60,7 @@ func TestServePayRejectsBadStreamLimits(t *testing.T) {
 		{[]string{"--stream-max-age", "1s"}, "--stream-max-age"},
 		{[]string{"--stream-max-age", "-1h"}, "--stream-max-age"},
 		{[]string{"--give-up-after", "0s"}, "--give-up-after"},
+		{[]string{"--close-unconfirmed-after", "-1s"}, "--close-unconfirmed-after"},
 	} {
 		_, _, err := execute(t, append([]string{"serve", "pay", "--institution", "http://127.0.0.1:1", "--data-dir", dir}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

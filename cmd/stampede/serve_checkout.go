@@ -37,6 +37,7 @@ type checkoutOptions struct {
 	dataDir         string
 	dbTimeout       time.Duration
 	maxHold         time.Duration
+	capture         string
 	maxSeats        int
 	unsafeInventory bool
 	unsafeGap       time.Duration
@@ -70,7 +71,10 @@ No seat is sold twice and no more seats are sold than exist: the hold's
 transaction takes seats only WHERE seats_left >= n, and gives each seat to
 one hold. A DECLINED or FAILED payment gives the seats back; an UNKNOWN one
 keeps them until pay settles it (a sweeper asks every few seconds, and
-releases holds that expired unpaid).
+releases holds that expired unpaid). With --capture manual the purchase only
+authorises: the checkout captures while the order is pending, confirms the
+order at pay (POST /v1/payments/{id}/confirm, as in automatic mode) and only
+then sells the seats; an order that ends another way voids its authorisation.
 
 Deploy it behind the gate. It does not take the gate's headers on trust:
 before it holds seats or pays for a hold it verifies the Stampede-Admission
@@ -103,6 +107,7 @@ write it without the guard, and oversell under load.`,
 	f.StringVar(&opts.sqlite, "sqlite", "", "SQLite database file, used when no PostgreSQL URL is given (default: <data-dir>/checkout.db)")
 	f.StringVar(&opts.dataDir, "data-dir", defaultDataDir, "directory of the default SQLite file")
 	f.DurationVar(&opts.dbTimeout, "db-timeout", 2*time.Second, "deadline of every database call; past it the request answers 503")
+	f.StringVar(&opts.capture, "capture", string(checkout.CaptureAutomatic), "how the money is taken: automatic (approved at the purchase) or manual (authorised at the purchase, captured while the order is pending, voided when it ends another way: no buyer charged without a sold seat)")
 	f.DurationVar(&opts.maxHold, "max-hold", defaults.MaxHold, "longest life of a hold, whatever its admission says")
 	f.IntVar(&opts.maxSeats, "max-seats-per-hold", defaults.MaxSeatsPerHold, "most seats one hold may take")
 	f.StringVar(&opts.waitroom, "waitroom", "", "base URL of the waiting room (or of its gates; several comma-separated) whose keys verify admissions (required)")
@@ -183,6 +188,7 @@ func (o *checkoutOptions) admissions(hc *http.Client) (checkout.Admissions, erro
 func (o *checkoutOptions) serviceConfig() (checkout.Config, error) {
 	cfg := checkout.DefaultConfig()
 	cfg.MaxHold, cfg.MaxSeatsPerHold, cfg.PayTimeout = o.maxHold, o.maxSeats, o.payTimeout
+	cfg.Capture = checkout.CaptureMode(o.capture)
 	var f stampede.Fields
 	if o.pay == "" {
 		f.Add("pay", "is required: the base URL of the payment service")
@@ -279,7 +285,7 @@ func runCheckout(cmd *cobra.Command, opts *checkoutOptions) error {
 	}
 	log.Info("checkout listening", "addr", ln.Addr().String(), "store", where, "pay", opts.pay,
 		"waitroom", opts.waitroom, "room", opts.room, "online_check", opts.onlineCheck,
-		"unsafe_inventory", opts.unsafeInventory, "max_hold", ccfg.MaxHold,
+		"unsafe_inventory", opts.unsafeInventory, "max_hold", ccfg.MaxHold, "capture", ccfg.Capture,
 		"read_timeout", scfg.ReadTimeout, "write_timeout", scfg.WriteTimeout, "idle_timeout", scfg.IdleTimeout)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return httpapi.Serve(gctx, ln, h, scfg, log) })

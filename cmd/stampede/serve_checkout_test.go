@@ -52,6 +52,7 @@ func TestServeCheckoutRejectsBadFlags(t *testing.T) {
 		{append(ok, "--online-check"), "--checkout-key"},
 		{append(ok, "--checkout-key", "0123456789abcdef"), "--checkout-key"},
 		{append(ok, "--unsafe-gap", "1s"), "--unsafe-gap"},
+		{append(ok, "--capture", "later"), "--capture"},
 	}
 	for _, c := range cases {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

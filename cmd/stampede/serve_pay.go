@@ -135,6 +135,7 @@ type payOptions struct {
 	timeout     time.Duration
 	inquiries   int
 	authWindow  time.Duration
+	closeAfter  time.Duration
 	server      httpapi.ServerConfig
 	webhooks    webhook.Config
 	admission   payAdmissionOptions
@@ -205,6 +206,9 @@ connector with manual capture: simulator, stripe) is an authorisation
 (AUTHORIZED), captured (POST /v1/payments/{id}/capture) or voided (POST
 /v1/payments/{id}/void) under the same rules, or voided by the reconciler once
 older than --auth-window. GET /v1/events is the merchant's events feed.
+With --close-unconfirmed-after D, an APPROVED or AUTHORIZED payment whose
+order the merchant has not confirmed (POST /v1/payments/{id}/confirm) D after
+its creation is cancelled: refunded or voided, once.
 
 Storage: --postgres (or $STAMPEDE_POSTGRES_URL), else SQLite (--sqlite,
 default <data-dir>/pay.db). Events: --nats (or $STAMPEDE_NATS_URL), else an
@@ -247,6 +251,7 @@ past --idle-timeout.`,
 	f.DurationVar(&opts.webhooks.Timeout, "webhook-timeout", opts.webhooks.Timeout, "timeout of one webhook attempt")
 	f.IntVar(&opts.webhooks.Concurrency, "webhook-concurrency", opts.webhooks.Concurrency, "webhook attempts in flight at once")
 	f.IntVar(&opts.inquiries, "inquiry-concurrency", pay.DefaultConfig().InquiryConcurrency, "status inquiries the reconciler runs at once")
+	f.DurationVar(&opts.closeAfter, "close-unconfirmed-after", 0, "refund or void an APPROVED or AUTHORIZED payment whose order is not confirmed (POST /v1/payments/{id}/confirm) this long after its creation (0: never; set it only when every merchant confirms)")
 	f.DurationVar(&opts.authWindow, "auth-window", pay.DefaultAuthWindow, `how long an authorisation ("capture": "manual") waits for its capture before the reconciler voids it (0: never)`)
 	f.DurationVar(&opts.server.ReadHeaderTimeout, "read-header-timeout", opts.server.ReadHeaderTimeout, "close a connection whose request headers take longer")
 	f.DurationVar(&opts.server.ReadTimeout, "read-timeout", opts.server.ReadTimeout, "close a connection whose request, body included, takes longer to read")
@@ -303,6 +308,7 @@ func runPay(cmd *cobra.Command, opts *payOptions) error {
 	svcCfg := pay.DefaultConfig()
 	svcCfg.ApprovalTimeout, svcCfg.InquiryConcurrency, svcCfg.GiveUpAfter = opts.timeout, opts.inquiries, opts.giveUpAfter
 	svcCfg.AuthWindow = opts.authWindow
+	svcCfg.CloseAfter = opts.closeAfter
 	apiCfg := payapi.DefaultConfig()
 	apiCfg.AdminToken, apiCfg.Admission = opts.adminToken, admission
 	wcfg := opts.webhooks

@@ -106,6 +106,14 @@ type Config struct {
 	// (serve checkout --unsafe-inventory with --unsafe-gap UnsafeGap).
 	UnsafeInventory bool
 	UnsafeGap       time.Duration
+	// Capture is the checkout's capture mode (serve checkout --capture):
+	// "automatic" or "manual".
+	Capture string
+	// CloseAfter is pay's closure window (serve pay
+	// --close-unconfirmed-after): an approval or authorisation whose order
+	// the checkout did not confirm that long after it was made is
+	// refunded or voided.
+	CloseAfter time.Duration
 	// Repeat is how many times the sale runs; Seed seeds the crowd.
 	Repeat int
 	Seed   uint64
@@ -132,7 +140,8 @@ func DefaultConfig() Config {
 		HangMS: 5000, Timeline: time.Minute,
 		MaxSale: 10 * time.Minute, Drain: 90 * time.Second,
 		UnsafeGap: 30 * time.Millisecond,
-		Repeat:    1, Seed: 1,
+		Capture:   "automatic", CloseAfter: 20 * time.Second,
+		Repeat: 1, Seed: 1,
 		Dir: "",
 	}
 }
@@ -185,6 +194,10 @@ func (c Config) Validate() error {
 		return bad("Repeat", "must be at least 1, got %d", c.Repeat)
 	case c.UnsafeInventory && c.UnsafeGap < 0:
 		return bad("UnsafeGap", "must not be negative")
+	case c.Capture != "automatic" && c.Capture != "manual":
+		return bad("Capture", "must be automatic or manual, got %q", c.Capture)
+	case c.CloseAfter <= 0:
+		return bad("CloseAfter", "must be positive, got %s", c.CloseAfter)
 	case c.Cmd == nil:
 		return bad("Cmd", "must be set: it starts the parts of the sale")
 	}

@@ -54,6 +54,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 	}
 	zero("every buyer accounted for", "unaccounted_buyers")
 	zero("0 double charges", "double_charges")
+	zero("no buyer charged without a ticket", "charged_without_ticket")
 	zero("parity between institution, payments, orders and tickets", "parity_mismatches")
 	zero("room never over capacity at the checkout's view", "over_capacity_samples")
 	zero("0 event order violations", "order_violations")

@@ -354,7 +354,8 @@ func (r *rig) setUp(ctx context.Context) error {
 	payArgs := append([]string{"serve", "pay", "--http", payAddr, "--institution", r.instURL, "--nats", r.natsURL,
 		"--stream", r.stream, "--subject", strings.ToLower(r.stream), "--partitions", strconv.Itoa(partitions),
 		"--timeout", "3s", "--require-admission", "--waitroom", strings.Join(r.gateURLs, ","),
-		"--admission-room", r.room, "--checkout-key", r.checkoutKey, "--db-timeout", "2s", "--log-level", "warn"}, store("pay")...)
+		"--admission-room", r.room, "--checkout-key", r.checkoutKey, "--db-timeout", "2s", "--log-level", "warn",
+		"--close-unconfirmed-after", r.cfg.CloseAfter.String()}, store("pay")...)
 	if r.pay, err = r.newProc("pay", r.payURL+"/healthz", payArgs...); err != nil {
 		return err
 	}
@@ -364,7 +365,7 @@ func (r *rig) setUp(ctx context.Context) error {
 	// The checkout.
 	coArgs := append([]string{"serve", "checkout", "--http", checkoutAddr, "--pay", r.payURL, "--pay-key", r.merchantKey,
 		"--admin-token", r.adminToken, "--pay-timeout", "5s", "--max-seats-per-hold", "1", "--db-timeout", "2s", "--log-level", "warn",
-		"--waitroom", strings.Join(r.gateURLs, ","), "--room", r.room}, store("checkout")...)
+		"--waitroom", strings.Join(r.gateURLs, ","), "--room", r.room, "--capture", r.cfg.Capture}, store("checkout")...)
 	if r.cfg.UnsafeInventory {
 		coArgs = append(coArgs, "--unsafe-inventory", "--unsafe-gap", r.cfg.UnsafeGap.String())
 	}

@@ -61,6 +61,7 @@ func (e *Experiment) Params() any {
 		"timeline_s": c.Timeline.Seconds(), "institution_hang": c.InstitutionHang, "status_down": c.StatusDown, "decline": c.Decline, "hang_ms": c.HangMS,
 		"redis": redact(c.Redis), "postgres": redact(c.Postgres), "nats": redact(c.NATS),
 		"unsafe_inventory": c.UnsafeInventory, "repeat": c.Repeat, "seed": c.Seed,
+		"capture": c.Capture, "close_unconfirmed_after_s": c.CloseAfter.Seconds(),
 	}
 }
 
@@ -87,8 +88,8 @@ func (e *Experiment) Conditions() []lab.Condition {
 	if faults == "" {
 		faults = "none"
 	}
-	return []lab.Condition{{Label: fmt.Sprintf("inventory=%s faults=%s", inv, faults),
-		Values: map[string]any{"inventory": inv, "buyers": e.cfg.Buyers}, Keys: []string{"inventory", "buyers"}}}
+	return []lab.Condition{{Label: fmt.Sprintf("inventory=%s capture=%s faults=%s", inv, e.cfg.Capture, faults),
+		Values: map[string]any{"inventory": inv, "buyers": e.cfg.Buyers, "capture": e.cfg.Capture}, Keys: []string{"inventory", "buyers", "capture"}}}
 }
 
 // Repeats implements lab.Experiment.
@@ -96,7 +97,7 @@ func (e *Experiment) Repeats() int { return e.cfg.Repeat }
 
 // Columns implements lab.Experiment.
 func (e *Experiment) Columns() []string {
-	return []string{"tickets", "seats_sold", "oversold", "double_charges", "parity_mismatches", "over_capacity_samples",
+	return []string{"tickets", "seats_sold", "oversold", "double_charges", "charged_without_ticket", "closures", "parity_mismatches", "over_capacity_samples",
 		"order_violations", "unaccounted_buyers", "join_to_ticket_p50_ms", "join_to_ticket_p95_ms", "join_to_ticket_p99_ms"}
 }
 
@@ -446,6 +447,16 @@ func (e *Experiment) drain(ctx context.Context, r *rig, d *dbs) bool {
 		err3 := d.pay.QueryRowContext(qctx, "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL").Scan(&outbox)
 		err4 := d.pay.QueryRowContext(qctx, "SELECT COUNT(*) FROM payments WHERE status = 'APPROVED'").Scan(&approved)
 		err5 := d.fulfil.QueryRowContext(qctx, "SELECT COUNT(*) FROM tickets").Scan(&tickets)
+		// The money's own work: no refund, capture or void unsettled, no
+		// cancellation waiting, no approval left to close.
+		var open int64
+		err6 := d.pay.QueryRowContext(qctx, `SELECT
+			(SELECT COUNT(*) FROM refunds WHERE status IN ('PENDING', 'UNKNOWN')) +
+			(SELECT COUNT(*) FROM payment_operations WHERE status IN ('PENDING', 'UNKNOWN')) +
+			(SELECT COUNT(*) FROM payment_cancellations WHERE status = 'REQUESTED') +
+			(SELECT COUNT(*) FROM payments p WHERE p.status IN ('APPROVED', 'AUTHORIZED')
+				AND NOT EXISTS (SELECT 1 FROM payment_confirmations c WHERE c.payment_id = p.id)
+				AND NOT EXISTS (SELECT 1 FROM payment_cancellations x WHERE x.payment_id = p.id))`).Scan(&open)
 		cancel()
 		lag := 0.0
 		for _, u := range r.workerMetrics {
@@ -455,7 +466,7 @@ func (e *Experiment) drain(ctx context.Context, r *rig, d *dbs) bool {
 			}
 			cancel()
 		}
-		if err1 == nil && err2 == nil && err3 == nil && err4 == nil && err5 == nil &&
+		if err1 == nil && err2 == nil && err3 == nil && err4 == nil && err5 == nil && err6 == nil && open == 0 &&
 			unsettled == 0 && pendingOrders == 0 && outbox == 0 && tickets >= approved && lag == 0 {
 			return true
 		}
@@ -633,6 +644,7 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	}
 	var records []fulfilment.PaymentRecord
 	payStatus := map[string]pay.Status{}
+	payKey, payAmount, orderOfKey := map[string]string{}, map[string]int64{}, map[string]string{}
 	for after := ""; ; {
 		page, err := ps.List(ctx, after, 1000)
 		if err != nil {
@@ -641,6 +653,7 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 		for _, p := range page {
 			records = append(records, fulfilment.PaymentRecord{PaymentID: p.ID, MerchantID: p.MerchantID, OrderID: p.OrderID, Status: p.Status})
 			payStatus[p.ID] = p.Status
+			payKey[p.ID], payAmount[p.ID], orderOfKey[p.ExternalKey] = p.ExternalKey, p.Amount, p.OrderID
 		}
 		if len(page) < 1000 {
 			break
@@ -648,16 +661,74 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 		after = page[len(page)-1].ID
 	}
 	fp := fulfilment.Parity(records, tickets)
-	// The checkout's orders against pay.
+	refunds, err := instclient.NewClient(r.instURL, adminClient).WithAdminToken(r.adminToken).Refunds(ctx)
+	if err != nil {
+		return lab.RunResult{}, fmt.Errorf("sale: reading the institution's refunds: %w", err)
+	}
+	// The checkout's orders against pay: a failed order's approved payment
+	// must have been given back in full (the closure pass).
 	checkoutMismatch := 0
 	for _, o := range ordersByID {
 		if o.status == "paid" && payStatus[o.paymentID] != pay.StatusApproved {
 			checkoutMismatch++
 		}
-		if o.status == "failed" && o.paymentID != "" && payStatus[o.paymentID] == pay.StatusApproved {
+		if o.status == "failed" && o.paymentID != "" && payStatus[o.paymentID] == pay.StatusApproved &&
+			refunds.RefundedByApproval[payKey[o.paymentID]] < payAmount[o.paymentID] {
 			checkoutMismatch++
 		}
 	}
+	// Money taken without a ticket, from the institution's ledger: what
+	// each key still holds (charged, or captured, less its refunds), and
+	// whether its payment's order is sold with a ticket.
+	chargedWithoutTicket := 0
+	var chargedNoTicket []string
+	var held []pay.Held
+	for _, rec := range ledger.Records {
+		if rec.Status != institution.StatusApproved {
+			continue
+		}
+		h := rec.Amount * int64(rec.Charges)
+		if rec.Manual {
+			h = rec.Captured
+		}
+		held = append(held, pay.Held{ExternalKey: rec.ExternalKey, Amount: h - refunds.RefundedByApproval[rec.ExternalKey]})
+		if h-refunds.RefundedByApproval[rec.ExternalKey] <= 0 {
+			continue
+		}
+		order := orderOfKey[rec.ExternalKey]
+		if o, ok := ordersByID[order]; ok && o.status == "paid" {
+			if _, ticketed := ticketOf[order]; ticketed {
+				continue
+			}
+		}
+		chargedWithoutTicket++
+		chargedNoTicket = append(chargedNoTicket, rec.ExternalKey)
+	}
+	m["charged_without_ticket"] = float64(chargedWithoutTicket)
+	if chargedWithoutTicket > 0 {
+		extra["charged_without_ticket"] = chargedNoTicket
+		broken = append(broken, fmt.Sprintf("%d buyers charged without a ticket", chargedWithoutTicket))
+	}
+	// The close-out (stampede pay close-out's report) of the sale.
+	co, err := pay.CloseOut(ctx, ps, charges, held, func(order string) (bool, bool) {
+		o, ok := ordersByID[order]
+		_, ticketed := ticketOf[order]
+		return ok && o.status == "paid", ticketed
+	})
+	if err != nil {
+		return lab.RunResult{}, fmt.Errorf("sale: close-out: %w", err)
+	}
+	m["close_out_differences"] = float64(len(co.Differences))
+	extra["close_out"] = co.String()
+	if len(co.Differences) > 0 {
+		extra["close_out_differences"] = co.Differences
+		broken = append(broken, "close-out: "+co.String())
+	}
+	var closures int64
+	if err := d.pay.QueryRowContext(ctx, "SELECT COUNT(*) FROM payment_cancellations WHERE idempotency_key LIKE '%closure:%'").Scan(&closures); err != nil {
+		return lab.RunResult{}, fmt.Errorf("sale: counting the closures: %w", err)
+	}
+	m["closures"] = float64(closures)
 	doubleCharges := ledger.ExtraCharges + len(fp.OrderAlreadyTicketed)
 	m["double_charges"] = float64(doubleCharges)
 	parity := pp.Mismatches() + fp.Mismatches() + checkoutMismatch + ticketMismatch

@@ -126,6 +126,7 @@ func New(svc *pay.Service, store pay.Store, cfg Config, reg *prometheus.Registry
 	api.Handle("/v1/payments/{id}/capture", httpapi.Methods{http.MethodPost: h.capture})
 	api.Handle("/v1/payments/{id}/void", httpapi.Methods{http.MethodPost: h.void})
 	api.Handle("/v1/payments/{id}/cancel", httpapi.Methods{http.MethodPost: h.cancel})
+	api.Handle("/v1/payments/{id}/confirm", httpapi.Methods{http.MethodPost: h.confirm})
 	api.Handle("/v1/payments/{id}/operations", httpapi.Methods{http.MethodGet: h.listOperations})
 	api.Handle("/v1/events", httpapi.Methods{http.MethodGet: h.events})
 	api.AddCheck(httpapi.Check{Name: "store", Ping: store.Ping})

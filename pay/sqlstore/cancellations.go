@@ -59,6 +59,12 @@ func (s *Store) scanCancellation(row interface{ Scan(...any) error }) (pay.Cance
 
 // CreateCancellation implements pay.CancellationStore.
 func (s *Store) CreateCancellation(ctx context.Context, c pay.Cancellation) (pay.Cancellation, pay.Payment, error) {
+	return s.createCancellation(ctx, c, false)
+}
+
+// createCancellation records c; unlessConfirmed refuses it (pay.ErrConfirmed)
+// when the payment is confirmed, under the payment's lock.
+func (s *Store) createCancellation(ctx context.Context, c pay.Cancellation, unlessConfirmed bool) (pay.Cancellation, pay.Payment, error) {
 	c, err := pay.PrepareCancellation(c, s.cfg.Now())
 	if err != nil {
 		return pay.Cancellation{}, pay.Payment{}, err
@@ -71,6 +77,13 @@ func (s *Store) CreateCancellation(ctx context.Context, c pay.Cancellation) (pay
 		}
 		if p.MerchantID != c.MerchantID {
 			return fmt.Errorf("payment %q of another merchant: %w", c.PaymentID, pay.ErrNotFound)
+		}
+		if unlessConfirmed {
+			if _, err := s.scanConfirmation(s.queryRow(ctx, tx, s.fq.byPayment, c.PaymentID)); err == nil {
+				return fmt.Errorf("payment %s: %w", c.PaymentID, pay.ErrConfirmed)
+			} else if !errors.Is(err, pay.ErrNotFound) {
+				return err
+			}
 		}
 		for _, q := range []struct{ query, arg string }{{s.cq.byKey, c.IdempotencyKey}, {s.cq.byPayment, c.PaymentID}} {
 			got, err := s.scanCancellation(s.queryRow(ctx, tx, q.query, q.arg))

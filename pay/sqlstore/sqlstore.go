@@ -112,6 +112,7 @@ type Store struct {
 	rq    refundQueries
 	oq    opQueries
 	cq    cancelQueries
+	fq    confirmQueries
 	gc    *committer // nil without Config.GroupCommit
 	// wst and rst are the prepared statements of write and read by
 	// text; nil without Config.PrepareStatements.
@@ -139,7 +140,7 @@ func New(d Dialect, write, read *sql.DB, cfg Config) (*Store, error) {
 	if read == nil {
 		read = write
 	}
-	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d), rq: newRefundQueries(d), oq: newOpQueries(d), cq: newCancelQueries(d)}
+	s := &Store{cfg: cfg, d: d, write: write, read: read, q: newQueries(d), rq: newRefundQueries(d), oq: newOpQueries(d), cq: newCancelQueries(d), fq: newConfirmQueries(d)}
 	if cfg.MerchantTTL > 0 {
 		s.merchants = newMerchantCache(cfg.MerchantTTL, cfg.Now)
 	}
