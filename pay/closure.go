@@ -48,9 +48,9 @@ type ConfirmationStore interface {
 	// ErrNotFound.
 	Confirmation(ctx context.Context, paymentID string) (Confirmation, error)
 	// Unconfirmed returns up to limit APPROVED or AUTHORIZED payments
-	// created before before, with neither a confirmation nor a
-	// cancellation, oldest first, without history.
-	Unconfirmed(ctx context.Context, before time.Time, limit int) ([]Payment, error)
+	// created at or after after and before before, with neither a
+	// confirmation nor a cancellation, oldest first, without history.
+	Unconfirmed(ctx context.Context, after, before time.Time, limit int) ([]Payment, error)
 	// CreateClosure records c as CreateCancellation does, unless the
 	// payment is confirmed (ErrConfirmed, nothing written), checked under
 	// the same lock.
@@ -118,6 +118,13 @@ func (s *Service) ConfirmOrder(ctx context.Context, merchantID, paymentID string
 	return c, p, err
 }
 
+// ClosureLookback is how far back, before the closure window, the
+// closure pass looks for unconfirmed payments: its cost is bounded by the
+// payments of that span, not by the whole history. A payment left
+// unconfirmed longer (pay stopped for more than a day) is not closed
+// automatically; `stampede pay close-out` reports it.
+const ClosureLookback = 24 * time.Hour
+
 // ClosurePass closes the payments that no confirmed order holds: every
 // APPROVED or AUTHORIZED payment still unconfirmed Config.CloseAfter after
 // its creation (none when it is 0) gets a cancellation under ClosureKey,
@@ -133,7 +140,8 @@ func (s *Service) ClosurePass(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for ctx.Err() == nil {
-		ps, err := cs.Unconfirmed(ctx, s.cfg.Now().Add(-s.cfg.CloseAfter), 64)
+		before := s.cfg.Now().Add(-s.cfg.CloseAfter)
+		ps, err := cs.Unconfirmed(ctx, before.Add(-ClosureLookback), before, 64)
 		if err != nil || len(ps) == 0 {
 			return n, err
 		}

@@ -23,10 +23,10 @@ func newConfirmQueries(d Dialect) confirmQueries {
 		insert:    `INSERT INTO payment_confirmations (payment_id, merchant_id, confirmed_at) VALUES ($1, $2, $3)`,
 		byPayment: `SELECT c.payment_id, c.merchant_id, p.order_id, c.confirmed_at FROM payment_confirmations c JOIN payments p ON p.id = c.payment_id WHERE c.payment_id = $1`,
 		unconfirmed: `SELECT ` + paymentCols + ` FROM payments
-			WHERE status IN ('APPROVED', 'AUTHORIZED') AND created_at < $1
+			WHERE status IN ('APPROVED', 'AUTHORIZED') AND created_at >= $1 AND created_at < $2
 			AND NOT EXISTS (SELECT 1 FROM payment_confirmations c WHERE c.payment_id = payments.id)
 			AND NOT EXISTS (SELECT 1 FROM payment_cancellations x WHERE x.payment_id = payments.id)
-			ORDER BY created_at, id LIMIT $2`,
+			ORDER BY created_at, id LIMIT $3`,
 	}
 	for _, p := range []*string{&q.insert, &q.byPayment, &q.unconfirmed} {
 		*p = d.Rebind(*p)
@@ -93,14 +93,14 @@ func (s *Store) Confirmation(ctx context.Context, paymentID string) (pay.Confirm
 }
 
 // Unconfirmed implements pay.ConfirmationStore.
-func (s *Store) Unconfirmed(ctx context.Context, before time.Time, limit int) ([]pay.Payment, error) {
+func (s *Store) Unconfirmed(ctx context.Context, after, before time.Time, limit int) ([]pay.Payment, error) {
 	if err := pay.CheckLimit(limit); err != nil {
 		return nil, err
 	}
 	var out []pay.Payment
 	err := s.run(ctx, func(ctx context.Context, db *sql.DB) error {
 		var err error
-		out, err = s.listPayments(ctx, db, s.fq.unconfirmed, s.d.EncodeTime(pay.StoreTime(before)), limit)
+		out, err = s.listPayments(ctx, db, s.fq.unconfirmed, s.d.EncodeTime(pay.StoreTime(after)), s.d.EncodeTime(pay.StoreTime(before)), limit)
 		return err
 	})
 	if err != nil {

@@ -4,7 +4,7 @@ package sqlstore
 // status changes, its outbox, its webhook deliveries and its reconciliation
 // run, as the store sends them to d's database.
 func MoneyPathStatements(d Dialect) map[string]string {
-	q, o := newQueries(d), newOpQueries(d)
+	q, o, c := newQueries(d), newOpQueries(d), newConfirmQueries(d)
 	return map[string]string{
 		"insertOp": o.insertOp, "opByKey": o.opByKey, "getOp": o.getOp, "opsOfPayment": o.opsOfPayment,
 		"holdingOp": o.holdingOp, "updateOp": o.updateOp, "setCaptured": o.setCaptured, "claimDueOps": o.claimDueOps,
@@ -17,6 +17,7 @@ func MoneyPathStatements(d Dialect) map[string]string {
 		"liveOrder": q.liveOrder, "getMerchant": q.getMerchant, "merchantByKey": q.merchantByKey,
 		"insertDelivery": q.insertDelivery, "dueDeliveries": q.dueDeliveries, "claimDelivery": q.claimDelivery,
 		"recordAttempt": q.recordAttempt, "getDelivery": q.getDelivery, "claimDue": q.claimDue,
+		"unconfirmed": c.unconfirmed, "confirm": c.insert, "confirmation": c.byPayment,
 		"claimOne": q.claimOne, "deferInquiry": q.deferInquiry, "oldestUnpublished": q.oldestUnpublished,
 	}
 }
