@@ -269,6 +269,12 @@ type Ticket struct {
 	// LeaseExpires is when an admission ends unless released; meaningful
 	// only while admitted. It is Redis server time.
 	LeaseExpires time.Time
+	// Generation identifies this join of the user in the room (the
+	// store's join time in ms, later than any earlier join's of the
+	// user): the same from the join until the ticket is forgotten, and
+	// different for the user's next join. A ticket token carries it, so
+	// that a token reads and releases one join only. 0 when unknown.
+	Generation int64
 	// Created is set by Store.Join when this call put the user in the
 	// queue (false when it returned an existing ticket).
 	Created bool
