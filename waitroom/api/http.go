@@ -418,6 +418,10 @@ func (b *roomConfigBody) present() []string {
 	if len(b.QueueShards) > 0 {
 		out = append(out, "queue_shards")
 	}
+	if len(b.LeaseSeconds) > 0 && len(b.ArrivalSeconds) == 0 {
+		// A shorter lease may lower the arrival window (see applyAs).
+		out = append(out, "arrival_seconds")
+	}
 	return out
 }
 
@@ -556,6 +560,11 @@ func (b *roomConfigBody) applyAs(cfg *waitroom.RoomConfig, merge bool) error {
 		if err = t.Validate(); err == nil {
 			cfg.Template = t
 		}
+	}
+	if err == nil && len(b.ArrivalSeconds) == 0 && cfg.Arrival > cfg.Lease {
+		// A lease shorter than the arrival window it did not name (the
+		// default's, or the room's): the window follows the lease down.
+		cfg.Arrival = cfg.Lease
 	}
 	return err
 }
