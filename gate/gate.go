@@ -514,6 +514,11 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request) {
 		fail(err)
 		return
 	}
+	if t.Generation != c.Generation {
+		// A token of the user's earlier join proves nothing of this one.
+		fail(stampede.Errorf(stampede.Forbidden, "the ticket token is for an earlier join of this user, which has ended"))
+		return
+	}
 	if t.State != waitroom.StateAdmitted {
 		fail(stampede.Errorf(stampede.Conflict, "the ticket is %s, not admitted", t.State))
 		return

@@ -83,9 +83,10 @@ type TokenKind string
 
 // The token kinds.
 const (
-	// TicketToken proves that the bearer is user U in room R. It is handed
-	// out at join and sent as "Authorization: Bearer" to read or leave
-	// one's own ticket.
+	// TicketToken proves that the bearer holds user U's ticket of one
+	// join (Generation) in room R. It is handed out at join and sent as
+	// "Authorization: Bearer" to read or leave that ticket; it proves
+	// nothing about the user's later joins.
 	TicketToken TokenKind = "ticket"
 	// AdmissionToken is the HMAC form of an admission: user U admitted to
 	// room R until Expires, verified with VerifyAdmission and the shared
@@ -119,6 +120,9 @@ type Claims struct {
 	// Seq is the user's arrival sequence number in the room. Only
 	// admission tokens carry it; it is 0 in ticket tokens.
 	Seq int64
+	// Generation is the join a ticket token is for (Ticket.Generation).
+	// Only ticket tokens carry it, and they must.
+	Generation int64
 	// IssuedAt is when the token was signed; Sign fills in the signer's
 	// clock when it is zero.
 	IssuedAt time.Time
@@ -135,6 +139,7 @@ type tokenPayload struct {
 	Expires  int64     `json:"exp"`
 	IssuedAt int64     `json:"iat"`
 	Seq      *int64    `json:"seq,omitempty"` // admission tokens only
+	Gen      *int64    `json:"g,omitempty"`   // ticket tokens only
 }
 
 // payload checks c and turns it into a token payload. The errors name the
@@ -164,6 +169,10 @@ func (c Claims) payload() (tokenPayload, error) {
 		return p, fieldError("seq", "must not be negative, got %d", c.Seq)
 	case c.Kind != AdmissionToken && c.Seq != 0:
 		return p, fieldError("seq", "only admission tokens carry a sequence number")
+	case c.Kind == TicketToken && c.Generation <= 0:
+		return p, fieldError("generation", "a ticket token must name its join, got %d", c.Generation)
+	case c.Kind != TicketToken && c.Generation != 0:
+		return p, fieldError("generation", "only ticket tokens carry a generation")
 	}
 	p = tokenPayload{
 		Kind:     c.Kind,
@@ -175,6 +184,10 @@ func (c Claims) payload() (tokenPayload, error) {
 	if c.Kind == AdmissionToken {
 		seq := c.Seq
 		p.Seq = &seq
+	}
+	if c.Kind == TicketToken {
+		gen := c.Generation
+		p.Gen = &gen
 	}
 	return p, nil
 }
@@ -190,6 +203,9 @@ func (p tokenPayload) claims() Claims {
 	}
 	if p.Seq != nil {
 		c.Seq = *p.Seq
+	}
+	if p.Gen != nil {
+		c.Generation = *p.Gen
 	}
 	return c
 }
@@ -261,6 +277,10 @@ func appendPayload(dst []byte, p tokenPayload) []byte {
 		dst = append(dst, `,"seq":`...)
 		dst = strconv.AppendInt(dst, *p.Seq, 10)
 	}
+	if p.Gen != nil {
+		dst = append(dst, `,"g":`...)
+		dst = strconv.AppendInt(dst, *p.Gen, 10)
+	}
 	return append(dst, '}')
 }
 
@@ -281,7 +301,7 @@ func (s *Signer) Sign(c Claims) (string, error) {
 	}
 	// One buffer holds the payload, its MAC and then the token: room for
 	// them all when no character of the room or user needs an escape.
-	est := 80 + len(p.Room) + len(p.User)
+	est := 100 + len(p.Room) + len(p.User)
 	buf := make([]byte, 0, est+sha256.Size+b64.EncodedLen(est)+1+b64.EncodedLen(sha256.Size))
 	buf = appendPayload(buf, p)
 	n := len(buf)
@@ -353,7 +373,7 @@ func (s *Signer) Verify(token string, kind TokenKind) (Claims, error) {
 	if p.Kind != kind {
 		return Claims{}, tokenError(msgWrongKind, nil)
 	}
-	if (p.Seq != nil) != (kind == AdmissionToken) {
+	if (p.Seq != nil) != (kind == AdmissionToken) || (p.Gen != nil) != (kind == TicketToken) {
 		return Claims{}, tokenError(msgMalformed, nil)
 	}
 	c := p.claims()

@@ -36,7 +36,7 @@ func FuzzSignMatchesReference(f *testing.F) {
 	f.Add("한국", "\xff", int64(1<<40), true)
 	s, _ := newTestSigner(f)
 	f.Fuzz(func(t *testing.T, room, user string, seq int64, admission bool) {
-		c := Claims{Kind: TicketToken, Room: room, User: user, IssuedAt: tokenEpoch, Expires: tokenEpoch.Add(time.Hour)}
+		c := Claims{Kind: TicketToken, Room: room, User: user, Generation: 1, IssuedAt: tokenEpoch, Expires: tokenEpoch.Add(time.Hour)}
 		if admission {
 			c.Kind, c.Seq = AdmissionToken, seq
 		}

@@ -29,7 +29,7 @@ func newTestSigner(t testing.TB) (*Signer, *tokenClock) {
 }
 
 func ticketClaims() Claims {
-	return Claims{Kind: TicketToken, Room: "drop-42", User: "alice", Expires: tokenEpoch.Add(time.Hour)}
+	return Claims{Kind: TicketToken, Room: "drop-42", User: "alice", Generation: 1, Expires: tokenEpoch.Add(time.Hour)}
 }
 
 func admissionClaims() Claims {
@@ -103,7 +103,7 @@ func TestTokenPayloadFormat(t *testing.T) {
 		c    Claims
 		want string
 	}{
-		{ticketClaims(), `{"k":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400}`},
+		{ticketClaims(), `{"k":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400,"g":1}`},
 		{admissionClaims(), `{"k":"admission","r":"drop-42","u":"alice","exp":1772366700,"iat":1772366400,"seq":17}`},
 	} {
 		tok := mustSign(t, s, tc.c)
@@ -220,38 +220,40 @@ func TestVerifyMalformed(t *testing.T) {
 		return b64.EncodeToString([]byte(body)) + "." + b64.EncodeToString(s.mac(TicketToken, []byte(body)))
 	}
 	for name, bad := range map[string]string{
-		"empty":              "",
-		"dot only":           ".",
-		"no dot":             enc + mac,
-		"two dots":           tok + ".",
-		"dot inside":         enc + "." + mac[:10] + "." + mac[10:],
-		"empty payload":      "." + mac,
-		"empty signature":    enc + ".",
-		"bad base64 payload": "!!!!" + "." + mac,
-		"padded":             enc + "==." + mac,
-		"std alphabet":       strings.NewReplacer("-", "+", "_", "/").Replace(tok) + "+/",
-		"newline":            enc[:5] + "\n" + enc[5:] + "." + mac,
-		"space":              " " + tok,
-		"short signature":    enc + "." + mac[:20],
-		"long signature":     enc + "." + mac + "AAAA",
-		"bad length":         enc + strings.Repeat("A", (5-len(enc)%4)%4) + "." + mac, // 4n+1 characters
-		"huge":               strings.Repeat("A", maxTokenLen) + "." + mac,
-		"huge valid shape":   signed(`{"k":"ticket","r":"` + strings.Repeat("r", maxTokenLen) + `","u":"u","exp":1772370000,"iat":1772366400}`),
-		"not json":           signed("hello"),
-		"json array":         signed(`["ticket"]`),
-		"unknown field":      signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400,"x":1}`),
-		"trailing data":      signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400}{}`),
-		"whitespace":         signed(`{"k":"ticket", "r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400}`),
-		"field order":        signed(`{"r":"drop-42","k":"ticket","u":"alice","exp":1772370000,"iat":1772366400}`),
-		"upper-case key":     signed(`{"K":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400}`),
-		"duplicate key":      signed(`{"k":"ticket","r":"drop-42","u":"alice","u":"bob","exp":1772370000,"iat":1772366400}`),
-		"escaped":            signed(`{"k":"ticket","r":"drop-42","u":"\u0061lice","exp":1772370000,"iat":1772366400}`),
-		"empty room":         signed(`{"k":"ticket","r":"","u":"alice","exp":1772370000,"iat":1772366400}`),
-		"empty user":         signed(`{"k":"ticket","r":"drop-42","u":"","exp":1772370000,"iat":1772366400}`),
-		"missing exp":        signed(`{"k":"ticket","r":"drop-42","u":"alice","iat":1772366400}`),
-		"float exp":          signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1.7e9,"iat":1772366400}`),
-		"ticket with seq":    signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400,"seq":0}`),
-		"exp before iat":     signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1772366400,"iat":1772370000}`),
+		"empty":               "",
+		"dot only":            ".",
+		"no dot":              enc + mac,
+		"two dots":            tok + ".",
+		"dot inside":          enc + "." + mac[:10] + "." + mac[10:],
+		"empty payload":       "." + mac,
+		"empty signature":     enc + ".",
+		"bad base64 payload":  "!!!!" + "." + mac,
+		"padded":              enc + "==." + mac,
+		"std alphabet":        strings.NewReplacer("-", "+", "_", "/").Replace(tok) + "+/",
+		"newline":             enc[:5] + "\n" + enc[5:] + "." + mac,
+		"space":               " " + tok,
+		"short signature":     enc + "." + mac[:20],
+		"long signature":      enc + "." + mac + "AAAA",
+		"bad length":          enc + strings.Repeat("A", (5-len(enc)%4)%4) + "." + mac, // 4n+1 characters
+		"huge":                strings.Repeat("A", maxTokenLen) + "." + mac,
+		"huge valid shape":    signed(`{"k":"ticket","r":"` + strings.Repeat("r", maxTokenLen) + `","u":"u","exp":1772370000,"iat":1772366400}`),
+		"not json":            signed("hello"),
+		"json array":          signed(`["ticket"]`),
+		"unknown field":       signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400,"x":1}`),
+		"trailing data":       signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400}{}`),
+		"whitespace":          signed(`{"k":"ticket", "r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400}`),
+		"field order":         signed(`{"r":"drop-42","k":"ticket","u":"alice","exp":1772370000,"iat":1772366400}`),
+		"upper-case key":      signed(`{"K":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400}`),
+		"duplicate key":       signed(`{"k":"ticket","r":"drop-42","u":"alice","u":"bob","exp":1772370000,"iat":1772366400}`),
+		"escaped":             signed(`{"k":"ticket","r":"drop-42","u":"\u0061lice","exp":1772370000,"iat":1772366400}`),
+		"empty room":          signed(`{"k":"ticket","r":"","u":"alice","exp":1772370000,"iat":1772366400}`),
+		"empty user":          signed(`{"k":"ticket","r":"drop-42","u":"","exp":1772370000,"iat":1772366400}`),
+		"missing exp":         signed(`{"k":"ticket","r":"drop-42","u":"alice","iat":1772366400}`),
+		"float exp":           signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1.7e9,"iat":1772366400}`),
+		"ticket with seq":     signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400,"seq":0}`),
+		"exp before iat":      signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1772366400,"iat":1772370000,"g":1}`),
+		"ticket without join": signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400}`),
+		"ticket with join 0":  signed(`{"k":"ticket","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400,"g":0}`),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := s.Verify(bad, TicketToken)
@@ -259,10 +261,15 @@ func TestVerifyMalformed(t *testing.T) {
 		})
 	}
 
-	// An admission payload without seq, under a valid admission MAC.
-	body := []byte(`{"k":"admission","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400}`)
-	_, err := s.Verify(b64.EncodeToString(body)+"."+b64.EncodeToString(s.mac(AdmissionToken, body)), AdmissionToken)
-	wantTokenError(t, err, msgMalformed)
+	// An admission payload without seq, or with a join generation, under
+	// a valid admission MAC.
+	for _, body := range []string{
+		`{"k":"admission","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400}`,
+		`{"k":"admission","r":"drop-42","u":"alice","exp":1772370000,"iat":1772366400,"seq":1,"g":1}`,
+	} {
+		_, err := s.Verify(b64.EncodeToString([]byte(body))+"."+b64.EncodeToString(s.mac(AdmissionToken, []byte(body))), AdmissionToken)
+		wantTokenError(t, err, msgMalformed)
+	}
 }
 
 func TestSignMissingFields(t *testing.T) {
@@ -282,7 +289,9 @@ func TestSignMissingFields(t *testing.T) {
 		{"expires", func(c *Claims) { c.Expires = tokenEpoch.Add(999 * time.Millisecond) }},
 		{"issued_at", func(c *Claims) { c.IssuedAt = time.Unix(-5, 0) }},
 		{"seq", func(c *Claims) { c.Seq = -1 }},
-		{"seq", func(c *Claims) { c.Kind = TicketToken }}, // a ticket with a seq
+		{"seq", func(c *Claims) { c.Kind = TicketToken }},                  // a ticket with a seq
+		{"generation", func(c *Claims) { c.Generation = 3 }},               // an admission with a join
+		{"generation", func(c *Claims) { c.Kind, c.Seq = TicketToken, 0 }}, // a ticket without its join
 	} {
 		c := admissionClaims()
 		tc.edit(&c)

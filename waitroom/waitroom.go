@@ -194,13 +194,26 @@ var RoomConfigFields = []string{
 // DefaultRetention is how long finished tickets are kept by default.
 const DefaultRetention = 24 * time.Hour
 
+// DefaultAbandonAfter is a room's default AbandonAfter: a closed tab's
+// place is set aside two minutes after its last poll and given up two
+// minutes later, while a background tab that a browser lets poll only
+// once a minute keeps it.
+const DefaultAbandonAfter = 2 * time.Minute
+
+// DefaultArrival is a room's default Arrival: an admission nobody reads
+// (a closed tab; the page reads an admitted ticket every few seconds)
+// frees its slot after a minute instead of the whole lease. A room whose
+// lease is shorter gets the lease as its arrival window.
+const DefaultArrival = time.Minute
+
 // DefaultRoomConfig is an open room of 100 with 5-minute leases, admitting
-// every 200 ms without an outflow limit, abandonment or arrival check,
+// every 200 ms without an outflow limit, abandoning places unpolled for
+// DefaultAbandonAfter and admissions not arrived within DefaultArrival,
 // keeping finished tickets for DefaultRetention, with a line of at most
 // DefaultMaxWaiting and no join rate bound.
 func DefaultRoomConfig() RoomConfig {
 	return RoomConfig{Capacity: 100, Lease: 5 * time.Minute, AdmitInterval: 200 * time.Millisecond, Retention: DefaultRetention,
-		MaxWaiting: DefaultMaxWaiting}
+		MaxWaiting: DefaultMaxWaiting, AbandonAfter: DefaultAbandonAfter, Arrival: DefaultArrival}
 }
 
 // Validate reports every unusable field at once, each by its JSON name
@@ -269,6 +282,12 @@ type Ticket struct {
 	// LeaseExpires is when an admission ends unless released; meaningful
 	// only while admitted. It is Redis server time.
 	LeaseExpires time.Time
+	// Generation identifies this join of the user in the room (the
+	// store's join time in ms, later than any earlier join's of the
+	// user): the same from the join until the ticket is forgotten, and
+	// different for the user's next join. A ticket token carries it, so
+	// that a token reads and releases one join only. 0 when unknown.
+	Generation int64
 	// Created is set by Store.Join when this call put the user in the
 	// queue (false when it returned an existing ticket).
 	Created bool

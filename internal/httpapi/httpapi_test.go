@@ -60,7 +60,7 @@ var errGone = errors.New("gone")
 
 func newTestAPI(t *testing.T, reg *prometheus.Registry) (*httpapi.API, *httpapi.Spec) {
 	t.Helper()
-	spec, err := httpapi.LoadSpec([]byte(testSpec))
+	spec, err := httpapi.LoadSpec(withProblem(t, testSpec))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,41 +2,33 @@ package httpapi
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"go.yaml.in/yaml/v4"
 )
 
-// problemSchema is the RFC 9457 body every Stampede API answers errors
-// with, added to each spec as #/components/schemas/Problem so that no
-// spec writes it again.
-var problemSchema = map[string]any{
-	"type":     "object",
-	"required": []any{"type", "title", "status", "detail", "code"},
-	"properties": map[string]any{
-		"type":   map[string]any{"type": "string", "description": "urn:stampede:problem:<code>"},
-		"title":  map[string]any{"type": "string", "description": "the HTTP status text"},
-		"status": map[string]any{"type": "integer", "minimum": 400, "maximum": 599},
-		"detail": map[string]any{"type": "string", "description": "what went wrong, safe to show"},
-		"code":   map[string]any{"type": "string", "description": "a stable error code such as invalid or not_found"},
-		"field":  map[string]any{"type": "string", "description": "the field, header or parameter at fault"},
-		"errors": map[string]any{
-			"type":        "array",
-			"description": "every field at fault, when a request has more than one (the first is field and detail)",
-			"items": map[string]any{
-				"type":     "object",
-				"required": []any{"field", "detail"},
-				"properties": map[string]any{
-					"field":  map[string]any{"type": "string"},
-					"detail": map[string]any{"type": "string"},
-				},
-			},
-		},
-	},
-	"additionalProperties": true,
-}
+// problemYAML is the one definition of the RFC 9457 problem every
+// Stampede API answers errors with: #/components/schemas/Problem and
+// #/components/responses/Problem, which every description carries as a
+// copy so that it stands alone.
+//
+//go:embed problem.yaml
+var problemYAML []byte
+
+// problemComponents is problemYAML parsed: "schemas" and "responses",
+// each holding "Problem".
+var problemComponents = sync.OnceValue(func() map[string]any {
+	var c map[string]any
+	if err := yaml.Unmarshal(problemYAML, &c); err != nil {
+		panic(fmt.Sprintf("httpapi: problem.yaml: %v", err))
+	}
+	return c
+})
 
 // Spec is a loaded, validated OpenAPI 3 description of an API.
 type Spec struct {
@@ -47,34 +39,25 @@ type Spec struct {
 }
 
 // LoadSpec parses an OpenAPI 3 description written in YAML (or JSON),
-// adds #/components/schemas/Problem and #/components/responses/Problem
-// (an application/problem+json answer), and validates it.
+// checks that it carries #/components/schemas/Problem and
+// #/components/responses/Problem exactly as problem.yaml defines them,
+// and validates it. The served JSON is the description itself.
 func LoadSpec(doc []byte) (*Spec, error) {
 	var tree map[string]any
 	if err := yaml.Unmarshal(doc, &tree); err != nil {
 		return nil, fmt.Errorf("httpapi: parsing the OpenAPI description: %w", err)
 	}
 	components, _ := tree["components"].(map[string]any)
-	if components == nil {
-		components = map[string]any{}
-		tree["components"] = components
-	}
-	schemas, _ := components["schemas"].(map[string]any)
-	if schemas == nil {
-		schemas = map[string]any{}
-		components["schemas"] = schemas
-	}
-	schemas["Problem"] = problemSchema
-	responses, _ := components["responses"].(map[string]any)
-	if responses == nil {
-		responses = map[string]any{}
-		components["responses"] = responses
-	}
-	responses["Problem"] = map[string]any{
-		"description": "An error, as RFC 9457 problem details.",
-		"content": map[string]any{ProblemContentType: map[string]any{
-			"schema": map[string]any{"$ref": "#/components/schemas/Problem"},
-		}},
+	for _, kind := range []string{"schemas", "responses"} {
+		want := problemComponents()[kind].(map[string]any)["Problem"]
+		group, _ := components[kind].(map[string]any)
+		got, ok := group["Problem"]
+		if !ok {
+			return nil, fmt.Errorf("httpapi: the OpenAPI description lacks #/components/%s/Problem (copy it from internal/httpapi/problem.yaml)", kind)
+		}
+		if !reflect.DeepEqual(got, want) {
+			return nil, fmt.Errorf("httpapi: the OpenAPI description's #/components/%s/Problem differs from internal/httpapi/problem.yaml", kind)
+		}
 	}
 	raw, err := json.Marshal(tree)
 	if err != nil {
@@ -88,11 +71,7 @@ func LoadSpec(doc []byte) (*Spec, error) {
 	if err := d.Validate(context.Background()); err != nil {
 		return nil, fmt.Errorf("httpapi: the OpenAPI description is invalid: %w", err)
 	}
-	out, err := d.MarshalJSON()
-	if err != nil {
-		return nil, fmt.Errorf("httpapi: encoding the OpenAPI description: %w", err)
-	}
-	return &Spec{Doc: d, JSON: out}, nil
+	return &Spec{Doc: d, JSON: raw}, nil
 }
 
 // MustLoadSpec is LoadSpec for descriptions embedded in the binary, where

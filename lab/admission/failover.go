@@ -194,6 +194,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (FailoverResult, error
 	rc.Capacity = cfg.Capacity
 	rc.Lease = time.Minute
 	rc.QueueShards = cfg.QueueShards
+	rc.AbandonAfter, rc.Arrival = 0, 0 // the lab's users do not poll
 	if err := store.Configure(ctx, room, rc); err != nil {
 		return res, fmt.Errorf("failover: configure the room: %w", err)
 	}

@@ -294,20 +294,41 @@ func (h *handler) authAdmin(r *http.Request) error {
 const AdminFailures = 10
 
 // authTicket checks that the request carries a valid ticket token for
-// exactly room and user.
-func (h *handler) authTicket(r *http.Request, room, user string) error {
+// exactly room and user, and returns the join it names (its generation).
+func (h *handler) authTicket(r *http.Request, room, user string) (generation int64, err error) {
 	token, err := bearer(r, "ticket_token")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	c, err := h.signer.Verify(token, waitroom.TicketToken)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if c.Room != room || c.User != user {
-		return &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another user or room"}
+		return 0, &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another user or room"}
 	}
-	return nil
+	return c.Generation, nil
+}
+
+// errEarlierJoin answers a ticket token of a join that is not the user's
+// current one: it reads, releases and proves nothing of a later join.
+func errEarlierJoin() error {
+	return &waitroom.Error{Code: waitroom.CodeForbidden, Field: "Authorization",
+		Message: "the ticket token is for an earlier join of this user, which has ended; it proves nothing about a later one"}
+}
+
+// ownTicket reads user's ticket in room for the bearer of a token of the
+// join generation: errEarlierJoin when the user's ticket is of another
+// join.
+func (h *handler) ownTicket(r *http.Request, room, user string, generation int64) (waitroom.Ticket, error) {
+	t, err := h.svc.Ticket(r.Context(), room, user)
+	if err != nil {
+		return t, err
+	}
+	if t.Generation != generation {
+		return waitroom.Ticket{}, errEarlierJoin()
+	}
+	return t, nil
 }
 
 // roomConfigJSON is a room's configuration as the API shows it: the
@@ -396,6 +417,10 @@ func (b *roomConfigBody) present() []string {
 	}
 	if len(b.QueueShards) > 0 {
 		out = append(out, "queue_shards")
+	}
+	if len(b.LeaseSeconds) > 0 && len(b.ArrivalSeconds) == 0 {
+		// A shorter lease may lower the arrival window (see applyAs).
+		out = append(out, "arrival_seconds")
 	}
 	return out
 }
@@ -535,6 +560,11 @@ func (b *roomConfigBody) applyAs(cfg *waitroom.RoomConfig, merge bool) error {
 		if err = t.Validate(); err == nil {
 			cfg.Template = t
 		}
+	}
+	if err == nil && len(b.ArrivalSeconds) == 0 && cfg.Arrival > cfg.Lease {
+		// A lease shorter than the arrival window it did not name (the
+		// default's, or the room's): the window follows the lease down.
+		cfg.Arrival = cfg.Lease
 	}
 	return err
 }
@@ -766,60 +796,76 @@ type joinBody struct {
 // joinFields lists joinBody's fields for the unknown-field message.
 const joinFields = `"user_id", "user_sig", "user_expires", "challenge", "solution"`
 
-// joinUser decides who a join is for and whether the request proves that
-// it holds the user's ticket (a ticket token for them). See identity.go.
-func (h *handler) joinUser(r *http.Request, room string, body joinBody) (user string, owner bool, err error) {
+// joinProof is what a join request proves about its user.
+type joinProof struct {
+	// generation is the join a ticket token presented names (0: none).
+	generation int64
+	// tokenOnly says that the token is the only proof of the user: it
+	// may get back the ticket of its own join, never start a new one.
+	tokenOnly bool
+}
+
+// joinUser decides who a join is for and what the request proves: a
+// ticket token for them (its join), a signature, or nothing needed. See
+// identity.go.
+func (h *handler) joinUser(r *http.Request, room string, body joinBody) (user string, proof joinProof, err error) {
 	var tokenUser string
 	if r.Header.Get("Authorization") != "" {
 		token, err := bearer(r, "ticket_token")
 		if err != nil {
-			return "", false, err
+			return "", proof, err
 		}
 		c, err := h.signer.Verify(token, waitroom.TicketToken)
 		if err != nil {
-			return "", false, err
+			return "", proof, err
 		}
 		if c.Room != room {
-			return "", false, &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another room"}
+			return "", proof, &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another room"}
 		}
-		tokenUser = c.User
+		tokenUser, proof.generation = c.User, c.Generation
 	}
 	if body.UserID == nil {
 		if body.UserSig != nil || body.UserExpires != nil {
-			return "", false, fieldError("user_id", "is required with user_sig and user_expires")
+			return "", proof, fieldError("user_id", "is required with user_sig and user_expires")
 		}
 		if tokenUser != "" {
-			return tokenUser, true, nil
+			proof.tokenOnly = true
+			return tokenUser, proof, nil
 		}
-		return waitroom.AnonymousID(), false, nil
+		return waitroom.AnonymousID(), proof, nil
 	}
 	user = *body.UserID
 	if err := waitroom.ValidateUser(user); err != nil {
-		return "", false, err
+		return "", proof, err
 	}
 	if tokenUser != "" && tokenUser != user {
-		return "", false, &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another user"}
+		return "", proof, &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another user"}
 	}
 	switch {
 	case body.UserSig != nil || body.UserExpires != nil:
 		if body.UserSig == nil {
-			return "", false, fieldError("user_sig", "is required with user_expires")
+			return "", proof, fieldError("user_sig", "is required with user_expires")
 		}
 		if body.UserExpires == nil {
-			return "", false, fieldError("user_expires", "is required with user_sig")
+			return "", proof, fieldError("user_expires", "is required with user_sig")
 		}
 		if err := waitroom.VerifyUser(h.cfg.SiteSecret, room, user, *body.UserSig, *body.UserExpires, h.signer.Now()); err != nil {
-			return "", false, err
+			return "", proof, err
 		}
-	case tokenUser != "":
 	case strings.HasPrefix(user, waitroom.AnonPrefix):
-		return "", false, &waitroom.Error{Code: waitroom.CodeForbidden, Field: "user_id",
-			Message: "anon- ids are assigned by the server; present the ticket_token to join again"}
+		if tokenUser == "" {
+			return "", proof, &waitroom.Error{Code: waitroom.CodeForbidden, Field: "user_id",
+				Message: "anon- ids are assigned by the server; present the ticket_token to get the ticket back, or omit user_id for a new one"}
+		}
+		proof.tokenOnly = true
 	case !h.cfg.AllowUnsignedUsers:
-		return "", false, &waitroom.Error{Code: waitroom.CodeForbidden, Field: "user_sig",
-			Message: "unsigned user ids are not accepted: omit user_id for an anonymous ticket, or sign it (user_sig, user_expires)"}
+		if tokenUser == "" {
+			return "", proof, &waitroom.Error{Code: waitroom.CodeForbidden, Field: "user_sig",
+				Message: "unsigned user ids are not accepted: omit user_id for an anonymous ticket, or sign it (user_sig, user_expires)"}
+		}
+		proof.tokenOnly = true
 	}
-	return user, tokenUser != "", nil
+	return user, proof, nil
 }
 
 func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
@@ -834,9 +880,20 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	if err := h.decodeJSON(w, r, &body, joinFields); err != nil {
 		return err
 	}
-	user, owner, err := h.joinUser(r, room, body)
+	user, proof, err := h.joinUser(r, room, body)
 	if err != nil {
 		return err
+	}
+	if proof.tokenOnly {
+		// A token gets back the ticket of its own join, if still live;
+		// it never starts a new join (that takes user_sig).
+		t, err := h.ownTicket(r, room, user, proof.generation)
+		if err != nil && !errors.Is(err, waitroom.ErrNoTicket) {
+			return err
+		}
+		if err != nil || t.State.Done() {
+			return errEarlierJoin()
+		}
 	}
 	cfg, err := h.svc.RoomConfig(r.Context(), room)
 	if err != nil {
@@ -854,6 +911,15 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	owner := proof.generation != 0 && t.Generation == proof.generation
+	if t.Created && proof.tokenOnly {
+		// The token's join ended between the check above and this join:
+		// undo the join it cannot prove.
+		if _, err := h.svc.Leave(r.Context(), room, user); err != nil {
+			return err
+		}
+		return errEarlierJoin()
+	}
 	if !t.Created && !owner {
 		// Never reveal nor replace a live ticket's token.
 		return &waitroom.Error{Code: waitroom.CodeConflict, Field: "user_id",
@@ -864,7 +930,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 		status = http.StatusCreated
 	}
 	v := h.ticketView(t)
-	v.TicketToken, err = h.signer.Sign(waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: user, Expires: h.signer.Now().Add(h.cfg.TicketTTL)})
+	v.TicketToken, err = h.signer.Sign(waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: user, Generation: t.Generation, Expires: h.signer.Now().Add(h.cfg.TicketTTL)})
 	if err != nil {
 		return &waitroom.Error{Code: waitroom.CodeInternal, Message: "cannot sign the ticket token", Err: err}
 	}
@@ -877,10 +943,11 @@ func (h *handler) getTicket(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := h.authTicket(r, room, user); err != nil {
+	gen, err := h.authTicket(r, room, user)
+	if err != nil {
 		return err
 	}
-	t, err := h.svc.Ticket(r.Context(), room, user)
+	t, err := h.ownTicket(r, room, user, gen)
 	if err != nil {
 		return err
 	}
@@ -904,7 +971,14 @@ func (h *handler) leave(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := h.authTicket(r, room, user); err != nil {
+	gen, err := h.authTicket(r, room, user)
+	if err != nil {
+		return err
+	}
+	// The ticket must be of the token's join. (A join that ends between
+	// this read and the leave is over anyway; a new join of the user in
+	// that instant would be left too: the window is one store round trip.)
+	if _, err := h.ownTicket(r, room, user, gen); err != nil {
 		return err
 	}
 	t, err := h.svc.Leave(r.Context(), room, user)

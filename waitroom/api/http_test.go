@@ -399,13 +399,13 @@ func TestBadRequests(t *testing.T) {
 			return tok
 		}
 		past, _ := waitroom.NewSigner(testSecret, func() time.Time { return time.Now().Add(-48 * time.Hour) })
-		expired := sign(past, waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: "alice", Expires: time.Now().Add(-47 * time.Hour)})
+		expired := sign(past, waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: "alice", Generation: 1, Expires: time.Now().Add(-47 * time.Hour)})
 		other, _ := waitroom.NewSigner([]byte("another-secret-another-secret-another-secret"), nil)
-		forged := sign(other, waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: "alice", Expires: time.Now().Add(time.Hour)})
+		forged := sign(other, waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: "alice", Generation: 1, Expires: time.Now().Add(time.Hour)})
 		now, _ := waitroom.NewSigner(testSecret, nil)
 		admission := sign(now, waitroom.Claims{Kind: waitroom.AdmissionToken, Room: room, User: "alice", Seq: 1, Expires: time.Now().Add(time.Hour)})
-		ghostTok := sign(now, waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: "ghost", Expires: time.Now().Add(time.Hour)})
-		otherRoomTok := sign(now, waitroom.Claims{Kind: waitroom.TicketToken, Room: "elsewhere", User: "alice", Expires: time.Now().Add(time.Hour)})
+		ghostTok := sign(now, waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: "ghost", Generation: 1, Expires: time.Now().Add(time.Hour)})
+		otherRoomTok := sign(now, waitroom.Claims{Kind: waitroom.TicketToken, Room: "elsewhere", User: "alice", Generation: 1, Expires: time.Now().Add(time.Hour)})
 
 		tickets := "/v1/rooms/" + room + "/tickets"
 		cfgPath := "/v1/rooms/" + room

@@ -198,18 +198,20 @@ func TestAdmissionCheckAndDone(t *testing.T) {
 		if a := e.must(t, http.StatusOK, req{method: "POST", path: done, body: body, auth: key}); a.json["released"] != false {
 			t.Fatalf("done twice = %s", a.raw)
 		}
-		// The same user joins again and is admitted: the old token names
+		// The same user joins again (signed: the old ticket token cannot
+		// start a new join) and is admitted: the old admission token names
 		// the old admission and fails; done with it releases nothing.
-		j2 := e.must(t, http.StatusCreated, req{method: "POST", path: tickets, body: `{}`, auth: tok})
+		j2 := e.must(t, http.StatusCreated, req{method: "POST", path: tickets, body: signedJoin(room, user, time.Now().Add(time.Hour))})
 		if j2.str("user_id") != user {
 			t.Fatalf("re-join = %s", j2.raw)
 		}
+		tok2 := "Bearer " + j2.str("ticket_token")
 		admitPass(t, e, room)
 		if a := e.must(t, http.StatusOK, req{method: "POST", path: check, body: body, auth: key}); a.json["held"] != false || a.str("reason") != "superseded" {
 			t.Fatalf("old token after re-admission = %s", a.raw)
 		}
 		e.must(t, http.StatusOK, req{method: "POST", path: done, body: body, auth: key})
-		if st := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, user), auth: tok}); st.str("state") != "admitted" {
+		if st := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, user), auth: tok2}); st.str("state") != "admitted" {
 			t.Fatalf("done with an old token released the new admission: %s", st.raw)
 		}
 

@@ -104,14 +104,17 @@ local function finishFrom(user, st, a, b)
   finish(user, st)
 end
 
--- enqueue puts a new ticket, numbered seq, at place in the queue.
+-- enqueue puts a new ticket, numbered seq, at place in the queue. Its
+-- join time (ms) in joinedat is also the join's generation, which ticket
+-- tokens carry: later than the user's previous join's, even within one
+-- millisecond, so that no two joins of a user share one.
 local function enqueue(user, place, seq)
   redis.call('ZREM', kDone, user)
   redis.call('ZADD', kQueue, place, user)
   redis.call('ZADD', kSeen, now, user)
   redis.call('HSET', kState, user, 'waiting')
   redis.call('HSET', kSeqof, user, seq)
-  redis.call('HSET', kJoinedat, user, now)
+  redis.call('HSET', kJoinedat, user, math.max(now, tonumber(redis.call('HGET', kJoinedat, user) or 0) + 1))
   redis.call('HINCRBY', kStats, 'joined', 1)
 end
 

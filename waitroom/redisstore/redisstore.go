@@ -697,7 +697,8 @@ func (s *Store) leaveRoom(ctx context.Context, room, user string) (waitroom.Tick
 	return waitroom.Ticket{Room: room, User: user, State: waitroom.State(fmt.Sprint(res[0])), Position: -1}, nil
 }
 
-// ticketFrom decodes {state, rank, seq, lease_expiry_ms, created, message}.
+// ticketFrom decodes {state, rank, seq, lease_expiry_ms, created, message,
+// generation} (the generation may be absent).
 func ticketFrom(room, user string, res []any) (waitroom.Ticket, error) {
 	if len(res) < 6 {
 		return waitroom.Ticket{}, fmt.Errorf("redisstore: unexpected reply %v", res)
@@ -711,6 +712,9 @@ func ticketFrom(room, user string, res []any) (waitroom.Ticket, error) {
 	created, _ := res[4].(int64)
 	t.Created = created == 1
 	t.Message = fmt.Sprint(res[5])
+	if len(res) > 6 {
+		t.Generation, _ = res[6].(int64)
+	}
 	return t, nil
 }
 

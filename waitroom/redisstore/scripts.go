@@ -28,13 +28,16 @@ local function settle(user)
   return closeWaiting(user, st)
 end
 
--- view returns {state, rank, seq, lease_expiry_ms, created, message}.
+-- view returns {state, rank, seq, lease_expiry_ms, created, message,
+-- generation}: the generation is the join's time in joinedat (0 when
+-- unknown: a sharded room's shard knows it).
 local function view(user, st, created)
   local rank, exp, msg = -1, 0, ''
   if st == 'waiting' then rank = redis.call('ZRANK', kQueue, user) or -1 end
   if st == 'admitted' then exp = tonumber(redis.call('ZSCORE', kActive, user) or 0) end
   if st == 'closed' then msg = redis.call('HGET', kCfg, 'closed_message') or '' end
-  return {st, rank, tonumber(redis.call('HGET', kSeqof, user) or 0), exp, created, msg}
+  return {st, rank, tonumber(redis.call('HGET', kSeqof, user) or 0), exp, created, msg,
+    tonumber(redis.call('HGET', kJoinedat, user) or 0)}
 end
 
 -- reclaim ends every run-out lease and, when batch > 0, up to batch

@@ -297,13 +297,15 @@ func (s *Store) shardedJoin(ctx context.Context, room, user string, k int) (wait
 		if err != nil {
 			return waitroom.Ticket{}, err
 		}
-		if len(res) != 1 || fmt.Sprint(res[0]) != "unknown" {
+		gen, unknown := shardUnknown(res)
+		if !unknown {
 			return s.shardTicket(ctx, room, user, shard, k, res)
 		}
 		// Not waiting here: the room knows whether an admission holds.
 		t, err := s.read(ctx, room, user, 0)
 		switch {
 		case err == nil && t.State == waitroom.StateAdmitted:
+			t.Generation = gen
 			return t, nil
 		case err == nil:
 			ended = strconv.FormatInt(t.Seq, 10)
@@ -327,6 +329,9 @@ func (s *Store) shardTicket(ctx context.Context, room, user string, shard, k int
 		return t, err
 	}
 	stamp, _ := res[6].(int64)
+	if len(res) > 7 {
+		t.Generation, _ = res[7].(int64)
+	}
 	if t.State != waitroom.StateWaiting || stamp == 0 {
 		return t, nil
 	}
@@ -438,10 +443,29 @@ func (s *Store) shardedRead(ctx context.Context, room, user string, k int) (wait
 	if err != nil {
 		return waitroom.Ticket{}, err
 	}
-	if len(res) == 1 && fmt.Sprint(res[0]) == "unknown" {
-		return s.read(ctx, room, user, 1)
+	if gen, unknown := shardUnknown(res); unknown {
+		t, err := s.read(ctx, room, user, 1)
+		if err == nil {
+			// The room's keys do not hold the join's time; the shard
+			// that let the user go does.
+			t.Generation = gen
+		}
+		return t, err
 	}
 	return s.shardTicket(ctx, room, user, shard, k, res)
+}
+
+// shardUnknown reports whether res is a shard's {'unknown', generation}
+// answer (a user it let go to the room, or never saw), and the generation
+// of the join it let go (0 when none).
+func shardUnknown(res []any) (generation int64, unknown bool) {
+	if len(res) < 1 || len(res) > 2 || fmt.Sprint(res[0]) != "unknown" {
+		return 0, false
+	}
+	if len(res) == 2 {
+		generation, _ = res[1].(int64)
+	}
+	return generation, true
 }
 
 // shardedLeave is Leave in a room of k shards.
@@ -452,7 +476,7 @@ func (s *Store) shardedLeave(ctx context.Context, room, user string, k int) (wai
 	if err != nil {
 		return waitroom.Ticket{}, err
 	}
-	if len(res) == 1 && fmt.Sprint(res[0]) == "unknown" {
+	if _, unknown := shardUnknown(res); unknown {
 		return s.leaveRoom(ctx, room, user)
 	}
 	if len(res) != 2 {

@@ -25,7 +25,8 @@ local function settle(user)
   return closeWaiting(user, st)
 end
 
--- view returns {state, rank in this shard, seq, 0, created, message, stamp}.
+-- view returns {state, rank in this shard, seq, 0, created, message, stamp,
+-- generation (the join's time in joinedat)}.
 local function view(user, st, created)
   local rank, msg, stamp = -1, '', 0
   if st == 'waiting' then
@@ -33,7 +34,14 @@ local function view(user, st, created)
     stamp = tonumber(redis.call('ZSCORE', kQueue, user) or 0)
   end
   if st == 'closed' then msg = redis.call('HGET', kCfg, 'closed_message') or '' end
-  return {st, rank, tonumber(redis.call('HGET', kSeqof, user) or 0), 0, created, msg, stamp}
+  return {st, rank, tonumber(redis.call('HGET', kSeqof, user) or 0), 0, created, msg, stamp,
+    tonumber(redis.call('HGET', kJoinedat, user) or 0)}
+end
+
+-- unknown is the answer about a user the shard let go to the room (or
+-- never saw): {'unknown', generation of the join it let go, or 0}.
+local function unknown(user)
+  return {'unknown', tonumber(redis.call('HGET', kJoinedat, user) or 0)}
 end
 `
 
@@ -57,7 +65,7 @@ if redis.call('HGET', kCfg, 'closed') == '1' then
   if st then return view(user, st, 0) end
   return {'closed', -1, 0, 0, 0, redis.call('HGET', kCfg, 'closed_message') or '', 0}
 end
-if st == 'admitted' and ARGV[3] ~= '0' and redis.call('HGET', kAdmseq, user) ~= ARGV[3] then return {'unknown'} end
+if st == 'admitted' and ARGV[3] ~= '0' and redis.call('HGET', kAdmseq, user) ~= ARGV[3] then return unknown(user) end
 local refused = joinRefused()
 if refused then return redis.error_reply(refused) end
 local stamp = math.max(nowus, tonumber(redis.call('HGET', kCfg, 'last') or 0) + 1, tonumber(ARGV[2]) + 1)
@@ -74,7 +82,7 @@ local user = ARGV[1]
 local st = settle(user)
 if not st or st == 'admitted' then
   if redis.call('EXISTS', kCfg) == 0 then return redis.error_reply('NOROOM') end
-  return {'unknown'}
+  return unknown(user)
 end
 if st == 'waiting' then redis.call('ZADD', kSeen, now, user) end
 return view(user, st, 0)
@@ -87,7 +95,7 @@ local user = ARGV[1]
 local st = settle(user)
 if not st or st == 'admitted' then
   if redis.call('EXISTS', kCfg) == 0 then return redis.error_reply('NOROOM') end
-  return {'unknown'}
+  return unknown(user)
 end
 if st == 'waiting' then
   finishFrom(user, 'left', kQueue, kSeen)
@@ -130,7 +138,8 @@ return out
 
 // shardFinalizeScript lets admitted users go to the room: ARGV user,
 // stamp, seq, .... A user still waiting with that stamp leaves the queue
-// and is marked admitted with the admission's seq, kept for the lease and
+// and is marked admitted with the admission's seq (its join time stays in
+// joinedat: the join's generation), kept for the lease and
 // the retention after (a join then asks the room); a user marked so already, or
 // forgotten since, was let go by an earlier call. Returns, per user, 1 when
 // the admission stands, or 0 when the user left, closed, was set aside or
@@ -149,7 +158,6 @@ for i = 1, #ARGV, 3 do
     redis.call('ZREM', kSeen, u)
     redis.call('HSET', kState, u, 'admitted')
     redis.call('HSET', kAdmseq, u, seq)
-    redis.call('HDEL', kJoinedat, u)
     redis.call('ZADD', kDone, now + lease, u)
     ok = 1
   end

@@ -103,6 +103,9 @@ func newRoom(t *testing.T, h Harness, s waitroom.Store, capacity int, lease time
 	room := fmt.Sprintf("test-%x-%d", roomSeq, time.Now().UnixNano())
 	cfg := waitroom.DefaultRoomConfig()
 	cfg.Capacity, cfg.Lease, cfg.QueueShards = capacity, lease, h.QueueShards
+	// No abandonment or arrival check unless a test turns them on: the
+	// suite's users do not poll.
+	cfg.AbandonAfter, cfg.Arrival = 0, 0
 	if err := s.Configure(context.Background(), room, cfg); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
@@ -212,6 +215,7 @@ func testConfigRoundTrip(t *testing.T, h Harness) {
 	}
 	want := waitroom.DefaultRoomConfig()
 	want.Capacity, want.Lease, want.QueueShards = 42, 90*time.Second, h.QueueShards
+	want.AbandonAfter, want.Arrival = 0, 0
 	if cfg != want {
 		t.Fatalf("Config = %+v, want %+v", cfg, want)
 	}
