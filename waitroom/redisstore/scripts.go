@@ -79,7 +79,7 @@ end
 const roomLua = nowMS + roomKeysLua + queueLua + roomHelpersLua
 
 // joinScript: ARGV user, invite (the invite's expiry in ms for an invited
-// join, else ”); KEYS the room's, then invites. A new ticket records its
+// join, else empty); KEYS the room's, then invites. A new ticket records its
 // join time in joinedat and its first poll in seen. Returns view.
 var joinScript = newScript(roomLua + `
 if redis.call('EXISTS', kCfg) == 0 then return redis.error_reply('NOROOM') end

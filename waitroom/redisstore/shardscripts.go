@@ -45,7 +45,7 @@ end
 // has seen. A user the shard let go to the room joins only when ended
 // names that admission; else the answer is {'unknown'}: the caller asks
 // the room, then again. ARGV[4] is the invite's expiry in ms for an
-// invited join, else ”; KEYS the shard's, then its invites. Returns view.
+// invited join, else empty; KEYS the shard's, then its invites. Returns view.
 var shardJoinScript = newScript(shardLua + `
 if redis.call('EXISTS', kCfg) == 0 then return redis.error_reply('NOROOM') end
 local user = ARGV[1]
