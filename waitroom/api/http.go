@@ -834,15 +834,15 @@ func saleView(cfg waitroom.RoomConfig, now time.Time) saleJSON {
 // the public view, every counter and the configuration.
 type roomJSON struct {
 	publicRoomJSON
-	Away           int64          `json:"away"`
-	AdmittedTotal  int64          `json:"admitted_total"`
-	ExpiredTotal   int64          `json:"expired_total"`
-	ReleasedTotal  int64          `json:"released_total"`
-	LeftTotal      int64          `json:"left_total"`
-	JoinedTotal    int64          `json:"joined_total"`
-	ClosedTotal    int64          `json:"closed_total"`
-	AbandonedTotal int64          `json:"abandoned_total"`
-	NoShowTotal    int64          `json:"no_show_total"`
+	Away           int64 `json:"away"`
+	AdmittedTotal  int64 `json:"admitted_total"`
+	ExpiredTotal   int64 `json:"expired_total"`
+	ReleasedTotal  int64 `json:"released_total"`
+	LeftTotal      int64 `json:"left_total"`
+	JoinedTotal    int64 `json:"joined_total"`
+	ClosedTotal    int64 `json:"closed_total"`
+	AbandonedTotal int64 `json:"abandoned_total"`
+	NoShowTotal    int64 `json:"no_show_total"`
 	// InvitesUsedTotal counts the invites that got a place,
 	// InvitesRefusedTotal the joins refused for an invite used already,
 	// and InvitesHeld the used invites the store remembers (until a day
