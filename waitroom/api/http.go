@@ -875,9 +875,11 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	c := configView("", cfg)
-	pub := publicRoomJSON{Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting,
+	now := h.signer.Now()
+	// The capacity in force: a window's, in a room with a schedule.
+	pub := publicRoomJSON{Room: room, Capacity: int64(cfg.SaleAt(now).Capacity), Active: st.Active, Waiting: st.Waiting,
 		AdmissionRate: st.AdmissionRate, PoWDifficulty: c.PoWDifficulty,
-		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage, saleJSON: saleView(cfg, h.signer.Now())}
+		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage, saleJSON: saleView(cfg, now)}
 	if !admin {
 		writeJSON(w, http.StatusOK, pub)
 		return nil
