@@ -170,6 +170,26 @@ func testScheduleWindows(t *testing.T, h Harness) {
 	}
 }
 
+// testScheduleGap: between two windows nobody is admitted, even with
+// every slot of both windows free; a waiting user keeps their place.
+func testScheduleGap(t *testing.T, h Harness) {
+	s := h.Store(t)
+	now := storeNow(t, h, s)
+	room := newRoomWith(t, h, s, 5, func(c *waitroom.RoomConfig) {
+		c.Schedule = []waitroom.Window{
+			{Start: now.Add(-2 * time.Hour), End: now.Add(-time.Hour), Capacity: 5},
+			{Start: now.Add(time.Hour), Capacity: 5},
+		}
+	})
+	join(t, s, room, users(2)...)
+	if res := admit(t, s, room); len(res.Admitted) != 0 {
+		t.Fatalf("between windows admitted %v", res.Admitted)
+	}
+	if tk := state(t, s, room, "user-001"); tk.State != waitroom.StateWaiting || tk.Position != 1 {
+		t.Errorf("user-001 between windows = %+v, want waiting second", tk)
+	}
+}
+
 // testInvites: an invite-only room refuses plain joins; an invite holds
 // one place whatever the number of joins with it (devices); once that
 // place is finished the invite is refused; the room counts its invites.

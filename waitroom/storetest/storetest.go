@@ -92,6 +92,7 @@ func Run(t *testing.T, h Harness) {
 		{"ClosesAtEndsTheSale", testClosesAt},
 		{"ClosesAtKeepsLeases", testClosesAtKeepsLeases},
 		{"ScheduleWindowsCapacityAndGaps", testScheduleWindows},
+		{"ScheduleGapAdmitsNobody", testScheduleGap},
 		{"InvitesOnePlaceEachUsedOnce", testInvites},
 		{"InviteOnlyWindow", testInviteWindow},
 	}
