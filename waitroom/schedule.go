@@ -153,7 +153,7 @@ func (c RoomConfig) validateSchedule(f *stampede.Fields) {
 		if !startOK {
 			f.Add(p+"start", "must be a time between the years 2000 and 9999, got %s", w.Start)
 		} else if i > 0 && !prevEnd.IsZero() && w.Start.Before(prevEnd) {
-			f.Add(p+"start", "must not be before schedule[%d]'s end (%s): windows may not overlap, and run in order",
+			f.Add(p+"start", "must not be before schedule[%d]'s end (or start: %s): windows run in order and may not overlap",
 				i-1, prevEnd.Format(time.RFC3339))
 		}
 		prevEnd = time.Time{}
@@ -166,9 +166,10 @@ func (c RoomConfig) validateSchedule(f *stampede.Fields) {
 			default:
 				prevEnd = w.End
 			}
-		} else if startOK {
-			// Open-ended: it runs until the next window's start, which
-			// must then come later.
+		}
+		if prevEnd.IsZero() && startOK {
+			// Open-ended (or a bad end): the next window must at least
+			// start later.
 			prevEnd = w.Start.Add(time.Nanosecond)
 		}
 		if w.Capacity < 1 || w.Capacity > 1_000_000 {

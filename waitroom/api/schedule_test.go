@@ -123,7 +123,7 @@ func TestScheduleValidationNamesEveryField(t *testing.T) {
 			}
 		}
 	}
-	want = []string{"closes_at", "opens_at", "schedule[0].end", "schedule[0].capacity",
+	want = []string{"closes_at", "opens_at", "schedule[0].end", "schedule[0].capacity", "schedule[1].start",
 		"schedule[1].max_admissions_per_minute", "schedule[1].admit_interval_ms", "invite_key"}
 	if a.status != 400 || !slices.Equal(got, want) {
 		t.Fatalf("bad schedule (values): %d fields %v, want 400 %v\n%s", a.status, got, want, a.raw)
