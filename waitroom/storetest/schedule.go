@@ -96,8 +96,9 @@ func testClosesAtKeepsLeases(t *testing.T, h Harness) {
 // capacity. Before the first nobody is admitted; in it, up to its
 // capacity; between the windows nobody, even with a free slot; in the
 // second, nobody until the slots held drop below its capacity (the cap
-// stays exact across the change); after the last window's end the sale
-// is over.
+// stays exact across the change). The second window is open-ended, so
+// that a slow server has time for every step in it (the end of the last
+// window is testScheduleOver's).
 func testScheduleWindows(t *testing.T, h Harness) {
 	s := h.Store(t)
 	ctx := context.Background()
@@ -105,7 +106,7 @@ func testScheduleWindows(t *testing.T, h Harness) {
 	ms := func(n int) time.Time { return now.Add(time.Duration(n) * time.Millisecond) }
 	sched := []waitroom.Window{
 		{Start: ms(300), End: ms(600), Capacity: 3},
-		{Start: ms(800), End: ms(1100), Capacity: 1, MaxAdmissionsPerMinute: 600, AdmitInterval: 50 * time.Millisecond},
+		{Start: ms(800), Capacity: 1, MaxAdmissionsPerMinute: 600, AdmitInterval: 50 * time.Millisecond},
 	}
 	room := newRoomWith(t, h, s, 100, func(c *waitroom.RoomConfig) { c.Schedule = sched })
 	if cfg, err := s.Config(ctx, room); err != nil || !slices.EqualFunc(cfg.Schedule, sched, func(a, b waitroom.Window) bool {
@@ -158,7 +159,32 @@ func testScheduleWindows(t *testing.T, h Harness) {
 	if st := checkAccounting(t, s, room); st.Active != 1 || st.Waiting != 2 {
 		t.Fatalf("in the second window: %+v, want 1 admitted and 2 waiting", st)
 	}
-	h.Advance(t, 350*time.Millisecond) // past the last window's end
+}
+
+// testScheduleOver: past the last window's end the sale is over: a
+// waiting ticket reads closed, a pass admits nobody and closes the line,
+// a join is told, the admitted keep their lease.
+func testScheduleOver(t *testing.T, h Harness) {
+	s := h.Store(t)
+	ctx := context.Background()
+	now := storeNow(t, h, s)
+	room := newRoomWith(t, h, s, 5, func(c *waitroom.RoomConfig) {
+		c.Schedule = []waitroom.Window{{Start: now.Add(-time.Hour), End: now.Add(time.Hour), Capacity: 1}}
+	})
+	join(t, s, room, users(3)...)
+	in := admit(t, s, room).Admitted // one, of the shuffled pre-queue
+	waiter := "user-000"
+	if slices.Contains(in, waiter) {
+		waiter = "user-001"
+	}
+	cfg, _ := s.Config(ctx, room)
+	cfg.Schedule = []waitroom.Window{{Start: now.Add(-2 * time.Hour), End: now.Add(-time.Hour), Capacity: 5}}
+	if err := s.UpdateConfig(ctx, room, cfg, []string{"schedule"}); err != nil {
+		t.Fatal(err)
+	}
+	if tk := state(t, s, room, waiter); tk.State != waitroom.StateClosed {
+		t.Fatalf("waiting ticket after the last window = %+v, want closed", tk)
+	}
 	if res := admit(t, s, room); len(res.Admitted) != 0 {
 		t.Fatalf("after the last window admitted %v", res.Admitted)
 	}

@@ -93,6 +93,7 @@ func Run(t *testing.T, h Harness) {
 		{"ClosesAtKeepsLeases", testClosesAtKeepsLeases},
 		{"ScheduleWindowsCapacityAndGaps", testScheduleWindows},
 		{"ScheduleGapAdmitsNobody", testScheduleGap},
+		{"ScheduleOverAfterLastWindow", testScheduleOver},
 		{"InvitesOnePlaceEachUsedOnce", testInvites},
 		{"InviteOnlyWindow", testInviteWindow},
 	}
