@@ -42,7 +42,7 @@ var Metrics = []Metric{
 	// scrape time (every instance reports the same values).
 	{"stampede_waitroom_room_waiting", "gauge", []string{"room"}, "Users waiting in the room's queue."},
 	{"stampede_waitroom_room_active", "gauge", []string{"room"}, "Users admitted and holding a slot."},
-	{"stampede_waitroom_room_capacity", "gauge", []string{"room"}, "The room's capacity."},
+	{"stampede_waitroom_room_capacity", "gauge", []string{"room"}, "The room's capacity (the window's in force, with a schedule)."},
 	{"stampede_waitroom_room_oldest_wait_seconds", "gauge", []string{"room"}, "How long the user at the head of the queue has waited."},
 	{"stampede_waitroom_admission_rate_per_second", "gauge", []string{"room"}, "Admissions per second over the store's rate window, all instances together."},
 	{"stampede_waitroom_store_up", "gauge", nil, "1 if the store answered every request of the scrape, else 0."},

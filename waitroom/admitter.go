@@ -31,7 +31,7 @@ func newAdmitter(svc *Service, room string, cfg RoomConfig, stop context.CancelF
 // configure hands the admitter a (possibly) new configuration.
 func (a *admitter) configure(cfg RoomConfig) {
 	a.mu.Lock()
-	same := a.cfg == cfg
+	same := a.cfg.Equal(cfg)
 	a.cfg = cfg
 	a.mu.Unlock()
 	if !same {
@@ -57,7 +57,9 @@ func (a *admitter) config() RoomConfig {
 
 func (a *admitter) run(ctx context.Context) {
 	cfg := a.config()
-	tick := time.NewTicker(cfg.AdmitInterval)
+	// The tick of the window in force (see RoomConfig.SaleAt).
+	interval := cfg.SaleAt(time.Now()).AdmitInterval
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	expiry := time.NewTimer(time.Hour)
 	expiry.Stop()
@@ -69,7 +71,8 @@ func (a *admitter) run(ctx context.Context) {
 			return
 		case <-a.changed:
 			cfg = a.config()
-			tick.Reset(cfg.AdmitInterval)
+			interval = cfg.SaleAt(time.Now()).AdmitInterval
+			tick.Reset(interval)
 			continue
 		case <-tick.C:
 		case <-a.pokes:
@@ -77,6 +80,10 @@ func (a *admitter) run(ctx context.Context) {
 			armed = false
 		}
 		armed = a.pass(ctx, cfg, expiry, armed)
+		if iv := cfg.SaleAt(time.Now()).AdmitInterval; iv != interval {
+			interval = iv
+			tick.Reset(interval)
+		}
 	}
 }
 

@@ -28,6 +28,8 @@ const (
 	CodeBusy           Code = "busy"                    // 503: too many challenges in flight
 	CodeLineFull       Code = "line_full"               // 503: the room's line holds max_waiting users
 	CodeJoinsThrottled Code = "joins_throttled"         // 503: the room's joins passed max_joins_per_second
+	CodeInviteRequired Code = "invite_required"         // 403: the sale takes invited buyers only now
+	CodeInviteUsed     Code = "invite_used"             // 409: the invite's place was used and is finished
 	CodeUnsupported         = stampede.Unsupported      // 415: wrong media type
 	CodeInternal            = stampede.Internal         // 500: a bug
 	CodeUnavailable         = stampede.Unavailable      // 503: the store cannot be reached in time

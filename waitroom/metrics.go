@@ -110,6 +110,7 @@ func (m *Metrics) OnPass(room string, mode Mode, took time.Duration, res AdmitRe
 //	stampede_waitroom_room_capacity{room}             the room's capacity
 //	stampede_waitroom_room_oldest_wait_seconds{room}  how long the head of the queue has waited
 //	stampede_waitroom_admission_rate_per_second{room} admissions per second, all instances
+//	stampede_waitroom_room_invites{room,kind}          invites: used (got a place), refused (used again), held (remembered)
 //	stampede_waitroom_store_up                        1 if the store answered the whole scrape
 type roomCollector struct {
 	svc     *Service
@@ -117,6 +118,7 @@ type roomCollector struct {
 	timeout time.Duration
 
 	active, waiting, capacity, oldest, rate, up *prometheus.Desc
+	invites                                     *prometheus.Desc
 }
 
 // NewRoomCollector returns a collector that reads every room's gauges
@@ -133,12 +135,14 @@ func NewRoomCollector(svc *Service, log *slog.Logger) prometheus.Collector {
 		oldest:   desc("room_oldest_wait_seconds", "How long the user at the head of the queue has waited, by the store's clock; 0 when nobody waits.", "room"),
 		rate:     desc("admission_rate_per_second", "Admissions per second over the rate window, all instances together.", "room"),
 		up:       desc("store_up", "1 if the store answered every request of this scrape, else 0."),
+		invites: desc("room_invites", "The room's invites: used (got a place, total), refused (joins with an invite used already, total), held (used invites the store remembers now).",
+			"room", "kind"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *roomCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.active, c.waiting, c.capacity, c.oldest, c.rate, c.up} {
+	for _, d := range []*prometheus.Desc{c.active, c.waiting, c.capacity, c.oldest, c.rate, c.up, c.invites} {
 		ch <- d
 	}
 }
@@ -172,9 +176,18 @@ func (c *roomCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(st.Active), room)
 		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(st.Waiting), room)
-		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(st.Capacity), room)
+		capacity := float64(st.Capacity)
+		if cfg, err := c.svc.RoomConfig(ctx, room); err == nil {
+			capacity = float64(cfg.SaleAt(time.Now()).Capacity) // the window's in force
+		}
+		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, capacity, room)
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestWait.Seconds(), room)
 		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, c.svc.rate(room).perSecond(), room)
+		if st.InvitesUsed > 0 || st.InvitesRefused > 0 || st.InvitesHeld > 0 {
+			for kind, n := range map[string]int64{"used": st.InvitesUsed, "refused": st.InvitesRefused, "held": st.InvitesHeld} {
+				ch <- prometheus.MustNewConstMetric(c.invites, prometheus.GaugeValue, float64(n), room, kind)
+			}
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
 }

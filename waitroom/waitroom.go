@@ -127,6 +127,23 @@ type RoomConfig struct {
 	// pass after it. Users who join later queue behind them, first come
 	// first served.
 	OpensAt time.Time
+	// ClosesAt, when set, ends the sale at that instant as Closed does
+	// (see Closed), without anyone having to set it: no new joins, waiting
+	// users are told, admitted users keep their leases.
+	ClosesAt time.Time
+	// Schedule, when set, sells in windows, each with its own capacity
+	// and outflow (see Window and SaleAt): the first window's start opens
+	// the room (OpensAt must then be unset; the pre-queue is shuffled
+	// then), nobody is admitted between windows, and the room closes at
+	// the end of the last window (if it has one) or at ClosesAt. Capacity
+	// and MaxAdmissionsPerMinute are then those of no window.
+	Schedule []Window
+	// InviteOnly takes joins only with an invite (see Invite), in every
+	// window; Window.InviteOnly does so for one window.
+	InviteOnly bool
+	// InviteKey is the Ed25519 public key (base64url) that verifies the
+	// room's invites; required when the room or a window is invite-only.
+	InviteKey string
 	// Paused stops admission; the queue keeps its order and leases run on.
 	Paused bool
 	// Closed ends the sale: every waiting user is told (their ticket reads
@@ -189,6 +206,7 @@ var RoomConfigFields = []string{
 	"capacity", "lease_seconds", "admit_interval_ms", "max_admissions_per_minute", "opens_at",
 	"paused", "closed", "closed_message", "abandon_after_seconds", "arrival_seconds", "retention_seconds",
 	"pow_difficulty", "template", "max_waiting", "max_joins_per_second",
+	"closes_at", "schedule", "invite_only", "invite_key",
 }
 
 // DefaultRetention is how long finished tickets are kept by default.
@@ -261,6 +279,18 @@ func (c RoomConfig) Validate() error {
 	if c.PoWDifficulty < 0 || c.PoWDifficulty > MaxPoWDifficulty {
 		f.Add("pow_difficulty", "must be between 0 (off) and %d bits, got %d", MaxPoWDifficulty, c.PoWDifficulty)
 	}
+	c.validateSchedule(&f)
+	inviteOnly := c.InviteOnly
+	for _, w := range c.Schedule {
+		inviteOnly = inviteOnly || w.InviteOnly
+	}
+	if c.InviteKey != "" {
+		if _, err := decodeInviteKey(c.InviteKey); err != nil {
+			f.Add("invite_key", "%s", err.Error())
+		}
+	} else if inviteOnly {
+		f.Add("invite_key", "is required when invite_only is set (for the room or a window of its schedule)")
+	}
 	// The template names its fields "template.title" and so on already.
 	f.Check("", c.Template.Validate())
 	return f.Err()
@@ -315,6 +345,10 @@ type RoomStats struct {
 	// NoShowTotal counts admissions released because the user did not
 	// arrive within the room's Arrival (they are counted expired too).
 	NoShowTotal int64
+	// InvitesUsed counts the invites that got a place; InvitesHeld is
+	// how many the store remembers as used (see InviteStore); and
+	// InvitesRefused counts joins refused for an invite used already.
+	InvitesUsed, InvitesHeld, InvitesRefused int64
 	// OldestWait is how long the user at the head of the queue has waited,
 	// by the store's clock; zero when nobody waits.
 	OldestWait time.Duration

@@ -88,6 +88,9 @@ a documented default.`,
   stampede room create concert --capacity 100 --set '{"lease_seconds": 300, "opens_at": "2026-12-24T11:00:00+09:00"}'
   stampede room get concert
   stampede room patch concert '{"max_admissions_per_minute": 600}'
+  stampede room patch concert '{"closes_at": "2026-12-24T20:00:00+09:00", "invite_key": "<Ed25519 public key, base64url>",
+    "schedule": [{"start": "2026-12-24T11:00:00+09:00", "end": "2026-12-24T12:00:00+09:00", "capacity": 50, "invite_only": true},
+                 {"start": "2026-12-24T13:00:00+09:00", "capacity": 200, "max_admissions_per_minute": 1200}]}'
   stampede room pause concert
   stampede room resume concert
   stampede room close concert --message "Sold out. Thank you!"

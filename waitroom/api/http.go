@@ -355,6 +355,34 @@ type roomConfigJSON struct {
 	// MaxWaiting and MaxJoinsPerSecond: see RoomConfig.
 	MaxWaiting        int `json:"max_waiting"`
 	MaxJoinsPerSecond int `json:"max_joins_per_second"`
+	// ClosesAt is RFC 3339, or null for a room that closes only when told.
+	ClosesAt *string `json:"closes_at"`
+	// Schedule is the room's windows ([] for none).
+	Schedule   []windowJSON `json:"schedule"`
+	InviteOnly bool         `json:"invite_only"`
+	// InviteKey is the Ed25519 public key of the room's invites, or "".
+	InviteKey string `json:"invite_key"`
+}
+
+// windowJSON is a window of a room's schedule.
+type windowJSON struct {
+	Start string `json:"start"`
+	// End is null for a window that runs until the next one's start (or
+	// the room's closes_at).
+	End                    *string `json:"end"`
+	Capacity               int     `json:"capacity"`
+	MaxAdmissionsPerMinute int     `json:"max_admissions_per_minute"`
+	AdmitIntervalMS        int64   `json:"admit_interval_ms"`
+	InviteOnly             bool    `json:"invite_only"`
+}
+
+// rfc3339 formats t, or nil for the zero time.
+func rfc3339(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(time.RFC3339Nano)
+	return &s
 }
 
 // configView shows cfg.
@@ -375,7 +403,100 @@ func configView(room string, cfg waitroom.RoomConfig) roomConfigJSON {
 		t := cfg.Template
 		v.Template = &t
 	}
+	v.ClosesAt, v.InviteOnly, v.InviteKey = rfc3339(cfg.ClosesAt), cfg.InviteOnly, cfg.InviteKey
+	v.Schedule = make([]windowJSON, len(cfg.Schedule))
+	for i, w := range cfg.Schedule {
+		v.Schedule[i] = windowJSON{Start: *rfc3339(w.Start), End: rfc3339(w.End), Capacity: w.Capacity,
+			MaxAdmissionsPerMinute: w.MaxAdmissionsPerMinute, AdmitIntervalMS: w.AdmitInterval.Milliseconds(), InviteOnly: w.InviteOnly}
+	}
 	return v
+}
+
+// windowFields lists a window's members for error messages.
+const windowFields = `"start", "end", "capacity", "max_admissions_per_minute", "admit_interval_ms", "invite_only"`
+
+// decodeSchedule reads a schedule: null or an array of windows, each an
+// object of windowFields. Every bad member of every window is reported at
+// once, by its path ("schedule[1].capacity"); the ranges and the order are
+// RoomConfig.Validate's.
+func decodeSchedule(r json.RawMessage) ([]waitroom.Window, error) {
+	if string(r) == "null" {
+		return nil, nil
+	}
+	var raw []json.RawMessage
+	if json.Unmarshal(r, &raw) != nil {
+		return nil, fieldError("schedule", "must be an array of windows or null, got %s", truncate(r))
+	}
+	if len(raw) > waitroom.MaxWindows {
+		return nil, fieldError("schedule", "must hold at most %d windows, got %d", waitroom.MaxWindows, len(raw))
+	}
+	var f stampede.Fields
+	out := make([]waitroom.Window, len(raw))
+	for i, wr := range raw {
+		p := fmt.Sprintf("schedule[%d]", i)
+		var m map[string]json.RawMessage
+		if json.Unmarshal(wr, &m) != nil || m == nil {
+			f.Add(p, "must be an object of %s", windowFields)
+			continue
+		}
+		w := &out[i]
+		tm := func(name string, required bool) time.Time {
+			v, ok := m[name]
+			delete(m, name)
+			if !ok || string(v) == "null" {
+				if required {
+					f.Add(p+"."+name, "is required: an RFC 3339 time")
+				}
+				return time.Time{}
+			}
+			var at time.Time
+			if json.Unmarshal(v, &at) != nil {
+				f.Add(p+"."+name, "must be an RFC 3339 time, got %s", truncate(v))
+			}
+			return at.UTC()
+		}
+		num := func(name string, required bool) int64 {
+			v, ok := m[name]
+			delete(m, name)
+			if !ok {
+				if required {
+					f.Add(p+"."+name, "is required: a whole number")
+				}
+				return 0
+			}
+			var n int64
+			if json.Unmarshal(v, &n) != nil || string(v) == "null" {
+				f.Add(p+"."+name, "must be a whole number, got %s", truncate(v))
+			}
+			return n
+		}
+		w.Start, w.End = tm("start", true), tm("end", false)
+		w.Capacity = int(clampInt(num("capacity", true)))
+		w.MaxAdmissionsPerMinute = int(clampInt(num("max_admissions_per_minute", false)))
+		w.AdmitInterval = time.Duration(clampInt(num("admit_interval_ms", false))) * time.Millisecond
+		if v, ok := m["invite_only"]; ok {
+			delete(m, "invite_only")
+			if json.Unmarshal(v, &w.InviteOnly) != nil || string(v) == "null" {
+				f.Add(p+".invite_only", "must be true or false, got %s", truncate(v))
+			}
+		}
+		for k := range m {
+			f.Add(p+"."+k, "is not a window's member; a window has %s", windowFields)
+		}
+	}
+	return out, f.Err()
+}
+
+// clampInt keeps n within ±1e9, so that a huge number stays out of range
+// (and reported as such) instead of wrapping.
+func clampInt(n int64) int64 { return min(max(n, -1_000_000_000), 1_000_000_000) }
+
+// truncate shows at most 40 bytes of a raw value in a message.
+func truncate(r json.RawMessage) string {
+	if len(r) > 40 {
+		return string(r[:40]) + "…"
+	}
+	return string(r)
 }
 
 // roomConfigBody is the body of PUT and PATCH /v1/rooms/{room}: every
@@ -396,6 +517,10 @@ type roomConfigBody struct {
 	Template               json.RawMessage `json:"template"`
 	MaxWaiting             json.RawMessage `json:"max_waiting"`
 	MaxJoinsPerSecond      json.RawMessage `json:"max_joins_per_second"`
+	ClosesAt               json.RawMessage `json:"closes_at"`
+	Schedule               json.RawMessage `json:"schedule"`
+	InviteOnly             json.RawMessage `json:"invite_only"`
+	InviteKey              json.RawMessage `json:"invite_key"`
 	// QueueShards is optional, and fixed once the room exists.
 	QueueShards json.RawMessage `json:"queue_shards"`
 }
@@ -404,7 +529,7 @@ type roomConfigBody struct {
 func (b *roomConfigBody) raw() []json.RawMessage {
 	return []json.RawMessage{b.Capacity, b.LeaseSeconds, b.AdmitIntervalMS, b.MaxAdmissionsPerMinute, b.OpensAt,
 		b.Paused, b.Closed, b.ClosedMessage, b.AbandonAfterSeconds, b.ArrivalSeconds, b.RetentionSeconds,
-		b.PoWDifficulty, b.Template, b.MaxWaiting, b.MaxJoinsPerSecond}
+		b.PoWDifficulty, b.Template, b.MaxWaiting, b.MaxJoinsPerSecond, b.ClosesAt, b.Schedule, b.InviteOnly, b.InviteKey}
 }
 
 // present returns the JSON names of the fields the body sets.
@@ -493,6 +618,28 @@ func (b *roomConfigBody) applyAs(cfg *waitroom.RoomConfig, merge bool) error {
 				return fieldError("opens_at", "must be an RFC 3339 time or null, got %s", r)
 			}
 			cfg.OpensAt = at.UTC()
+		}
+	}
+	if r := b.ClosesAt; err == nil && len(r) > 0 {
+		cfg.ClosesAt = time.Time{}
+		if string(r) != "null" {
+			var at time.Time
+			if json.Unmarshal(r, &at) != nil {
+				return fieldError("closes_at", "must be an RFC 3339 time or null, got %s", truncate(r))
+			}
+			cfg.ClosesAt = at.UTC()
+		}
+	}
+	if r := b.Schedule; err == nil && len(r) > 0 {
+		cfg.Schedule, err = decodeSchedule(r)
+	}
+	if r := b.InviteOnly; err == nil && len(r) > 0 {
+		cfg.InviteOnly, err = boolean("invite_only", r)
+	}
+	if r := b.InviteKey; err == nil && len(r) > 0 {
+		cfg.InviteKey = ""
+		if string(r) != "null" && json.Unmarshal(r, &cfg.InviteKey) != nil {
+			return fieldError("invite_key", "must be a string (an Ed25519 public key, base64url) or null, got %s", truncate(r))
 		}
 	}
 	if r := b.Paused; err == nil && len(r) > 0 {
@@ -681,22 +828,59 @@ type publicRoomJSON struct {
 	Paused  bool    `json:"paused"`
 	Closed  bool    `json:"closed"`
 	Message string  `json:"message"`
+	saleJSON
+}
+
+// saleJSON is where the room's sale stands, by this instance's clock (see
+// waitroom.RoomConfig.SaleAt): part of the room's and of a ticket's view.
+type saleJSON struct {
+	// Sale is before, open, between (two windows of the schedule) or
+	// closed (closed, past closes_at or past the last window).
+	Sale waitroom.Phase `json:"sale"`
+	// ClosesAt mirrors the configuration (null: none).
+	ClosesAt *string `json:"closes_at"`
+	// Window is the index in the schedule of the window in force, or of
+	// the next to open; null without a schedule or after it.
+	Window *int `json:"window"`
+	// WindowStartsAt and WindowEndsAt bound that window (null: open-ended).
+	WindowStartsAt *string `json:"window_starts_at"`
+	WindowEndsAt   *string `json:"window_ends_at"`
+	// InviteRequired says that a join needs an invite now.
+	InviteRequired bool `json:"invite_required"`
+}
+
+// saleView shows what cfg says at now.
+func saleView(cfg waitroom.RoomConfig, now time.Time) saleJSON {
+	sa := cfg.SaleAt(now)
+	v := saleJSON{Sale: sa.Phase, ClosesAt: rfc3339(cfg.ClosesAt), InviteRequired: sa.InviteRequired}
+	if sa.Window >= 0 {
+		i := sa.Window
+		v.Window, v.WindowStartsAt, v.WindowEndsAt = &i, rfc3339(sa.Starts), rfc3339(sa.Ends)
+	}
+	return v
 }
 
 // roomJSON is the answer of GET /v1/rooms/{room} with the admin token:
 // the public view, every counter and the configuration.
 type roomJSON struct {
 	publicRoomJSON
-	Away           int64          `json:"away"`
-	AdmittedTotal  int64          `json:"admitted_total"`
-	ExpiredTotal   int64          `json:"expired_total"`
-	ReleasedTotal  int64          `json:"released_total"`
-	LeftTotal      int64          `json:"left_total"`
-	JoinedTotal    int64          `json:"joined_total"`
-	ClosedTotal    int64          `json:"closed_total"`
-	AbandonedTotal int64          `json:"abandoned_total"`
-	NoShowTotal    int64          `json:"no_show_total"`
-	Config         roomConfigJSON `json:"config"`
+	Away           int64 `json:"away"`
+	AdmittedTotal  int64 `json:"admitted_total"`
+	ExpiredTotal   int64 `json:"expired_total"`
+	ReleasedTotal  int64 `json:"released_total"`
+	LeftTotal      int64 `json:"left_total"`
+	JoinedTotal    int64 `json:"joined_total"`
+	ClosedTotal    int64 `json:"closed_total"`
+	AbandonedTotal int64 `json:"abandoned_total"`
+	NoShowTotal    int64 `json:"no_show_total"`
+	// InvitesUsedTotal counts the invites that got a place,
+	// InvitesRefusedTotal the joins refused for an invite used already,
+	// and InvitesHeld the used invites the store remembers (until a day
+	// after each expires).
+	InvitesUsedTotal    int64          `json:"invites_used_total"`
+	InvitesRefusedTotal int64          `json:"invites_refused_total"`
+	InvitesHeld         int64          `json:"invites_held"`
+	Config              roomConfigJSON `json:"config"`
 }
 
 // getRoom answers the public view, or with the admin token the admin
@@ -721,9 +905,11 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	c := configView("", cfg)
-	pub := publicRoomJSON{Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting,
+	now := h.signer.Now()
+	// The capacity in force: a window's, in a room with a schedule.
+	pub := publicRoomJSON{Room: room, Capacity: int64(cfg.SaleAt(now).Capacity), Active: st.Active, Waiting: st.Waiting,
 		AdmissionRate: st.AdmissionRate, PoWDifficulty: c.PoWDifficulty,
-		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage}
+		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage, saleJSON: saleView(cfg, now)}
 	if !admin {
 		writeJSON(w, http.StatusOK, pub)
 		return nil
@@ -732,6 +918,7 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 		AdmittedTotal: st.AdmittedTotal, ExpiredTotal: st.ExpiredTotal, ReleasedTotal: st.ReleasedTotal,
 		LeftTotal: st.LeftTotal, JoinedTotal: st.JoinedTotal, ClosedTotal: st.ClosedTotal,
 		AbandonedTotal: st.AbandonedTotal, NoShowTotal: st.NoShowTotal, Config: c,
+		InvitesUsedTotal: st.InvitesUsed, InvitesRefusedTotal: st.InvitesRefused, InvitesHeld: st.InvitesHeld,
 	})
 	return nil
 }
@@ -755,6 +942,26 @@ type ticketJSON struct {
 	LeaseExpiresAt string   `json:"lease_expires_at,omitempty"`
 	// Message is the room's closing message on a closed ticket.
 	Message string `json:"message,omitempty"`
+	// Sale is where the room's sale stands (see saleJSON), and
+	// SaleResumesAt, while it is before or between windows, when
+	// admission starts again (null otherwise).
+	Sale          waitroom.Phase `json:"sale,omitempty"`
+	SaleResumesAt *string        `json:"sale_resumes_at,omitempty"`
+}
+
+// withSale adds where room's sale stands to v (nothing when the room's
+// configuration cannot be read: the ticket is the answer).
+func (h *handler) withSale(r *http.Request, v ticketJSON) ticketJSON {
+	cfg, err := h.svc.RoomConfig(r.Context(), v.Room)
+	if err != nil {
+		return v
+	}
+	sa := cfg.SaleAt(h.signer.Now())
+	v.Sale = sa.Phase
+	if sa.Phase == waitroom.PhaseBefore || sa.Phase == waitroom.PhaseBetween {
+		v.SaleResumesAt = rfc3339(sa.Starts)
+	}
+	return v
 }
 
 // ticketView shows t with the service's wait estimate.
@@ -791,10 +998,13 @@ type joinBody struct {
 	// for one (see pow.go).
 	Challenge *string `json:"challenge"`
 	Solution  *string `json:"solution"`
+	// Invite is an invite token signed by the site (see
+	// waitroom.SignInvite): the join is for the invite's place.
+	Invite *string `json:"invite"`
 }
 
 // joinFields lists joinBody's fields for the unknown-field message.
-const joinFields = `"user_id", "user_sig", "user_expires", "challenge", "solution"`
+const joinFields = `"user_id", "user_sig", "user_expires", "challenge", "solution", "invite"`
 
 // joinProof is what a join request proves about its user.
 type joinProof struct {
@@ -803,6 +1013,9 @@ type joinProof struct {
 	// tokenOnly says that the token is the only proof of the user: it
 	// may get back the ticket of its own join, never start a new one.
 	tokenOnly bool
+	// invite says that a verified invite names the place: every device
+	// presenting it gets that place's ticket, as its own token would.
+	invite bool
 }
 
 // joinUser decides who a join is for and what the request proves: a
@@ -823,6 +1036,24 @@ func (h *handler) joinUser(r *http.Request, room string, body joinBody) (user st
 			return "", proof, &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another room"}
 		}
 		tokenUser, proof.generation = c.User, c.Generation
+	}
+	if body.Invite != nil {
+		// The invite names the place: it proves it as a ticket token does.
+		if body.UserID != nil || body.UserSig != nil || body.UserExpires != nil {
+			return "", proof, fieldError("invite", "cannot be combined with user_id, user_sig or user_expires: the invite names the place")
+		}
+		cfg, err := h.svc.RoomConfig(r.Context(), room)
+		if err != nil {
+			return "", proof, err
+		}
+		inv, err := waitroom.VerifyInvite(cfg.InviteKey, room, *body.Invite, h.signer.Now())
+		if err != nil {
+			return "", proof, err
+		}
+		if tokenUser != "" && tokenUser != inv.User() {
+			return "", proof, &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another user"}
+		}
+		return inv.User(), joinProof{invite: true}, nil
 	}
 	if body.UserID == nil {
 		if body.UserSig != nil || body.UserExpires != nil {
@@ -852,6 +1083,12 @@ func (h *handler) joinUser(r *http.Request, room string, body joinBody) (user st
 		if err := waitroom.VerifyUser(h.cfg.SiteSecret, room, user, *body.UserSig, *body.UserExpires, h.signer.Now()); err != nil {
 			return "", proof, err
 		}
+	case strings.HasPrefix(user, waitroom.InvitePrefix):
+		if tokenUser == "" {
+			return "", proof, &waitroom.Error{Code: waitroom.CodeForbidden, Field: "user_id",
+				Message: "invite- ids belong to invites; join with the invite"}
+		}
+		proof.tokenOnly = true
 	case strings.HasPrefix(user, waitroom.AnonPrefix):
 		if tokenUser == "" {
 			return "", proof, &waitroom.Error{Code: waitroom.CodeForbidden, Field: "user_id",
@@ -907,11 +1144,17 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	t, err := h.svc.Join(r.Context(), room, user)
+	var t waitroom.Ticket
+	if body.Invite != nil {
+		inv, _ := waitroom.ParseInvite(*body.Invite) // verified by joinUser
+		t, err = h.svc.JoinInvite(r.Context(), room, inv)
+	} else {
+		t, err = h.svc.Join(r.Context(), room, user)
+	}
 	if err != nil {
 		return err
 	}
-	owner := proof.generation != 0 && t.Generation == proof.generation
+	owner := proof.invite || (proof.generation != 0 && t.Generation == proof.generation)
 	if t.Created && proof.tokenOnly {
 		// The token's join ended between the check above and this join:
 		// undo the join it cannot prove.
@@ -929,7 +1172,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	if t.Created {
 		status = http.StatusCreated
 	}
-	v := h.ticketView(t)
+	v := h.withSale(r, h.ticketView(t))
 	v.TicketToken, err = h.signer.Sign(waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: user, Generation: t.Generation, Expires: h.signer.Now().Add(h.cfg.TicketTTL)})
 	if err != nil {
 		return &waitroom.Error{Code: waitroom.CodeInternal, Message: "cannot sign the ticket token", Err: err}
@@ -951,7 +1194,7 @@ func (h *handler) getTicket(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	v := h.ticketView(t)
+	v := h.withSale(r, h.ticketView(t))
 	if t.State == waitroom.StateAdmitted && !t.LeaseExpires.IsZero() {
 		v.LeaseExpiresAt = t.LeaseExpires.UTC().Format(time.RFC3339Nano)
 		// Tokens count whole seconds: a lease ending within this second

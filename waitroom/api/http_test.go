@@ -548,7 +548,7 @@ func TestPutWholePatchOne(t *testing.T) {
 		MaxAdmissionsPerMinute: 600, OpensAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), Paused: true,
 		ClosedMessage: "sold out", AbandonAfter: 30 * time.Second, Arrival: 20 * time.Second, Retention: time.Hour,
 		PoWDifficulty: 4, Template: waitroom.RoomTemplate{Title: "T"}, MaxWaiting: waitroom.DefaultMaxWaiting}
-	if cfg, err := e.store.Config(context.Background(), room); err != nil || cfg != want {
+	if cfg, err := e.store.Config(context.Background(), room); err != nil || !cfg.Equal(want) {
 		t.Fatalf("stored config = %+v, %v\nwant %+v", cfg, err, want)
 	}
 	if a.str("opens_at") != "2030-01-02T03:04:05Z" || a.json["capacity"] != 7.0 || a.str("room") != room {
@@ -577,7 +577,7 @@ func TestPutWholePatchOne(t *testing.T) {
 	} {
 		pc.change(&want)
 		e.must(t, http.StatusOK, req{method: "PATCH", path: path, body: pc.body, auth: admin})
-		if cfg, err := e.store.Config(context.Background(), room); err != nil || cfg != want {
+		if cfg, err := e.store.Config(context.Background(), room); err != nil || !cfg.Equal(want) {
 			t.Fatalf("after PATCH %s: config = %+v, %v\nwant %+v", pc.body, cfg, err, want)
 		}
 	}
@@ -595,7 +595,7 @@ func TestPutWholePatchOne(t *testing.T) {
 	if a := e.do(t, req{method: "PATCH", path: path, body: `{"capacity":3,"paused":"yes"}`, auth: admin}); a.status != 400 || a.str("field") != "paused" {
 		t.Errorf("PATCH with a bad paused = %d %s, want 400 naming paused", a.status, a.raw)
 	}
-	if cfg, err := e.store.Config(context.Background(), room); err != nil || cfg != want {
+	if cfg, err := e.store.Config(context.Background(), room); err != nil || !cfg.Equal(want) {
 		t.Fatalf("after a refused PATCH: config = %+v, %v\nwant %+v", cfg, err, want)
 	}
 	if a := e.do(t, req{method: "PATCH", path: "/v1/rooms/nope-" + randomName(), body: `{"capacity":1}`, auth: admin}); a.status != 404 {

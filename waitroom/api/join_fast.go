@@ -31,6 +31,8 @@ func (b *joinBody) DecodeFast(data []byte) bool {
 			return m.String(&v.Challenge)
 		case "solution":
 			return m.String(&v.Solution)
+		case "invite":
+			return m.String(&v.Invite)
 		}
 		return false
 	})
@@ -77,11 +79,16 @@ func (v *ticketJSON) appendJSON(dst []byte) ([]byte, bool) {
 		{`,"admission_token":`, v.AdmissionToken},
 		{`,"lease_expires_at":`, v.LeaseExpiresAt},
 		{`,"message":`, v.Message},
+		{`,"sale":`, string(v.Sale)},
 	} {
 		if f.value != "" { // omitempty
 			dst = append(dst, f.name...)
 			dst = jsonbody.AppendString(dst, f.value)
 		}
+	}
+	if v.SaleResumesAt != nil {
+		dst = append(dst, `,"sale_resumes_at":`...)
+		dst = jsonbody.AppendString(dst, *v.SaleResumesAt)
 	}
 	return append(dst, '}'), true
 }

@@ -22,7 +22,7 @@ func TestPutNeedsOnlyCapacityPatchMerges(t *testing.T) {
 	e.must(t, http.StatusOK, req{method: "PUT", path: path, body: `{"capacity":2}`, auth: admin})
 	want := waitroom.DefaultRoomConfig()
 	want.Capacity = 2
-	if cfg, err := e.store.Config(context.Background(), room); err != nil || cfg != want {
+	if cfg, err := e.store.Config(context.Background(), room); err != nil || !cfg.Equal(want) {
 		t.Fatalf("PUT {capacity:2}: config = %+v, %v\nwant the defaults %+v", cfg, err, want)
 	}
 

@@ -72,6 +72,10 @@ local kJoinedat, kSeen, kAway, kAwayat, kDone, kSeqof = KEYS[7], KEYS[8], KEYS[9
 // finish, finishFrom, enqueue, comeBack, closeWaiting, closeAll,
 // setAside, forget and shuffle.
 const queueLua = `
+-- kInvites holds the used invites (a sorted set scored by each invite's
+-- expiry, ms): the last of KEYS in the scripts that use it, joins and
+-- stats (Keys.Invites, ShardKeys.Invites); unused elsewhere.
+local kInvites = KEYS[#KEYS]
 -- joinRefused checks a new join against the room's bounds (shard's, in
 -- a sharded room): 'LINEFULL' when the line holds max_waiting users,
 -- 'JOINRATE' when the join bucket (max_joins_per_second, one second's
@@ -136,10 +140,67 @@ local function comeBack(user)
   return 'abandoned'
 end
 
+-- sale returns the phase of the room's sale now ('before', 'open',
+-- 'between' or 'closed': closed, past closes_at, or past the last
+-- window), the capacity and outflow rate in force (cap and rate given for
+-- a room without a schedule; a window's own, or outside a window the next
+-- one's), whether a join needs an invite, and the first window's start
+-- (0 without a schedule). schedule holds "start,end,capacity,rate,invite,
+-- interval" per window, ';'-separated, times in ms, end 0 for a window
+-- that runs until the next one's start (or for ever, the last).
+local function sale(cap, rate)
+  local c = redis.call('HMGET', kCfg, 'closed', 'closes_at_ms', 'schedule', 'invite_only')
+  local inv = c[4] == '1'
+  local closes = tonumber(c[2] or 0) or 0
+  local w = {}
+  for a, b, wc, wr, wi in string.gmatch(c[3] or '', '(%d+),(%d+),(%d+),(%d+),(%d),%d+') do
+    w[#w + 1] = {tonumber(a), tonumber(b), tonumber(wc), tonumber(wr), wi == '1'}
+  end
+  local first = 0
+  if w[1] then first = w[1][1] end
+  if c[1] == '1' or (closes > 0 and now >= closes) then return 'closed', cap, rate, inv, first end
+  if not w[1] then return 'open', cap, rate, inv, first end
+  local phase = 'before'
+  for i, x in ipairs(w) do
+    local e = x[2]
+    if e == 0 and w[i + 1] then e = w[i + 1][1] end
+    if now < x[1] then return phase, x[3], x[4], inv or x[5], first end
+    if e == 0 or now < e then return 'open', x[3], x[4], inv or x[5], first end
+    phase = 'between'
+  end
+  return 'closed', cap, rate, inv, first
+end
+
+-- joinInvite checks a new join against the room's invites, for user with
+-- invite (the invite's expiry in ms, or '' for a join without one) while
+-- inv says whether the sale takes invited buyers only: an invite whose
+-- place was used is refused ('INVITEUSED', counted); a join without one,
+-- when one is needed, is refused ('INVITEREQ'). nil: the join may go on.
+local function joinInvite(user, invite, inv)
+  if invite == '' then
+    if inv then return 'INVITEREQ' end
+    return nil
+  end
+  if redis.call('ZSCORE', kInvites, user) then
+    redis.call('HINCRBY', kStats, 'invites_refused', 1)
+    return 'INVITEUSED'
+  end
+  return nil
+end
+
+-- useInvite records user's invite (expiring at invite ms) as used, and
+-- forgets invites expired for over a day.
+local function useInvite(user, invite)
+  if invite == '' then return end
+  redis.call('ZREMRANGEBYSCORE', kInvites, '-inf', now - 86400000)
+  redis.call('ZADD', kInvites, tonumber(invite), user)
+  redis.call('HINCRBY', kStats, 'invites_used', 1)
+end
+
 -- closeWaiting closes the ticket of a user in state st who waits in a
 -- closed room. Returns the state after.
 local function closeWaiting(user, st)
-  if st == 'waiting' and redis.call('HGET', kCfg, 'closed') == '1' then
+  if st == 'waiting' and sale(0, 0) == 'closed' then
     finishFrom(user, 'closed', kQueue, kSeen)
     return 'closed'
   end

@@ -381,6 +381,9 @@ type Keys struct {
 	// shard.go): the order stamp of each admitted user's join, and the
 	// admissions whose users the queue shards have not yet let go.
 	AdmStamp, Moving, MovingInfo string
+	// Invites scores each used invite's place by the invite's expiry (ms),
+	// kept until a day after it (see waitroom.InviteStore).
+	Invites string
 }
 
 // KeysFor returns room's keys; all share the hash tag {room}.
@@ -391,9 +394,13 @@ func KeysFor(room string) Keys {
 		State: p + "state", SeqOf: p + "seqof", Stats: p + "stats",
 		JoinedAt: p + "joinedat", Seen: p + "seen", Away: p + "away", AwayAt: p + "awayat",
 		Unarrived: p + "unarrived", Done: p + "done", Bucket: p + "bucket", Ack: p + "ack",
-		AdmStamp: p + "admstamp", Moving: p + "moving", MovingInfo: p + "movinginfo",
+		AdmStamp: p + "admstamp", Moving: p + "moving", MovingInfo: p + "movinginfo", Invites: p + "invites",
 	}
 }
+
+// withInvites is the KEYS list of the join and stats scripts: the script
+// keys, then invites.
+func (k Keys) withInvites() []string { return append(k.scriptKeys(), k.Invites) }
 
 // shardedKeys is the KEYS list of a sharded room's own scripts: the
 // script keys, then admstamp, moving and movinginfo.
@@ -408,7 +415,7 @@ func (k Keys) scriptKeys() []string {
 }
 
 // All lists every key of the room.
-func (k Keys) All() []string { return append(k.shardedKeys(), k.Ack) }
+func (k Keys) All() []string { return append(k.shardedKeys(), k.Ack, k.Invites) }
 
 // configFields maps each JSON name of a RoomConfig field to its field and
 // value in the room's configuration hash.
@@ -419,9 +426,12 @@ func configFields(cfg waitroom.RoomConfig) map[string][2]any {
 		b, _ := json.Marshal(cfg.Template) // plain strings: cannot fail
 		tmpl = string(b)
 	}
-	var opens int64
+	var opens, closes int64
 	if !cfg.OpensAt.IsZero() {
 		opens = cfg.OpensAt.UnixMilli()
+	}
+	if !cfg.ClosesAt.IsZero() {
+		closes = cfg.ClosesAt.UnixMilli()
 	}
 	return map[string][2]any{
 		"capacity":                  {"capacity", cfg.Capacity},
@@ -439,7 +449,50 @@ func configFields(cfg waitroom.RoomConfig) map[string][2]any {
 		"template":                  {"template", tmpl},
 		"max_waiting":               {"max_waiting", cfg.MaxWaiting},
 		"max_joins_per_second":      {"join_rate", cfg.MaxJoinsPerSecond},
+		"closes_at":                 {"closes_at_ms", closes},
+		"schedule":                  {"schedule", scheduleField(cfg.Schedule)},
+		"invite_only":               {"invite_only", boolField(cfg.InviteOnly)},
+		"invite_key":                {"invite_key", cfg.InviteKey},
 	}
+}
+
+// scheduleField encodes a schedule for the scripts (see sale in lua.go):
+// "start,end,capacity,rate,invite,interval" per window, ';'-separated,
+// times in ms (end 0: open-ended).
+func scheduleField(ws []waitroom.Window) string {
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		var end int64
+		if !w.End.IsZero() {
+			end = w.End.UnixMilli()
+		}
+		parts[i] = fmt.Sprintf("%d,%d,%d,%d,%s,%d", w.Start.UnixMilli(), end, w.Capacity, w.MaxAdmissionsPerMinute,
+			boolField(w.InviteOnly), w.AdmitInterval.Milliseconds())
+	}
+	return strings.Join(parts, ";")
+}
+
+// parseSchedule decodes scheduleField's encoding.
+func parseSchedule(s string) ([]waitroom.Window, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var ws []waitroom.Window
+	for part := range strings.SplitSeq(s, ";") {
+		var start, end, interval int64
+		var w waitroom.Window
+		var inv int
+		if _, err := fmt.Sscanf(part, "%d,%d,%d,%d,%d,%d", &start, &end, &w.Capacity, &w.MaxAdmissionsPerMinute, &inv, &interval); err != nil {
+			return nil, fmt.Errorf("window %q: %w", part, err)
+		}
+		w.Start = time.UnixMilli(start).UTC()
+		if end > 0 {
+			w.End = time.UnixMilli(end).UTC()
+		}
+		w.InviteOnly, w.AdmitInterval = inv == 1, time.Duration(interval)*time.Millisecond
+		ws = append(ws, w)
+	}
+	return ws, nil
 }
 
 func boolField(b bool) string {
@@ -537,7 +590,8 @@ func (s *Store) UpdateConfig(ctx context.Context, room string, cfg waitroom.Room
 // configNames are the configuration hash's fields Config reads, in order.
 var configNames = []string{"capacity", "lease_ms", "interval_ms", "rate_per_min", "opens_at_ms", "paused",
 	"closed", "closed_message", "abandon_ms", "arrival_ms", "retention_ms",
-	"pow_difficulty", "template", "queue_shards", "max_waiting", "join_rate"}
+	"pow_difficulty", "template", "queue_shards", "max_waiting", "join_rate",
+	"closes_at_ms", "schedule", "invite_only", "invite_key"}
 
 // Config implements waitroom.Store.
 func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, error) {
@@ -565,6 +619,18 @@ func (s *Store) Config(ctx context.Context, room string) (waitroom.RoomConfig, e
 	}
 	if n := num(4); n > 0 {
 		cfg.OpensAt = time.UnixMilli(n).UTC()
+	}
+	if n := num(16); n > 0 {
+		cfg.ClosesAt = time.UnixMilli(n).UTC()
+	}
+	if sc, ok := vals[17].(string); ok {
+		if cfg.Schedule, err = parseSchedule(sc); err != nil {
+			return waitroom.RoomConfig{}, fmt.Errorf("redisstore: room %q has an unreadable schedule: %w", room, err)
+		}
+	}
+	cfg.InviteOnly = num(18) == 1
+	if k, ok := vals[19].(string); ok {
+		cfg.InviteKey = k
 	}
 	if vals[7] != nil {
 		cfg.ClosedMessage = fmt.Sprint(vals[7])
@@ -616,17 +682,30 @@ func (s *Store) Rooms(ctx context.Context) ([]string, error) {
 
 // Join implements waitroom.Store.
 func (s *Store) Join(ctx context.Context, room, user string) (waitroom.Ticket, error) {
+	return s.join(ctx, room, user, "")
+}
+
+// JoinInvite implements waitroom.InviteStore.
+func (s *Store) JoinInvite(ctx context.Context, room, user string, expires time.Time) (waitroom.Ticket, error) {
+	return s.join(ctx, room, user, strconv.FormatInt(max(expires.UnixMilli(), 1), 10))
+}
+
+var _ waitroom.InviteStore = (*Store)(nil)
+
+// join is Join, with invite the invite's expiry in ms for an invited
+// join, else "".
+func (s *Store) join(ctx context.Context, room, user, invite string) (waitroom.Ticket, error) {
 	if k, err := s.queueShards(ctx, room); err != nil || k > 1 {
 		if err != nil {
 			return waitroom.Ticket{}, err
 		}
-		return s.shardedJoin(ctx, room, user, k)
+		return s.shardedJoin(ctx, room, user, k, invite)
 	}
 	if s.ackReplicas > 0 {
-		return s.joinReplicated(ctx, room, user)
+		return s.joinReplicated(ctx, room, user, invite)
 	}
 	res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
-		return joinScript.Run(ctx, s.users, KeysFor(room).scriptKeys(), user).Slice()
+		return joinScript.Run(ctx, s.users, KeysFor(room).withInvites(), user, invite).Slice()
 	})
 	if err != nil {
 		return waitroom.Ticket{}, err
@@ -795,7 +874,7 @@ func (s *Store) NextExpiry(ctx context.Context, room string) (time.Time, bool, e
 // Stats implements waitroom.Store: one script, one round trip.
 func (s *Store) Stats(ctx context.Context, room string) (waitroom.RoomStats, error) {
 	out, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
-		return statsScript.Run(ctx, s.client, KeysFor(room).scriptKeys()).Slice()
+		return statsScript.Run(ctx, s.client, KeysFor(room).withInvites()).Slice()
 	})
 	if err != nil {
 		return waitroom.RoomStats{}, err
@@ -816,7 +895,8 @@ func (s *Store) Stats(ctx context.Context, room string) (waitroom.RoomStats, err
 		JoinedTotal: c["joined"], AdmittedTotal: c["admitted"], ReleasedTotal: c["released"],
 		ExpiredTotal: c["expired"], LeftTotal: c["left"], ClosedTotal: c["closed"],
 		AbandonedTotal: c["abandoned"], NoShowTotal: c["noshow"], Away: num(out[4]),
-		OldestWait: time.Duration(max(num(out[3]), 0)) * time.Millisecond,
+		OldestWait:  time.Duration(max(num(out[3]), 0)) * time.Millisecond,
+		InvitesUsed: c["invites_used"], InvitesRefused: c["invites_refused"], InvitesHeld: c["invites_held"],
 	}
 	if k, err := s.queueShards(ctx, room); err != nil || k > 1 {
 		if err != nil {
@@ -848,6 +928,10 @@ func storeError(err error) error {
 		return waitroom.ErrLineFull
 	case strings.Contains(err.Error(), "JOINRATE"):
 		return waitroom.ErrJoinsThrottled
+	case strings.Contains(err.Error(), "INVITEUSED"):
+		return waitroom.ErrInviteUsed
+	case strings.Contains(err.Error(), "INVITEREQ"):
+		return waitroom.ErrInviteRequired
 	default:
 		return waitroom.Unavailable(err)
 	}

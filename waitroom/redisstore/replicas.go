@@ -62,9 +62,9 @@ func (s *Store) readReplicated(ctx context.Context, room, user string, arrive in
 // connection pinned to the room's master, and the ticket is answered only
 // once AckReplicas replicas have it, so a failover never loses a join
 // that was acknowledged.
-func (s *Store) joinReplicated(ctx context.Context, room, user string) (waitroom.Ticket, error) {
+func (s *Store) joinReplicated(ctx context.Context, room, user, invite string) (waitroom.Ticket, error) {
 	return s.replicated(ctx, room, user, func(ctx context.Context, conn *redis.Conn, keys []string) ([]any, error) {
-		return joinScript.Run(ctx, conn, keys, user).Slice()
+		return joinScript.Run(ctx, conn, append(keys, KeysFor(room).Invites), user, invite).Slice()
 	})
 }
 

@@ -81,8 +81,9 @@ end
 // the helpers.
 const roomLua = nowMS + roomKeysLua + queueLua + roomHelpersLua
 
-// joinScript: ARGV user. A new ticket records its join time in joinedat
-// and its first poll in seen. Returns view.
+// joinScript: ARGV user, invite (the invite's expiry in ms for an invited
+// join, else empty); KEYS the room's, then invites. A new ticket records its
+// join time in joinedat and its first poll in seen. Returns view.
 var joinScript = newScript(roomLua + `
 if redis.call('EXISTS', kCfg) == 0 then return redis.error_reply('NOROOM') end
 local user = ARGV[1]
@@ -92,14 +93,17 @@ if st == 'waiting' then
   return view(user, st, 0)
 end
 if st == 'admitted' then return view(user, st, 0) end
-if redis.call('HGET', kCfg, 'closed') == '1' then
+local phase, _, _, inv = sale(0, 0)
+if phase == 'closed' then
   if st then return view(user, st, 0) end
   return {'closed', -1, 0, 0, 0, redis.call('HGET', kCfg, 'closed_message') or ''}
 end
-local refused = joinRefused()
+local invite = ARGV[2] or ''
+local refused = joinInvite(user, invite, inv) or joinRefused()
 if refused then return redis.error_reply(refused) end
 local seq = redis.call('INCR', kSeq)
 enqueue(user, seq, seq)
+useInvite(user, invite)
 return view(user, 'waiting', 1)
 `)
 
@@ -163,10 +167,13 @@ return {reclaim(0), now}
 //     abandon_ms (their place kept in away), and gives up for good the
 //     places of those away past their window;
 //  4. forgets up to max_batch users finished for longer than the retention;
-//  5. unless the room is paused, closed or not yet open: shuffles the
-//     pre-queue at the first pass after opening, then admits up to the free
+//  5. unless the room is paused, closed (or past closes_at, or past its
+//     last window), not yet open or between two windows of its schedule:
+//     shuffles the pre-queue at the first pass after opening (the first
+//     window's start, with a schedule), then admits up to the free
 //     capacity, max_batch and the outflow bucket's whole tokens, from the
-//     head of the queue.
+//     head of the queue. With a schedule the window in force sets the
+//     capacity and the outflow.
 //
 // No observer can see the room over capacity, and users enter in queue
 // order. Returns {expired_count, now_ms, shuffled, admitted users...}.
@@ -180,6 +187,9 @@ local paused, closed = c[5] == '1', c[6] == '1'
 local abandon, arrival = tonumber(c[7] or 0), tonumber(c[8] or 0)
 local retention = tonumber(c[9] or 86400000)
 local batch = tonumber(ARGV[1])
+local phase, wcap, wrate, _, first = sale(cap, rate)
+closed = phase == 'closed'
+if opens == 0 then opens = first end
 
 -- 1. Leases run out, and no-shows.
 local expired = reclaim(batch)
@@ -191,7 +201,8 @@ setAside(abandon, batch)
 forget(retention, batch, {kState, kSeqof, kJoinedat})
 
 local out = {expired, now, 0}
-if paused or closed or (opens > 0 and now < opens) then return out end
+if paused or closed or phase ~= 'open' or (opens > 0 and now < opens) then return out end
+cap, rate = wcap, wrate
 
 -- 5a. The pre-queue, once, in random order.
 if opens > 0 and tonumber(c[10] or 0) ~= opens then out[3] = shuffle(opens, ARGV[2], kSeqof) end
@@ -221,11 +232,12 @@ end
 return out
 `)
 
-// statsScript returns {capacity, active, waiting, oldest_wait_ms, away,
-// counter, value, ...}, where oldest_wait_ms is how long the head of the
+// statsScript (KEYS the room's, then invites) returns {capacity, active,
+// waiting, oldest_wait_ms, away, counter, value, ..., 'invites_held', n}, where oldest_wait_ms is how long the head of the
 // queue has waited (-1 when nobody waits or the head's join time is
 // unknown).
 var statsScript = newScript(nowMS + roomKeysLua + `
+local kInvites = KEYS[#KEYS]
 local cap = redis.call('HGET', kCfg, 'capacity')
 if not cap then return redis.error_reply('NOROOM') end
 local oldest = -1
@@ -237,5 +249,7 @@ end
 local out = {tonumber(cap), redis.call('ZCARD', kActive), redis.call('ZCARD', kQueue), oldest, redis.call('ZCARD', kAway)}
 local c = redis.call('HGETALL', kStats)
 for i = 1, #c do out[#out + 1] = c[i] end
+out[#out + 1] = 'invites_held'
+out[#out + 1] = redis.call('ZCARD', kInvites)
 return out
 `)

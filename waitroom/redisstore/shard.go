@@ -116,6 +116,9 @@ type queueSample struct {
 // share the hash tag {room#shard}.
 type ShardKeys struct {
 	Config, Seq, Queue, State, Stats, JoinedAt, Seen, Away, AwayAt, Done, SeqOf string
+	// Invites holds the shard's used invites (see Keys.Invites): an
+	// invite's place is always in the same shard.
+	Invites string
 	// Ack is the marker written before a WAIT (Config.AckReplicas).
 	Ack string
 }
@@ -126,7 +129,7 @@ func ShardKeysFor(room string, shard int) ShardKeys {
 	return ShardKeys{
 		Config: p + "cfg", Seq: p + "seq", Queue: p + "queue", State: p + "state", Stats: p + "stats",
 		JoinedAt: p + "joinedat", Seen: p + "seen", Away: p + "away", AwayAt: p + "awayat", Done: p + "done",
-		SeqOf: p + "seqof", Ack: p + "ack",
+		SeqOf: p + "seqof", Ack: p + "ack", Invites: p + "invites",
 	}
 }
 
@@ -138,8 +141,12 @@ func (k ShardKeys) list() []string {
 
 // All lists every key of the shard.
 func (k ShardKeys) All() []string {
-	return []string{k.Config, k.Seq, k.Queue, k.State, k.Stats, k.JoinedAt, k.Seen, k.Away, k.AwayAt, k.Done, k.SeqOf, k.Ack}
+	return []string{k.Config, k.Seq, k.Queue, k.State, k.Stats, k.JoinedAt, k.Seen, k.Away, k.AwayAt, k.Done, k.SeqOf, k.Ack, k.Invites}
 }
+
+// withInvites is the KEYS list of the shard's join and stats scripts: the
+// shard keys, then invites.
+func (k ShardKeys) withInvites() []string { return append(k.list(), k.Invites) }
 
 // ShardOf returns the queue shard of user in a room of k shards.
 func ShardOf(user string, k int) int {
@@ -203,7 +210,8 @@ func (s *Store) checkShards(ctx context.Context, room string, cfg waitroom.RoomC
 // shardConfigFields are the configuration fields a queue shard keeps a
 // copy of.
 var shardConfigFields = map[string]bool{"closed": true, "closed_message": true, "abandon_after_seconds": true,
-	"retention_seconds": true, "lease_seconds": true, "max_waiting": true, "max_joins_per_second": true}
+	"retention_seconds": true, "lease_seconds": true, "max_waiting": true, "max_joins_per_second": true,
+	"closes_at": true, "schedule": true, "invite_only": true}
 
 // shardShare is a shard's share, rounded up, of a room-wide bound n over
 // k shards (0, no bound, stays 0).
@@ -279,20 +287,20 @@ func (s *Store) seeStamp(stamp int64) {
 const joinAttempts = 5
 
 // shardedJoin is Join in a room of k shards.
-func (s *Store) shardedJoin(ctx context.Context, room, user string, k int) (waitroom.Ticket, error) {
+func (s *Store) shardedJoin(ctx context.Context, room, user string, k int, invite string) (waitroom.Ticket, error) {
 	shard := ShardOf(user, k)
 	keys := ShardKeysFor(room, shard)
-	sk := keys.list()
+	sk := keys.withInvites()
 	ended := ""
 	for range joinAttempts {
 		res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
 			if s.ackReplicas > 0 {
 				// Confirmed by the shard's replicas (see replicas.go).
 				return s.onMaster(ctx, keys.Config, keys.Ack, func(ctx context.Context, conn *redis.Conn) ([]any, error) {
-					return shardJoinScript.Run(ctx, conn, sk, user, s.hint.Load(), ended).Slice()
+					return shardJoinScript.Run(ctx, conn, sk, user, s.hint.Load(), ended, invite).Slice()
 				})
 			}
-			return shardJoinScript.Run(ctx, s.users, sk, user, s.hint.Load(), ended).Slice()
+			return shardJoinScript.Run(ctx, s.users, sk, user, s.hint.Load(), ended, invite).Slice()
 		})
 		if err != nil {
 			return waitroom.Ticket{}, err
@@ -849,7 +857,7 @@ type shardPart struct {
 func (s *Store) shardParts(ctx context.Context, room string, k int) ([]shardPart, int64, error) {
 	keys, args := make([][]string, k), make([][]any, k)
 	for i := range k {
-		keys[i] = ShardKeysFor(room, i).list()
+		keys[i] = ShardKeysFor(room, i).withInvites()
 	}
 	var cmds []*redis.Cmd
 	_, err := call(s, ctx, func(ctx context.Context) (struct{}, error) {
@@ -896,6 +904,9 @@ func (s *Store) shardedStats(ctx context.Context, room string, k int, st waitroo
 		st.LeftTotal += p.counters["left"]
 		st.ClosedTotal += p.counters["closed"]
 		st.AbandonedTotal += p.counters["abandoned"]
+		st.InvitesUsed += p.counters["invites_used"]
+		st.InvitesRefused += p.counters["invites_refused"]
+		st.InvitesHeld += p.counters["invites_held"]
 		if p.waiting > 0 && p.oldestJoin >= 0 && (oldest < 0 || p.oldestJoin < oldest) {
 			oldest = p.oldestJoin
 		}

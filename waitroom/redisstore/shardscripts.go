@@ -52,7 +52,8 @@ end
 // unique and rising in the shard, and later than every stamp the caller
 // has seen. A user the shard let go to the room joins only when ended
 // names that admission; else the answer is {'unknown'}: the caller asks
-// the room, then again. Returns view.
+// the room, then again. ARGV[4] is the invite's expiry in ms for an
+// invited join, else empty; KEYS the shard's, then its invites. Returns view.
 var shardJoinScript = newScript(shardLua + `
 if redis.call('EXISTS', kCfg) == 0 then return redis.error_reply('NOROOM') end
 local user = ARGV[1]
@@ -61,16 +62,19 @@ if st == 'waiting' then
   redis.call('ZADD', kSeen, now, user)
   return view(user, st, 0)
 end
-if redis.call('HGET', kCfg, 'closed') == '1' then
+local phase, _, _, inv = sale(0, 0)
+if phase == 'closed' then
   if st then return view(user, st, 0) end
   return {'closed', -1, 0, 0, 0, redis.call('HGET', kCfg, 'closed_message') or '', 0}
 end
 if st == 'admitted' and ARGV[3] ~= '0' and redis.call('HGET', kAdmseq, user) ~= ARGV[3] then return unknown(user) end
-local refused = joinRefused()
+local invite = ARGV[4] or ''
+local refused = joinInvite(user, invite, inv) or joinRefused()
 if refused then return redis.error_reply(refused) end
 local stamp = math.max(nowus, tonumber(redis.call('HGET', kCfg, 'last') or 0) + 1, tonumber(ARGV[2]) + 1)
 redis.call('HSET', kCfg, 'last', stamp)
 enqueue(user, stamp, redis.call('INCR', kSeq))
+useInvite(user, invite)
 return view(user, 'waiting', 1)
 `)
 
@@ -117,7 +121,7 @@ return {st, 0}
 var shardPeekScript = newScript(shardLua + `
 local c = redis.call('HMGET', kCfg, 'closed', 'abandon_ms', 'retention_ms', 'opened_for')
 if not c[3] then return redis.error_reply('NOROOM') end
-local closed, abandon, retention = c[1] == '1', tonumber(c[2] or 0), tonumber(c[3])
+local closed, abandon, retention = sale(0, 0) == 'closed', tonumber(c[2] or 0), tonumber(c[3])
 local heads, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 if closed then closeAll(batch) end
 setAside(abandon, batch)
@@ -166,9 +170,10 @@ end
 return out
 `)
 
-// shardStatsScript returns {waiting, away, oldest_join_ms (-1: none),
-// counter, value, ...}.
+// shardStatsScript (KEYS the shard's, then invites) returns {waiting,
+// away, oldest_join_ms (-1: none), counter, value, ..., 'invites_held', n}.
 var shardStatsScript = newScript(shardKeysLua + `
+local kInvites = KEYS[#KEYS]
 if redis.call('EXISTS', kCfg) == 0 then return redis.error_reply('NOROOM') end
 local oldest = -1
 local head = redis.call('ZRANGE', kQueue, 0, 0)
@@ -176,6 +181,8 @@ if head[1] then oldest = tonumber(redis.call('HGET', kJoinedat, head[1]) or -1) 
 local out = {redis.call('ZCARD', kQueue), redis.call('ZCARD', kAway), oldest}
 local c = redis.call('HGETALL', kStats)
 for i = 1, #c do out[#out + 1] = c[i] end
+out[#out + 1] = 'invites_held'
+out[#out + 1] = redis.call('ZCARD', kInvites)
 return out
 `)
 
@@ -220,11 +227,15 @@ local rate, opens = tonumber(c[3] or 0), tonumber(c[4] or 0)
 local paused, closed = c[5] == '1', c[6] == '1'
 local retention = tonumber(c[7] or 86400000)
 local batch = tonumber(ARGV[1])
+local phase, wcap, wrate, _, first = sale(cap, rate)
+closed = phase == 'closed'
+cap, rate = wcap, wrate
+if opens == 0 then opens = first end
 forget(retention, batch, {kState, kSeqof, kAdmstamp})
 local out = {0, now, 0, 0, 0, 0}
 if closed then out[6] = 1 end
 local stale = redis.call('ZRANGEBYSCORE', kMoving, '-inf', now - tonumber(ARGV[2]), 'LIMIT', 0, batch)
-if paused or closed or (opens > 0 and now < opens) then
+if paused or closed or phase ~= 'open' or (opens > 0 and now < opens) then
   for _, u in ipairs(stale) do out[#out + 1] = u; out[#out + 1] = redis.call('HGET', kMovinginfo, u) or '' end
   return out
 end
@@ -254,8 +265,9 @@ if not c[1] then return redis.error_reply('NOROOM') end
 local batch = tonumber(ARGV[3])
 local expired = reclaim(batch)
 local out = {now, expired}
-if c[5] == '1' or c[6] == '1' then return out end
-local cap, lease, rate, arrival = tonumber(c[1]), tonumber(c[2]), tonumber(c[3] or 0), tonumber(c[4] or 0)
+local phase, cap, rate = sale(tonumber(c[1]), tonumber(c[3] or 0))
+if c[5] == '1' or phase ~= 'open' then return out end
+local lease, arrival = tonumber(c[2]), tonumber(c[4] or 0)
 if ARGV[2] ~= '0' then redis.call('HSET', kCfg, 'opened_for', ARGV[2]) end
 local n = cap - redis.call('ZCARD', kActive)
 local tokens

@@ -89,6 +89,13 @@ func Run(t *testing.T, h Harness) {
 		{"FinishedTicketsForgottenAfterRetention", testRetention},
 		{"LineBoundRefusesNewJoinsOnly", testLineBound},
 		{"JoinRateBoundsNewJoins", testJoinRate},
+		{"ClosesAtEndsTheSale", testClosesAt},
+		{"ClosesAtKeepsLeases", testClosesAtKeepsLeases},
+		{"ScheduleWindowsCapacityAndGaps", testScheduleWindows},
+		{"ScheduleGapAdmitsNobody", testScheduleGap},
+		{"ScheduleOverAfterLastWindow", testScheduleOver},
+		{"InvitesOnePlaceEachUsedOnce", testInvites},
+		{"InviteOnlyWindow", testInviteWindow},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
@@ -216,7 +223,7 @@ func testConfigRoundTrip(t *testing.T, h Harness) {
 	want := waitroom.DefaultRoomConfig()
 	want.Capacity, want.Lease, want.QueueShards = 42, 90*time.Second, h.QueueShards
 	want.AbandonAfter, want.Arrival = 0, 0
-	if cfg != want {
+	if !cfg.Equal(want) {
 		t.Fatalf("Config = %+v, want %+v", cfg, want)
 	}
 	bad := want
@@ -238,7 +245,7 @@ func testConfigRoundTrip(t *testing.T, h Harness) {
 		if err := s.Configure(context.Background(), room, want); err != nil {
 			t.Fatal(err)
 		}
-		if cfg, err := s.Config(context.Background(), room); err != nil || cfg != want {
+		if cfg, err := s.Config(context.Background(), room); err != nil || !cfg.Equal(want) {
 			t.Fatalf("Config = %+v, %v; want %+v", cfg, err, want)
 		}
 		want.PoWDifficulty, want.Template = 0, waitroom.RoomTemplate{}
@@ -536,7 +543,7 @@ func testUpdateConfig(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	want.Paused = true
-	if got, err := s.Config(ctx, room); err != nil || got != want {
+	if got, err := s.Config(ctx, room); err != nil || !got.Equal(want) {
 		t.Fatalf("after UpdateConfig(paused) = %+v, %v; want %+v", got, err, want)
 	}
 	if err := s.UpdateConfig(ctx, "never-configured", other, []string{"paused"}); waitroom.ErrorCode(err) != waitroom.CodeNotFound {
