@@ -57,6 +57,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 	zero("parity between institution, payments, orders and tickets", "parity_mismatches")
 	zero("room never over capacity at the checkout's view", "over_capacity_samples")
 	zero("0 event order violations", "order_violations")
+	zero("the admission log verifies (chain, queue order, capacity)", "fairness_failures")
 	if t, ok := r.Median("tickets", match); ok {
 		s, _ := r.Median("seats_sold", match)
 		x.Check("seats sold = tickets", fmt.Sprintf("seats_sold = %g, tickets = %g", s, t), s == t)

@@ -97,7 +97,7 @@ func (e *Experiment) Repeats() int { return e.cfg.Repeat }
 // Columns implements lab.Experiment.
 func (e *Experiment) Columns() []string {
 	return []string{"tickets", "seats_sold", "oversold", "double_charges", "parity_mismatches", "over_capacity_samples",
-		"order_violations", "unaccounted_buyers", "join_to_ticket_p50_ms", "join_to_ticket_p95_ms", "join_to_ticket_p99_ms"}
+		"order_violations", "fairness_failures", "unaccounted_buyers", "join_to_ticket_p50_ms", "join_to_ticket_p95_ms", "join_to_ticket_p99_ms"}
 }
 
 // logf calls Config.Log, one call at a time.
@@ -705,6 +705,17 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	m["order_violations"] = float64(violations)
 	if violations > 0 {
 		broken = append(broken, fmt.Sprintf("%d event order violations", violations))
+	}
+
+	// The admission log: chain, queue order, capacity.
+	fair, err := r.checkFairness(ctx)
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+	m["fairness_failures"] = float64(len(fair.Problems))
+	m["logged_admissions"] = float64(fair.Admissions)
+	if !fair.OK() {
+		broken = append(broken, fmt.Sprintf("the admission log fails %d checks: %s", len(fair.Problems), strings.Join(fair.Problems[:min(3, len(fair.Problems))], "; ")))
 	}
 
 	// Join to ticket.

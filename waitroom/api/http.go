@@ -210,6 +210,9 @@ func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfi
 		http.MethodPatch:  h.patchRoom,
 		http.MethodDelete: h.deleteRoom,
 	})
+	api.Handle("/v1/rooms/{room}/log", httpapi.Methods{
+		http.MethodGet: h.getLog,
+	})
 	api.Handle("/v1/rooms/{room}/challenge", httpapi.Methods{
 		http.MethodGet: h.challenge,
 	})
@@ -651,6 +654,9 @@ type publicRoomJSON struct {
 	Paused  bool    `json:"paused"`
 	Closed  bool    `json:"closed"`
 	Message string  `json:"message"`
+	// Fairness is the seed's commitment (the seed once drawn) and the
+	// admission log's head; absent when the store keeps none.
+	Fairness *fairnessJSON `json:"fairness,omitempty"`
 }
 
 // roomJSON is the answer of GET /v1/rooms/{room} with the admin token:
@@ -694,6 +700,9 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 	pub := publicRoomJSON{Room: room, Capacity: st.Capacity, Active: st.Active, Waiting: st.Waiting,
 		AdmissionRate: st.AdmissionRate, PoWDifficulty: c.PoWDifficulty,
 		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage}
+	if pub.Fairness, err = h.fairnessView(r, room); err != nil {
+		return err
+	}
 	if !admin {
 		writeJSON(w, http.StatusOK, pub)
 		return nil

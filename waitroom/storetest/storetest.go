@@ -89,6 +89,7 @@ func Run(t *testing.T, h Harness) {
 		{"FinishedTicketsForgottenAfterRetention", testRetention},
 		{"LineBoundRefusesNewJoinsOnly", testLineBound},
 		{"JoinRateBoundsNewJoins", testJoinRate},
+		{"FairnessLogVerifies", testFairness},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
