@@ -106,6 +106,13 @@ type Config struct {
 	// (serve checkout --unsafe-inventory with --unsafe-gap UnsafeGap).
 	UnsafeInventory bool
 	UnsafeGap       time.Duration
+	// Outflow is the room's max_admissions_per_minute (0: no limit).
+	// Adaptive runs the gates' waiting-room instances with
+	// --adaptive-outflow (reading pay's metrics for its UNKNOWN share),
+	// so that the room slows below Outflow while the checkout is unwell;
+	// it needs an Outflow.
+	Outflow  int
+	Adaptive bool
 	// Repeat is how many times the sale runs; Seed seeds the crowd.
 	Repeat int
 	Seed   uint64
@@ -185,6 +192,8 @@ func (c Config) Validate() error {
 		return bad("Repeat", "must be at least 1, got %d", c.Repeat)
 	case c.UnsafeInventory && c.UnsafeGap < 0:
 		return bad("UnsafeGap", "must not be negative")
+	case c.Outflow < 0 || (c.Adaptive && c.Outflow == 0):
+		return bad("Outflow", "must be positive with Adaptive (the limit it adapts below), and never negative, got %d", c.Outflow)
 	case c.Cmd == nil:
 		return bad("Cmd", "must be set: it starts the parts of the sale")
 	}

@@ -64,7 +64,7 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 	} else {
 		x.Missing("seats sold = tickets", "tickets")
 	}
-	for _, k := range []string{"join_to_ticket_p50_ms", "join_to_ticket_p95_ms", "join_to_ticket_p99_ms", "max_active", "max_checkout_buyers", "bot_joins", "bot_joins_limited"} {
+	for _, k := range []string{"unknown_payments", "abandoned_holds", "buyers_failed", "join_to_ticket_p50_ms", "join_to_ticket_p95_ms", "join_to_ticket_p99_ms", "max_active", "max_checkout_buyers", "bot_joins", "bot_joins_limited"} {
 		if v, ok := r.Median(k, match); ok {
 			x.Report(k, fmt.Sprintf("%g", v))
 		}

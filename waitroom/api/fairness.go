@@ -83,3 +83,20 @@ func (h *handler) getLog(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
+
+// outflowJSON is the outflow member of the room view: the adaptive rate
+// (admissions a minute) a controller holds the room at, and why.
+type outflowJSON struct {
+	PerMinute int    `json:"per_minute"`
+	Reason    string `json:"reason"`
+}
+
+// outflowView returns room's outflow member, nil when no controller holds
+// a rate.
+func (h *handler) outflowView(r *http.Request, room string) (*outflowJSON, error) {
+	n, why, ok, err := h.svc.Outflow(r.Context(), room)
+	if err != nil || !ok || n == 0 {
+		return nil, err
+	}
+	return &outflowJSON{PerMinute: n, Reason: why}, nil
+}

@@ -657,6 +657,9 @@ type publicRoomJSON struct {
 	// Fairness is the seed's commitment (the seed once drawn) and the
 	// admission log's head; absent when the store keeps none.
 	Fairness *fairnessJSON `json:"fairness,omitempty"`
+	// Outflow is the adaptive outflow while a controller holds the room
+	// below its limit; absent otherwise.
+	Outflow *outflowJSON `json:"outflow,omitempty"`
 }
 
 // roomJSON is the answer of GET /v1/rooms/{room} with the admin token:
@@ -701,6 +704,9 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 		AdmissionRate: st.AdmissionRate, PoWDifficulty: c.PoWDifficulty,
 		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage}
 	if pub.Fairness, err = h.fairnessView(r, room); err != nil {
+		return err
+	}
+	if pub.Outflow, err = h.outflowView(r, room); err != nil {
 		return err
 	}
 	if !admin {

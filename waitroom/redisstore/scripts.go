@@ -178,6 +178,9 @@ local paused, closed = c[5] == '1', c[6] == '1'
 local abandon, arrival = tonumber(c[7] or 0), tonumber(c[8] or 0)
 local retention = tonumber(c[9] or 86400000)
 local batch = tonumber(ARGV[1])
+-- The adaptive outflow (outflow.go), below the limit while it is fresh.
+local adapt = redis.call('HMGET', kCfg, 'outflow_now', 'outflow_at')
+if rate > 0 and adapt[1] and now - tonumber(adapt[2]) <= 5000 then rate = math.min(rate, tonumber(adapt[1])) end
 
 -- 1. Leases run out, and no-shows.
 local expired = reclaim(batch)
