@@ -165,7 +165,7 @@ type OutflowStore interface {
 }
 
 // OutflowLapse is how long an adaptive rate holds unless set again.
-const OutflowLapse = 5 * time.Second
+const OutflowLapse = 3 * time.Second
 
 // maxLatencies bounds the latencies one interval keeps per room for its
 // p99 (a 99th percentile of the first ones beyond it).

@@ -20,12 +20,12 @@ redis.call('HSET', KEYS[1], 'outflow_now', ARGV[1], 'outflow_why', ARGV[2], 'out
 return 1
 `)
 
-// outflowScript: KEYS cfg. Returns {per_minute, reason}: 0 and '' when
+// outflowScript: KEYS cfg. Returns {per_minute, reason}: 0 and ” when
 // no fresh adaptive outflow is set.
 var outflowScript = newScript(nowMS + `
 local c = redis.call('HMGET', KEYS[1], 'capacity', 'outflow_now', 'outflow_why', 'outflow_at')
 if not c[1] then return redis.error_reply('NOROOM') end
-if not c[2] or now - tonumber(c[4]) > 5000 then return {0, ''} end
+if not c[2] or now - tonumber(c[4]) > 3000 then return {0, ''} end
 return {tonumber(c[2]), c[3] or ''}
 `)
 

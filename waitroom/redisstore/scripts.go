@@ -180,7 +180,7 @@ local retention = tonumber(c[9] or 86400000)
 local batch = tonumber(ARGV[1])
 -- The adaptive outflow (outflow.go), below the limit while it is fresh.
 local adapt = redis.call('HMGET', kCfg, 'outflow_now', 'outflow_at')
-if rate > 0 and adapt[1] and now - tonumber(adapt[2]) <= 5000 then rate = math.min(rate, tonumber(adapt[1])) end
+if rate > 0 and adapt[1] and now - tonumber(adapt[2]) <= 3000 then rate = math.min(rate, tonumber(adapt[1])) end
 
 -- 1. Leases run out, and no-shows.
 local expired = reclaim(batch)

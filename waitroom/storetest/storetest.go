@@ -90,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 		{"LineBoundRefusesNewJoinsOnly", testLineBound},
 		{"JoinRateBoundsNewJoins", testJoinRate},
 		{"FairnessLogVerifies", testFairness},
+		{"AdaptiveOutflowBelowLimit", testAdaptiveOutflow},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
