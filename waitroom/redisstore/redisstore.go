@@ -497,7 +497,7 @@ func (s *Store) Configure(ctx context.Context, room string, cfg waitroom.RoomCon
 		}
 		return s.client.SAdd(ctx, roomsKey, room).Err()
 	})
-	if err != nil || k > 1 {
+	if err != nil || k > 1 || cfg.OpensAt.IsZero() {
 		return err
 	}
 	return s.pickSeed(ctx, room)
