@@ -250,7 +250,7 @@ func New(cfg Config) (*Gate, error) {
 	// above).
 	transport.MaxIdleConns, transport.MaxIdleConnsPerHost = 1024, 1024
 	g.proxy = &httputil.ReverseProxy{
-		Transport:  transport,
+		Transport:  observed{transport, cfg.Service, cfg.Room},
 		BufferPool: copyBuffers{},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(cfg.Upstream)
@@ -272,6 +272,22 @@ func New(cfg Config) (*Gate, error) {
 		},
 	}
 	return g, nil
+}
+
+// observed is the upstream's transport, telling the room's service how
+// long each answer took and whether it failed (a 5xx or none): the
+// signals of the adaptive outflow (waitroom.Service.ObserveUpstream).
+type observed struct {
+	next http.RoundTripper
+	svc  *waitroom.Service
+	room string
+}
+
+func (o observed) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := o.next.RoundTrip(r)
+	o.svc.ObserveUpstream(o.room, time.Since(start), err != nil || resp.StatusCode >= 500)
+	return resp, err
 }
 
 // copyBuffers lends the proxy its 32 KiB copy buffers again and again

@@ -24,6 +24,7 @@ const metricsNamespace = "stampede_waitroom"
 //	stampede_waitroom_admission_pass_errors_total{room}    failed passes
 //	stampede_waitroom_store_round_trips_total{mode}        store requests made by admission passes
 //	stampede_waitroom_admission_pass_seconds{mode}         histogram of pass latency
+//	stampede_waitroom_outflow_per_minute{room}             the adaptive outflow this process set last
 //
 // A room's counters exist, at 0, from its first pass on.
 type Metrics struct {
@@ -32,6 +33,7 @@ type Metrics struct {
 	passErrors  *prometheus.CounterVec
 	roundTrips  *prometheus.CounterVec
 	passSeconds *prometheus.HistogramVec
+	outflow     *prometheus.GaugeVec
 }
 
 // NewMetrics makes the admission metrics and registers them with reg (nil:
@@ -61,6 +63,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "How long one admission pass took in the store, by admission mode.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12), // 0.5 ms to about 1 s
 		}, []string{"mode"}),
+		outflow: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "outflow_per_minute",
+			Help: "The adaptive outflow (admissions a minute) this process's controller set last (ServiceConfig.Outflow).",
+		}, []string{"room"}),
 	}
 	if reg != nil {
 		m.admitted = registerOrReuse(reg, m.admitted)
@@ -68,6 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.passErrors = registerOrReuse(reg, m.passErrors)
 		m.roundTrips = registerOrReuse(reg, m.roundTrips)
 		m.passSeconds = registerOrReuse(reg, m.passSeconds)
+		m.outflow = registerOrReuse(reg, m.outflow)
 	}
 	return m
 }
@@ -101,6 +108,12 @@ func (m *Metrics) OnPass(room string, mode Mode, took time.Duration, res AdmitRe
 	m.passErrors.WithLabelValues(room).Add(errs)
 	m.admitted.WithLabelValues(room).Add(float64(len(res.Admitted)))
 	m.expired.WithLabelValues(room).Add(float64(res.Expired))
+}
+
+// OnOutflow records a change of a room's adaptive outflow. Its signature
+// is that of ServiceConfig.OnOutflow.
+func (m *Metrics) OnOutflow(room string, perMinute int, _ string) {
+	m.outflow.WithLabelValues(room).Set(float64(perMinute))
 }
 
 // roomCollector reads every room's gauges from the store at scrape time:

@@ -34,6 +34,13 @@ type ServiceConfig struct {
 	// OnPass, if set, is called after every admission pass with how long
 	// the store took (metrics hook).
 	OnPass func(room string, mode Mode, took time.Duration, res AdmitResult, err error)
+	// Outflow, when set, adapts the outflow of every room with an outflow
+	// limit to the checkout's health (see OutflowController), stepped
+	// every RoomRefresh; nil keeps the limit as configured.
+	Outflow *OutflowConfig
+	// OnOutflow, if set, is called when this instance changes a room's
+	// adaptive outflow (metrics hook).
+	OnOutflow func(room string, perMinute int, reason string)
 }
 
 // DefaultServiceConfig returns immediate admission, a one-second room
@@ -68,6 +75,9 @@ func (c ServiceConfig) Validate() error {
 	if c.Logger == nil {
 		f.Add("logger", "must not be nil")
 	}
+	if c.Outflow != nil {
+		f.Check("", c.Outflow.Validate())
+	}
 	return f.Err()
 }
 
@@ -82,6 +92,9 @@ type Service struct {
 	admitters map[string]*admitter
 	rates     map[string]*rateMeter
 	runCtx    context.Context // set by Run; admitters live under it
+	// health and controllers serve the adaptive outflow (outflow.go).
+	health      map[string]*healthWindow
+	controllers map[string]*OutflowController
 }
 
 // NewService returns a Service on store. Call Run to start admission.
@@ -89,7 +102,8 @@ func NewService(store Store, cfg ServiceConfig) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{store: store, cfg: cfg, admitters: map[string]*admitter{}, rates: map[string]*rateMeter{}}, nil
+	return &Service{store: store, cfg: cfg, admitters: map[string]*admitter{}, rates: map[string]*rateMeter{},
+		health: map[string]*healthWindow{}, controllers: map[string]*OutflowController{}}, nil
 }
 
 // Run admits for every room in the store until ctx ends. It looks for new
@@ -134,6 +148,7 @@ func (s *Service) refresh(ctx context.Context, wg *sync.WaitGroup) {
 			continue
 		}
 		s.ensureAdmitter(ctx, wg, room, cfg)
+		s.steerOutflow(ctx, room, cfg)
 		if st, err := s.store.Stats(ctx, room); err == nil {
 			s.rate(room).sample(time.Now(), st.AdmittedTotal)
 		}
@@ -144,6 +159,8 @@ func (s *Service) refresh(ctx context.Context, wg *sync.WaitGroup) {
 			a.stop()
 			delete(s.admitters, room)
 			delete(s.rates, room)
+			delete(s.health, room)
+			delete(s.controllers, room)
 		}
 	}
 	s.mu.Unlock()

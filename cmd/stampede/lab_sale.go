@@ -84,6 +84,8 @@ Not part of 'stampede lab' / 'lab all'.`,
 	f.String("nats", "", "a real NATS URL (empty: an embedded nats-server process)")
 	f.Bool("unsafe-inventory", false, "run the checkout without its inventory rule: it oversells, and the report must catch it")
 	f.String("capture", d.Capture, "the checkout's capture mode: automatic, or manual (authorise at the purchase, capture while the order is pending)")
+	f.Int("outflow", 0, "the room's max_admissions_per_minute (0: no limit)")
+	f.Bool("adaptive", false, "run the gates with --adaptive-outflow: the room slows below --outflow while the checkout is unwell (needs --outflow)")
 	f.Bool("keep", false, "keep the run's directory (data, process logs) and, on PostgreSQL, its databases")
 	f.String("dir", "", "directory of the runs' data and logs (default: a temporary one)")
 	return cmd
@@ -113,6 +115,8 @@ func buildSale(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
 	x.set("nats", func(f *pflag.FlagSet) (e error) { cfg.NATS, e = f.GetString("nats"); return })
 	x.set("unsafe-inventory", func(f *pflag.FlagSet) (e error) { cfg.UnsafeInventory, e = f.GetBool("unsafe-inventory"); return })
 	x.set("capture", func(f *pflag.FlagSet) (e error) { cfg.Capture, e = f.GetString("capture"); return })
+	x.set("outflow", func(f *pflag.FlagSet) (e error) { cfg.Outflow, e = f.GetInt("outflow"); return })
+	x.set("adaptive", func(f *pflag.FlagSet) (e error) { cfg.Adaptive, e = f.GetBool("adaptive"); return })
 	x.set("keep", func(f *pflag.FlagSet) (e error) { cfg.Keep, e = f.GetBool("keep"); return })
 	x.set("dir", func(f *pflag.FlagSet) (e error) { cfg.Dir, e = f.GetString("dir"); return })
 	if x.err != nil {

@@ -95,12 +95,14 @@ a documented default.`,
   stampede room resume concert
   stampede room close concert --message "Sold out. Thank you!"
   stampede room list
+  stampede room log concert > concert.log
+  stampede room verify --log concert.log --seed HEX [--user ID]
   stampede room delete concert --yes`,
 	}
 	cmd.AddCommand(newRoomCreateCmd(), newRoomGetCmd(), newRoomListCmd(), newRoomPatchCmd(),
 		newRoomSetCmd("pause", "Stop admitting (the queue keeps its order; joins still queue)", `{"paused": true}`),
 		newRoomSetCmd("resume", "Admit again after a pause", `{"paused": false}`),
-		newRoomCloseCmd(), newRoomDeleteCmd())
+		newRoomCloseCmd(), newRoomDeleteCmd(), newRoomLogCmd(), newRoomVerifyCmd())
 	return cmd
 }
 

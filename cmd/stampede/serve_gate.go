@@ -31,6 +31,8 @@ type gateOptions struct {
 	checkBackoff     time.Duration
 	visitorRate      float64
 	visitorBurst     int
+	// payMetrics is pay's /metrics URL (--pay-metrics).
+	payMetrics string
 }
 
 // addLimitFlags adds the flags limiting admitted traffic, shared by
@@ -99,6 +101,7 @@ its reserved prefix (/.stampede/healthz, /.stampede/readyz,
 	f.DurationVar(&opts.checkCache, "check-cache", def.CheckCache, "how long an online check of a slot is reused, at most 1s")
 	f.DurationVar(&opts.maxSession, "max-session", def.MaxSession, "longest an admission lasts, however active the visitor (the lease slides up to it)")
 	opts.addLimitFlags(f, def)
+	f.StringVar(&opts.payMetrics, "pay-metrics", "", "with --adaptive-outflow: pay's /metrics URL, read every second for the share of payments left UNKNOWN")
 	return cmd
 }
 
@@ -158,6 +161,13 @@ func runGate(cmd *cobra.Command, opts *gateOptions) error {
 	}
 	admitting, stopAdmitting := runInBackground(cmd.Context(), srv.Run)
 	defer func() { stopAdmitting(); <-admitting }()
+	if opts.payMetrics != "" {
+		reading, stopReading := runInBackground(cmd.Context(), func(ctx context.Context) error {
+			readPayMetrics(ctx, opts.payMetrics, srv.Service(), opts.room, loggerOf(cmd))
+			return nil
+		})
+		defer func() { stopReading(); <-reading }()
+	}
 	warnMissingRoom(cmd, srv, opts.room)
 	if err := g.Run(cmd.Context()); err != nil {
 		if e, ok := errors.AsType[*stampede.Error](err); ok && e.Field != "" {

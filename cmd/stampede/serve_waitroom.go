@@ -55,6 +55,9 @@ type waitroomOptions struct {
 	keyEpoch         string
 	previousSecret   string
 	previousKeyEpoch string
+	// The adaptive outflow (waitroom.OutflowController).
+	adaptive   bool
+	outflowP99 time.Duration
 	// dataDir keeps the embedded store's snapshot (and its generated
 	// secret) across restarts; name is the snapshot's base name, set by
 	// the command (serve waitroom, serve gate, serve forward-auth), not a
@@ -171,6 +174,9 @@ func (opts *waitroomOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&opts.previousSecret, "previous-secret", "", "the secret before a rotation: its key (with --previous-key-epoch) still verifies\n"+
 		"admission tokens and is served in /.well-known/jwks.json; empty: --secret")
 	f.StringVar(&opts.previousKeyEpoch, "previous-key-epoch", "", "the key epoch before a rotation; empty: no previous key unless --previous-secret is set")
+	f.BoolVar(&opts.adaptive, "adaptive-outflow", false, "adapt the outflow of rooms with a max_admissions_per_minute to the checkout's health (AIMD, never above it):\n"+
+		"slower while the upstream's p99 or failures (seen by a gate) or pay's UNKNOWN share (serve gate --pay-metrics) are high")
+	f.DurationVar(&opts.outflowP99, "outflow-p99", waitroom.DefaultOutflowConfig().P99, "with --adaptive-outflow: the upstream p99 above which the checkout counts as unwell")
 }
 
 // validate checks the options before anything starts, naming the flag.
@@ -251,6 +257,11 @@ func (o *waitroomOptions) serverConfig(store waitroom.Store, secret []byte) (api
 	cfg.KeyEpoch, cfg.PreviousKeys = o.keyEpoch, o.previousKeys()
 	if o.siteSecret != "" {
 		cfg.SiteSecret = []byte(o.siteSecret)
+	}
+	if o.adaptive {
+		oc := waitroom.DefaultOutflowConfig()
+		oc.P99 = o.outflowP99
+		cfg.Outflow = &oc
 	}
 	return cfg, nil
 }

@@ -114,6 +114,13 @@ type Config struct {
 	// the checkout did not confirm that long after it was made is
 	// refunded or voided.
 	CloseAfter time.Duration
+	// Outflow is the room's max_admissions_per_minute (0: no limit).
+	// Adaptive runs the gates' waiting-room instances with
+	// --adaptive-outflow (reading pay's metrics for its UNKNOWN share),
+	// so that the room slows below Outflow while the checkout is unwell;
+	// it needs an Outflow.
+	Outflow  int
+	Adaptive bool
 	// Repeat is how many times the sale runs; Seed seeds the crowd.
 	Repeat int
 	Seed   uint64
@@ -198,6 +205,8 @@ func (c Config) Validate() error {
 		return bad("Capture", "must be automatic or manual, got %q", c.Capture)
 	case c.CloseAfter <= 0:
 		return bad("CloseAfter", "must be positive, got %s", c.CloseAfter)
+	case c.Outflow < 0 || (c.Adaptive && c.Outflow == 0):
+		return bad("Outflow", "must be positive with Adaptive (the limit it adapts below), and never negative, got %d", c.Outflow)
 	case c.Cmd == nil:
 		return bad("Cmd", "must be set: it starts the parts of the sale")
 	}

@@ -58,13 +58,14 @@ func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 	zero("parity between institution, payments, orders and tickets", "parity_mismatches")
 	zero("room never over capacity at the checkout's view", "over_capacity_samples")
 	zero("0 event order violations", "order_violations")
+	zero("the admission log verifies (chain, queue order, capacity)", "fairness_failures")
 	if t, ok := r.Median("tickets", match); ok {
 		s, _ := r.Median("seats_sold", match)
 		x.Check("seats sold = tickets", fmt.Sprintf("seats_sold = %g, tickets = %g", s, t), s == t)
 	} else {
 		x.Missing("seats sold = tickets", "tickets")
 	}
-	for _, k := range []string{"join_to_ticket_p50_ms", "join_to_ticket_p95_ms", "join_to_ticket_p99_ms", "max_active", "max_checkout_buyers", "bot_joins", "bot_joins_limited"} {
+	for _, k := range []string{"unknown_payments", "abandoned_holds", "buyers_failed", "join_to_ticket_p50_ms", "join_to_ticket_p95_ms", "join_to_ticket_p99_ms", "max_active", "max_checkout_buyers", "bot_joins", "bot_joins_limited"} {
 		if v, ok := r.Median(k, match); ok {
 			x.Report(k, fmt.Sprintf("%g", v))
 		}

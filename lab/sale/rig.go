@@ -335,11 +335,15 @@ func (r *rig) setUp(ctx context.Context) error {
 	}
 	// The gates with their waiting-room instances.
 	for i, a := range gateAddrs {
-		g, err := r.newProc(fmt.Sprintf("gate-%d", i), "http://"+a+"/.well-known/jwks.json", "serve", "gate", "--http", a, "--redis", redisURL,
+		args := []string{"serve", "gate", "--http", a, "--redis", redisURL,
 			"--secret", r.secret, "--admin-token", r.adminToken, "--checkout-key", r.checkoutKey,
 			"--upstream", r.checkoutURL, "--room", r.room, "--instance", fmt.Sprintf("gate-%d", i),
 			"--trusted-proxy", "127.0.0.1/32", "--join-rate", "2", "--join-burst", "10", "--join-clients", "100000",
-			"--log-level", "warn")
+			"--log-level", "warn"}
+		if r.cfg.Adaptive {
+			args = append(args, "--adaptive-outflow", "--pay-metrics", r.payURL+"/metrics")
+		}
+		g, err := r.newProc(fmt.Sprintf("gate-%d", i), "http://"+a+"/.well-known/jwks.json", args...)
 		if err != nil {
 			return err
 		}
@@ -407,7 +411,7 @@ func (r *rig) setUp(ctx context.Context) error {
 	}
 	// The room and the event.
 	room := map[string]any{"capacity": r.cfg.Capacity, "lease_seconds": r.cfg.Lease.Seconds(), "admit_interval_ms": 200,
-		"max_admissions_per_minute": 0, "opens_at": nil, "paused": false, "closed": false, "closed_message": "",
+		"max_admissions_per_minute": r.cfg.Outflow, "opens_at": nil, "paused": false, "closed": false, "closed_message": "",
 		"abandon_after_seconds": 5, "arrival_seconds": 5, "retention_seconds": 3600, "pow_difficulty": 0, "template": nil}
 	if err := r.call(ctx, http.MethodPut, r.gateURLs[0]+"/v1/rooms/"+r.room, r.adminToken, room, nil); err != nil {
 		return fmt.Errorf("sale: creating the room: %w", err)

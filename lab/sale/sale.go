@@ -88,8 +88,15 @@ func (e *Experiment) Conditions() []lab.Condition {
 	if faults == "" {
 		faults = "none"
 	}
-	return []lab.Condition{{Label: fmt.Sprintf("inventory=%s capture=%s faults=%s", inv, e.cfg.Capture, faults),
-		Values: map[string]any{"inventory": inv, "buyers": e.cfg.Buyers, "capture": e.cfg.Capture}, Keys: []string{"inventory", "buyers", "capture"}}}
+	outflow := "none"
+	if e.cfg.Outflow > 0 {
+		outflow = fmt.Sprintf("static-%d", e.cfg.Outflow)
+		if e.cfg.Adaptive {
+			outflow = fmt.Sprintf("adaptive-%d", e.cfg.Outflow)
+		}
+	}
+	return []lab.Condition{{Label: fmt.Sprintf("inventory=%s capture=%s faults=%s outflow=%s", inv, e.cfg.Capture, faults, outflow),
+		Values: map[string]any{"inventory": inv, "buyers": e.cfg.Buyers, "capture": e.cfg.Capture, "outflow": outflow}, Keys: []string{"inventory", "buyers", "capture", "outflow"}}}
 }
 
 // Repeats implements lab.Experiment.
@@ -98,7 +105,7 @@ func (e *Experiment) Repeats() int { return e.cfg.Repeat }
 // Columns implements lab.Experiment.
 func (e *Experiment) Columns() []string {
 	return []string{"tickets", "seats_sold", "oversold", "double_charges", "charged_without_ticket", "closures", "parity_mismatches", "over_capacity_samples",
-		"order_violations", "unaccounted_buyers", "join_to_ticket_p50_ms", "join_to_ticket_p95_ms", "join_to_ticket_p99_ms"}
+		"order_violations", "fairness_failures", "unaccounted_buyers", "unknown_payments", "abandoned_holds", "buyers_failed", "join_to_ticket_p50_ms", "join_to_ticket_p95_ms", "join_to_ticket_p99_ms"}
 }
 
 // logf calls Config.Log, one call at a time.
@@ -776,6 +783,29 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	m["order_violations"] = float64(violations)
 	if violations > 0 {
 		broken = append(broken, fmt.Sprintf("%d event order violations", violations))
+	}
+
+	// What the institution's hang cost: payments it left UNKNOWN (the
+	// checkout's timeouts at pay) and holds given back unsold.
+	var unknownPayments, releasedHolds int64
+	if err := d.pay.QueryRowContext(ctx, "SELECT COUNT(DISTINCT payment_id) FROM payment_history WHERE to_status = 'UNKNOWN'").Scan(&unknownPayments); err != nil {
+		return lab.RunResult{}, fmt.Errorf("sale: counting UNKNOWN payments: %w", err)
+	}
+	if err := d.checkout.QueryRowContext(ctx, "SELECT COUNT(*) FROM checkout_holds WHERE state = 'released' AND event_id = "+d.q("?", "$1"), r.event).Scan(&releasedHolds); err != nil {
+		return lab.RunResult{}, fmt.Errorf("sale: counting released holds: %w", err)
+	}
+	m["unknown_payments"] = float64(unknownPayments)
+	m["abandoned_holds"] = float64(releasedHolds)
+
+	// The admission log: chain, queue order, capacity.
+	fair, err := r.checkFairness(ctx)
+	if err != nil {
+		return lab.RunResult{}, err
+	}
+	m["fairness_failures"] = float64(len(fair.Problems))
+	m["logged_admissions"] = float64(fair.Admissions)
+	if !fair.OK() {
+		broken = append(broken, fmt.Sprintf("the admission log fails %d checks: %s", len(fair.Problems), strings.Join(fair.Problems[:min(3, len(fair.Problems))], "; ")))
 	}
 
 	// Join to ticket.

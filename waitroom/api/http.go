@@ -210,6 +210,9 @@ func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfi
 		http.MethodPatch:  h.patchRoom,
 		http.MethodDelete: h.deleteRoom,
 	})
+	api.Handle("/v1/rooms/{room}/log", httpapi.Methods{
+		http.MethodGet: h.getLog,
+	})
 	api.Handle("/v1/rooms/{room}/challenge", httpapi.Methods{
 		http.MethodGet: h.challenge,
 	})
@@ -829,6 +832,12 @@ type publicRoomJSON struct {
 	Closed  bool    `json:"closed"`
 	Message string  `json:"message"`
 	saleJSON
+	// Fairness is the seed's commitment (the seed once drawn) and the
+	// admission log's head; absent when the store keeps none.
+	Fairness *fairnessJSON `json:"fairness,omitempty"`
+	// Outflow is the adaptive outflow while a controller holds the room
+	// below its limit; absent otherwise.
+	Outflow *outflowJSON `json:"outflow,omitempty"`
 }
 
 // saleJSON is where the room's sale stands, by this instance's clock (see
@@ -910,6 +919,12 @@ func (h *handler) getRoom(w http.ResponseWriter, r *http.Request) error {
 	pub := publicRoomJSON{Room: room, Capacity: int64(cfg.SaleAt(now).Capacity), Active: st.Active, Waiting: st.Waiting,
 		AdmissionRate: st.AdmissionRate, PoWDifficulty: c.PoWDifficulty,
 		OpensAt: c.OpensAt, Paused: c.Paused, Closed: c.Closed, Message: c.ClosedMessage, saleJSON: saleView(cfg, now)}
+	if pub.Fairness, err = h.fairnessView(r, room); err != nil {
+		return err
+	}
+	if pub.Outflow, err = h.outflowView(r, room); err != nil {
+		return err
+	}
 	if !admin {
 		writeJSON(w, http.StatusOK, pub)
 		return nil

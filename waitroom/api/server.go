@@ -79,6 +79,9 @@ type Config struct {
 	// metrics have recorded it (for example by the lab, to count store
 	// round trips).
 	OnPass func(room string, mode waitroom.Mode, took time.Duration, res waitroom.AdmitResult, err error)
+	// Outflow, when set, adapts the outflow of rooms with an outflow
+	// limit to the checkout's health (waitroom.ServiceConfig.Outflow).
+	Outflow *waitroom.OutflowConfig
 }
 
 // DefaultConfig returns a configuration with immediate admission on and
@@ -197,6 +200,7 @@ func New(cfg Config) (*Server, error) {
 	metrics := waitroom.NewMetrics(reg)
 	scfg := cfg.serviceConfig(log)
 	scfg.OnPass = metrics.OnPass
+	scfg.Outflow, scfg.OnOutflow = cfg.Outflow, metrics.OnOutflow
 	if extra := cfg.OnPass; extra != nil {
 		scfg.OnPass = func(room string, mode waitroom.Mode, took time.Duration, res waitroom.AdmitResult, err error) {
 			metrics.OnPass(room, mode, took, res, err)

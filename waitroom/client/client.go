@@ -233,6 +233,33 @@ func (c *Client) RoomAdmin(ctx context.Context, room string) (json.RawMessage, e
 	return out, err
 }
 
+// AdmissionLog writes room's whole admission log to w, one entry a line
+// (GET /v1/rooms/{room}/log, page by page), and returns how many entries
+// it wrote.
+func (c *Client) AdmissionLog(ctx context.Context, room string, w io.Writer) (int64, error) {
+	var n int64
+	from := int64(1)
+	for {
+		var page struct {
+			Entries []string `json:"entries"`
+			Next    *int64   `json:"next"`
+		}
+		if err := c.do(ctx, http.MethodGet, fmt.Sprintf("%s/log?from=%d", roomPath(room), from), c.cfg.AdminToken, nil, &page); err != nil {
+			return n, err
+		}
+		for _, e := range page.Entries {
+			if _, err := io.WriteString(w, e+"\n"); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if page.Next == nil || len(page.Entries) == 0 {
+			return n, nil
+		}
+		from = *page.Next
+	}
+}
+
 // PutRoom creates room, or replaces its whole configuration, with cfg
 // (PUT /v1/rooms/{room}: capacity is required, every other field has a
 // default). The server validates cfg and names each bad field.

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -384,6 +383,8 @@ type Keys struct {
 	// Invites scores each used invite's place by the invite's expiry (ms),
 	// kept until a day after it (see waitroom.InviteStore).
 	Invites string
+	// Log is the admission log (fairness.go).
+	Log string
 }
 
 // KeysFor returns room's keys; all share the hash tag {room}.
@@ -395,6 +396,7 @@ func KeysFor(room string) Keys {
 		JoinedAt: p + "joinedat", Seen: p + "seen", Away: p + "away", AwayAt: p + "awayat",
 		Unarrived: p + "unarrived", Done: p + "done", Bucket: p + "bucket", Ack: p + "ack",
 		AdmStamp: p + "admstamp", Moving: p + "moving", MovingInfo: p + "movinginfo", Invites: p + "invites",
+		Log: p + "log",
 	}
 }
 
@@ -415,7 +417,7 @@ func (k Keys) scriptKeys() []string {
 }
 
 // All lists every key of the room.
-func (k Keys) All() []string { return append(k.shardedKeys(), k.Ack, k.Invites) }
+func (k Keys) All() []string { return append(k.shardedKeys(), k.Ack, k.Invites, k.Log) }
 
 // configFields maps each JSON name of a RoomConfig field to its field and
 // value in the room's configuration hash.
@@ -542,12 +544,16 @@ func (s *Store) Configure(ctx context.Context, room string, cfg waitroom.RoomCon
 		}
 	}
 	args = append(args, "queue_shards", cfg.QueueShards)
-	return call0(s, ctx, func(ctx context.Context) error {
+	err = call0(s, ctx, func(ctx context.Context) error {
 		if err := s.client.HSet(ctx, KeysFor(room).Config, args...).Err(); err != nil {
 			return err
 		}
 		return s.client.SAdd(ctx, roomsKey, room).Err()
 	})
+	if err != nil || k > 1 || cfg.OpensAt.IsZero() {
+		return err
+	}
+	return s.pickSeed(ctx, room)
 }
 
 // UpdateConfig implements waitroom.Store: one script, so that the fields
@@ -581,6 +587,9 @@ func (s *Store) UpdateConfig(ctx context.Context, room string, cfg waitroom.Room
 	err = call0(s, ctx, func(ctx context.Context) error {
 		return updateScript.Run(ctx, s.client, []string{KeysFor(room).Config}, args...).Err()
 	})
+	if err == nil && k <= 1 && slices.Contains(fields, "opens_at") {
+		err = s.pickSeed(ctx, room)
+	}
 	if err != nil || k <= 1 {
 		return err
 	}
@@ -821,8 +830,8 @@ func (s *Store) QueueShards(ctx context.Context, room string) (int, error) {
 }
 
 func (s *Store) admitAtomic(ctx context.Context, room string) (waitroom.AdmitResult, error) {
-	seed := 1 + rand.Int64N(2147483646) // Park-Miller: [1, 2^31-2]
-	out, err := admitScript.Run(ctx, s.client, KeysFor(room).scriptKeys(), MaxBatch, seed).Slice()
+	k := KeysFor(room)
+	out, err := admitScript.Run(ctx, s.client, append(k.scriptKeys(), k.Log), MaxBatch, newSeed(), room).Slice()
 	if err != nil {
 		return waitroom.AdmitResult{}, err
 	}

@@ -156,8 +156,9 @@ var reclaimScript = newScript(roomLua + `
 return {reclaim(0), now}
 `)
 
-// admitScript is the atomic admission pass: ARGV max_batch, seed (a
-// random integer in [1, 2^31-2] for the pre-queue shuffle). In one step it
+// admitScript is the atomic admission pass: KEYS the room's and its log;
+// ARGV max_batch, seed (a fresh one, for an opening that has none: see
+// fairLua's draw), room. In one step it
 //
 //  1. reclaims run-out leases, and admissions whose user has not arrived
 //     within the arrival window (no-shows);
@@ -169,15 +170,16 @@ return {reclaim(0), now}
 //  4. forgets up to max_batch users finished for longer than the retention;
 //  5. unless the room is paused, closed (or past closes_at, or past its
 //     last window), not yet open or between two windows of its schedule:
-//     shuffles the pre-queue at the first pass after opening (the first
-//     window's start, with a schedule), then admits up to the free
+//     draws the pre-queue's order at the first pass after opening (the
+//     first window's start, with a schedule), then admits up to the free
 //     capacity, max_batch and the outflow bucket's whole tokens, from the
-//     head of the queue. With a schedule the window in force sets the
-//     capacity and the outflow.
+//     head of the queue, appending each admission to the log. With a
+//     schedule the window in force sets the capacity and the outflow; a
+//     fresh adaptive outflow lowers it further.
 //
 // No observer can see the room over capacity, and users enter in queue
 // order. Returns {expired_count, now_ms, shuffled, admitted users...}.
-var admitScript = newScript(roomLua + `
+var admitScript = newScript(roomLua + fairLua + `
 local c = redis.call('HMGET', kCfg, 'capacity', 'lease_ms', 'rate_per_min', 'opens_at_ms', 'paused',
   'closed', 'abandon_ms', 'arrival_ms', 'retention_ms', 'opened_for')
 if not c[1] then return redis.error_reply('NOROOM') end
@@ -203,9 +205,12 @@ forget(retention, batch, {kState, kSeqof, kJoinedat})
 local out = {expired, now, 0}
 if paused or closed or phase ~= 'open' or (opens > 0 and now < opens) then return out end
 cap, rate = wcap, wrate
+-- The adaptive outflow (outflow.go), below the limit while it is fresh.
+local adapt = redis.call('HMGET', kCfg, 'outflow_now', 'outflow_at')
+if rate > 0 and adapt[1] and now - tonumber(adapt[2]) <= 3000 then rate = math.min(rate, tonumber(adapt[1])) end
 
--- 5a. The pre-queue, once, in random order.
-if opens > 0 and tonumber(c[10] or 0) ~= opens then out[3] = shuffle(opens, ARGV[2], kSeqof) end
+-- 5a. The pre-queue, once, in the order its seed draws.
+if opens > 0 and tonumber(c[10] or 0) ~= opens then out[3] = draw(opens, ARGV[2]) end
 
 -- 5b. Admission, within capacity, batch and the outflow bucket.
 local n = math.min(cap - redis.call('ZCARD', kActive), batch)
@@ -224,6 +229,7 @@ if n > 0 then
     if arrival > 0 then redis.call('ZADD', kUnarrived, now + arrival, u) end
     out[#out + 1] = u
   end
+  logAdmitted(popped, cap, abandon)
   if #out > 3 then redis.call('HINCRBY', kStats, 'admitted', #out - 3) end
 end
 if tokens then

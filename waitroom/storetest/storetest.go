@@ -96,6 +96,8 @@ func Run(t *testing.T, h Harness) {
 		{"ScheduleOverAfterLastWindow", testScheduleOver},
 		{"InvitesOnePlaceEachUsedOnce", testInvites},
 		{"InviteOnlyWindow", testInviteWindow},
+		{"FairnessLogVerifies", testFairness},
+		{"AdaptiveOutflowBelowLimit", testAdaptiveOutflow},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
