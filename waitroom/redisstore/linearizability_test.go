@@ -149,6 +149,9 @@ func runHistory(t *testing.T, store *redisstore.Store, advance func(int64), leas
 	room := fmt.Sprintf("lin-%d-%d", seed, time.Now().UnixNano())
 	cfg := waitroom.DefaultRoomConfig()
 	cfg.Capacity, cfg.Lease, cfg.QueueShards = linCapacity, time.Duration(leaseMS)*time.Millisecond, shards
+	// The model knows leases, not abandonment or arrival: its clients
+	// stand still while the clock is advanced.
+	cfg.AbandonAfter, cfg.Arrival = 0, 0
 	if err := store.Configure(ctx, room, cfg); err != nil {
 		t.Fatal(err)
 	}
