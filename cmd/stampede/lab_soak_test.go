@@ -85,7 +85,7 @@ func TestLabSoakReportShape(t *testing.T) {
 	want := []string{"redis rss", "nats rss", "redis keys", "redis room memory", "stream per payment",
 		"pay database per payment", "checkout database per payment", "fulfilment database per payment", "join to admission p99", "payment p99"}
 	for _, p := range []string{"institution", "pay", "checkout", "gate-0", "gate-1", "gate-2", "worker-0", "worker-1", "worker-2"} {
-		want = append(want, p+" rss", p+" open files", p+" goroutines")
+		want = append(want, p+" rss", p+" open files", p+" goroutines", p+" heap in use")
 	}
 	for _, w := range want {
 		if !have[w] {
@@ -102,7 +102,7 @@ func TestLabSoakReportShape(t *testing.T) {
 	if !strings.Contains(string(report), "| series | unit | mean | first → last | slope / h | allowed / h | verdict |") {
 		t.Error("REPORT.md has no slopes table")
 	}
-	for _, f := range []string{"soak-rss.png", "soak-goroutines.png", "soak-open-files.png", "soak-redis-keys.png", "soak-store-bytes-per-payment.png", "soak-p99-ms.png", "soak-series.json"} {
+	for _, f := range []string{"soak-rss.png", "soak-heap.png", "soak-goroutines.png", "soak-open-files.png", "soak-redis-keys.png", "soak-store-bytes-per-payment.png", "soak-p99-ms.png", "soak-series.json"} {
 		if fi, err := os.Stat(filepath.Join(out, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

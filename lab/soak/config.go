@@ -69,6 +69,7 @@ type Config struct {
 // Families of series, each drawn in one chart with one tolerance.
 const (
 	FamilyRSS        = "rss"
+	FamilyHeap       = "heap"
 	FamilyGoroutines = "goroutines"
 	FamilyFiles      = "open_files"
 	FamilyRedisKeys  = "redis_keys"
@@ -79,12 +80,14 @@ const (
 )
 
 // DefaultTolerances are the growth an hour allowed to each family: a
-// tenth of the mean, and at least 8 MiB of memory, 20 goroutines or open
+// tenth of the mean, and at least 8 MiB of memory (resident, or the Go
+// heap in use), 20 goroutines or open
 // files, 10 keys, 1 MiB of Redis memory, 100 bytes per payment; a
 // quarter of the mean and at least 50 ms for a p99.
 func DefaultTolerances() map[string]Tolerance {
 	return map[string]Tolerance{
 		FamilyRSS:        {Relative: 0.10, Absolute: 8 << 20},
+		FamilyHeap:       {Relative: 0.10, Absolute: 8 << 20},
 		FamilyGoroutines: {Relative: 0.10, Absolute: 20},
 		FamilyFiles:      {Relative: 0.10, Absolute: 20},
 		FamilyRedisKeys:  {Relative: 0.10, Absolute: 10},
@@ -165,7 +168,7 @@ func (c Config) Validate() error {
 	if c.LeakRate < 0 {
 		f.Add("plant_leak", "must not be negative, got %d", c.LeakRate)
 	}
-	for _, fam := range []string{FamilyRSS, FamilyGoroutines, FamilyFiles, FamilyRedisKeys, FamilyRedisBytes, FamilyStore, FamilyStream, FamilyLatency} {
+	for _, fam := range []string{FamilyRSS, FamilyHeap, FamilyGoroutines, FamilyFiles, FamilyRedisKeys, FamilyRedisBytes, FamilyStore, FamilyStream, FamilyLatency} {
 		if t, ok := c.Tolerances[fam]; !ok || t.Relative < 0 || t.Absolute < 0 {
 			f.Add("tolerances", "needs a non-negative tolerance for %s", fam)
 		}

@@ -154,10 +154,11 @@ func (s *sampler) sample(ctx context.Context) {
 			s.fail(p.Name + " open files")
 		}
 		if p.Metrics != "" {
-			if g, err := s.goroutines(ctx, p.Metrics); err == nil {
+			if g, heap, err := s.scrape(ctx, p.Metrics); err == nil {
 				s.add(p.Name+" goroutines", FamilyGoroutines, "goroutines", true, t, g)
+				s.add(p.Name+" heap in use", FamilyHeap, "bytes", true, t, heap)
 			} else {
-				s.fail(p.Name + " goroutines")
+				s.fail(p.Name + " metrics")
 			}
 		}
 	}
@@ -245,27 +246,41 @@ func (s *sampler) sample(ctx context.Context) {
 	}
 }
 
-// goroutines reads go_goroutines from a Prometheus endpoint.
-func (s *sampler) goroutines(ctx context.Context, u string) (float64, error) {
+// scrape reads go_goroutines and go_memstats_heap_inuse_bytes from a
+// Prometheus endpoint.
+func (s *sampler) scrape(ctx context.Context, u string) (goroutines, heap float64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	resp, err := s.hc.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	found := 0
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if goroutines, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+				return 0, 0, err
+			}
+			found++
+		}
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			if heap, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+				return 0, 0, err
+			}
+			found++
 		}
 	}
-	return 0, fmt.Errorf("soak: no go_goroutines at %s (%s)", u, resp.Status)
+	if found < 2 {
+		return 0, 0, fmt.Errorf("soak: no go_goroutines or go_memstats_heap_inuse_bytes at %s (%s)", u, resp.Status)
+	}
+	return goroutines, heap, nil
 }
 
 // rssOf is a process's resident set size in bytes (VmRSS).
