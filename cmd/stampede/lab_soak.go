@@ -31,8 +31,10 @@ arrive at --rate a second and leave, pay, their events reach the workers,
 and --refund-share of the paid orders are refunded through pay's API.
 
 Every --sample it records each process's resident memory (/proc), goroutines
-(go_goroutines on its /metrics) and open files (/proc/PID/fd); the Redis's
-keys (DBSIZE), the room's memory (MEMORY USAGE of its keys) and the server's
+and Go heap in use (go_goroutines and go_memstats_heap_inuse_bytes on its
+/metrics) and open files (/proc/PID/fd); the Redis's keys (DBSIZE: judged on
+the embedded server, reported on a real one, whose database others may
+use), the room's memory (MEMORY USAGE of its keys) and the server's
 used_memory (reported only: on a shared server it is everyone's); each
 database's size (SQLite file and WAL, or pg_database_size) and the event
 stream's bytes, judged per payment (they keep every record); and the p99 of
@@ -40,7 +42,7 @@ join to admission and of payment per minute.
 
 After the warm-up (--warmup, default a fifth of the run) it fits a
 least-squares line to every series and judges its slope an hour against
-its tolerance (a tenth of its mean, and at least 8 MiB of memory, 20
+its tolerance (a tenth of its mean, and at least 8 MiB of memory or heap, 20
 goroutines or files, 10 keys, 1 MiB of Redis memory, 100 bytes per payment,
 or a quarter of the mean and 50 ms for a p99). A series that grows beyond it,
 a broken invariant (oversell, double charge, double refund, parity) or a

@@ -152,7 +152,7 @@ func (e *Experiment) Run(ctx context.Context, _ lab.Condition, repeat int) (lab.
 	}
 
 	start := time.Now()
-	smp, err := newSampler(rig, cfg.Tolerances, start)
+	smp, err := newSampler(rig, cfg.Tolerances, start, cfg.Redis != "")
 	if err != nil {
 		return lab.RunResult{Valid: false, Reason: err.Error()}, nil
 	}
