@@ -52,6 +52,12 @@ const maxBackoffDoublings = 4
 // then arbitrary ones.
 const maxEntries = 100_000
 
+// sweepEvery is how often the remembered admissions, verified tokens and
+// visitors' buckets of no use any more are dropped, whatever their
+// number: without it, a gate under a steady flow of buyers kept every
+// finished admission until maxEntries, growing for hours.
+const sweepEvery = time.Minute
+
 // entry is what the gate knows of one admission.
 type entry struct {
 	// held: the last answer said the admission holds its slot, usable
@@ -206,18 +212,22 @@ func (g *Gate) touch(ctx context.Context, c protocol.AdmissionClaims) (bool, tim
 }
 
 // entry returns k's entry, made if missing; g.mu is held. Making one past
-// maxEntries first drops the entries of no use any more.
+// maxEntries, or sweepEvery after the last sweep, first drops the entries
+// of no use any more.
 func (g *Gate) entry(k admissionKey, c protocol.AdmissionClaims, now time.Time) *entry {
 	e := g.cache[k]
 	if e != nil {
 		return e
 	}
-	if len(g.cache) >= maxEntries {
+	if len(g.cache) >= maxEntries || now.Sub(g.sweptAt) >= sweepEvery {
+		g.sweptAt = now
 		for kk, v := range g.cache {
 			if !now.Before(v.keep) && v.call == nil {
 				delete(g.cache, kk)
 			}
 		}
+	}
+	if len(g.cache) >= maxEntries {
 		for kk, v := range g.cache { // still full: drop arbitrary ones
 			if len(g.cache) < maxEntries*9/10 {
 				break

@@ -205,6 +205,8 @@ type Gate struct {
 	// mu guards cache, what the gate knows of each admission (check.go).
 	mu    sync.Mutex
 	cache map[admissionKey]*entry
+	// sweptAt is when the entries of no use were last dropped.
+	sweptAt time.Time
 	// flights reads the room's status once for every refused API client
 	// asking at the same time; places holds CheckConcurrency places for
 	// the checks' store calls.

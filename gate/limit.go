@@ -16,9 +16,9 @@ import (
 
 // visitorLimits holds one token bucket per admission: VisitorRate
 // requests a second, VisitorBurst at once. A bucket idle long enough to be
-// full again is the same as a new one, so it is dropped once the map
-// holds maxEntries; past that, arbitrary ones are (their visitors start
-// again with a full bucket).
+// full again is the same as a new one, so it is dropped (every sweepEvery,
+// and once the map holds maxEntries); past that, arbitrary ones are
+// (their visitors start again with a full bucket).
 type visitorLimits struct {
 	rate  rate.Limit
 	burst int
@@ -27,6 +27,9 @@ type visitorLimits struct {
 
 	mu      sync.Mutex
 	buckets map[admissionKey]*bucket
+	// sweptAt is when the idle buckets were last dropped (at most
+	// sweepEvery apart).
+	sweptAt time.Time
 }
 
 // bucket is one admission's limiter and when it was last used.
@@ -53,7 +56,7 @@ func (v *visitorLimits) allow(k admissionKey, now time.Time) (bool, time.Duratio
 	defer v.mu.Unlock()
 	b := v.buckets[k]
 	if b == nil {
-		if len(v.buckets) >= maxEntries {
+		if len(v.buckets) >= maxEntries || now.Sub(v.sweptAt) >= sweepEvery {
 			v.evict(now)
 		}
 		b = &bucket{lim: rate.NewLimiter(v.rate, v.burst)}
@@ -67,9 +70,10 @@ func (v *visitorLimits) allow(k admissionKey, now time.Time) (bool, time.Duratio
 	return false, time.Duration(missing / float64(v.rate) * float64(time.Second))
 }
 
-// evict drops the buckets idle long enough to be full, then arbitrary
-// ones down to 90% of maxEntries; v.mu is held.
+// evict drops the buckets idle long enough to be full, then, past
+// maxEntries, arbitrary ones down to 90% of it; v.mu is held.
 func (v *visitorLimits) evict(now time.Time) {
+	v.sweptAt = now
 	for k, b := range v.buckets {
 		if now.Sub(b.last) >= v.refill {
 			delete(v.buckets, k)

@@ -11,12 +11,15 @@ import (
 // tokenCache remembers the admission tokens whose signature verified, so
 // that a cookie sent with every request is verified once: by the token's
 // text, until keep (the token's expiry, or for the forward-auth server the
-// end of its admission's session, when a stale token still counts). At
-// most maxEntries; past it, those of no use are dropped, then arbitrary
-// ones. Failed verifications are not remembered.
+// end of its admission's session, when a stale token still counts). Those
+// of no use are dropped every sweepEvery; at most maxEntries, past which
+// arbitrary ones are dropped too. Failed verifications are not remembered.
 type tokenCache struct {
 	mu sync.Mutex
 	m  map[string]verified
+	// sweptAt is when the entries of no use were last dropped (at most
+	// sweepEvery apart).
+	sweptAt time.Time
 }
 
 // verified is a token's claims and when its entry is of no use any more.
@@ -69,12 +72,15 @@ func (g *Gate) verify(token string, allowStale bool) (protocol.AdmissionClaims, 
 func (tc *tokenCache) add(token string, v verified, now time.Time) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
-	if len(tc.m) >= maxEntries {
+	if len(tc.m) >= maxEntries || now.Sub(tc.sweptAt) >= sweepEvery {
+		tc.sweptAt = now
 		for k, e := range tc.m {
 			if !now.Before(e.keep) {
 				delete(tc.m, k)
 			}
 		}
+	}
+	if len(tc.m) >= maxEntries {
 		for k := range tc.m { // still full: drop arbitrary ones
 			if len(tc.m) < maxEntries*9/10 {
 				break

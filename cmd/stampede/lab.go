@@ -96,6 +96,8 @@ then it exits with status 2 as well.`,
 	cmd.AddCommand(newLabEventsWorkerCmd())
 	// Not in experiments() either: a whole sale of child processes.
 	cmd.AddCommand(newLabSaleCmd(opts), newLabSaleRedisCmd(), newLabSaleNATSCmd(), newLabSaleProxyCmd())
+	// Nor the soak: minutes to hours of a rolling sale.
+	cmd.AddCommand(newLabSoakCmd(opts), newLabSoakLeakCmd())
 	return cmd
 }
 

@@ -73,6 +73,9 @@ type Config struct {
 	// Lease is the room's admission lease (a buyer who walks away from a
 	// hold gives its seat back after it).
 	Lease time.Duration
+	// Retention is the room's retention_seconds: how long it keeps a
+	// finished ticket; 0: an hour.
+	Retention time.Duration
 	// QueueAbandon and CheckoutAbandon are the shares of buyers who give
 	// up in the queue and after their hold; Reload the share who reload
 	// the waiting page (re-join with their ticket) while waiting.
@@ -183,6 +186,8 @@ func (c Config) Validate() error {
 		return bad("Surge", "must be positive (and Tail not negative), got %s and %s", c.Surge, c.Tail)
 	case c.Lease < time.Second:
 		return bad("Lease", "must be at least 1s, got %s", c.Lease)
+	case c.Retention != 0 && c.Retention < time.Second:
+		return bad("Retention", "must be at least 1s (or 0: an hour), got %s", c.Retention)
 	case !share(c.QueueAbandon) || !share(c.CheckoutAbandon) || !share(c.Reload):
 		return bad("QueueAbandon", "and CheckoutAbandon and Reload must be shares between 0 and 1")
 	case c.Bots < 0 || (c.Bots > 0 && c.BotRate <= 0):
@@ -216,4 +221,12 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// retention is the room's retention.
+func (c Config) retention() time.Duration {
+	if c.Retention == 0 {
+		return time.Hour
+	}
+	return c.Retention
 }

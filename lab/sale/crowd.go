@@ -101,8 +101,13 @@ type buyer struct {
 	admittedAt time.Time
 	holdID     string
 	orderID    string
-	end        string
-	why        string // the last failure of a failed buyer
+	paymentID  string
+	// purchasedAt is when the buyer first asked to pay, settledAt when it
+	// saw its order paid or failed.
+	purchasedAt time.Time
+	settledAt   time.Time
+	end         string
+	why         string // the last failure of a failed buyer
 }
 
 func (b *buyer) finish(end string) {
@@ -314,6 +319,7 @@ type holdJSON struct {
 type orderJSON struct {
 	ID            string `json:"id"`
 	Status        string `json:"status"`
+	PaymentID     string `json:"payment_id"`
 	PaymentStatus string `json:"payment_status"`
 }
 
@@ -405,6 +411,11 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 		var ans answer
 		var err error
 		if o.ID == "" {
+			if a == 0 {
+				b.mu.Lock()
+				b.purchasedAt = time.Now()
+				b.mu.Unlock()
+			}
 			ans, err = send(http.MethodPost, "/v1/holds/"+h.ID+"/purchase", nil)
 		} else {
 			ans, err = send(http.MethodGet, "/v1/orders/"+o.ID, nil)
@@ -419,7 +430,10 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 			if json.Unmarshal(ans.body, &no) == nil && no.ID != "" {
 				o = no
 				b.mu.Lock()
-				b.orderID = o.ID
+				b.orderID, b.paymentID = o.ID, o.PaymentID
+				if o.Status == "paid" || o.Status == "failed" {
+					b.settledAt = time.Now()
+				}
 				b.mu.Unlock()
 			}
 			switch o.Status {

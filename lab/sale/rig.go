@@ -169,6 +169,9 @@ type rig struct {
 	workerMetrics                []string
 
 	procs []*proc
+	// extraMetrics are the metrics endpoints of the processes started
+	// beside the sale's (Rig.StartPart), by name.
+	extraMetrics map[string]string
 }
 
 // token returns n random bytes in hex.
@@ -412,7 +415,7 @@ func (r *rig) setUp(ctx context.Context) error {
 	// The room and the event.
 	room := map[string]any{"capacity": r.cfg.Capacity, "lease_seconds": r.cfg.Lease.Seconds(), "admit_interval_ms": 200,
 		"max_admissions_per_minute": r.cfg.Outflow, "opens_at": nil, "paused": false, "closed": false, "closed_message": "",
-		"abandon_after_seconds": 5, "arrival_seconds": 5, "retention_seconds": 3600, "pow_difficulty": 0, "template": nil}
+		"abandon_after_seconds": 5, "arrival_seconds": 5, "retention_seconds": r.cfg.retention().Seconds(), "pow_difficulty": 0, "template": nil}
 	if err := r.call(ctx, http.MethodPut, r.gateURLs[0]+"/v1/rooms/"+r.room, r.adminToken, room, nil); err != nil {
 		return fmt.Errorf("sale: creating the room: %w", err)
 	}
@@ -599,6 +602,11 @@ func (r *rig) dropStream() {
 // call sends one JSON request with a bearer token and decodes a 2xx
 // answer into out.
 func (r *rig) call(ctx context.Context, method, u, bearer string, body, out any) error {
+	return r.callKey(ctx, method, u, bearer, "", body, out)
+}
+
+// callKey is call with an Idempotency-Key (none when key is empty).
+func (r *rig) callKey(ctx context.Context, method, u, bearer, key string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -615,6 +623,9 @@ func (r *rig) call(ctx context.Context, method, u, bearer string, body, out any)
 	}
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := adminClient.Do(req)

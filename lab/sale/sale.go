@@ -15,7 +15,6 @@ import (
 
 	"github.com/stampede-lab/stampede/fulfilment"
 	"github.com/stampede-lab/stampede/institution"
-	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/pay"
 	"github.com/stampede-lab/stampede/pay/postgres"
@@ -492,68 +491,11 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	var broken []string
 	extra := map[string]any{}
 
-	// The checkout's orders and holds.
-	type order struct{ id, hold, status, paymentStatus, paymentID string }
-	ordersByHold := map[string]order{}
-	ordersByID := map[string]order{}
-	rows, err := d.checkout.QueryContext(ctx, "SELECT id, hold_id, status, payment_status, payment_id FROM checkout_orders WHERE event_id = "+d.q("?", "$1"), r.event)
-	if err != nil {
-		return lab.RunResult{}, fmt.Errorf("sale: reading the checkout's orders: %w", err)
-	}
-	for rows.Next() {
-		var o order
-		if err := rows.Scan(&o.id, &o.hold, &o.status, &o.paymentStatus, &o.paymentID); err != nil {
-			rows.Close()
-			return lab.RunResult{}, err
-		}
-		ordersByHold[o.hold], ordersByID[o.id] = o, o
-	}
-	rows.Close()
-	soldSeats, distinct := 0, map[string]int{}
-	rows, err = d.checkout.QueryContext(ctx, "SELECT seats FROM checkout_holds WHERE state = 'sold' AND event_id = "+d.q("?", "$1"), r.event)
-	if err != nil {
-		return lab.RunResult{}, fmt.Errorf("sale: reading the checkout's holds: %w", err)
-	}
-	for rows.Next() {
-		var seats string
-		if err := rows.Scan(&seats); err != nil {
-			rows.Close()
-			return lab.RunResult{}, err
-		}
-		for s := range strings.SplitSeq(seats, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				soldSeats++
-				distinct[s]++
-			}
-		}
-	}
-	rows.Close()
-	seatsSoldTwice := soldSeats - len(distinct)
-	oversold := seatsSoldTwice + max(0, len(distinct)-cfg.Seats)
-
-	// The tickets.
-	fs, err := openFulfilment(ctx, d)
+	rec, err := readRecords(ctx, r, d, cfg.Seats)
 	if err != nil {
 		return lab.RunResult{}, err
 	}
-	defer fs.Close()
-	var tickets []fulfilment.Ticket
-	for after := ""; ; {
-		page, err := fs.Tickets(ctx, after, 1000)
-		if err != nil {
-			return lab.RunResult{}, fmt.Errorf("sale: reading the tickets: %w", err)
-		}
-		tickets = append(tickets, page...)
-		if len(page) < 1000 {
-			break
-		}
-		after = page[len(page)-1].PaymentID
-	}
-	ticketOf := map[string]fulfilment.Ticket{}
-	for _, t := range tickets {
-		ticketOf[t.OrderID] = t
-	}
-	oversold = max(oversold, len(tickets)-cfg.Seats)
+	ordersByHold, ticketOf := rec.ordersByHold, rec.ticketOf
 
 	// Every buyer accounted for.
 	counts := map[string]int{}
@@ -601,158 +543,8 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	if unaccounted > 0 {
 		broken = append(broken, fmt.Sprintf("%d buyers unaccounted for", unaccounted))
 	}
-
-	// Seats sold against tickets: every paid order has its ticket, every
-	// ticket a paid order.
-	paid := 0
-	ticketMismatch := 0
-	for _, o := range ordersByID {
-		if o.status == "paid" {
-			paid++
-			if _, ok := ticketOf[o.id]; !ok {
-				ticketMismatch++
-			}
-		}
-	}
-	for _, t := range tickets {
-		if o, ok := ordersByID[t.OrderID]; !ok || o.status != "paid" {
-			ticketMismatch++
-		}
-	}
-	m["tickets"] = float64(len(tickets))
-	m["seats_sold"] = float64(soldSeats)
-	m["oversold"] = float64(oversold)
-	m["seats_sold_twice"] = float64(seatsSoldTwice)
-	if oversold > 0 {
-		broken = append(broken, fmt.Sprintf("oversold: %d seats (%d sold twice, %d distinct seats sold of %d)", oversold, seatsSoldTwice, len(distinct), cfg.Seats))
-	}
-	if soldSeats != len(tickets) {
-		broken = append(broken, fmt.Sprintf("seats sold %d ≠ tickets %d", soldSeats, len(tickets)))
-	}
-
-	// The institution against pay, pay against the tickets.
-	ledger, err := instclient.NewClient(r.instURL, adminClient).WithAdminToken(r.adminToken).Approvals(ctx)
-	if err != nil {
-		return lab.RunResult{}, fmt.Errorf("sale: reading the institution's ledger: %w", err)
-	}
-	ps, err := openPay(ctx, d)
-	if err != nil {
-		return lab.RunResult{}, err
-	}
-	defer ps.Close()
-	charges := make([]pay.Charge, 0, len(ledger.Records))
-	for _, rec := range ledger.Records {
-		charges = append(charges, pay.Charge{ExternalKey: rec.ExternalKey, Approved: rec.Status == institution.StatusApproved,
-			Amount: rec.Amount, Currency: rec.Currency, Times: rec.Charges})
-	}
-	pp, err := pay.Parity(ctx, ps, charges)
-	if err != nil {
-		return lab.RunResult{}, fmt.Errorf("sale: pay parity: %w", err)
-	}
-	var records []fulfilment.PaymentRecord
-	payStatus := map[string]pay.Status{}
-	payKey, payAmount, orderOfKey := map[string]string{}, map[string]int64{}, map[string]string{}
-	for after := ""; ; {
-		page, err := ps.List(ctx, after, 1000)
-		if err != nil {
-			return lab.RunResult{}, fmt.Errorf("sale: listing payments: %w", err)
-		}
-		for _, p := range page {
-			records = append(records, fulfilment.PaymentRecord{PaymentID: p.ID, MerchantID: p.MerchantID, OrderID: p.OrderID, Status: p.Status})
-			payStatus[p.ID] = p.Status
-			payKey[p.ID], payAmount[p.ID], orderOfKey[p.ExternalKey] = p.ExternalKey, p.Amount, p.OrderID
-		}
-		if len(page) < 1000 {
-			break
-		}
-		after = page[len(page)-1].ID
-	}
-	fp := fulfilment.Parity(records, tickets)
-	refunds, err := instclient.NewClient(r.instURL, adminClient).WithAdminToken(r.adminToken).Refunds(ctx)
-	if err != nil {
-		return lab.RunResult{}, fmt.Errorf("sale: reading the institution's refunds: %w", err)
-	}
-	// The checkout's orders against pay: a failed order's approved payment
-	// must have been given back in full (the closure pass).
-	checkoutMismatch := 0
-	for _, o := range ordersByID {
-		if o.status == "paid" && payStatus[o.paymentID] != pay.StatusApproved {
-			checkoutMismatch++
-		}
-		if o.status == "failed" && o.paymentID != "" && payStatus[o.paymentID] == pay.StatusApproved &&
-			refunds.RefundedByApproval[payKey[o.paymentID]] < payAmount[o.paymentID] {
-			checkoutMismatch++
-		}
-	}
-	// Money taken without a ticket, from the institution's ledger: what
-	// each key still holds (charged, or captured, less its refunds), and
-	// whether its payment's order is sold with a ticket.
-	chargedWithoutTicket := 0
-	var chargedNoTicket []string
-	var held []pay.Held
-	for _, rec := range ledger.Records {
-		if rec.Status != institution.StatusApproved {
-			continue
-		}
-		h := rec.Amount * int64(rec.Charges)
-		if rec.Manual {
-			h = rec.Captured
-		}
-		held = append(held, pay.Held{ExternalKey: rec.ExternalKey, Amount: h - refunds.RefundedByApproval[rec.ExternalKey]})
-		if h-refunds.RefundedByApproval[rec.ExternalKey] <= 0 {
-			continue
-		}
-		order := orderOfKey[rec.ExternalKey]
-		if o, ok := ordersByID[order]; ok && o.status == "paid" {
-			if _, ticketed := ticketOf[order]; ticketed {
-				continue
-			}
-		}
-		chargedWithoutTicket++
-		chargedNoTicket = append(chargedNoTicket, rec.ExternalKey)
-	}
-	m["charged_without_ticket"] = float64(chargedWithoutTicket)
-	if chargedWithoutTicket > 0 {
-		extra["charged_without_ticket"] = chargedNoTicket
-		broken = append(broken, fmt.Sprintf("%d buyers charged without a ticket", chargedWithoutTicket))
-	}
-	// The close-out (stampede pay close-out's report) of the sale.
-	co, err := pay.CloseOut(ctx, ps, charges, held, func(order string) (bool, bool) {
-		o, ok := ordersByID[order]
-		_, ticketed := ticketOf[order]
-		return ok && o.status == "paid", ticketed
-	})
-	if err != nil {
-		return lab.RunResult{}, fmt.Errorf("sale: close-out: %w", err)
-	}
-	m["close_out_differences"] = float64(len(co.Differences))
-	extra["close_out"] = co.String()
-	if len(co.Differences) > 0 {
-		extra["close_out_differences"] = co.Differences
-		broken = append(broken, "close-out: "+co.String())
-	}
-	var closures int64
-	if err := d.pay.QueryRowContext(ctx, "SELECT COUNT(*) FROM payment_cancellations WHERE idempotency_key LIKE '%closure:%'").Scan(&closures); err != nil {
-		return lab.RunResult{}, fmt.Errorf("sale: counting the closures: %w", err)
-	}
-	m["closures"] = float64(closures)
-	doubleCharges := ledger.ExtraCharges + len(fp.OrderAlreadyTicketed)
-	m["double_charges"] = float64(doubleCharges)
-	parity := pp.Mismatches() + fp.Mismatches() + checkoutMismatch + ticketMismatch
-	m["parity_mismatches"] = float64(parity)
-	m["institution_charges"] = float64(ledger.ChargesTotal)
-	m["payments"] = float64(len(records))
-	extra["pay_parity"] = pp.String()
-	extra["ticket_parity"] = fp.String()
-	extra["checkout_vs_pay_mismatches"] = checkoutMismatch
-	extra["orders_vs_tickets_mismatches"] = ticketMismatch
-	if doubleCharges > 0 {
-		broken = append(broken, fmt.Sprintf("%d double charges", doubleCharges))
-	}
-	if parity > 0 {
-		broken = append(broken, fmt.Sprintf("parity: %d mismatches (institution/pay: %s; pay/tickets: %s; checkout/pay %d; orders/tickets %d)",
-			parity, pp.String(), fp.String(), checkoutMismatch, ticketMismatch))
-	}
+	broken = append(broken, rec.put(m, extra)...)
+	broken = append(broken, rec.putCloseOut(m, extra, nil)...)
 
 	// The room at the checkout's view.
 	smp.mu.Lock()
@@ -838,7 +630,7 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 
 	res := lab.RunResult{Metrics: m, Broken: broken, Extra: extra, Valid: true}
 	switch {
-	case len(tickets) == 0:
+	case len(rec.tickets) == 0:
 		res.Valid, res.Reason = false, "no ticket was issued"
 	case samples < 10:
 		res.Valid, res.Reason = false, fmt.Sprintf("the sampler took only %d samples", samples)

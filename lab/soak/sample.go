@@ -1,0 +1,336 @@
+package soak
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the pgx database/sql driver
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-lab/stampede/lab/sale"
+)
+
+// sampler records the soak's series every Sample period.
+type sampler struct {
+	rig   *sale.Rig
+	tol   map[string]Tolerance
+	start time.Time
+	rdb   *redis.Client
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	pg    map[string]*sql.DB // part → its database, on PostgreSQL
+	hc    *http.Client
+	// sharedRedis: the Redis is a real server, whose database others may
+	// use too.
+	sharedRedis bool
+
+	mu     sync.Mutex
+	order  []string
+	series map[string]*Series
+	errors map[string]int
+	exited map[string]bool
+}
+
+// newSampler connects to the rig's Redis, NATS and databases.
+func newSampler(rig *sale.Rig, tol map[string]Tolerance, start time.Time, sharedRedis bool) (*sampler, error) {
+	s := &sampler{rig: rig, tol: tol, start: start, series: map[string]*Series{}, errors: map[string]int{}, exited: map[string]bool{},
+		pg: map[string]*sql.DB{}, hc: &http.Client{Timeout: 2 * time.Second}, sharedRedis: sharedRedis}
+	opts, err := redis.ParseURL(rig.RedisURL())
+	if err != nil {
+		return nil, fmt.Errorf("soak: the Redis URL: %w", err)
+	}
+	s.rdb = redis.NewClient(opts)
+	if s.nc, err = nats.Connect(rig.NATSURL(), nats.Timeout(5*time.Second)); err != nil {
+		s.close()
+		return nil, fmt.Errorf("soak: NATS: %w", err)
+	}
+	if s.js, err = jetstream.New(s.nc); err != nil {
+		s.close()
+		return nil, err
+	}
+	for _, st := range rig.Stores() {
+		if st.Postgres == "" {
+			continue
+		}
+		db, err := sql.Open("pgx", st.Postgres)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		db.SetMaxOpenConns(1)
+		s.pg[st.Part] = db
+	}
+	return s, nil
+}
+
+func (s *sampler) close() {
+	if s.rdb != nil {
+		s.rdb.Close()
+	}
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	for _, db := range s.pg {
+		db.Close()
+	}
+}
+
+// run samples every period until ctx ends.
+func (s *sampler) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	s.sample(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.sample(ctx)
+		}
+	}
+}
+
+// add appends one value to the series name, making it on first use.
+func (s *sampler) add(name, family, unit string, judged bool, t, v float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sr, ok := s.series[name]
+	if !ok {
+		sr = &Series{Name: name, Family: family, Unit: unit, Judged: judged, Tolerance: s.tol[family]}
+		s.series[name] = sr
+		s.order = append(s.order, name)
+	}
+	sr.Points = append(sr.Points, Sample{T: t, V: v})
+}
+
+// fail counts a reading that failed, by what was read.
+func (s *sampler) fail(what string) {
+	s.mu.Lock()
+	s.errors[what]++
+	s.mu.Unlock()
+}
+
+// all returns a copy of every series in the order they appeared.
+func (s *sampler) all() []Series {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Series, 0, len(s.order))
+	for _, n := range s.order {
+		sr := *s.series[n]
+		sr.Points = append([]Sample(nil), sr.Points...)
+		out = append(out, sr)
+	}
+	return out
+}
+
+// sample takes one sample of everything.
+func (s *sampler) sample(ctx context.Context) {
+	t := time.Since(s.start).Seconds()
+	for _, p := range s.rig.Parts() {
+		if p.Exited {
+			s.mu.Lock()
+			s.exited[p.Name] = true
+			s.mu.Unlock()
+			continue
+		}
+		if p.PID == 0 {
+			continue
+		}
+		if rss, err := rssOf(p.PID); err == nil {
+			s.add(p.Name+" rss", FamilyRSS, "bytes", true, t, float64(rss))
+		} else {
+			s.fail(p.Name + " rss")
+		}
+		if n, err := openFiles(p.PID); err == nil {
+			s.add(p.Name+" open files", FamilyFiles, "files", true, t, float64(n))
+		} else {
+			s.fail(p.Name + " open files")
+		}
+		if p.Metrics != "" {
+			if g, heap, err := s.scrape(ctx, p.Metrics); err == nil {
+				s.add(p.Name+" goroutines", FamilyGoroutines, "goroutines", true, t, g)
+				s.add(p.Name+" heap in use", FamilyHeap, "bytes", true, t, heap)
+			} else {
+				s.fail(p.Name + " metrics")
+			}
+		}
+	}
+	if la, err := loadAverage(); err == nil {
+		s.add("machine load (1 min)", "load", "runnable", false, t, la)
+	}
+
+	// Redis: the keys of the database and the room's memory, which are
+	// the run's own; the server's used_memory is reported (on a shared
+	// server it is everyone's).
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if n, err := s.rdb.DBSize(rctx).Result(); err == nil {
+		// On a real server the database may be shared: judged only on
+		// the run's own server.
+		s.add("redis keys", FamilyRedisKeys, "keys", !s.sharedRedis, t, float64(n))
+	} else {
+		s.fail("redis keys")
+	}
+	var room int64
+	ok := true
+	for _, k := range s.rig.RoomKeys() {
+		n, err := s.rdb.MemoryUsage(rctx, k).Result()
+		if err == redis.Nil {
+			continue
+		}
+		if err != nil {
+			ok = false
+			break
+		}
+		room += n
+	}
+	if ok {
+		s.add("redis room memory", FamilyRedisBytes, "bytes", true, t, float64(room))
+	}
+	if info, err := s.rdb.InfoMap(rctx, "memory").Result(); err == nil {
+		if v, err := strconv.ParseFloat(info["Memory"]["used_memory"], 64); err == nil {
+			s.add("redis used_memory (server)", "redis_server", "bytes", false, t, v)
+		}
+	}
+	cancel()
+
+	// The stores and the stream, per payment: they keep every record, so
+	// their size follows the sale; what must not grow is their size per
+	// payment.
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	payments, err := s.rig.Payments(pctx)
+	cancel()
+	if err != nil {
+		s.fail("payments")
+		payments = 0
+	}
+	for _, st := range s.rig.Stores() {
+		var size int64
+		if st.SQLite != "" {
+			size = fileSize(st.SQLite) + fileSize(st.SQLite+"-wal")
+		} else {
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := s.pg[st.Part].QueryRowContext(qctx, "SELECT pg_database_size($1)", st.Database).Scan(&size)
+			cancel()
+			if err != nil {
+				s.fail(st.Part + " database size")
+				continue
+			}
+		}
+		s.add(st.Part+" database", "store_bytes", "bytes", false, t, float64(size))
+		if payments > 0 {
+			s.add(st.Part+" database per payment", FamilyStore, "bytes/payment", true, t, float64(size)/float64(payments))
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if str, err := s.js.Stream(sctx, s.rig.Stream()); err == nil {
+		if info, err := str.Info(sctx); err == nil {
+			s.add("stream", "stream_bytes", "bytes", false, t, float64(info.State.Bytes))
+			s.add("stream messages", "stream_msgs", "messages", false, t, float64(info.State.Msgs))
+			if payments > 0 {
+				s.add("stream per payment", FamilyStream, "bytes/payment", true, t, float64(info.State.Bytes)/float64(payments))
+			}
+		} else {
+			s.fail("stream")
+		}
+	} else {
+		s.fail("stream")
+	}
+	cancel()
+	if payments > 0 {
+		s.add("payments", "payments", "payments", false, t, float64(payments))
+	}
+}
+
+// scrape reads go_goroutines and go_memstats_heap_inuse_bytes from a
+// Prometheus endpoint.
+func (s *sampler) scrape(ctx context.Context, u string) (goroutines, heap float64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	found := 0
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+			if goroutines, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+				return 0, 0, err
+			}
+			found++
+		}
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			if heap, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+				return 0, 0, err
+			}
+			found++
+		}
+	}
+	if found < 2 {
+		return 0, 0, fmt.Errorf("soak: no go_goroutines or go_memstats_heap_inuse_bytes at %s (%s)", u, resp.Status)
+	}
+	return goroutines, heap, nil
+}
+
+// rssOf is a process's resident set size in bytes (VmRSS).
+func rssOf(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) < 1 {
+				break
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("soak: no VmRSS for %d", pid)
+}
+
+// openFiles counts a process's open file descriptors.
+func openFiles(pid int) (int, error) {
+	es, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	return len(es), err
+}
+
+// loadAverage is the machine's 1-minute load average.
+func loadAverage() (float64, error) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("soak: empty /proc/loadavg")
+	}
+	return strconv.ParseFloat(f[0], 64)
+}
+
+// fileSize is a file's size, 0 when it does not exist.
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
