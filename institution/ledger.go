@@ -74,6 +74,31 @@ type Ledger struct {
 	ExtraCharges int `json:"extra_charges"`
 }
 
+// Held returns what the institution still holds of each approved key:
+// its charges (an authorisation's capture, for a manual one) less what
+// refunds gave back, in the ledger's order. A key that holds nothing is
+// listed with 0 or less.
+func (l Ledger) Held(refunds RefundLedger) []KeyAmount {
+	out := make([]KeyAmount, 0, len(l.Records))
+	for _, rec := range l.Records {
+		if rec.Status != StatusApproved {
+			continue
+		}
+		held := rec.Amount * int64(rec.Charges)
+		if rec.Manual {
+			held = rec.Captured
+		}
+		out = append(out, KeyAmount{ExternalKey: rec.ExternalKey, Amount: held - refunds.RefundedByApproval[rec.ExternalKey]})
+	}
+	return out
+}
+
+// KeyAmount is an amount an external key holds.
+type KeyAmount struct {
+	ExternalKey string
+	Amount      int64
+}
+
 // Arrival is one approval request as it reached the server.
 type Arrival struct {
 	// At is when the request reached the handler, before any hang (UTC).

@@ -105,19 +105,12 @@ Exits 0 only when there is no difference, 2 otherwise.`,
 	return cmd
 }
 
-// HeldOf is what the institution still holds per key: each approval's
-// charges (an authorisation's capture) less its refunds.
+// HeldOf is what the institution still holds per key
+// (institution.Ledger.Held), as pay.CloseOut reads it.
 func HeldOf(l institution.Ledger, r institution.RefundLedger) []pay.Held {
-	out := make([]pay.Held, 0, len(l.Records))
-	for _, rec := range l.Records {
-		if rec.Status != institution.StatusApproved {
-			continue
-		}
-		held := rec.Amount * int64(rec.Charges)
-		if rec.Manual {
-			held = rec.Captured
-		}
-		out = append(out, pay.Held{ExternalKey: rec.ExternalKey, Amount: held - r.RefundedByApproval[rec.ExternalKey]})
+	var out []pay.Held
+	for _, h := range l.Held(r) {
+		out = append(out, pay.Held{ExternalKey: h.ExternalKey, Amount: h.Amount})
 	}
 	return out
 }

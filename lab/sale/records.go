@@ -183,25 +183,18 @@ func readRecords(ctx context.Context, r *rig, d *dbs, seats int) (*records, erro
 	// each key still holds (charged, or captured, less its refunds), and
 	// whether its payment's order is sold with a ticket.
 	var held []pay.Held
-	for _, lr := range ledger.Records {
-		if lr.Status != institution.StatusApproved {
+	for _, h := range ledger.Held(refunds) {
+		held = append(held, pay.Held{ExternalKey: h.ExternalKey, Amount: h.Amount})
+		if h.Amount <= 0 {
 			continue
 		}
-		h := lr.Amount * int64(lr.Charges)
-		if lr.Manual {
-			h = lr.Captured
-		}
-		held = append(held, pay.Held{ExternalKey: lr.ExternalKey, Amount: h - refunds.RefundedByApproval[lr.ExternalKey]})
-		if h-refunds.RefundedByApproval[lr.ExternalKey] <= 0 {
-			continue
-		}
-		order := orderOfKey[lr.ExternalKey]
+		order := orderOfKey[h.ExternalKey]
 		if o, ok := rec.ordersByID[order]; ok && o.status == "paid" {
 			if _, ticketed := rec.ticketOf[order]; ticketed {
 				continue
 			}
 		}
-		rec.chargedNoTicket = append(rec.chargedNoTicket, lr.ExternalKey)
+		rec.chargedNoTicket = append(rec.chargedNoTicket, h.ExternalKey)
 	}
 	// The close-out (stampede pay close-out's report) of the sale.
 	if rec.closeOut, err = pay.CloseOut(ctx, ps, charges, held, func(order string) (bool, bool) {
