@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-lab/stampede/lab"
+	"github.com/stampede-lab/stampede/retry"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
@@ -577,9 +578,43 @@ func (u *users) play(ctx context.Context, start time.Time, p plan) {
 
 // call makes one API request and decodes a 2xx answer into out.
 func (u *users) call(ctx context.Context, method, url, token string, body []byte, out any) bool {
+	// A 429 or 503 (the room's join limits, a store that did not answer
+	// in time) is tried again, as the waiting page does: after the
+	// answer's Retry-After, else an equal-jitter backoff from 100 ms to
+	// 1 s, for as long as the run lasts. Each failed answer is counted.
+	seq := userBackoff.Start()
+	for {
+		a, ok := u.callOnce(ctx, method, url, token, body, out)
+		if ok || a == nil {
+			return ok
+		}
+		d, _ := seq.Next()
+		d = max(d, a.after)
+		if !sleepUntil(ctx, time.Now().Add(d)) {
+			return false
+		}
+	}
+}
+
+// userBackoff is the users' wait between tries of a refused request.
+var userBackoff = func() retry.Policy {
+	p, err := retry.New(retry.Config{Name: retry.EqualJitter, MaxAttempts: math.MaxInt32,
+		Base: 100 * time.Millisecond, Cap: time.Second, Multiplier: 2}, nil)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+// again says that a refused request may be tried again, not before after.
+type again struct{ after time.Duration }
+
+// callOnce makes one request: ok when it succeeded (out decoded), a
+// non-nil again when its refusal is worth another try.
+func (u *users) callOnce(ctx context.Context, method, url, token string, body []byte, out any) (*again, bool) {
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
-		return false
+		return nil, false
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -592,18 +627,34 @@ func (u *users) call(ctx context.Context, method, url, token string, body []byte
 		if ctx.Err() == nil {
 			u.fail("transport")
 		}
-		return false
+		return nil, false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		u.fail(strconv.Itoa(resp.StatusCode))
-		return false
+		// The problem's code says why (a 503 is line_full, joins_throttled
+		// or the store unavailable): kept beside the status.
+		kind := strconv.Itoa(resp.StatusCode)
+		var p struct {
+			Code string `json:"code"`
+		}
+		if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&p) == nil && p.Code != "" {
+			kind += " " + p.Code
+		}
+		u.fail(kind)
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+			a := &again{}
+			if n, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && n > 0 {
+				a.after = time.Duration(n) * time.Second
+			}
+			return a, false
+		}
+		return nil, false
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		u.fail("decode")
-		return false
+		return nil, false
 	}
-	return true
+	return nil, true
 }
 
 func (u *users) fail(kind string) {
