@@ -550,7 +550,9 @@ func (s *Store) Configure(ctx context.Context, room string, cfg waitroom.RoomCon
 		}
 		return s.client.SAdd(ctx, roomsKey, room).Err()
 	})
-	if err != nil || k > 1 || cfg.OpensAt.IsZero() {
+	// A room that opens at a set time (opens_at, or its schedule's first
+	// window) commits to the seed of its pre-queue's draw now.
+	if err != nil || k > 1 || (cfg.OpensAt.IsZero() && len(cfg.Schedule) == 0) {
 		return err
 	}
 	return s.pickSeed(ctx, room)
@@ -587,7 +589,7 @@ func (s *Store) UpdateConfig(ctx context.Context, room string, cfg waitroom.Room
 	err = call0(s, ctx, func(ctx context.Context) error {
 		return updateScript.Run(ctx, s.client, []string{KeysFor(room).Config}, args...).Err()
 	})
-	if err == nil && k <= 1 && slices.Contains(fields, "opens_at") {
+	if err == nil && k <= 1 && (slices.Contains(fields, "opens_at") || slices.Contains(fields, "schedule")) {
 		err = s.pickSeed(ctx, room)
 	}
 	if err != nil || k <= 1 {

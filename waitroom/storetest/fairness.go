@@ -43,6 +43,13 @@ func testFairness(t *testing.T, h Harness) {
 	if len(before.Commitment) != 64 || before.Seed != "" || !before.Verifiable {
 		t.Fatalf("before opening: %+v, want a commitment and no seed", before)
 	}
+	// A room whose schedule sets its opening commits to a seed as well.
+	scheduled := newRoomWith(t, h, s, capacity, func(c *waitroom.RoomConfig) {
+		c.Schedule = []waitroom.Window{{Start: storeNow.Add(time.Hour), Capacity: capacity}}
+	})
+	if f, err := fs.Fairness(ctx, scheduled); err != nil || len(f.Commitment) != 64 || f.Seed != "" {
+		t.Fatalf("a room with a schedule, before its first window: %+v, %v; want a commitment and no seed", f, err)
+	}
 	admit(t, s, room)
 	h.Advance(t, 1100*time.Millisecond)
 	res := admit(t, s, room)
