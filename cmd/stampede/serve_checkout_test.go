@@ -70,6 +70,13 @@ func TestServeCheckoutRejectsBadFlags(t *testing.T) {
 func TestServeCheckoutSells(t *testing.T) {
 	var payments atomic.Int32
 	payStub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The checkout confirms the order of the approved payment before
+		// it sells the seats.
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/payments/3f1c1c9e-3c48-4b8e-9d7a-4d1b2f9a0c11/confirm" && r.Header.Get("Authorization") == "Bearer sk_test" {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"payment_id":"3f1c1c9e-3c48-4b8e-9d7a-4d1b2f9a0c11","merchant_id":"m","order_id":"o","confirmed_at":"2026-12-02T00:00:00Z"}`)
+			return
+		}
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/payments" || r.Header.Get("Authorization") != "Bearer sk_test" ||
 			!strings.HasPrefix(r.Header.Get("Idempotency-Key"), "checkout-order-") || r.Header.Get("Stampede-Admission") == "" {
 			w.WriteHeader(http.StatusBadRequest)

@@ -252,7 +252,10 @@ func (e *Experiment) Run(ctx context.Context, _ lab.Condition, repeat int) (lab.
 	arrivalsEnd := time.Since(start).Seconds()
 	stopSampling()
 	bg.Wait()
-	e.logf("soak: arrivals over after %.0f s; waiting for %d buyers to finish", arrivalsEnd, arrived.Load()-int64(len(trips)))
+	tripsMu.Lock()
+	finished := len(trips)
+	tripsMu.Unlock()
+	e.logf("soak: arrivals over after %.0f s; waiting for %d buyers to finish", arrivalsEnd, arrived.Load()-int64(finished))
 	buyers.Wait()
 	drained := rig.Drain(ctx, 2*time.Minute)
 
