@@ -141,8 +141,17 @@ func TestLabRetryStampedeRuns(t *testing.T) {
 	}
 	for i, want := range []float64{1, 3} {
 		m := res.Summary[i].Median
-		if m["amplification"] != want || m["resolved"] != 10.0 {
-			t.Errorf("%v: amplification %v (want %v), resolved %v", m["policy"], m["amplification"], want, m["resolved"])
+		amp, _ := m["amplification"].(float64)
+		// Exactly want× only when every first attempt reached the
+		// institution within the 100 ms timeout (the lab's own claims say
+		// the same); on a loaded machine a first attempt can time out in
+		// the client before it arrives, and never more than want×.
+		exact := m["first_attempts_in_time"] == 10.0
+		if m["resolved"] != 10.0 || amp > want || (exact && amp != want) {
+			t.Errorf("%v: amplification %v (want %v; first attempts in time %v), resolved %v", m["policy"], amp, want, m["first_attempts_in_time"], m["resolved"])
+		}
+		if !exact {
+			t.Logf("%v: %v of 10 first attempts reached the institution in time; amplification %v ≤ %v", m["policy"], m["first_attempts_in_time"], amp, want)
 		}
 	}
 	if !strings.Contains(stderr.String(), "report written") {
