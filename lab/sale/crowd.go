@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-lab/stampede/lab"
 	"github.com/stampede-lab/stampede/retry"
 	"github.com/stampede-lab/stampede/waitroom"
 )
@@ -199,17 +200,8 @@ func (c *crowd) gate(b *buyer, a int) string {
 	return g[(b.n+a)%len(g)]
 }
 
-// sleep waits d or until ctx ends; false when ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// sleep is lab.Sleep.
+var sleep = lab.Sleep
 
 // ticketJSON is the part of the waiting room's ticket a buyer reads.
 type ticketJSON struct {

@@ -395,14 +395,5 @@ func joinReason(a, b string) string {
 	return a + "; " + b
 }
 
-// sleep waits d or until ctx ends; false when ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// sleep is lab.Sleep.
+var sleep = lab.Sleep
