@@ -125,15 +125,31 @@ func TestGateServesItsOwnHealth(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	w := newWorld(t, client, 1, time.Minute)
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for path, want := range map[string]string{gate.HealthPath: `"ok"`, gate.ReadyPath: "", gate.MetricsPath: "http_requests_total"} {
-		resp, err := hc.Get(w.gates[0] + path)
-		if err != nil {
-			t.Fatal(err)
+	// In this order: the request counter has series only once a request
+	// was answered, and the server counts a request after its answer has
+	// left, so the metrics are read until they show the earlier two.
+	for _, c := range []struct{ path, want string }{
+		{gate.HealthPath, `"ok"`}, {gate.ReadyPath, ""}, {gate.MetricsPath, `http_requests_total{`},
+	} {
+		var (
+			status int
+			body   []byte
+		)
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			resp, err := hc.Get(w.gates[0] + c.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			status = resp.StatusCode
+			if (status == http.StatusOK && strings.Contains(string(body), c.want)) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
-			t.Errorf("GET %s = %d %.200s, want 200 with %q", path, resp.StatusCode, body, want)
+		if status != http.StatusOK || !strings.Contains(string(body), c.want) {
+			t.Errorf("GET %s = %d %.200s, want 200 with %q", c.path, status, body, c.want)
 		}
 	}
 	// /healthz itself is the checkout's: a visitor without admission is
