@@ -236,9 +236,16 @@ func TestModelPeaks(t *testing.T) {
 }
 
 // shortConfig is a stampede small and fast enough for a unit test.
+// shortTimeout is the short runs' approval timeout.
+const shortTimeout = 200 * time.Millisecond
+
 func shortConfig() Config {
 	c := DefaultConfig()
-	c.Payments, c.Hang, c.Timeout, c.Base = 20, 300*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond
+	// A 200 ms approval timeout: with 100 ms, a machine loaded by other
+	// test binaries could queue the 20 payments' SQLite writes past the
+	// timeout, so that no request was sent and the run was INVALID ("the
+	// institution saw no approval request", once in CI).
+	c.Payments, c.Hang, c.Timeout, c.Base = 20, 300*time.Millisecond, shortTimeout, 20*time.Millisecond
 	c.ExcludeFirst = 90 * time.Millisecond
 	c.NotFoundWindow, c.ReconcileTimeout = 100*time.Millisecond, 5*time.Second
 	c.Scenarios, c.Policies = []Scenario{HangBefore}, []string{retry.None, retry.Exponential}
@@ -297,7 +304,7 @@ func TestShortStampede(t *testing.T) {
 	none := metrics(t, res, HangBefore, retry.None)
 	exp := metrics(t, res, HangBefore, retry.Exponential)
 	// 20 and 60 requests when every attempt reaches the institution; on a
-	// loaded machine an attempt can time out (100 ms) before it arrives,
+	// loaded machine an attempt can time out (shortTimeout) before it arrives,
 	// so the counts are bounds, and the figures must agree with them.
 	for name, m := range map[string]lab.Metrics{"none": none, "exponential": exp} {
 		if m["amplification"] != m["institution_requests"]/20 || m["retry_requests"] != m["institution_requests"]-20 {
@@ -319,8 +326,8 @@ func TestShortStampede(t *testing.T) {
 			m["final_failed"] != 20 || m["parity_mismatches"] != 0 || m["unresolved"] != 0 {
 			t.Errorf("%s: %v", name, m)
 		}
-		if m["client_p50_ms"] < 100 {
-			t.Errorf("%s: client p50 %v ms, below the 100 ms timeout", name, m["client_p50_ms"])
+		if m["client_p50_ms"] < ms(shortTimeout) {
+			t.Errorf("%s: client p50 %v ms, below the %s timeout", name, m["client_p50_ms"], shortTimeout)
 		}
 	}
 	// The exponential retries come in synchronised waves. (Whether none's
@@ -329,7 +336,7 @@ func TestShortStampede(t *testing.T) {
 	if exp["peak_1s"] < 40 || exp["peak_100ms"] < 10 {
 		t.Errorf("exponential: peaks %v per 100 ms, %v per 1 s; want both retry waves (40) within 1 s", exp["peak_100ms"], exp["peak_1s"])
 	}
-	if exp["client_p50_ms"] < 3*100+20+40 {
+	if exp["client_p50_ms"] < 3*ms(shortTimeout)+20+40 {
 		t.Errorf("exponential: client p50 %v ms, less than 3 timeouts and two waits", exp["client_p50_ms"])
 	}
 
@@ -356,7 +363,7 @@ func TestShortStampede(t *testing.T) {
 // TestShortDoubleCharge runs the non-idempotent hang-after scenario: the
 // retries charge again and parity reports it; none charges once.
 //
-// On a loaded machine an attempt can time out (100 ms) before it even
+// On a loaded machine an attempt can time out (shortTimeout) before it even
 // reaches the institution, so the test checks what holds whichever
 // attempts arrive: every arrival charges; every charged payment ends
 // APPROVED and every other one FAILED; the charges beyond one per payment
