@@ -30,10 +30,12 @@ end
 
 -- view returns {state, rank, seq, lease_expiry_ms, created, message,
 -- generation}: the generation is the join's time in joinedat (0 when
--- unknown: a sharded room's shard knows it).
-local function view(user, st, created)
+-- unknown: a sharded room's shard knows it). A caller that knows a
+-- waiting user's rank passes it as known; otherwise ZRANK finds it (the
+-- embedded server sorts the whole queue for that).
+local function view(user, st, created, known)
   local rank, exp, msg = -1, 0, ''
-  if st == 'waiting' then rank = redis.call('ZRANK', kQueue, user) or -1 end
+  if st == 'waiting' then rank = known or redis.call('ZRANK', kQueue, user) or -1 end
   if st == 'admitted' then exp = tonumber(redis.call('ZSCORE', kActive, user) or 0) end
   if st == 'closed' then msg = redis.call('HGET', kCfg, 'closed_message') or '' end
   return {st, rank, tonumber(redis.call('HGET', kSeqof, user) or 0), exp, created, msg,
@@ -104,7 +106,9 @@ if refused then return redis.error_reply(refused) end
 local seq = redis.call('INCR', kSeq)
 enqueue(user, seq, seq)
 useInvite(user, invite)
-return view(user, 'waiting', 1)
+-- A new ticket's place is the room's newest number, above every place in
+-- the queue (a user who comes back returns to an older one): it is last.
+return view(user, 'waiting', 1, redis.call('ZCARD', kQueue) - 1)
 `)
 
 // ticketScript: ARGV user, arrive (1: an admitted user reading counts as
