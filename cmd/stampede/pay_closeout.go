@@ -4,21 +4,19 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/spf13/cobra"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/institution"
-	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/pay"
 )
 
 func newPayCloseOutCmd() *cobra.Command {
 	var (
 		store                  payStoreOptions
-		instURL, adminToken    string
+		ledger                 ledgerFlags
 		coSQLite, coPostgres   string
 		fulSQLite, fulPostgres string
 		event                  string
@@ -41,17 +39,19 @@ fulfilment's tickets. Every difference is printed with what pay did about it
 Exits 0 only when there is no difference, 2 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if instURL == "" {
-				return errors.New("--institution is required")
-			}
-			if adminToken == "" {
-				return fmt.Errorf("--admin-token (or %s) is required to read the institution's ledger", envAdminToken)
-			}
+			var f stampede.Fields
+			ledger.check(&f)
 			if event == "" {
-				return errors.New("--event is required: the sale's event at the checkout")
+				f.Add("event", "is required: the sale's event at the checkout")
 			}
-			if (coSQLite == "") == (coPostgres == "") || (fulSQLite == "") == (fulPostgres == "") {
-				return errors.New("name the checkout's database (--checkout-sqlite or --checkout-postgres) and the fulfilment's (--fulfilment-sqlite or --fulfilment-postgres), one each")
+			if (coSQLite == "") == (coPostgres == "") {
+				f.Add("", "the checkout's database is needed: --checkout-sqlite or --checkout-postgres, one of the two")
+			}
+			if (fulSQLite == "") == (fulPostgres == "") {
+				f.Add("", "the fulfilment's database is needed: --fulfilment-sqlite or --fulfilment-postgres, one of the two")
+			}
+			if err := flagErrors("", f.Err()); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			s, _, err := store.open(cmd, true)
@@ -63,7 +63,7 @@ Exits 0 only when there is no difference, 2 otherwise.`,
 			if err != nil {
 				return err
 			}
-			ic := instclient.NewClient(instURL, &http.Client{}).WithAdminToken(adminToken)
+			ic := ledger.client()
 			ledger, err := ic.Approvals(ctx)
 			if err != nil {
 				return fmt.Errorf("reading the institution's ledger: %w", err)
@@ -94,8 +94,7 @@ Exits 0 only when there is no difference, 2 otherwise.`,
 	}
 	store.flags(cmd)
 	f := cmd.Flags()
-	f.StringVar(&instURL, "institution", "", "base URL of the payment institution (required)")
-	f.StringVar(&adminToken, "admin-token", "", "the institution's admin token")
+	ledger.add(cmd)
 	f.StringVar(&event, "event", "", "the sale's event at the checkout (required)")
 	f.StringVar(&coSQLite, "checkout-sqlite", "", "the checkout's SQLite file")
 	f.StringVar(&coPostgres, "checkout-postgres", "", "the checkout's PostgreSQL URL")

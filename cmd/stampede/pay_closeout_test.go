@@ -90,3 +90,23 @@ func TestPayCloseOutCatchesALateApprovalUntilClosed(t *testing.T) {
 		t.Fatalf("close-out without --event: %v, want an error naming it", err)
 	}
 }
+
+// TestPayLedgerCommandsNameEveryMissingFlag: pay close-out and pay parity
+// without their flags name every missing one at once, not the first.
+func TestPayLedgerCommandsNameEveryMissingFlag(t *testing.T) {
+	t.Setenv(envAdminToken, "")
+	for args, want := range map[string][]string{
+		"pay close-out": {"--institution", "--admin-token", "--event", "--checkout-sqlite or --checkout-postgres", "--fulfilment-sqlite or --fulfilment-postgres"},
+		"pay parity":    {"--institution", "--admin-token"},
+	} {
+		_, _, err := execute(t, strings.Fields(args)...)
+		if err == nil {
+			t.Fatalf("%s without flags: no error", args)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s without flags: %q does not name %s", args, err, w)
+			}
+		}
+	}
+}

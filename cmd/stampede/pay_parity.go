@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stampede-lab/stampede"
 	"github.com/stampede-lab/stampede/institution"
 	instclient "github.com/stampede-lab/stampede/institution/client"
 	"github.com/stampede-lab/stampede/pay"
@@ -21,10 +22,9 @@ func newPayCmd() *cobra.Command {
 
 func newPayParityCmd() *cobra.Command {
 	var (
-		store      payStoreOptions
-		instURL    string
-		adminToken string
-		showJSON   bool
+		store    payStoreOptions
+		ledger   ledgerFlags
+		showJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "parity",
@@ -35,22 +35,21 @@ there, not APPROVED here), amount mismatch, and double charges. Exits with
 status 2 on any mismatch.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if instURL == "" {
-				return errors.New("--institution is required")
-			}
-			if adminToken == "" {
-				return fmt.Errorf("--admin-token (or %s) is required to read the institution's ledger", envAdminToken)
+			var f stampede.Fields
+			ledger.check(&f)
+			if err := flagErrors("", f.Err()); err != nil {
+				return err
 			}
 			s, _, err := store.open(cmd, true)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			ledger, err := instclient.NewClient(instURL, &http.Client{}).WithAdminToken(adminToken).Approvals(cmd.Context())
+			charges, err := ledger.client().Approvals(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("reading the institution's ledger: %w", err)
 			}
-			rep, err := pay.Parity(cmd.Context(), s, ChargesOf(ledger))
+			rep, err := pay.Parity(cmd.Context(), s, ChargesOf(charges))
 			if err != nil {
 				return err
 			}
@@ -67,8 +66,7 @@ status 2 on any mismatch.`,
 		},
 	}
 	store.flags(cmd)
-	cmd.Flags().StringVar(&instURL, "institution", "", "base URL of the payment institution (required)")
-	cmd.Flags().StringVar(&adminToken, "admin-token", "", "the institution's admin token")
+	ledger.add(cmd)
 	cmd.Flags().BoolVar(&showJSON, "json", false, "print the report as JSON")
 	return cmd
 }
@@ -84,4 +82,30 @@ func ChargesOf(l institution.Ledger) []pay.Charge {
 			Amount: r.Amount, Currency: r.Currency, Times: r.Charges})
 	}
 	return out
+}
+
+// ledgerFlags are the flags of the commands that read the institution's
+// ledger (pay parity, pay close-out).
+type ledgerFlags struct {
+	instURL, adminToken string
+}
+
+func (l *ledgerFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&l.instURL, "institution", "", "base URL of the payment institution (required)")
+	cmd.Flags().StringVar(&l.adminToken, "admin-token", "", "the institution's admin token (required)")
+}
+
+// check adds to f every one of the flags that is missing.
+func (l *ledgerFlags) check(f *stampede.Fields) {
+	if l.instURL == "" {
+		f.Add("institution", "is required: the base URL of the payment institution")
+	}
+	if l.adminToken == "" {
+		f.Add("admin_token", "(or %s) is required to read the institution's ledger", envAdminToken)
+	}
+}
+
+// client is the institution's admin client.
+func (l *ledgerFlags) client() *instclient.Client {
+	return instclient.NewClient(l.instURL, &http.Client{}).WithAdminToken(l.adminToken)
 }
