@@ -330,6 +330,14 @@ func TestConsoleBrowser(t *testing.T) {
 	if !acked.Paused {
 		t.Fatalf("the page shows paused but the room is %+v", acked)
 	}
+	// Late buyers join the paused room, so that people wait through the
+	// pause however far the surge got (on loaded cores the first 200
+	// could all have been served before the click: "the pause was not put
+	// to the test", once in CI).
+	for i := range 40 {
+		crowd.wg.Add(1)
+		go crowd.buyer(200 + i)
+	}
 	// One tick for a pass that began before the pause; from then on the
 	// admitted count must not move, over at least 10 more passes and
 	// until the pause has been put to the test: a slot free while people
