@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -22,27 +21,7 @@ import (
 // redis-us/join, the server's time in scripts per join (INFO
 // commandstats).
 func BenchmarkJoin(b *testing.B) {
-	for _, waiting := range []int{1_000, 10_000} {
-		b.Run(fmt.Sprintf("embedded/waiting=%d", waiting), func(b *testing.B) {
-			e, err := redisstore.StartEmbedded()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer e.Close()
-			client := redis.NewClient(&redis.Options{Addr: e.Addr(), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
-			defer client.Close()
-			benchJoin(b, client, waiting, false)
-		})
-		b.Run(fmt.Sprintf("real/waiting=%d", waiting), func(b *testing.B) {
-			opts, err := redis.ParseURL(testenv.URL(b, testenv.RedisURL))
-			if err != nil {
-				b.Fatalf("STAMPEDE_REDIS_URL: %v", err)
-			}
-			client := redis.NewClient(opts)
-			defer client.Close()
-			benchJoin(b, client, waiting, true)
-		})
-	}
+	benchOnBothServers(b, "waiting", []int{1_000, 10_000}, benchJoin)
 }
 
 func benchJoin(b *testing.B, client *redis.Client, waiting int, real bool) {

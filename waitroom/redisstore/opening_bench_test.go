@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -24,27 +23,7 @@ import (
 // the embedded server runs in it) and, on real Redis, redis-us/user (the
 // server's time in scripts per pre-queued user, INFO commandstats).
 func BenchmarkOpeningPass(b *testing.B) {
-	for _, n := range []int{1_000, 10_000} {
-		b.Run(fmt.Sprintf("embedded/prequeued=%d", n), func(b *testing.B) {
-			e, err := redisstore.StartEmbedded()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer e.Close()
-			client := redis.NewClient(&redis.Options{Addr: e.Addr(), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
-			defer client.Close()
-			benchOpening(b, client, n, false)
-		})
-		b.Run(fmt.Sprintf("real/prequeued=%d", n), func(b *testing.B) {
-			opts, err := redis.ParseURL(testenv.URL(b, testenv.RedisURL))
-			if err != nil {
-				b.Fatalf("STAMPEDE_REDIS_URL: %v", err)
-			}
-			client := redis.NewClient(opts)
-			defer client.Close()
-			benchOpening(b, client, n, true)
-		})
-	}
+	benchOnBothServers(b, "prequeued", []int{1_000, 10_000}, benchOpening)
 }
 
 func benchOpening(b *testing.B, client *redis.Client, n int, real bool) {

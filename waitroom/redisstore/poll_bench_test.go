@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stampede-lab/stampede/internal/testenv"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
@@ -25,27 +24,7 @@ import (
 // server's time in scripts per poll (INFO commandstats, evalsha and
 // eval).
 func BenchmarkWaitingPoll(b *testing.B) {
-	for _, waiting := range []int{200, 2_000, 8_000} {
-		b.Run(fmt.Sprintf("embedded/waiting=%d", waiting), func(b *testing.B) {
-			e, err := redisstore.StartEmbedded()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer e.Close()
-			client := redis.NewClient(&redis.Options{Addr: e.Addr(), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
-			defer client.Close()
-			benchPoll(b, client, waiting, false)
-		})
-		b.Run(fmt.Sprintf("real/waiting=%d", waiting), func(b *testing.B) {
-			opts, err := redis.ParseURL(testenv.URL(b, testenv.RedisURL))
-			if err != nil {
-				b.Fatalf("STAMPEDE_REDIS_URL: %v", err)
-			}
-			client := redis.NewClient(opts)
-			defer client.Close()
-			benchPoll(b, client, waiting, true)
-		})
-	}
+	benchOnBothServers(b, "waiting", []int{200, 2_000, 8_000}, benchPoll)
 }
 
 func benchPoll(b *testing.B, client *redis.Client, waiting int, real bool) {
