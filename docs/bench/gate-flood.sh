@@ -6,10 +6,11 @@
 # buyers join 5 s in and wait for their admission.
 #
 # usage: gate-flood.sh STAMPEDE_BIN OUT [REPS] [DUR] [RATE]
+# (ports: P_UP, P_NGINX, P_GATE, P_REDIS in the environment, default 19201-19204)
 set -uo pipefail
 BIN=$1 OUT=$2 REPS=${3:-5} DUR=${4:-60s} RATE=${5:-3000}
 VEGETA=${VEGETA:-$HOME/go/bin/vegeta}
-P_UP=18201 P_NGINX=18202 P_GATE=18203 P_REDIS=18204
+P_UP=${P_UP:-19201} P_NGINX=${P_NGINX:-19202} P_GATE=${P_GATE:-19203} P_REDIS=${P_REDIS:-19204}
 SECRET=flood-secret-0123456789abcdef0123456789abcdef ADMIN=flood-admin-token-0123456789
 mkdir -p "$OUT"/nginx-up "$OUT"/nginx-proxy
 OUT=$(cd "$OUT" && pwd)
