@@ -5,7 +5,8 @@
 //	../Dockerfile                 the stampede binary (static, CGO off) in a distroless image, user 65532
 //	compose.yaml                  Redis, PostgreSQL, NATS JetStream, three waiting rooms, the
 //	                              institution simulator, the payment service, Prometheus, Grafana
-//	prometheus.yml                Prometheus's scrape targets: one job per service
+//	prometheus.yml                Prometheus's scrape targets: one job per service; the waiting rooms,
+//	                              whose metrics name rooms, with the metrics token (a compose secret)
 //	grafana/stampede.json         the Grafana dashboard
 //	grafana/provisioning/         Grafana's data source and dashboard provisioning for compose.yaml
 //	alerts.yaml                   Prometheus alerting rules; alerts_test.yaml tests each (promtool)
