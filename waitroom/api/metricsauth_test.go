@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stampede-lab/stampede/waitroom/api"
 )
@@ -41,3 +42,31 @@ func TestMetricsNeedAToken(t *testing.T) {
 	e.must(t, http.StatusOK, req{method: "GET", path: "/readyz"})
 }
 
+// TestMetricsSalePhase: each room's sale phase is a metric (the alerts
+// leave out rooms not open yet), one series per phase, 1 for the room's;
+// and every room's invite gauges exist at 0 before any invite is used.
+func TestMetricsSalePhase(t *testing.T) {
+	e := newEnv(t, miniBackend(t), true)
+	open := e.newRoom(t, `{"capacity":3}`)
+	later := e.newRoom(t, `{"capacity":3,"opens_at":"`+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`"}`)
+	waitFor(t, "the service to find the rooms", func() bool {
+		rooms := e.srv.Service().Rooms()
+		return slices.Contains(rooms, open) && slices.Contains(rooms, later)
+	})
+	m := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics", auth: "Bearer " + adminToken})
+	for _, want := range []string{
+		`stampede_waitroom_room_sale_phase{phase="open",room="` + open + `"} 1`,
+		`stampede_waitroom_room_sale_phase{phase="before",room="` + open + `"} 0`,
+		`stampede_waitroom_room_sale_phase{phase="before",room="` + later + `"} 1`,
+		`stampede_waitroom_room_sale_phase{phase="open",room="` + later + `"} 0`,
+		`stampede_waitroom_room_sale_phase{phase="between",room="` + later + `"} 0`,
+		`stampede_waitroom_room_sale_phase{phase="closed",room="` + later + `"} 0`,
+		`stampede_waitroom_room_invites{kind="used",room="` + open + `"} 0`,
+		`stampede_waitroom_room_invites{kind="refused",room="` + open + `"} 0`,
+		`stampede_waitroom_room_invites{kind="held",room="` + open + `"} 0`,
+	} {
+		if !bytes.Contains(m.raw, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
