@@ -989,13 +989,18 @@ type ticketJSON struct {
 	// waiting.
 	Position *int64 `json:"position"`
 	Ahead    *int64 `json:"ahead"`
-	// ETASeconds is null unless waiting with a measured admission rate;
-	// 0 once admitted.
-	ETASeconds     *float64 `json:"eta_seconds"`
-	PollAfterMS    int64    `json:"poll_after_ms"`
-	TicketToken    string   `json:"ticket_token,omitempty"`
-	AdmissionToken string   `json:"admission_token,omitempty"`
-	LeaseExpiresAt string   `json:"lease_expires_at,omitempty"`
+	// ETASeconds is the middle of the expected wait, ETALowSeconds and
+	// ETAHighSeconds its range, and ETABasis what it rests on
+	// (waitroom.EstimateWait): null (and no basis) when there is no
+	// estimate (not waiting, a paused room); 0 once admitted.
+	ETASeconds     *float64               `json:"eta_seconds"`
+	ETALowSeconds  *float64               `json:"eta_low_seconds"`
+	ETAHighSeconds *float64               `json:"eta_high_seconds"`
+	ETABasis       waitroom.EstimateBasis `json:"eta_basis,omitempty"`
+	PollAfterMS    int64                  `json:"poll_after_ms"`
+	TicketToken    string                 `json:"ticket_token,omitempty"`
+	AdmissionToken string                 `json:"admission_token,omitempty"`
+	LeaseExpiresAt string                 `json:"lease_expires_at,omitempty"`
 	// Message is the room's closing message on a closed ticket.
 	Message string `json:"message,omitempty"`
 	// Sale is where the room's sale stands (see saleJSON), and
@@ -1022,8 +1027,12 @@ func (h *handler) withSale(r *http.Request, v ticketJSON) ticketJSON {
 
 // ticketView shows t with the service's wait estimate.
 func (h *handler) ticketView(t waitroom.Ticket) ticketJSON {
-	eta, poll := h.svc.Estimate(t)
+	est, poll := h.svc.Estimate(t)
 	v := ticketJSON{Room: t.Room, UserID: t.User, State: t.State, PollAfterMS: poll.Milliseconds()}
+	tenths := func(d time.Duration) *float64 {
+		s := math.Round(d.Seconds()*10) / 10
+		return &s
+	}
 	switch t.State {
 	case waitroom.StateWaiting:
 		if t.Position >= 0 {
@@ -1031,13 +1040,12 @@ func (h *handler) ticketView(t waitroom.Ticket) ticketJSON {
 			ahead, pos := t.Position, t.Position+1
 			v.Position, v.Ahead = &pos, &ahead
 		}
-		if eta >= 0 {
-			s := math.Round(eta.Seconds()*10) / 10
-			v.ETASeconds = &s
+		if est.Known() {
+			v.ETASeconds, v.ETALowSeconds, v.ETAHighSeconds = tenths(est.Mid()), tenths(est.Low), tenths(est.High)
+			v.ETABasis = est.Basis
 		}
 	case waitroom.StateAdmitted:
-		zero := 0.0
-		v.ETASeconds = &zero
+		v.ETASeconds, v.ETALowSeconds, v.ETAHighSeconds = tenths(0), tenths(0), tenths(0)
 	case waitroom.StateClosed:
 		v.Message = t.Message
 	}
