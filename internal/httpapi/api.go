@@ -83,7 +83,8 @@ type API struct {
 }
 
 // New returns an API with /healthz, /readyz (no checks yet: see
-// AddCheck), /metrics and, when cfg.Spec is set, /openapi.json.
+// AddCheck), /metrics (to the requests cfg.MetricsAuth accepts, when it
+// is set) and, when cfg.Spec is set, /openapi.json.
 func New(cfg Config) (*API, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
