@@ -249,6 +249,7 @@ type composeService struct {
 	Environment map[string]string `yaml:"environment"`
 	Ports       []string          `yaml:"ports"`
 	Volumes     []string          `yaml:"volumes"`
+	Secrets     []string          `yaml:"secrets"`
 }
 
 // httpPort is the port of a stampede service's --http flag.
@@ -261,10 +262,14 @@ func (s composeService) httpPort() string {
 
 // TestPrometheusScrapesEveryService checks that prometheus.yml scrapes
 // every stampede service of compose.yaml on its --http port, and nothing
-// else.
+// else; and a waiting room (whose metrics name rooms) with the metrics
+// token those services are given, read from a compose secret.
 func TestPrometheusScrapesEveryService(t *testing.T) {
 	var compose struct {
 		Services map[string]composeService `yaml:"services"`
+		Secrets  map[string]struct {
+			Environment string `yaml:"environment"`
+		} `yaml:"secrets"`
 	}
 	readYAML(t, "compose.yaml", &compose)
 	want := map[string]bool{}
@@ -276,6 +281,10 @@ func TestPrometheusScrapesEveryService(t *testing.T) {
 	var prom struct {
 		ScrapeConfigs []struct {
 			JobName       string `yaml:"job_name"`
+			Authorization *struct {
+				Type            string `yaml:"type"`
+				CredentialsFile string `yaml:"credentials_file"`
+			} `yaml:"authorization"`
 			StaticConfigs []struct {
 				Targets []string `yaml:"targets"`
 			} `yaml:"static_configs"`
@@ -283,12 +292,37 @@ func TestPrometheusScrapesEveryService(t *testing.T) {
 	}
 	readYAML(t, "prometheus.yml", &prom)
 	got := map[string]bool{}
+	byTarget := map[string]string{}
+	for name, s := range compose.Services {
+		byTarget[name+":"+s.httpPort()] = name
+	}
 	for _, sc := range prom.ScrapeConfigs {
 		for _, st := range sc.StaticConfigs {
 			for _, target := range st.Targets {
 				got[target] = true
 				if !want[target] {
 					t.Errorf("job %s scrapes %s, which is not a stampede service of compose.yaml", sc.JobName, target)
+					continue
+				}
+				svc := compose.Services[byTarget[target]]
+				if !slices.Contains(svc.Command, "waitroom") && !slices.Contains(svc.Command, "gate") && !slices.Contains(svc.Command, "forward-auth") {
+					continue
+				}
+				// A waiting room: its metrics need the metrics token, which
+				// Prometheus reads from a secret holding the variable the
+				// service takes as STAMPEDE_METRICS_TOKEN.
+				a := sc.Authorization
+				if a == nil || (a.Type != "" && a.Type != "Bearer") || !strings.HasPrefix(a.CredentialsFile, "/run/secrets/") {
+					t.Errorf("job %s scrapes the waiting room %s without a bearer credentials_file from a secret: %+v", sc.JobName, target, a)
+					continue
+				}
+				secret := strings.TrimPrefix(a.CredentialsFile, "/run/secrets/")
+				if !slices.Contains(compose.Services["prometheus"].Secrets, secret) {
+					t.Errorf("job %s reads the secret %s, which compose's prometheus is not given", sc.JobName, secret)
+				}
+				env := compose.Secrets[secret].Environment
+				if v := svc.Environment["STAMPEDE_METRICS_TOKEN"]; env == "" || !strings.HasPrefix(v, "${"+env+":") && v != "${"+env+"}" {
+					t.Errorf("%s's STAMPEDE_METRICS_TOKEN is %q, want the variable %q of the secret %s Prometheus reads", target, v, env, secret)
 				}
 			}
 		}

@@ -5,7 +5,8 @@
 //	../Dockerfile                 the stampede binary (static, CGO off) in a distroless image, user 65532
 //	compose.yaml                  Redis, PostgreSQL, NATS JetStream, three waiting rooms, the
 //	                              institution simulator, the payment service, Prometheus, Grafana
-//	prometheus.yml                Prometheus's scrape targets: one job per service
+//	prometheus.yml                Prometheus's scrape targets: one job per service; the waiting rooms,
+//	                              whose metrics name rooms, with the metrics token (a compose secret)
 //	grafana/stampede.json         the Grafana dashboard
 //	grafana/provisioning/         Grafana's data source and dashboard provisioning for compose.yaml
 //	alerts.yaml                   Prometheus alerting rules; alerts_test.yaml tests each (promtool)
@@ -45,6 +46,8 @@ var Metrics = []Metric{
 	{"stampede_waitroom_room_capacity", "gauge", []string{"room"}, "The room's capacity (the window's in force, with a schedule)."},
 	{"stampede_waitroom_room_oldest_wait_seconds", "gauge", []string{"room"}, "How long the user at the head of the queue has waited."},
 	{"stampede_waitroom_admission_rate_per_second", "gauge", []string{"room"}, "Admissions per second over the store's rate window, all instances together."},
+	{"stampede_waitroom_room_sale_phase", "gauge", []string{"room", "phase"}, "1 for the phase the room's sale is in (before, open, between, closed), 0 for the others."},
+	{"stampede_waitroom_room_invites", "gauge", []string{"room", "kind"}, "The room's invites: used (got a place), refused (used again), held (remembered by the store)."},
 	{"stampede_waitroom_store_up", "gauge", nil, "1 if the store answered every request of the scrape, else 0."},
 	// The waiting room: what this instance's admission passes did.
 	{"stampede_waitroom_admitted_total", "counter", []string{"room"}, "Users admitted by this instance's admission passes."},

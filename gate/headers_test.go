@@ -118,7 +118,9 @@ func TestGateLeavesAnotherRoomsCookie(t *testing.T) {
 
 // TestGateServesItsOwnHealth: the gate answers its liveness, readiness and
 // metrics under its reserved prefix (the embedded waiting room's), while
-// the unprefixed paths stay the checkout's (behind the gate's guard).
+// the unprefixed paths stay the checkout's (behind the gate's guard). The
+// metrics, which name the room, need the admin token: the public, who
+// reach the gate, get 401 and no room name.
 func TestGateServesItsOwnHealth(t *testing.T) {
 	m := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -128,15 +130,21 @@ func TestGateServesItsOwnHealth(t *testing.T) {
 	// In this order: the request counter has series only once a request
 	// was answered, and the server counts a request after its answer has
 	// left, so the metrics are read until they show the earlier two.
-	for _, c := range []struct{ path, want string }{
-		{gate.HealthPath, `"ok"`}, {gate.ReadyPath, ""}, {gate.MetricsPath, `http_requests_total{`},
+	for _, c := range []struct{ path, want, auth string }{
+		{gate.HealthPath, `"ok"`, ""}, {gate.ReadyPath, "", ""},
+		{gate.MetricsPath, `stampede_waitroom_room_capacity{room="` + w.room + `"} 1`, "Bearer " + adminToken},
+		{gate.MetricsPath, `http_requests_total{`, "Bearer " + adminToken},
 	} {
 		var (
 			status int
 			body   []byte
 		)
 		for deadline := time.Now().Add(5 * time.Second); ; {
-			resp, err := hc.Get(w.gates[0] + c.path)
+			req, _ := http.NewRequest(http.MethodGet, w.gates[0]+c.path, nil)
+			if c.auth != "" {
+				req.Header.Set("Authorization", c.auth)
+			}
+			resp, err := hc.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,6 +158,21 @@ func TestGateServesItsOwnHealth(t *testing.T) {
 		}
 		if status != http.StatusOK || !strings.Contains(string(body), c.want) {
 			t.Errorf("GET %s = %d %.200s, want 200 with %q", c.path, status, body, c.want)
+		}
+	}
+	for _, auth := range []string{"", "Bearer not-the-admin-token-0123"} {
+		req, _ := http.NewRequest(http.MethodGet, w.gates[0]+gate.MetricsPath, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(body), w.room) {
+			t.Errorf("GET %s with Authorization %q = %d %.200s, want 401 naming no room", gate.MetricsPath, auth, resp.StatusCode, body)
 		}
 	}
 	// /healthz itself is the checkout's: a visitor without admission is

@@ -124,6 +124,7 @@ func (m *Metrics) OnOutflow(room string, perMinute int, _ string) {
 //	stampede_waitroom_room_oldest_wait_seconds{room}  how long the head of the queue has waited
 //	stampede_waitroom_admission_rate_per_second{room} admissions per second, all instances
 //	stampede_waitroom_room_invites{room,kind}          invites: used (got a place), refused (used again), held (remembered)
+//	stampede_waitroom_room_sale_phase{room,phase}      1 for the phase the sale is in (before, open, between, closed), 0 for the others
 //	stampede_waitroom_store_up                        1 if the store answered the whole scrape
 type roomCollector struct {
 	svc     *Service
@@ -131,8 +132,11 @@ type roomCollector struct {
 	timeout time.Duration
 
 	active, waiting, capacity, oldest, rate, up *prometheus.Desc
-	invites                                     *prometheus.Desc
+	invites, phase                              *prometheus.Desc
 }
+
+// salePhases are the values of room_sale_phase's phase label.
+var salePhases = []Phase{PhaseBefore, PhaseOpen, PhaseBetween, PhaseClosed}
 
 // NewRoomCollector returns a collector that reads every room's gauges
 // from svc's store at scrape time; log receives its failures.
@@ -150,12 +154,14 @@ func NewRoomCollector(svc *Service, log *slog.Logger) prometheus.Collector {
 		up:       desc("store_up", "1 if the store answered every request of this scrape, else 0."),
 		invites: desc("room_invites", "The room's invites: used (got a place, total), refused (joins with an invite used already, total), held (used invites the store remembers now).",
 			"room", "kind"),
+		phase: desc("room_sale_phase", "1 for the phase the room's sale is in now (before: not open yet; open: admitting, unless paused; between: between two windows of its schedule; closed), 0 for the others.",
+			"room", "phase"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *roomCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.active, c.waiting, c.capacity, c.oldest, c.rate, c.up, c.invites} {
+	for _, d := range []*prometheus.Desc{c.active, c.waiting, c.capacity, c.oldest, c.rate, c.up, c.invites, c.phase} {
 		ch <- d
 	}
 }
@@ -191,15 +197,25 @@ func (c *roomCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(st.Waiting), room)
 		capacity := float64(st.Capacity)
 		if cfg, err := c.svc.RoomConfig(ctx, room); err == nil {
-			capacity = float64(cfg.SaleAt(time.Now()).Capacity) // the window's in force
+			sale := cfg.SaleAt(time.Now())
+			capacity = float64(sale.Capacity) // the window's in force
+			// Where the sale stands: a room before its opening or between
+			// two windows has buyers waiting and free slots, and is not
+			// stuck (deploy/alerts.yaml).
+			for _, p := range salePhases {
+				v := 0.0
+				if sale.Phase == p {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, v, room, string(p))
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, capacity, room)
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestWait.Seconds(), room)
 		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, c.svc.rate(room).perSecond(), room)
-		if st.InvitesUsed > 0 || st.InvitesRefused > 0 || st.InvitesHeld > 0 {
-			for kind, n := range map[string]int64{"used": st.InvitesUsed, "refused": st.InvitesRefused, "held": st.InvitesHeld} {
-				ch <- prometheus.MustNewConstMetric(c.invites, prometheus.GaugeValue, float64(n), room, kind)
-			}
+		// Every room's, zeros too: a panel shows 0 rather than no data.
+		for kind, n := range map[string]int64{"used": st.InvitesUsed, "refused": st.InvitesRefused, "held": st.InvitesHeld} {
+			ch <- prometheus.MustNewConstMetric(c.invites, prometheus.GaugeValue, float64(n), room, kind)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)

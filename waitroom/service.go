@@ -150,7 +150,18 @@ func (s *Service) refresh(ctx context.Context, wg *sync.WaitGroup) {
 		s.ensureAdmitter(ctx, wg, room, cfg)
 		s.steerOutflow(ctx, room, cfg)
 		if st, err := s.store.Stats(ctx, room); err == nil {
-			s.rate(room).sample(time.Now(), st.AdmittedTotal)
+			meter := s.rate(room)
+			meter.sample(time.Now(), st.AdmittedTotal, st.ReleasedTotal+st.ExpiredTotal)
+			// What a wait estimate needs besides the rate: the slots held
+			// and when the first of their leases ends (one more round trip
+			// per refresh, for a room with slots held).
+			var next time.Time
+			if st.Active > 0 {
+				if t, ok, err := s.store.NextExpiry(ctx, room); err == nil && ok {
+					next = t
+				}
+			}
+			meter.load(st.Active, next)
 		}
 	}
 	s.mu.Lock()
@@ -383,22 +394,42 @@ func (s *Service) RoomConfig(ctx context.Context, room string) (RoomConfig, erro
 	return s.store.Config(ctx, room)
 }
 
-// Estimate returns a waiting ticket's expected wait (negative when no rate
-// is known yet) and how long its holder should wait before polling again:
-// a quarter of the expected wait, within [MinPoll, maxPoll], so that
-// thousands of users far back in line do not poll every second.
-func (s *Service) Estimate(t Ticket) (eta, pollAfter time.Duration) {
+// Estimate returns a waiting ticket's expected wait (EstimateWait: from
+// the measured admission rate, else from the room's capacity, the leases
+// of its held slots and its outflow limit, as this instance saw them at
+// its last room refresh) and how long its holder should wait before
+// polling again: a quarter of the shortest expected wait (on the
+// capacity basis, no more than 50 ms per user ahead), within [MinPoll,
+// maxPoll], so that thousands of users far back in line do not poll
+// every second. A ticket not waiting, or in a room this instance
+// does not admit for, has no estimate.
+func (s *Service) Estimate(t Ticket) (est WaitEstimate, pollAfter time.Duration) {
 	if t.State != StateWaiting {
-		return 0, s.cfg.MinPoll
+		return WaitEstimate{}, s.cfg.MinPoll
 	}
 	hi := s.maxPoll(t.Room)
-	rate := s.rate(t.Room).perSecond()
-	if rate <= 0 {
-		// No admissions measured yet: back off by position alone.
-		return -1, clamp(time.Duration(t.Position)*50*time.Millisecond, s.cfg.MinPoll, hi)
+	s.mu.Lock()
+	a := s.admitters[t.Room]
+	s.mu.Unlock()
+	if a != nil {
+		cfg := a.config()
+		now := time.Now()
+		meter := s.rate(t.Room)
+		active, next := meter.loadNow()
+		est = EstimateWait(t.Position, RoomLoad{Now: now, Sale: cfg.SaleAt(now), Paused: cfg.Paused, Lease: cfg.Lease,
+			Active: active, NextExpiry: next, Rate: min(meter.perSecond(), meter.freedPerSecond())})
 	}
-	eta = time.Duration(float64(t.Position+1) / rate * float64(time.Second))
-	return eta, clamp(eta/4, s.cfg.MinPoll, hi)
+	byPlace := time.Duration(t.Position) * 50 * time.Millisecond
+	switch est.Basis {
+	case BasisRate:
+		return est, clamp(est.Low/4, s.cfg.MinPoll, hi)
+	case BasisCapacity:
+		// A holder may leave any time, sooner than the leases say: the
+		// users near the head keep polling by their place.
+		return est, clamp(min(est.Low/4, byPlace), s.cfg.MinPoll, hi)
+	}
+	// Nothing to go by: back off by place alone.
+	return est, clamp(byPlace, s.cfg.MinPoll, hi)
 }
 
 // maxPoll is the longest poll interval suggested in room: MaxPoll, or
@@ -423,22 +454,44 @@ func (s *Service) maxPoll(room string) time.Duration {
 
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 
-// rateMeter turns samples of a growing counter into a rate.
+// rateMeter turns samples of a growing counter into a rate, and keeps
+// the room's load seen at the same refresh (for wait estimates).
 type rateMeter struct {
 	mu      sync.Mutex
 	window  time.Duration
 	samples []rateSample
+	// active is the slots held; next when the earliest lease ends (zero:
+	// not read, or none).
+	active int64
+	next   time.Time
+}
+
+// load records the slots held and the earliest lease's end.
+func (r *rateMeter) load(active int64, next time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.active, r.next = active, next
+}
+
+// loadNow returns what load recorded last.
+func (r *rateMeter) loadNow() (active int64, next time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.active, r.next
 }
 
 type rateSample struct {
 	at    time.Time
 	total int64
+	// freed counts the slots freed (released and expired), for wait
+	// estimates: a full room admits no faster than slots free up.
+	freed int64
 }
 
-func (r *rateMeter) sample(at time.Time, total int64) {
+func (r *rateMeter) sample(at time.Time, total, freed int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.samples = append(r.samples, rateSample{at, total})
+	r.samples = append(r.samples, rateSample{at, total, freed})
 	cut := 0
 	for cut < len(r.samples)-1 && at.Sub(r.samples[cut].at) > r.window {
 		cut++
@@ -446,7 +499,19 @@ func (r *rateMeter) sample(at time.Time, total int64) {
 	r.samples = r.samples[cut:]
 }
 
+// perSecond is the admissions per second over the window.
 func (r *rateMeter) perSecond() float64 {
+	return r.over(func(s rateSample) int64 { return s.total })
+}
+
+// freedPerSecond is the slots freed per second over the window.
+func (r *rateMeter) freedPerSecond() float64 {
+	return r.over(func(s rateSample) int64 { return s.freed })
+}
+
+// over is the growth per second of the counter that count reads, from the
+// window's first sample to its last.
+func (r *rateMeter) over(count func(rateSample) int64) float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.samples) < 2 {
@@ -457,7 +522,7 @@ func (r *rateMeter) perSecond() float64 {
 	if dt <= 0 {
 		return 0
 	}
-	return float64(last.total-first.total) / dt
+	return float64(count(last)-count(first)) / dt
 }
 
 // SpendChallenge spends a proof-of-work challenge (already checked by a

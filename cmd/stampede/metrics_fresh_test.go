@@ -39,7 +39,11 @@ func TestFreshServicesExposeEveryDocumentedMetric(t *testing.T) {
 	}
 
 	scrape := func(addr string) string {
-		resp, err := http.Get("http://" + addr + "/metrics")
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+		if addr == wr {
+			req.Header.Set("Authorization", "Bearer "+token) // the waiting room's metrics name rooms
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

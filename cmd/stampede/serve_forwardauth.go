@@ -54,6 +54,8 @@ The proxy sends the waiting room's paths straight here: /rooms/, /v1/rooms/,
 /.well-known/jwks.json and /.stampede/ (the waiting page hands its ticket
 to ` + gate.AdmitPath + `; a form posted to ` + gate.ReleasePath + ` ends the
 admission). Configuration for each proxy is in deploy/forward-auth/.
+Its own /healthz and /readyz answer anyone; /metrics, which names every
+room, answers only Bearer --admin-token or --metrics-token.
 
 --rules names a JSON file of rules: rooms by host and path prefix (the
 first match wins), bypass rules (path prefixes such as /static/, CIDRs,

@@ -87,7 +87,9 @@ gate answers 429 with Retry-After without asking the store.
 The gate also serves the waiting room's API for --room, its page and
 /.well-known/jwks.json, and its own liveness, readiness and metrics under
 its reserved prefix (/.stampede/healthz, /.stampede/readyz,
-/.stampede/metrics); every other path goes upstream.`,
+/.stampede/metrics); every other path goes upstream. The metrics name
+rooms, so /.stampede/metrics answers only Bearer --admin-token or
+--metrics-token; liveness and readiness answer anyone.`,
 		Example: `  stampede serve gate --upstream http://127.0.0.1:9000 --room drop --admin-token "$(openssl rand -hex 16)"
   STAMPEDE_REDIS_URL=redis://localhost:6379/0 STAMPEDE_SECRET=... stampede serve gate --upstream http://checkout:9000 --room drop --http :8443`,
 		Args: cobra.NoArgs,

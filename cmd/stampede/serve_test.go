@@ -146,11 +146,11 @@ func TestServeWaitroomNamesEveryBadFlag(t *testing.T) {
 	for _, env := range []string{envRedis, envSecret, envAdminToken} {
 		t.Setenv(env, "")
 	}
-	_, _, err := execute(t, "serve", "waitroom", "--admin-token=short", "--checkout-key=x", "--key-epoch", "a b", "--join-rate", "-1")
+	_, _, err := execute(t, "serve", "waitroom", "--admin-token=short", "--checkout-key=x", "--key-epoch", "a b", "--join-rate", "-1", "--metrics-token=short")
 	if err == nil {
 		t.Fatal("serve waitroom accepted bad flags")
 	}
-	for _, want := range []string{"--admin-token:", "--checkout-key:", "--key-epoch:", "--join-rate:"} {
+	for _, want := range []string{"--admin-token:", "--checkout-key:", "--key-epoch:", "--join-rate:", "--metrics-token:"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

@@ -35,6 +35,7 @@ type waitroomOptions struct {
 	ackTimeout   time.Duration
 	secret       string
 	adminToken   string
+	metricsToken string
 	instance     string
 	immediate    bool
 	pipeline     bool
@@ -86,6 +87,10 @@ func newServeWaitroomCmd() *cobra.Command {
 		Long: `Run the waiting room: a JSON API that queues users for a room of fixed
 capacity and admits them, a waiting page at /rooms/{room}, /healthz,
 /readyz, Prometheus /metrics and its OpenAPI description at /openapi.json.
+The metrics name every room, unannounced ones too, so /metrics answers
+only Bearer --admin-token or Bearer --metrics-token (Prometheus:
+authorization.credentials_file in the scrape config); /healthz and
+/readyz answer anyone.
 
   PUT    /v1/rooms/{room}                 configure a room (Bearer admin token)
   GET    /v1/rooms/{room}                 the room's counters
@@ -147,6 +152,9 @@ func (opts *waitroomOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&opts.secret, "secret", "", "token signing secret, at least 32 bytes, the same on every instance;\n"+
 		"empty: a random one, so tokens do not survive a restart nor verify on other instances")
 	f.StringVar(&opts.adminToken, "admin-token", "", "bearer token for PUT /v1/rooms/{room}, at least 16 bytes (required)")
+	f.StringVar(&opts.metricsToken, "metrics-token", "", "a bearer token that reads the metrics and nothing else, at least 16 bytes, for a Prometheus\n"+
+		"that should not hold --admin-token; the metrics name every room, so they answer only these two tokens\n"+
+		"(empty: only --admin-token); liveness and readiness need none")
 	f.StringVar(&opts.instance, "instance", "", "this instance's name in leader elections (default: host-pid)")
 	f.BoolVar(&opts.immediate, "immediate", true, "admit right after a release and when a lease runs out, not only on the tick")
 	f.BoolVar(&opts.pipeline, "autopipeline", true, "send the join, ticket and leave scripts of concurrent requests to Redis in shared pipelines\n"+
@@ -249,7 +257,7 @@ func (o *waitroomOptions) serverConfig(store waitroom.Store, secret []byte) (api
 	cfg := api.DefaultConfig()
 	cfg.Store = store
 	cfg.Instance, cfg.Immediate = o.instance, o.immediate
-	cfg.Secret, cfg.AdminToken = secret, o.adminToken
+	cfg.Secret, cfg.AdminToken, cfg.MetricsToken = secret, o.adminToken, o.metricsToken
 	cfg.JoinLimit = api.JoinLimitConfig{Rate: o.joinRate, Burst: o.joinBurst, PrefixRate: o.prefixRate, PrefixBurst: o.prefixBurst,
 		MaxClients: o.joinClients, TrustedProxies: proxies}
 	cfg.OnAdmit = o.onAdmit

@@ -262,7 +262,7 @@ func TestWaitroomRedisFrozen(t *testing.T) {
 	// (its room gauges then appear).
 	for k, in := range insts {
 		wrWaitFor(t, 10*time.Second, fmt.Sprintf("instance %d to admit for the room", k), func() bool {
-			m := wrMust(t, hc, http.StatusOK, "GET", in.url+"/metrics", "", "")
+			m := wrMust(t, hc, http.StatusOK, "GET", in.url+"/metrics", "", wrAdminToken)
 			return wrMetric(m.raw, `stampede_waitroom_room_capacity{room="`+room+`"}`) == capacity
 		})
 	}
@@ -333,7 +333,7 @@ func TestWaitroomRedisFrozen(t *testing.T) {
 	for k, in := range insts {
 		series := `stampede_waitroom_admission_pass_errors_total{room="` + room + `"}`
 		wrWaitFor(t, 5*time.Second, fmt.Sprintf("instance %d to count a failed admission pass", k), func() bool {
-			m := wrMust(t, hc, http.StatusOK, "GET", in.url+"/metrics", "", "")
+			m := wrMust(t, hc, http.StatusOK, "GET", in.url+"/metrics", "", wrAdminToken)
 			return wrMetric(m.raw, series) > 0 && wrMetric(m.raw, "stampede_waitroom_store_up") == 0
 		})
 	}
@@ -399,7 +399,7 @@ func TestWaitroomRedisFrozen(t *testing.T) {
 		t.Errorf("observer: max active %d in %d samples, want at most %d and some samples", max, samples.Load(), capacity)
 	}
 	// The request metrics count by route pattern, the room gauges are there.
-	m := wrMust(t, hc, http.StatusOK, "GET", insts[0].url+"/metrics", "", "")
+	m := wrMust(t, hc, http.StatusOK, "GET", insts[0].url+"/metrics", "", wrAdminToken)
 	for _, series := range []string{
 		`http_requests_total{code="503",method="POST",route="/v1/rooms/{room}/tickets"}`,
 		`http_requests_total{code="201",method="POST",route="/v1/rooms/{room}/tickets"}`,

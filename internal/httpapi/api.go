@@ -43,6 +43,11 @@ type Config struct {
 	Spec []byte
 	// ReadyTimeout bounds each readiness check of /readyz; 0 means 1 s.
 	ReadyTimeout time.Duration
+	// MetricsAuth, if set, decides who may read /metrics: a request it
+	// returns an error for is answered that error as a problem (an
+	// Unauthorized one, say) and sees no metric. Nil serves /metrics to
+	// anyone. /healthz and /readyz stay open either way.
+	MetricsAuth func(r *http.Request) error
 }
 
 // Validate reports every unusable field at once.
@@ -78,7 +83,8 @@ type API struct {
 }
 
 // New returns an API with /healthz, /readyz (no checks yet: see
-// AddCheck), /metrics and, when cfg.Spec is set, /openapi.json.
+// AddCheck), /metrics (to the requests cfg.MetricsAuth accepts, when it
+// is set) and, when cfg.Spec is set, /openapi.json.
 func New(cfg Config) (*API, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -102,7 +108,17 @@ func New(cfg Config) (*API, error) {
 	}
 	a.Handle("/healthz", Methods{http.MethodGet: a.healthz})
 	a.Handle("/readyz", Methods{http.MethodGet: a.readyz})
-	metrics := promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelError)})
+	var metrics http.Handler = promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelError)})
+	if auth := cfg.MetricsAuth; auth != nil {
+		open := metrics
+		metrics = a.adapt(func(w http.ResponseWriter, r *http.Request) error {
+			if err := auth(r); err != nil {
+				return err
+			}
+			open.ServeHTTP(w, r)
+			return nil
+		})
+	}
 	a.HandleHTTP("/metrics", map[string]http.Handler{http.MethodGet: metrics})
 	if cfg.Spec != nil {
 		spec := cfg.Spec

@@ -64,6 +64,9 @@ type Part struct {
 	// Metrics is its Prometheus endpoint; empty for a part without one
 	// (the embedded Redis and NATS, the proxies).
 	Metrics string
+	// MetricsAuth is the Authorization header its Metrics need; empty for
+	// none (a gate's metrics name rooms: they need the admin token).
+	MetricsAuth string
 	// Exited reports that the process ended (it was never stopped by the
 	// rig: the rig plays no fault).
 	Exited bool
@@ -71,9 +74,10 @@ type Part struct {
 
 // Parts lists the rig's processes, each with its current PID.
 func (g *Rig) Parts() []Part {
-	metrics := map[string]string{}
+	metrics, auth := map[string]string{}, map[string]string{}
 	for i, u := range g.r.gateURLs {
 		metrics[fmt.Sprintf("gate-%d", i)] = u + "/.stampede/metrics"
+		auth[fmt.Sprintf("gate-%d", i)] = "Bearer " + g.r.adminToken
 	}
 	for i, u := range g.r.workerMetrics {
 		metrics[fmt.Sprintf("worker-%d", i)] = u
@@ -82,7 +86,7 @@ func (g *Rig) Parts() []Part {
 	var out []Part
 	for _, p := range g.r.procs {
 		p.mu.Lock()
-		part := Part{Name: p.name, Metrics: metrics[p.name]}
+		part := Part{Name: p.name, Metrics: metrics[p.name], MetricsAuth: auth[p.name]}
 		if m, ok := g.r.extraMetrics[p.name]; ok {
 			part.Metrics = m
 		}

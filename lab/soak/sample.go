@@ -157,7 +157,7 @@ func (s *sampler) sample(ctx context.Context) {
 			s.fail(p.Name + " open files")
 		}
 		if p.Metrics != "" {
-			if g, heap, err := s.scrape(ctx, p.Metrics); err == nil {
+			if g, heap, err := s.scrape(ctx, p.Metrics, p.MetricsAuth); err == nil {
 				s.add(p.Name+" goroutines", FamilyGoroutines, "goroutines", true, t, g)
 				s.add(p.Name+" heap in use", FamilyHeap, "bytes", true, t, heap)
 			} else {
@@ -252,13 +252,16 @@ func (s *sampler) sample(ctx context.Context) {
 }
 
 // scrape reads go_goroutines and go_memstats_heap_inuse_bytes from a
-// Prometheus endpoint.
-func (s *sampler) scrape(ctx context.Context, u string) (goroutines, heap float64, err error) {
+// Prometheus endpoint, sending auth as its Authorization (if not empty).
+func (s *sampler) scrape(ctx context.Context, u, auth string) (goroutines, heap float64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return 0, 0, err
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	resp, err := s.hc.Do(req)
 	if err != nil {

@@ -290,8 +290,10 @@ func browserFlow(ctx context.Context, t *testing.T, s *browserServer, bctx conte
 			t.Fatal("the alert button changed nothing")
 		}
 	}
-	if !strings.Contains(p.Ahead, want.ahead) || p.Progress != "50" {
-		t.Errorf("first in line: ahead %q, progress %q; want %q, 50", p.Ahead, p.Progress, want.ahead)
+	// From second to first: half the way by place, more if the time
+	// waited says so.
+	if pct, _ := strconv.Atoi(p.Progress); !strings.Contains(p.Ahead, want.ahead) || pct < 50 || pct > 99 {
+		t.Errorf("first in line: ahead %q, progress %q; want %q, 50 to 99", p.Ahead, p.Progress, want.ahead)
 	}
 	p = browserWait(tab, t, "the polite announcement", 5*time.Second, func(p browserPage) bool { return strings.Contains(p.Polite, "1") })
 	time.Sleep(700 * time.Millisecond) // the progress bar's transition
@@ -753,4 +755,50 @@ func TestBrowserETARange(t *testing.T) {
 	if len(seen) > 3 {
 		t.Errorf("the ETA jumped between %d texts in 8 s", len(seen))
 	}
+}
+
+// TestBrowserWaitEstimateAndProgress: a buyer third in a room whose one
+// slot is held on a 60-second lease, with nobody leaving, sees an
+// estimate in minutes from the first answer (never "Calculating…", never
+// "less than a minute"), and a progress bar that fills with the time
+// waited although the place does not move, never going back.
+func TestBrowserWaitEstimateAndProgress(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	bctx := browsertest.Start(t, ctx)
+	s := newBrowserServer(t)
+	room := "progress-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	s.call(ctx, t, http.StatusOK, "PUT", "/v1/rooms/"+room, roomBody(t, `{"capacity":1,"lease_seconds":60}`), browserAdminToken)
+	for _, u := range []string{"holder", "next"} {
+		s.call(ctx, t, http.StatusCreated, "POST", "/v1/rooms/"+room+"/tickets", `{"user_id":"`+u+`"}`, "")
+	}
+	for s.call(ctx, t, http.StatusOK, "GET", "/v1/rooms/"+room, "", "")["active"] != 1.0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(150 * time.Millisecond) // the room refresh (50 ms here) sees the slot held
+
+	tab := browsertest.Tab(t, bctx, browsertest.TabOptions{Width: 390, AcceptLanguage: "en"}, s.url+"/rooms/"+room)
+	first := browserWait(tab, t, "the page waiting", 20*time.Second, func(p browserPage) bool { return p.State == "waiting" })
+	minutes := regexp.MustCompile(`^about (\d+)–(\d+) min$`)
+	if first.Position != "2" || !minutes.MatchString(first.ETA) {
+		t.Errorf("the first answer shows %s; want second in line, a wait in minutes", first)
+	}
+	// Over the next 4 s the place stays; the bar fills, never back.
+	last, _ := strconv.Atoi(first.Progress)
+	start := last
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		p, err := chromedp.Run(tab, chromedp.Evaluate[browserPage](browserPageJS))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pct, _ := strconv.Atoi(p.Progress)
+		if p.State != "waiting" || pct < last || !minutes.MatchString(p.ETA) {
+			t.Errorf("after %s the page shows %s (progress before: %d)", time.Since(end.Add(-4*time.Second)).Round(time.Millisecond), p, last)
+		}
+		last = pct
+	}
+	if last <= start {
+		t.Errorf("progress %d%% after 4 s of waiting, %d%% at the first answer: the bar did not move", last, start)
+	}
+	t.Logf("first answer: %s; progress after 4 s: %d%%", first, last)
 }

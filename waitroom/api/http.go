@@ -26,6 +26,12 @@ type HandlerConfig struct {
 	// <AdminToken>"). Required, at least 16 bytes; compared in constant
 	// time.
 	AdminToken string
+	// MetricsToken, when set (at least 16 bytes), also reads /metrics,
+	// and nothing else: the token to give a Prometheus that should not be
+	// able to change rooms. /metrics names every room, announced or not,
+	// so it answers only the admin token or this one; /healthz and
+	// /readyz stay open.
+	MetricsToken string
 	// TicketTTL is how long a ticket token stays valid.
 	TicketTTL time.Duration
 	// MaxBody is the largest request body accepted, in bytes.
@@ -94,6 +100,9 @@ func (c HandlerConfig) Validate() error {
 	if len(c.SiteSecret) > 0 && len(c.SiteSecret) < waitroom.MinSecretLen {
 		f.Add("site_secret", "must be empty or at least %d bytes, got %d", waitroom.MinSecretLen, len(c.SiteSecret))
 	}
+	if c.MetricsToken != "" && len(c.MetricsToken) < minAdminTokenLen {
+		f.Add("metrics_token", "must be empty or at least %d bytes, got %d", minAdminTokenLen, len(c.MetricsToken))
+	}
 	if c.CheckoutKey != "" && len(c.CheckoutKey) < minAdminTokenLen {
 		f.Add("checkout_key", "must be empty or at least %d bytes, got %d", minAdminTokenLen, len(c.CheckoutKey))
 	}
@@ -114,6 +123,8 @@ type handler struct {
 	cfg       HandlerConfig
 	api       *httpapi.API
 	adminHash [sha256.Size]byte
+	// metricsHash is the SHA-256 of MetricsToken; zero when it is empty.
+	metricsHash [sha256.Size]byte
 	// adminThrottle limits wrong admin tokens per client address.
 	adminThrottle *httpapi.FailureThrottle
 	limiter       *joinLimiter // nil: no join limit
@@ -142,14 +153,15 @@ type handler struct {
 //	GET    /rooms/{room}                    the waiting page (HTML)
 //	GET    /healthz                         {"status":"ok"}: the process is alive
 //	GET    /readyz                          200 when the store answers a ping within 1 s, else 503
-//	GET    /metrics                         Prometheus metrics from reg
+//	GET    /metrics                         Prometheus metrics from reg (admin or metrics token)
 //	GET    /openapi.json                    the OpenAPI description (OpenAPI)
 //
 // Every API answer is JSON; errors are RFC 9457 application/problem+json
 // with the status of their code (package httpapi). signer signs ticket
 // and admission tokens.
 //
-// reg is served on /metrics and receives the HTTP request metrics
+// reg is served on /metrics, to the admin token or the metrics token
+// only (the room gauges name every room, unannounced ones too), and receives the HTTP request metrics
 // (http_requests_total, http_request_duration_seconds) and a collector
 // that reads every room's gauges from the store at scrape time; nil means
 // a new registry holding only those. A registry serves at most one
@@ -178,8 +190,10 @@ func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfi
 	if err := reg.Register(waitroom.NewRoomCollector(svc, cfg.Logger)); err != nil {
 		return nil, fmt.Errorf("waitroom: registering the room gauges: %w (use one registry per handler)", err)
 	}
+	var h *handler // set below, before anything is served
 	api, err := httpapi.New(httpapi.Config{
 		Name: "waitroom", Logger: cfg.Logger, Registry: reg, MapError: mapError, Spec: OpenAPI().JSON,
+		MetricsAuth: func(r *http.Request) error { return h.authMetrics(r) },
 	})
 	if err != nil {
 		return nil, err
@@ -190,9 +204,12 @@ func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfi
 			return nil, err
 		}
 	}
-	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken)), admissions: cfg.Admissions,
+	h = &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken)), admissions: cfg.Admissions,
 		adminThrottle: httpapi.NewFailureThrottle(AdminFailures, time.Minute, nil),
 		pow:           waitroom.NewPoWIssuer(signer.Secret(), cfg.PoW, cfg.Now)}
+	if cfg.MetricsToken != "" {
+		h.metricsHash = sha256.Sum256([]byte(cfg.MetricsToken))
+	}
 	if cfg.CheckoutKey != "" {
 		h.checkoutHash = sha256.Sum256([]byte(cfg.CheckoutKey))
 	}
@@ -287,6 +304,30 @@ func (h *handler) authAdmin(r *http.Request) error {
 	if subtle.ConstantTimeCompare(got[:], h.adminHash[:]) != 1 {
 		h.adminThrottle.Fail(r)
 		return &waitroom.Error{Code: waitroom.CodeUnauthorized, Message: "admin token invalid"}
+	}
+	return nil
+}
+
+// authMetrics lets the admin token or the metrics token read /metrics;
+// wrong tokens count against the same per-address throttle as the admin
+// token's.
+func (h *handler) authMetrics(r *http.Request) error {
+	token, err := bearer(r, "admin token or metrics token")
+	if err != nil {
+		return err
+	}
+	if err := h.adminThrottle.Check(r, "admin token"); err != nil {
+		return err
+	}
+	got := sha256.Sum256([]byte(token))
+	admin := subtle.ConstantTimeCompare(got[:], h.adminHash[:])
+	metrics := 0
+	if h.cfg.MetricsToken != "" {
+		metrics = subtle.ConstantTimeCompare(got[:], h.metricsHash[:])
+	}
+	if admin|metrics != 1 {
+		h.adminThrottle.Fail(r)
+		return &waitroom.Error{Code: waitroom.CodeUnauthorized, Message: "the metrics need the admin token or the metrics token"}
 	}
 	return nil
 }
@@ -948,13 +989,18 @@ type ticketJSON struct {
 	// waiting.
 	Position *int64 `json:"position"`
 	Ahead    *int64 `json:"ahead"`
-	// ETASeconds is null unless waiting with a measured admission rate;
-	// 0 once admitted.
-	ETASeconds     *float64 `json:"eta_seconds"`
-	PollAfterMS    int64    `json:"poll_after_ms"`
-	TicketToken    string   `json:"ticket_token,omitempty"`
-	AdmissionToken string   `json:"admission_token,omitempty"`
-	LeaseExpiresAt string   `json:"lease_expires_at,omitempty"`
+	// ETASeconds is the middle of the expected wait, ETALowSeconds and
+	// ETAHighSeconds its range, and ETABasis what it rests on
+	// (waitroom.EstimateWait): null (and no basis) when there is no
+	// estimate (not waiting, a paused room); 0 once admitted.
+	ETASeconds     *float64               `json:"eta_seconds"`
+	ETALowSeconds  *float64               `json:"eta_low_seconds"`
+	ETAHighSeconds *float64               `json:"eta_high_seconds"`
+	ETABasis       waitroom.EstimateBasis `json:"eta_basis,omitempty"`
+	PollAfterMS    int64                  `json:"poll_after_ms"`
+	TicketToken    string                 `json:"ticket_token,omitempty"`
+	AdmissionToken string                 `json:"admission_token,omitempty"`
+	LeaseExpiresAt string                 `json:"lease_expires_at,omitempty"`
 	// Message is the room's closing message on a closed ticket.
 	Message string `json:"message,omitempty"`
 	// Sale is where the room's sale stands (see saleJSON), and
@@ -981,8 +1027,12 @@ func (h *handler) withSale(r *http.Request, v ticketJSON) ticketJSON {
 
 // ticketView shows t with the service's wait estimate.
 func (h *handler) ticketView(t waitroom.Ticket) ticketJSON {
-	eta, poll := h.svc.Estimate(t)
+	est, poll := h.svc.Estimate(t)
 	v := ticketJSON{Room: t.Room, UserID: t.User, State: t.State, PollAfterMS: poll.Milliseconds()}
+	tenths := func(d time.Duration) *float64 {
+		s := math.Round(d.Seconds()*10) / 10
+		return &s
+	}
 	switch t.State {
 	case waitroom.StateWaiting:
 		if t.Position >= 0 {
@@ -990,13 +1040,12 @@ func (h *handler) ticketView(t waitroom.Ticket) ticketJSON {
 			ahead, pos := t.Position, t.Position+1
 			v.Position, v.Ahead = &pos, &ahead
 		}
-		if eta >= 0 {
-			s := math.Round(eta.Seconds()*10) / 10
-			v.ETASeconds = &s
+		if est.Known() {
+			v.ETASeconds, v.ETALowSeconds, v.ETAHighSeconds = tenths(est.Mid()), tenths(est.Low), tenths(est.High)
+			v.ETABasis = est.Basis
 		}
 	case waitroom.StateAdmitted:
-		zero := 0.0
-		v.ETASeconds = &zero
+		v.ETASeconds, v.ETALowSeconds, v.ETAHighSeconds = tenths(0), tenths(0), tenths(0)
 	case waitroom.StateClosed:
 		v.Message = t.Message
 	}

@@ -348,7 +348,7 @@ func TestFullFlow(t *testing.T) {
 		// after the pass that bob may already have seen).
 		want := `stampede_waitroom_admitted_total{room="` + room + `"} 1`
 		waitFor(t, "/metrics to show "+want, func() bool {
-			return bytes.Contains(e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"}).raw, []byte(want))
+			return bytes.Contains(e.must(t, http.StatusOK, req{method: "GET", path: "/metrics", auth: "Bearer " + adminToken}).raw, []byte(want))
 		})
 	})
 }
@@ -657,7 +657,7 @@ func TestStoreDownIs503(t *testing.T) {
 	}
 	e.must(t, http.StatusOK, req{method: "GET", path: "/healthz"})
 	// A scrape still answers, reporting the store down.
-	scrape := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"})
+	scrape := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics", auth: "Bearer " + adminToken})
 	if !bytes.Contains(scrape.raw, []byte("stampede_waitroom_store_up 0")) {
 		t.Errorf("/metrics with Redis down lacks stampede_waitroom_store_up 0:\n%s", scrape.raw)
 	}
@@ -670,7 +670,7 @@ func TestMetricsHealthzAndPage(t *testing.T) {
 	join(t, e, room, "b")
 	waitFor(t, "the service to find the room", func() bool { return slices.Contains(e.srv.Service().Rooms(), room) })
 
-	m := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics"})
+	m := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics", auth: "Bearer " + adminToken})
 	for _, want := range []string{
 		`stampede_waitroom_room_waiting{room="` + room + `"} 2`,
 		`stampede_waitroom_room_active{room="` + room + `"} 0`,

@@ -63,14 +63,23 @@ func (v *ticketJSON) appendJSON(dst []byte) ([]byte, bool) {
 			dst = strconv.AppendInt(dst, *f.n, 10)
 		}
 	}
-	dst = append(dst, `,"eta_seconds":`...)
-	if v.ETASeconds == nil {
-		dst = append(dst, "null"...)
-	} else {
+	for _, f := range [...]struct {
+		name string
+		x    *float64
+	}{{`,"eta_seconds":`, v.ETASeconds}, {`,"eta_low_seconds":`, v.ETALowSeconds}, {`,"eta_high_seconds":`, v.ETAHighSeconds}} {
+		dst = append(dst, f.name...)
+		if f.x == nil {
+			dst = append(dst, "null"...)
+			continue
+		}
 		var ok bool
-		if dst, ok = jsonbody.AppendFloat(dst, *v.ETASeconds); !ok {
+		if dst, ok = jsonbody.AppendFloat(dst, *f.x); !ok {
 			return dst, false
 		}
+	}
+	if v.ETABasis != "" { // omitempty
+		dst = append(dst, `,"eta_basis":`...)
+		dst = jsonbody.AppendString(dst, string(v.ETABasis))
 	}
 	dst = append(dst, `,"poll_after_ms":`...)
 	dst = strconv.AppendInt(dst, v.PollAfterMS, 10)

@@ -63,7 +63,12 @@ func FuzzTicketJSON(f *testing.F) {
 			v.Position = &pos
 		}
 		if hasETA {
-			v.ETASeconds = &eta
+			low, high := eta*0.8, eta*1.25
+			v.ETASeconds, v.ETALowSeconds, v.ETAHighSeconds = &eta, &low, &high
+			v.ETABasis = waitroom.BasisRate
+			if pos%2 == 0 {
+				v.ETABasis = waitroom.BasisCapacity
+			}
 		}
 		fast, slow := httptest.NewRecorder(), httptest.NewRecorder()
 		writeTicket(fast, http.StatusCreated, v)

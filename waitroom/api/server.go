@@ -36,10 +36,14 @@ type Config struct {
 	Secret []byte
 	// AdminToken authorizes room configuration (HandlerConfig.AdminToken).
 	AdminToken string
+	// MetricsToken also reads /metrics, and nothing else
+	// (HandlerConfig.MetricsToken); empty: only the admin token does.
+	MetricsToken string
 	// Logger receives the service's and the handler's logs; nil means
 	// slog.Default().
 	Logger *slog.Logger
-	// Registry receives the metrics and is served on /metrics. Nil means
+	// Registry receives the metrics and is served on /metrics (to the
+	// admin or metrics token). Nil means
 	// a new registry with the Go runtime and process collectors. Each
 	// Server needs its own registry.
 	Registry *prometheus.Registry
@@ -109,7 +113,7 @@ func (c Config) serviceConfig(log *slog.Logger) waitroom.ServiceConfig {
 // admission signer).
 func (c Config) handlerConfig(log *slog.Logger) HandlerConfig {
 	hcfg := DefaultHandlerConfig()
-	hcfg.AdminToken = c.AdminToken
+	hcfg.AdminToken, hcfg.MetricsToken = c.AdminToken, c.MetricsToken
 	hcfg.SiteSecret, hcfg.AllowUnsignedUsers, hcfg.CheckoutKey = c.SiteSecret, c.AllowUnsignedUsers, c.CheckoutKey
 	hcfg.Logger = log
 	if c.TicketTTL > 0 {
@@ -132,7 +136,7 @@ func (c Config) keyEpoch() string {
 }
 
 // Validate reports every unusable field by its snake_case name: store,
-// secret, admin_token, key_epoch, previous.secret, previous.key_epoch,
+// secret, admin_token, metrics_token, key_epoch, previous.secret, previous.key_epoch,
 // checkout_key, site_secret, join_rate, join_burst, join_clients,
 // trusted_proxy, on_admit, ticket_ttl, instance, room_refresh.
 func (c Config) Validate() error {

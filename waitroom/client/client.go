@@ -153,13 +153,19 @@ type TicketInfo struct {
 	State  waitroom.State `json:"state"`
 	// Position is the place in line, 1 for the next one admitted, and
 	// Ahead the users before it; both nil unless waiting.
-	Position       *int64    `json:"position"`
-	Ahead          *int64    `json:"ahead"`
-	ETASeconds     *float64  `json:"eta_seconds"`
-	PollAfterMS    int64     `json:"poll_after_ms"`
-	TicketToken    string    `json:"ticket_token"`
-	AdmissionToken string    `json:"admission_token"`
-	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	Position *int64 `json:"position"`
+	Ahead    *int64 `json:"ahead"`
+	// ETASeconds is the expected wait's middle, ETALowSeconds and
+	// ETAHighSeconds its range, ETABasis what it rests on (rate or
+	// capacity); nil and empty without an estimate.
+	ETASeconds     *float64               `json:"eta_seconds"`
+	ETALowSeconds  *float64               `json:"eta_low_seconds"`
+	ETAHighSeconds *float64               `json:"eta_high_seconds"`
+	ETABasis       waitroom.EstimateBasis `json:"eta_basis"`
+	PollAfterMS    int64                  `json:"poll_after_ms"`
+	TicketToken    string                 `json:"ticket_token"`
+	AdmissionToken string                 `json:"admission_token"`
+	LeaseExpiresAt time.Time              `json:"lease_expires_at"`
 }
 
 // JoinRequest says who joins: all empty is an anonymous join; UserID with
