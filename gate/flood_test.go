@@ -27,10 +27,11 @@ import (
 )
 
 // countingStore is the Redis store with its admission touches (the
-// gate's online checks) counted, slowed or failed on demand.
+// gate's online checks, one by one or in batches) counted, slowed or failed on demand.
 type countingStore struct {
 	*redisstore.Store
 	touches atomic.Int64
+	batched atomic.Int64
 	delay   atomic.Int64 // nanoseconds each touch waits first
 	fail    atomic.Bool
 }
@@ -44,6 +45,20 @@ func (s *countingStore) TouchAdmission(ctx context.Context, room, user string, s
 		return waitroom.Ticket{}, stampede.UnavailableErr("the store", errors.New("test: the store fails"))
 	}
 	return s.Store.TouchAdmission(ctx, room, user, seq, until)
+}
+
+// TouchAdmissions counts a batch of the gate's checks as one touch (one
+// store call), and batched the admissions in it.
+func (s *countingStore) TouchAdmissions(ctx context.Context, room string, touches []waitroom.AdmissionTouch) ([]waitroom.Ticket, error) {
+	s.touches.Add(1)
+	s.batched.Add(int64(len(touches)))
+	if d := time.Duration(s.delay.Load()); d > 0 {
+		time.Sleep(d)
+	}
+	if s.fail.Load() {
+		return nil, stampede.UnavailableErr("the store", errors.New("test: the store fails"))
+	}
+	return s.Store.TouchAdmissions(ctx, room, touches)
 }
 
 // floodRig is one gate on one waiting-room instance on a counting store,

@@ -205,8 +205,12 @@ type Gate struct {
 	// mu guards cache, what the gate knows of each admission (check.go).
 	mu    sync.Mutex
 	cache map[admissionKey]*entry
-	// sweptAt is when the entries of no use were last dropped.
-	sweptAt time.Time
+	// sweptAt is when the entries of no use were last dropped;
+	// batching: a batch of checks is in flight; renewAt: from then on
+	// some answer is due for renewal (zero: none; check.go).
+	sweptAt  time.Time
+	batching bool
+	renewAt  time.Time
 	// flights reads the room's status once for every refused API client
 	// asking at the same time; places holds CheckConcurrency places for
 	// the checks' store calls.
