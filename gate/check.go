@@ -223,9 +223,11 @@ func (g *Gate) renewFrom(at time.Time) {
 
 // record records the store's answer about e's admission, from a call
 // begun at start: whether it holds its slot, and until when. The token
-// is re-signed once less than half of the lease is left of it, so that
-// an active visitor's cookie (and its verification, cached per token)
-// changes about twice a lease, not at every check; g.mu is held.
+// is re-signed once less than half of the lease (plus a second: its
+// expiry has whole seconds) is left of it, so that an active visitor's
+// cookie (and its verification, cached per token) changes about twice a
+// lease, not at every check, and the visitor has half a lease of
+// requests to pick the new one up; g.mu is held.
 func (g *Gate) record(e *entry, start, now time.Time, held bool, end time.Time) {
 	e.failures, e.retryAt, e.lastErr = 0, time.Time{}, nil
 	if !held || !start.Add(g.cfg.SafetyMargin).Before(end) {
@@ -236,7 +238,7 @@ func (g *Gate) record(e *entry, start, now time.Time, held bool, end time.Time) 
 	e.bound = end.Add(-g.cfg.SafetyMargin)
 	e.fresh = minTime(start.Add(g.cfg.CheckCache), e.bound)
 	g.renewFrom(start.Add(g.cfg.CheckCache - g.cfg.CheckCache/renewAhead))
-	if end.Unix() > e.tokenExp.Unix() {
+	if end.Unix() > e.tokenExp.Unix() && e.tokenExp.Sub(now) < end.Sub(now)/2+time.Second {
 		c := e.claims
 		fresh, err := g.cfg.Admissions.Sign(protocol.AdmissionClaims{Room: c.Room, User: c.User, Seq: c.Seq,
 			AdmittedAt: c.AdmittedAt, IssuedAt: now, Expires: end})

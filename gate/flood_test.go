@@ -442,3 +442,52 @@ func TestForwardAuthOneStoreCallAndLimit(t *testing.T) {
 		}
 	})
 }
+
+// TestGateReissuesTokenTwiceALease: the checks renewed every few seconds
+// slide the lease each time, but the cookie's token is re-signed (and a
+// new cookie sent) only once it has less than half the room's 30 s lease
+// (plus a second) left: over 20 s of a visitor's requests, one new token,
+// not one per check, so the token's verification is cached for half a
+// lease. On miniredis, whose clock the test moves with the gate's.
+func TestGateReissuesTokenTwiceALease(t *testing.T) {
+	m := miniredis.RunT(t)
+	start := time.Now()
+	m.SetTime(start)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	{
+		rig := newFloodRig(t, client, 1, func(c *gate.Config) { c.VisitorRate = 0 })
+		cookie := rig.admit("reader")
+		rig.frozen.Store(start.UnixNano())
+		if rec := rig.do(cookie, "/cart", ""); rec.Code != http.StatusOK {
+			t.Fatalf("first request: %d", rec.Code)
+		}
+		var reissued []time.Duration
+		for step := 1; step <= 10; step++ {
+			before := rig.store.touches.Load()
+			rig.ahead.Store(int64(time.Duration(step) * 2 * time.Second))
+			m.SetTime(start.Add(time.Duration(step) * 2 * time.Second))
+			rec := rig.do(cookie, "/cart", "")
+			if rec.Code != http.StatusOK {
+				t.Fatalf("at +%ds: %d", 2*step, rec.Code)
+			}
+			for _, c := range rec.Result().Cookies() {
+				if c.Name == rig.cfg.CookieName && c.Value != cookie {
+					cookie = c.Value
+					reissued = append(reissued, time.Duration(step)*2*time.Second)
+				}
+			}
+			for deadline := time.Now().Add(5 * time.Second); rig.store.touches.Load() == before; {
+				if time.Now().After(deadline) {
+					t.Fatalf("at +%ds: no check renewed the answer", 2*step)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond) // the batch records its answers
+		}
+		t.Logf("11 requests over 20 s, 10 checks, a 30 s lease: new cookies at %v", reissued)
+		if len(reissued) != 1 || reissued[0] < 14*time.Second {
+			t.Errorf("new cookies at %v, want one, once less than 16 s of the first token's 30 s were left", reissued)
+		}
+	}
+}
