@@ -295,10 +295,10 @@ func (rig *costRig) one(target string, i int) error {
 	if err != nil {
 		return err
 	}
-	io.Copy(io.Discard, resp.Body)
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("visitor %d: status %d", v, resp.StatusCode)
+		return fmt.Errorf("visitor %d: status %d: %.300s", v, resp.StatusCode, body)
 	}
 	for _, c := range resp.Cookies() {
 		if c.Name == rig.cookieName && c.Value != "" {
