@@ -3,6 +3,7 @@ package gate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -490,4 +491,46 @@ func TestGateReissuesTokenTwiceALease(t *testing.T) {
 			t.Errorf("new cookies at %v, want one, once less than 16 s of the first token's 30 s were left", reissued)
 		}
 	}
+}
+
+// TestGateBatchesRenewals: the answers of 20 admitted visitors, each
+// renewed ahead of its end, take one store call together (a batch) each
+// time, not one call per visitor; every request is let through meanwhile.
+func TestGateBatchesRenewals(t *testing.T) {
+	withRedis(t, func(t *testing.T, client redis.UniversalClient) {
+		const n = 20
+		rig := newFloodRig(t, client, n, func(c *gate.Config) { c.VisitorRate = 0 })
+		cookies := make([]string, n)
+		for i := range cookies {
+			cookies[i] = rig.admit(fmt.Sprint("visitor-", i))
+		}
+		rig.frozen.Store(time.Now().UnixNano())
+		for i, c := range cookies {
+			if rec := rig.do(c, "/cart", ""); rec.Code != http.StatusOK {
+				t.Fatalf("visitor %d's first request: %d", i, rec.Code)
+			}
+		}
+		first := rig.store.touches.Load() // one each: the first checks
+		for step := 1; step <= 3; step++ {
+			before, batched := rig.store.touches.Load(), rig.store.batched.Load()
+			// Past three quarters of the cache: every answer due.
+			rig.ahead.Store(int64(time.Duration(step) * (rig.cfg.CheckCache*3/4 + 10*time.Millisecond)))
+			for i, c := range cookies {
+				if rec := rig.do(c, "/cart", ""); rec.Code != http.StatusOK {
+					t.Fatalf("step %d, visitor %d: %d", step, i, rec.Code)
+				}
+			}
+			for deadline := time.Now().Add(5 * time.Second); rig.store.batched.Load()-batched < n; {
+				if time.Now().After(deadline) {
+					t.Fatalf("step %d: %d answers renewed in batches (%d store calls), want %d in one", step,
+						rig.store.batched.Load()-batched, rig.store.touches.Load()-before, n)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if calls := rig.store.touches.Load() - before; calls != 1 {
+				t.Errorf("step %d: %d visitors' renewals took %d store calls, want 1", step, n, calls)
+			}
+		}
+		t.Logf("%d visitors, 4 rounds of requests: %d store calls (%d first checks)", n, rig.store.touches.Load(), first)
+	})
 }
