@@ -18,8 +18,16 @@ import (
 //     still usable, is served that answer;
 //   - an answer is fresh for CheckCache from the moment its call began;
 //     from three quarters of that on (renewAhead), the next request
-//     renews it in the background
-//     while the cached answer is served (refresh ahead);
+//     renews it in the background while the cached answer is served
+//     (refresh ahead): not with a call of its own, but in a batch, one
+//     store call (waitroom.Service.TouchAdmissions) for every admission
+//     this gate has let through in the last keepFresh whose answer is
+//     older than CheckCache/renewAhead, at most one batch in flight. A
+//     batch slides the lease of each admission with a request since its
+//     last check (one write per visitor per batch), and only checks the
+//     others. So a gate's steady traffic costs the store about one batch
+//     every three quarters of CheckCache, whatever the number of visitors
+//     and their requests (chunks of 1,000 admissions a call);
 //   - a cached "held" answer is never served past the lease's end less
 //     SafetyMargin, nor once the admission was released through this
 //     process; a renewal in flight, or one that failed, keeps serving it
@@ -43,6 +51,11 @@ const checkTimeout = 5 * time.Second
 // answering within that (250 ms of a 1 s cache) a steady visitor never
 // waits for a call and makes about 1.3 a second.
 const renewAhead = 4
+
+// keepFresh is how long after an admission's last request through this
+// gate the batches keep its answer fresh: a visitor whose requests are
+// spread over several gates, or who pauses between pages, finds it fresh.
+const keepFresh = 30 * time.Second
 
 // maxBackoffDoublings caps a visitor's backoff at CheckBackoff << 4.
 const maxBackoffDoublings = 4
@@ -84,6 +97,11 @@ type entry struct {
 	// keep is when the entry is of no use any more (the admission's
 	// session ends).
 	keep time.Time
+	// claims are the admission's; used is when a request last asked;
+	// batched: the admission is in the batch in flight.
+	claims  protocol.AdmissionClaims
+	used    time.Time
+	batched bool
 }
 
 // check tells whether admission c holds its slot (see above) and returns
@@ -99,14 +117,20 @@ func (g *Gate) check(ctx context.Context, c protocol.AdmissionClaims, token stri
 			g.mu.Unlock()
 			return "", false, nil
 		}
+		if now.After(e.used) {
+			e.used = now
+		}
+		if !g.renewAt.IsZero() && !now.Before(g.renewAt) {
+			g.startBatch(now) // some answer is due for renewal
+		}
 		tok := newer(e, token, c.Expires)
 		if e.held && now.Before(e.bound) {
 			// Fresh; or renewing, or its renewal failed, and within
 			// the bound; or the answer of the call this request waited
 			// for.
-			if now.Before(e.fresh) || waited || (g.cfg.CheckCache > 0 && (e.call != nil || e.failures > 0)) {
-				if e.call == nil && !now.Before(e.checked.Add(g.cfg.CheckCache-g.cfg.CheckCache/renewAhead)) && !now.Before(e.retryAt) {
-					g.startCall(k, e, c) // refresh ahead, or retry after a backoff
+			if now.Before(e.fresh) || waited || (g.cfg.CheckCache > 0 && (e.call != nil || e.batched || e.failures > 0)) {
+				if e.call == nil && !e.batched && !now.Before(e.checked.Add(g.cfg.CheckCache-g.cfg.CheckCache/renewAhead)) && !now.Before(e.retryAt) {
+					g.startBatch(now) // refresh ahead, or retry after a backoff
 				}
 				g.mu.Unlock()
 				return tok, true, nil
@@ -173,11 +197,38 @@ func (g *Gate) lookup(k admissionKey, c protocol.AdmissionClaims, done chan stru
 		return // released here meanwhile
 	}
 	if err != nil {
-		e.failures++
-		e.retryAt = now.Add(g.cfg.CheckBackoff << min(e.failures-1, maxBackoffDoublings))
-		e.lastErr = err
+		g.failed(e, now, err)
 		return
 	}
+	g.record(e, start, now, held, end)
+}
+
+// failed records a failed store call about e's admission; g.mu is held.
+func (g *Gate) failed(e *entry, now time.Time, err error) {
+	e.failures++
+	e.retryAt = now.Add(g.cfg.CheckBackoff << min(e.failures-1, maxBackoffDoublings))
+	e.lastErr = err
+	if e.held {
+		g.renewFrom(e.retryAt)
+	}
+}
+
+// renewFrom records that an answer is due for renewal from at: the first
+// request from then on starts a batch; g.mu is held.
+func (g *Gate) renewFrom(at time.Time) {
+	if g.renewAt.IsZero() || at.Before(g.renewAt) {
+		g.renewAt = at
+	}
+}
+
+// record records the store's answer about e's admission, from a call
+// begun at start: whether it holds its slot, and until when. The token
+// is re-signed once less than half of the lease (plus a second: its
+// expiry has whole seconds) is left of it, so that an active visitor's
+// cookie (and its verification, cached per token) changes about twice a
+// lease, not at every check, and the visitor has half a lease of
+// requests to pick the new one up; g.mu is held.
+func (g *Gate) record(e *entry, start, now time.Time, held bool, end time.Time) {
 	e.failures, e.retryAt, e.lastErr = 0, time.Time{}, nil
 	if !held || !start.Add(g.cfg.SafetyMargin).Before(end) {
 		e.held, e.refused = false, true
@@ -186,11 +237,86 @@ func (g *Gate) lookup(k admissionKey, c protocol.AdmissionClaims, done chan stru
 	e.held, e.checked = true, start
 	e.bound = end.Add(-g.cfg.SafetyMargin)
 	e.fresh = minTime(start.Add(g.cfg.CheckCache), e.bound)
-	if end.Unix() > e.tokenExp.Unix() {
+	g.renewFrom(start.Add(g.cfg.CheckCache - g.cfg.CheckCache/renewAhead))
+	if end.Unix() > e.tokenExp.Unix() && e.tokenExp.Sub(now) < end.Sub(now)/2+time.Second {
+		c := e.claims
 		fresh, err := g.cfg.Admissions.Sign(protocol.AdmissionClaims{Room: c.Room, User: c.User, Seq: c.Seq,
 			AdmittedAt: c.AdmittedAt, IssuedAt: now, Expires: end})
 		if err == nil && fresh != "" {
 			e.token, e.tokenExp = fresh, end.Truncate(time.Second)
+		}
+	}
+}
+
+// startBatch starts a batch (unless one is in flight): one store call
+// renewing the answers of every admission let through here within
+// keepFresh whose answer is older than CheckCache/renewAhead, not
+// refused, with no call of its own in flight and not backed off; the
+// leases of those asked about since their last check slide. g.mu is held.
+func (g *Gate) startBatch(now time.Time) {
+	if g.batching || g.cfg.CheckCache <= 0 {
+		return
+	}
+	var (
+		entries []*entry
+		touches []waitroom.AdmissionTouch
+	)
+	g.renewAt = time.Time{}
+	for _, e := range g.cache {
+		if !e.held || e.refused || e.call != nil || e.batched || now.Sub(e.used) >= keepFresh {
+			continue
+		}
+		if young := e.checked.Add(g.cfg.CheckCache / renewAhead); now.Before(young) || now.Before(e.retryAt) {
+			due := e.checked.Add(g.cfg.CheckCache - g.cfg.CheckCache/renewAhead)
+			if due.Before(e.retryAt) {
+				due = e.retryAt
+			}
+			g.renewFrom(due)
+			continue
+		}
+		t := waitroom.AdmissionTouch{User: e.claims.User, Seq: e.claims.Seq}
+		if e.used.After(e.checked) {
+			t.Until = e.claims.AdmittedAt.Add(g.cfg.MaxSession)
+		}
+		e.batched = true
+		entries, touches = append(entries, e), append(touches, t)
+	}
+	if len(entries) == 0 {
+		return
+	}
+	g.batching = true
+	go g.flush(entries, touches)
+}
+
+// flush is the store call of a batch, in one of CheckConcurrency places;
+// it records each answer.
+func (g *Gate) flush(entries []*entry, touches []waitroom.AdmissionTouch) {
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	start := g.cfg.Now()
+	var (
+		sts []waitroom.AdmissionStatus
+		err error
+	)
+	select {
+	case g.places <- struct{}{}:
+		sts, err = g.cfg.Service.TouchAdmissions(ctx, g.cfg.Room, touches)
+		<-g.places
+	case <-ctx.Done():
+		err = stampede.UnavailableErr("the admission check", context.Cause(ctx))
+	}
+	now := g.cfg.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.batching = false
+	for i, e := range entries {
+		e.batched = false
+		switch {
+		case e.refused: // released here meanwhile
+		case err != nil:
+			g.failed(e, now, err)
+		default:
+			g.record(e, start, now, sts[i].Held, sts[i].Ticket.LeaseExpires)
 		}
 	}
 }
@@ -222,7 +348,7 @@ func (g *Gate) entry(k admissionKey, c protocol.AdmissionClaims, now time.Time) 
 	if len(g.cache) >= maxEntries || now.Sub(g.sweptAt) >= sweepEvery {
 		g.sweptAt = now
 		for kk, v := range g.cache {
-			if !now.Before(v.keep) && v.call == nil {
+			if !now.Before(v.keep) && v.call == nil && !v.batched {
 				delete(g.cache, kk)
 			}
 		}
@@ -237,7 +363,7 @@ func (g *Gate) entry(k admissionKey, c protocol.AdmissionClaims, now time.Time) 
 			}
 		}
 	}
-	e = &entry{keep: c.AdmittedAt.Add(g.cfg.MaxSession)}
+	e = &entry{keep: c.AdmittedAt.Add(g.cfg.MaxSession), claims: c}
 	g.cache[k] = e
 	return e
 }

@@ -3,6 +3,7 @@ package gate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -27,10 +28,11 @@ import (
 )
 
 // countingStore is the Redis store with its admission touches (the
-// gate's online checks) counted, slowed or failed on demand.
+// gate's online checks, one by one or in batches) counted, slowed or failed on demand.
 type countingStore struct {
 	*redisstore.Store
 	touches atomic.Int64
+	batched atomic.Int64
 	delay   atomic.Int64 // nanoseconds each touch waits first
 	fail    atomic.Bool
 }
@@ -44,6 +46,20 @@ func (s *countingStore) TouchAdmission(ctx context.Context, room, user string, s
 		return waitroom.Ticket{}, stampede.UnavailableErr("the store", errors.New("test: the store fails"))
 	}
 	return s.Store.TouchAdmission(ctx, room, user, seq, until)
+}
+
+// TouchAdmissions counts a batch of the gate's checks as one touch (one
+// store call), and batched the admissions in it.
+func (s *countingStore) TouchAdmissions(ctx context.Context, room string, touches []waitroom.AdmissionTouch) ([]waitroom.Ticket, error) {
+	s.touches.Add(1)
+	s.batched.Add(int64(len(touches)))
+	if d := time.Duration(s.delay.Load()); d > 0 {
+		time.Sleep(d)
+	}
+	if s.fail.Load() {
+		return nil, stampede.UnavailableErr("the store", errors.New("test: the store fails"))
+	}
+	return s.Store.TouchAdmissions(ctx, room, touches)
 }
 
 // floodRig is one gate on one waiting-room instance on a counting store,
@@ -425,5 +441,96 @@ func TestForwardAuthOneStoreCallAndLimit(t *testing.T) {
 		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || rig.store.touches.Load() != 1 {
 			t.Errorf("over the burst: %d Retry-After %q, %d store calls; want 429 with Retry-After and no call", rec.Code, rec.Header().Get("Retry-After"), rig.store.touches.Load())
 		}
+	})
+}
+
+// TestGateReissuesTokenTwiceALease: the checks renewed every few seconds
+// slide the lease each time, but the cookie's token is re-signed (and a
+// new cookie sent) only once it has less than half the room's 30 s lease
+// (plus a second) left: over 20 s of a visitor's requests, one new token,
+// not one per check, so the token's verification is cached for half a
+// lease. On miniredis, whose clock the test moves with the gate's.
+func TestGateReissuesTokenTwiceALease(t *testing.T) {
+	m := miniredis.RunT(t)
+	start := time.Now()
+	m.SetTime(start)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	{
+		rig := newFloodRig(t, client, 1, func(c *gate.Config) { c.VisitorRate = 0 })
+		cookie := rig.admit("reader")
+		rig.frozen.Store(start.UnixNano())
+		if rec := rig.do(cookie, "/cart", ""); rec.Code != http.StatusOK {
+			t.Fatalf("first request: %d", rec.Code)
+		}
+		var reissued []time.Duration
+		for step := 1; step <= 10; step++ {
+			before := rig.store.touches.Load()
+			rig.ahead.Store(int64(time.Duration(step) * 2 * time.Second))
+			m.SetTime(start.Add(time.Duration(step) * 2 * time.Second))
+			rec := rig.do(cookie, "/cart", "")
+			if rec.Code != http.StatusOK {
+				t.Fatalf("at +%ds: %d", 2*step, rec.Code)
+			}
+			for _, c := range rec.Result().Cookies() {
+				if c.Name == rig.cfg.CookieName && c.Value != cookie {
+					cookie = c.Value
+					reissued = append(reissued, time.Duration(step)*2*time.Second)
+				}
+			}
+			for deadline := time.Now().Add(5 * time.Second); rig.store.touches.Load() == before; {
+				if time.Now().After(deadline) {
+					t.Fatalf("at +%ds: no check renewed the answer", 2*step)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond) // the batch records its answers
+		}
+		t.Logf("11 requests over 20 s, 10 checks, a 30 s lease: new cookies at %v", reissued)
+		if len(reissued) != 1 || reissued[0] < 14*time.Second {
+			t.Errorf("new cookies at %v, want one, once less than 16 s of the first token's 30 s were left", reissued)
+		}
+	}
+}
+
+// TestGateBatchesRenewals: the answers of 20 admitted visitors, each
+// renewed ahead of its end, take one store call together (a batch) each
+// time, not one call per visitor; every request is let through meanwhile.
+func TestGateBatchesRenewals(t *testing.T) {
+	withRedis(t, func(t *testing.T, client redis.UniversalClient) {
+		const n = 20
+		rig := newFloodRig(t, client, n, func(c *gate.Config) { c.VisitorRate = 0 })
+		cookies := make([]string, n)
+		for i := range cookies {
+			cookies[i] = rig.admit(fmt.Sprint("visitor-", i))
+		}
+		rig.frozen.Store(time.Now().UnixNano())
+		for i, c := range cookies {
+			if rec := rig.do(c, "/cart", ""); rec.Code != http.StatusOK {
+				t.Fatalf("visitor %d's first request: %d", i, rec.Code)
+			}
+		}
+		first := rig.store.touches.Load() // one each: the first checks
+		for step := 1; step <= 3; step++ {
+			before, batched := rig.store.touches.Load(), rig.store.batched.Load()
+			// Past three quarters of the cache: every answer due.
+			rig.ahead.Store(int64(time.Duration(step) * (rig.cfg.CheckCache*3/4 + 10*time.Millisecond)))
+			for i, c := range cookies {
+				if rec := rig.do(c, "/cart", ""); rec.Code != http.StatusOK {
+					t.Fatalf("step %d, visitor %d: %d", step, i, rec.Code)
+				}
+			}
+			for deadline := time.Now().Add(5 * time.Second); rig.store.batched.Load()-batched < n; {
+				if time.Now().After(deadline) {
+					t.Fatalf("step %d: %d answers renewed in batches (%d store calls), want %d in one", step,
+						rig.store.batched.Load()-batched, rig.store.touches.Load()-before, n)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if calls := rig.store.touches.Load() - before; calls != 1 {
+				t.Errorf("step %d: %d visitors' renewals took %d store calls, want 1", step, n, calls)
+			}
+		}
+		t.Logf("%d visitors, 4 rounds of requests: %d store calls (%d first checks)", n, rig.store.touches.Load(), first)
 	})
 }

@@ -24,9 +24,12 @@
 // set after the hop-by-hop headers (those named in Connection too) are
 // removed; any Stampede-* header the client sent, in any case and with
 // underscores for hyphens, is dropped. Each check slides the lease (now plus
-// the room's lease, never past the admission's start plus MaxSession), and
-// the cookie is re-issued with the new expiry. An upstream answer with
-// "Stampede-Release: done" releases the slot and clears the cookie.
+// the room's lease, never past the admission's start plus MaxSession);
+// once the cookie's token has less than half of that (plus a second)
+// left, the cookie is re-issued with the new expiry, so that one token,
+// verified once, serves an active visitor for about half a lease. An
+// upstream answer with "Stampede-Release: done" releases the slot and
+// clears the cookie.
 package gate
 
 import (
@@ -205,8 +208,12 @@ type Gate struct {
 	// mu guards cache, what the gate knows of each admission (check.go).
 	mu    sync.Mutex
 	cache map[admissionKey]*entry
-	// sweptAt is when the entries of no use were last dropped.
-	sweptAt time.Time
+	// sweptAt is when the entries of no use were last dropped;
+	// batching: a batch of checks is in flight; renewAt: from then on
+	// some answer is due for renewal (zero: none; check.go).
+	sweptAt  time.Time
+	batching bool
+	renewAt  time.Time
 	// flights reads the room's status once for every refused API client
 	// asking at the same time; places holds CheckConcurrency places for
 	// the checks' store calls.

@@ -77,9 +77,10 @@ the slot. A tampered, expired or released cookie leads back to the
 waiting page.
 
 One admitted visitor cannot take the room down: its cookie is verified
-once, its online checks make at most one store call at a time (renewed in
-the background while the cached answer is served; after a failure, not
-asked again for --check-backoff), all checks together make at most
+once per token, its online checks make at most one store call at a time
+(renewed in the background while the cached answer is served, every active
+visitor's in one batched store call; after a failure, not asked again for
+--check-backoff), all checks together make at most
 --check-concurrency store calls at once, and each visitor may send
 --visitor-rate requests a second (bursts of --visitor-burst): over it the
 gate answers 429 with Retry-After without asking the store.
