@@ -37,6 +37,8 @@ type Health struct {
 	// Payments counts payments created, Unknown those the institution
 	// left UNKNOWN (a timeout or a lost answer).
 	Payments, Unknown int64
+	// At is the end of the interval.
+	At time.Time
 }
 
 // OutflowConfig tunes the controller (ServiceConfig.Outflow).
@@ -60,6 +62,13 @@ type OutflowConfig struct {
 	Decrease, Increase, Recover float64
 	// Floor is the lowest rate, as a share of the room's limit.
 	Floor float64
+	// UnknownLag is how late pay's UNKNOWN share tells of a hang: pay
+	// counts a payment UNKNOWN when its call to the institution times
+	// out, this long after the buyer asked (pay's approval timeout,
+	// serve pay --timeout). For this long after the upstream's last slow
+	// sample, a high UNKNOWN share is taken as the hang already seen and
+	// does not keep the rate down.
+	UnknownLag time.Duration
 }
 
 // DefaultOutflowConfig: unwell above a 1 s p99, 5 % failures or 5 %
@@ -69,7 +78,7 @@ type OutflowConfig struct {
 // it (at least a tenth of the limit added), never above the limit.
 func DefaultOutflowConfig() OutflowConfig {
 	return OutflowConfig{P99: time.Second, MaxFailureRate: 0.05, MaxUnknownRate: 0.05, MinRequests: 5, MinPayments: 5,
-		Decrease: 0.5, Increase: 0.1, Recover: 2, Floor: 0.1}
+		Decrease: 0.5, Increase: 0.1, Recover: 2, Floor: 0.1, UnknownLag: 3 * time.Second}
 }
 
 // Validate reports every unusable field, by the snake_case words of the
@@ -101,6 +110,9 @@ func (c OutflowConfig) Validate() error {
 	if !(c.Floor > 0 && c.Floor <= 1) {
 		f.Add("outflow_floor", "must be a share in (0, 1], got %v", c.Floor)
 	}
+	if c.UnknownLag < 0 {
+		f.Add("outflow_unknown_lag", "must not be negative, got %s", c.UnknownLag)
+	}
 	return f.Err()
 }
 
@@ -111,6 +123,8 @@ type OutflowController struct {
 	rate   float64 // admissions a minute; 0 until the first step
 	reason string
 	last   int // the rate last logged
+	// slowAt is the end of the last interval with a slow upstream sample.
+	slowAt time.Time
 }
 
 // NewOutflowController returns a controller for cfg.
@@ -126,27 +140,38 @@ func NewOutflowController(cfg OutflowConfig) (*OutflowController, error) {
 // limit]), why, and whether it changed since the last step.
 //
 // An unwell interval cuts the rate (see OutflowConfig.Decrease). A well
-// one raises it, except while the only bad sign is pay's UNKNOWN share
-// and the upstream answered well enough to judge: the UNKNOWN share
-// counts a payment when pay's call to the institution ends, up to pay's
-// timeout after the buyer asked, so it goes on reporting a hang that the
-// checkout's own answers show is over; the rate then holds.
+// one raises it. Pay's UNKNOWN share counts a payment when pay's call to
+// the institution ends, up to pay's timeout (UnknownLag) after the buyer
+// asked, so it goes on reporting a hang for that long after the
+// checkout's own answers show it is over. So while the only bad sign is
+// the UNKNOWN share: within UnknownLag of the upstream's last slow sample
+// (the hang already seen) it is passed over and the rate recovers;
+// later, with the upstream answering well enough to judge, the rate
+// holds; with too few answers to judge, it is cut.
 func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, changed bool) {
 	lim := float64(limit)
 	before := int(math.Round(c.rate))
 	if c.rate == 0 || c.rate > lim {
 		c.rate = lim
 	}
-	why, bad, stale := c.unwell(h)
+	if h.Slow > 0 {
+		c.slowAt = h.At
+	}
+	why, bad, unknownOnly := c.unwell(h)
+	judged := h.Requests >= c.cfg.MinRequests
+	lagging := unknownOnly && h.Slow == 0 && !c.slowAt.IsZero() && h.At.Sub(c.slowAt) <= c.cfg.UnknownLag
 	switch {
-	case why != "" && !stale:
+	case why != "" && !lagging && !(unknownOnly && judged):
 		c.rate = max(c.rate*min(c.cfg.Decrease, 1-bad), c.cfg.Floor*lim)
 		c.reason = why
-	case why != "":
+	case why != "" && !lagging:
 		c.reason = "holding: " + why + ", but the upstream answers well"
 	case c.rate < lim:
 		c.rate = min(max(c.rate*c.cfg.Recover, c.rate+c.cfg.Increase*lim), lim)
 		c.reason = "recovering: the checkout is well"
+		if lagging {
+			c.reason = "recovering: the checkout answers well again (" + why + ", from the hang)"
+		}
 		if c.rate == lim {
 			c.reason = "at the room's limit: the checkout is well"
 		}
@@ -158,10 +183,9 @@ func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, 
 }
 
 // unwell returns why h shows an unwell checkout ("" when it does not),
-// the share of bad samples of the signal that says so, and stale when
-// that signal is only pay's UNKNOWN share while enough upstream answers
-// were well.
-func (c *OutflowController) unwell(h Health) (why string, bad float64, stale bool) {
+// the share of bad samples of the signal that says so, and unknownOnly
+// when that signal is pay's UNKNOWN share alone.
+func (c *OutflowController) unwell(h Health) (why string, bad float64, unknownOnly bool) {
 	judged := h.Requests >= c.cfg.MinRequests
 	if judged {
 		if h.P99 > c.cfg.P99 {
@@ -173,7 +197,7 @@ func (c *OutflowController) unwell(h Health) (why string, bad float64, stale boo
 	}
 	if h.Payments >= c.cfg.MinPayments {
 		if r := float64(h.Unknown) / float64(h.Payments); r > c.cfg.MaxUnknownRate {
-			return fmt.Sprintf("UNKNOWN payments %.0f%% over %.0f%%", 100*r, 100*c.cfg.MaxUnknownRate), r, judged
+			return fmt.Sprintf("UNKNOWN payments %.0f%% over %.0f%%", 100*r, 100*c.cfg.MaxUnknownRate), r, true
 		}
 	}
 	return "", 0, false
@@ -235,7 +259,7 @@ func (w *healthWindow) take(now time.Time, slow time.Duration) Health {
 			}
 		}
 	}
-	h := Health{Requests: len(w.latencies), Failures: w.failures}
+	h := Health{Requests: len(w.latencies), Failures: w.failures, At: now}
 	if n := len(w.latencies); n > 0 {
 		slices.Sort(w.latencies)
 		h.P99 = w.latencies[min(n-1, int(math.Ceil(0.99*float64(n)))-1)]

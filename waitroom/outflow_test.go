@@ -100,6 +100,36 @@ func TestOutflowHoldsOnLaggingUnknown(t *testing.T) {
 	}
 }
 
+// TestOutflowRecoversThroughUnknownLag: within UnknownLag (3 s) of the
+// upstream's last slow sample, a high UNKNOWN share with no slow sample
+// is the hang already seen: the rate recovers through it; later, the
+// same share with too few answers to judge the upstream cuts again.
+func TestOutflowRecoversThroughUnknownLag(t *testing.T) {
+	c, _ := NewOutflowController(DefaultOutflowConfig())
+	t0 := time.Now()
+	lagging := Health{Requests: 2, P99: 20 * time.Millisecond, Payments: 10, Unknown: 8}
+	steps := []struct {
+		h    Health
+		at   time.Duration
+		want int
+		why  string
+	}{
+		{Health{Requests: 6, Slow: 6, P99: 2 * time.Second}, 0, 60, "p99"},
+		{lagging, time.Second, 120, "from the hang"},
+		{lagging, 2 * time.Second, 240, "from the hang"},
+		{Health{Requests: 2, Slow: 1, P99: 2 * time.Second, Payments: 10, Unknown: 8}, 3 * time.Second, 60, "UNKNOWN"}, // slow again: cut
+		{lagging, 4 * time.Second, 120, "from the hang"},
+		{lagging, 6500 * time.Millisecond, 60, "UNKNOWN payments 80%"}, // 3.5 s after the last slow sample: counted
+	}
+	for i, st := range steps {
+		st.h.At = t0.Add(st.at)
+		got, why, _ := c.Step(st.h, 600)
+		if got != st.want || !strings.Contains(why, st.why) {
+			t.Fatalf("step %d at %s: %d %q, want %d and a reason with %q", i, st.at, got, why, st.want, st.why)
+		}
+	}
+}
+
 // TestHealthWindowCountsUnanswered: a request unanswered for longer than
 // the bar is a slow sample of its age in the interval it crosses the bar,
 // once; its answer later adds no second sample; a fast answer is a
@@ -165,17 +195,16 @@ func TestServiceSteersOutflow(t *testing.T) {
 	}
 	room := RoomConfig{MaxAdmissionsPerMinute: 600}
 	svc.ObservePayments("r", 100, 0) // the base
+	svc.ObservePayments("r", 120, 8) // 8 of 20 new payments UNKNOWN, no upstream answer: halved
+	svc.steerOutflow(context.Background(), "r", room)
 	for range 29 {
 		svc.ObserveUpstream("r", 20*time.Millisecond, false)
 	}
 	svc.ObserveUpstream("r", 2*time.Second, false) // the p99 of 30: 1 slow in 30, halved
-	svc.ObservePayments("r", 110, 1)
-	svc.steerOutflow(context.Background(), "r", room)
-	svc.ObservePayments("r", 120, 9) // 8 of 10 new payments UNKNOWN, no upstream answer: cut to a fifth
 	svc.steerOutflow(context.Background(), "r", room)
 	svc.ObservePayments("r", 5, 0) // pay restarted: counting starts again
 	svc.steerOutflow(context.Background(), "r", room)
-	if want := []int{300, 60, 120}; !equalInts(st.set, want) || !equalInts(hooked, want) {
+	if want := []int{300, 150, 300}; !equalInts(st.set, want) || !equalInts(hooked, want) {
 		t.Errorf("rates set %v, hooked %v; want %v", st.set, hooked, want)
 	}
 	svc.steerOutflow(context.Background(), "r", RoomConfig{}) // no limit: left alone
