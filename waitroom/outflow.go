@@ -65,9 +65,8 @@ type OutflowConfig struct {
 	// UnknownLag is how late pay's UNKNOWN share tells of a hang: pay
 	// counts a payment UNKNOWN when its call to the institution times
 	// out, this long after the buyer asked (pay's approval timeout,
-	// serve pay --timeout). For this long after the upstream's last slow
-	// sample, a high UNKNOWN share is taken as the hang already seen and
-	// does not keep the rate down.
+	// serve pay --timeout). For this long after a cut, a high UNKNOWN
+	// share is taken as news of what was cut for and cuts nothing.
 	UnknownLag time.Duration
 }
 
@@ -123,8 +122,8 @@ type OutflowController struct {
 	rate   float64 // admissions a minute; 0 until the first step
 	reason string
 	last   int // the rate last logged
-	// slowAt is the end of the last interval with a slow upstream sample.
-	slowAt time.Time
+	// cutAt is the end of the interval of the last cut (Health.At).
+	cutAt time.Time
 }
 
 // NewOutflowController returns a controller for cfg.
@@ -140,37 +139,40 @@ func NewOutflowController(cfg OutflowConfig) (*OutflowController, error) {
 // limit]), why, and whether it changed since the last step.
 //
 // An unwell interval cuts the rate (see OutflowConfig.Decrease). A well
-// one raises it. Pay's UNKNOWN share counts a payment when pay's call to
-// the institution ends, up to pay's timeout (UnknownLag) after the buyer
-// asked, so it goes on reporting a hang for that long after the
-// checkout's own answers show it is over. So while the only bad sign is
-// the UNKNOWN share: within UnknownLag of the upstream's last slow sample
-// (the hang already seen) it is passed over and the rate recovers;
-// later, with the upstream answering well enough to judge, the rate
-// holds; with too few answers to judge, it is cut.
+// one raises it. The controller cuts once for one cause: the window
+// (Service) leaves out of h the upstream samples of requests begun before
+// the last cut, and pay's UNKNOWN share, which counts a payment when
+// pay's call to the institution ends, up to UnknownLag after the buyer
+// asked, is old news within UnknownLag of the last cut: it then cuts
+// nothing, and the rate recovers when the upstream's answers since the
+// cut were all fast (holds when there were none, or a slow one among too
+// few to judge). Later, a high UNKNOWN share with the upstream answering
+// well enough to judge holds the rate; with too few answers, it cuts.
 func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, changed bool) {
 	lim := float64(limit)
 	before := int(math.Round(c.rate))
 	if c.rate == 0 || c.rate > lim {
 		c.rate = lim
 	}
-	if h.Slow > 0 {
-		c.slowAt = h.At
-	}
 	why, bad, unknownOnly := c.unwell(h)
 	judged := h.Requests >= c.cfg.MinRequests
-	lagging := unknownOnly && h.Slow == 0 && !c.slowAt.IsZero() && h.At.Sub(c.slowAt) <= c.cfg.UnknownLag
+	oldNews := unknownOnly && !c.cutAt.IsZero() && h.At.Add(-c.cfg.UnknownLag).Before(c.cutAt)
 	switch {
-	case why != "" && !lagging && !(unknownOnly && judged):
+	case why != "" && !oldNews && !(unknownOnly && judged):
 		c.rate = max(c.rate*min(c.cfg.Decrease, 1-bad), c.cfg.Floor*lim)
-		c.reason = why
-	case why != "" && !lagging:
+		c.reason, c.cutAt = why, h.At
+	case why != "" && !oldNews:
 		c.reason = "holding: " + why + ", but the upstream answers well"
+	case (oldNews && (h.Requests == 0 || h.Slow > 0)) || (h.Slow > 0 && !judged):
+		c.reason = "holding: too few upstream answers since the last cut to judge"
+		if oldNews {
+			c.reason = "holding: " + why + " (from before the last cut), and no upstream answer to judge by"
+		}
 	case c.rate < lim:
 		c.rate = min(max(c.rate*c.cfg.Recover, c.rate+c.cfg.Increase*lim), lim)
 		c.reason = "recovering: the checkout is well"
-		if lagging {
-			c.reason = "recovering: the checkout answers well again (" + why + ", from the hang)"
+		if oldNews {
+			c.reason = "recovering: the checkout answers well again (" + why + ", from before the last cut)"
 		}
 		if c.rate == lim {
 			c.reason = "at the room's limit: the checkout is well"
@@ -219,15 +221,14 @@ type OutflowStore interface {
 // OutflowLapse is how long an adaptive rate holds unless set again.
 const OutflowLapse = 3 * time.Second
 
-// maxLatencies bounds the latencies one interval keeps per room for its
+// maxLatencies bounds the samples one interval keeps per room for its
 // p99 (a 99th percentile of the first ones beyond it).
 const maxLatencies = 8192
 
 // healthWindow gathers one room's signals between two steps.
 type healthWindow struct {
-	mu        sync.Mutex
-	latencies []time.Duration
-	failures  int
+	mu      sync.Mutex
+	samples []sample
 	// inflight holds the upstream requests not answered yet.
 	inflight map[*flight]struct{}
 	// payTotal, payUnknown are the last cumulative counts seen; base* at
@@ -237,6 +238,16 @@ type healthWindow struct {
 	payKnown               bool
 }
 
+// sample is one upstream request's latency (unless noLatency: its
+// latency was taken while it was unanswered) and whether it failed, with
+// when it began.
+type sample struct {
+	start     time.Time
+	took      time.Duration
+	failed    bool
+	noLatency bool
+}
+
 // flight is one upstream request not answered yet; counted once it was
 // taken as a slow sample (its answer then adds no latency again).
 type flight struct {
@@ -244,32 +255,47 @@ type flight struct {
 	counted bool
 }
 
-// take returns the interval's health as of now and starts the next
-// interval. A request unanswered for longer than slow is a sample of
-// its age now, once: a hanging checkout shows in the interval it began
-// to hang in, not only when its answers come back.
-func (w *healthWindow) take(now time.Time, slow time.Duration) Health {
+// take returns the interval's health as of now, from the samples of
+// requests begun after since (the last cut: older ones tell of what the
+// controller already cut for), and starts the next interval. A request
+// unanswered for longer than slow is a sample of its age now, once: a
+// hanging checkout shows in the interval it began to hang in, not only
+// when its answers come back.
+func (w *healthWindow) take(now time.Time, slow time.Duration, since time.Time) Health {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for f := range w.inflight {
 		if age := now.Sub(f.start); !f.counted && age > slow {
 			f.counted = true
-			if len(w.latencies) < maxLatencies {
-				w.latencies = append(w.latencies, age)
+			if len(w.samples) < maxLatencies {
+				w.samples = append(w.samples, sample{start: f.start, took: age})
 			}
 		}
 	}
-	h := Health{Requests: len(w.latencies), Failures: w.failures, At: now}
-	if n := len(w.latencies); n > 0 {
-		slices.Sort(w.latencies)
-		h.P99 = w.latencies[min(n-1, int(math.Ceil(0.99*float64(n)))-1)]
-		h.Slow = n - sort.Search(n, func(i int) bool { return w.latencies[i] > slow })
+	h := Health{At: now}
+	var lat []time.Duration
+	for _, x := range w.samples {
+		if !x.start.After(since) {
+			continue
+		}
+		if x.failed {
+			h.Failures++
+		}
+		if !x.noLatency {
+			lat = append(lat, x.took)
+		}
+	}
+	h.Requests = len(lat)
+	if n := len(lat); n > 0 {
+		slices.Sort(lat)
+		h.P99 = lat[min(n-1, int(math.Ceil(0.99*float64(n)))-1)]
+		h.Slow = n - sort.Search(n, func(i int) bool { return lat[i] > slow })
 	}
 	if w.payKnown {
 		h.Payments, h.Unknown = w.payTotal-w.baseTotal, w.payUnknown-w.baseUnknown
 		w.baseTotal, w.baseUnknown = w.payTotal, w.payUnknown
 	}
-	w.latencies, w.failures = w.latencies[:0], 0
+	w.samples = w.samples[:0]
 	return h
 }
 
@@ -278,14 +304,13 @@ func (w *healthWindow) take(now time.Time, slow time.Duration) Health {
 func (w *healthWindow) answered(f *flight, took time.Duration, failed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	x := sample{start: time.Now().Add(-took), took: took, failed: failed}
 	if f != nil {
 		delete(w.inflight, f)
+		x.start, x.noLatency = f.start, f.counted
 	}
-	if (f == nil || !f.counted) && len(w.latencies) < maxLatencies {
-		w.latencies = append(w.latencies, took)
-	}
-	if failed {
-		w.failures++
+	if (!x.noLatency || failed) && len(w.samples) < maxLatencies {
+		w.samples = append(w.samples, x)
 	}
 }
 
@@ -368,7 +393,7 @@ func (s *Service) steerOutflow(ctx context.Context, room string, cfg RoomConfig)
 		s.controllers[room] = c
 	}
 	s.mu.Unlock()
-	h := s.window(room).take(time.Now(), s.cfg.Outflow.P99)
+	h := s.window(room).take(time.Now(), s.cfg.Outflow.P99, c.cutAt)
 	if cfg.MaxAdmissionsPerMinute <= 0 {
 		return
 	}

@@ -100,14 +100,17 @@ func TestOutflowHoldsOnLaggingUnknown(t *testing.T) {
 	}
 }
 
-// TestOutflowRecoversThroughUnknownLag: within UnknownLag (3 s) of the
-// upstream's last slow sample, a high UNKNOWN share with no slow sample
-// is the hang already seen: the rate recovers through it; later, the
-// same share with too few answers to judge the upstream cuts again.
-func TestOutflowRecoversThroughUnknownLag(t *testing.T) {
+// TestOutflowCutsOncePerCause: within UnknownLag (3 s) of a cut, a high
+// UNKNOWN share is news of what was cut for: with fast upstream answers
+// since the cut the rate recovers through it, with none it holds; later
+// the same share, with too few answers to judge the upstream, cuts. A
+// slow answer among too few to judge holds the rate.
+func TestOutflowCutsOncePerCause(t *testing.T) {
 	c, _ := NewOutflowController(DefaultOutflowConfig())
 	t0 := time.Now()
-	lagging := Health{Requests: 2, P99: 20 * time.Millisecond, Payments: 10, Unknown: 8}
+	unknown := func(answers int) Health {
+		return Health{Requests: answers, P99: 20 * time.Millisecond, Payments: 10, Unknown: 8}
+	}
 	steps := []struct {
 		h    Health
 		at   time.Duration
@@ -115,11 +118,12 @@ func TestOutflowRecoversThroughUnknownLag(t *testing.T) {
 		why  string
 	}{
 		{Health{Requests: 6, Slow: 6, P99: 2 * time.Second}, 0, 60, "p99"},
-		{lagging, time.Second, 120, "from the hang"},
-		{lagging, 2 * time.Second, 240, "from the hang"},
-		{Health{Requests: 2, Slow: 1, P99: 2 * time.Second, Payments: 10, Unknown: 8}, 3 * time.Second, 60, "UNKNOWN"}, // slow again: cut
-		{lagging, 4 * time.Second, 120, "from the hang"},
-		{lagging, 6500 * time.Millisecond, 60, "UNKNOWN payments 80%"}, // 3.5 s after the last slow sample: counted
+		{unknown(2), time.Second, 120, "from before the last cut"},
+		{unknown(0), 2 * time.Second, 120, "holding"},
+		{unknown(2), 2900 * time.Millisecond, 240, "from before the last cut"},
+		{unknown(2), 3500 * time.Millisecond, 60, "UNKNOWN payments 80%"}, // 3.5 s after the cut: news of now
+		{Health{Requests: 2, Slow: 1, P99: 2 * time.Second}, 4 * time.Second, 60, "holding"},
+		{Health{Requests: 2, P99: 20 * time.Millisecond}, 5 * time.Second, 120, "recovering"},
 	}
 	for i, st := range steps {
 		st.h.At = t0.Add(st.at)
@@ -133,7 +137,8 @@ func TestOutflowRecoversThroughUnknownLag(t *testing.T) {
 // TestHealthWindowCountsUnanswered: a request unanswered for longer than
 // the bar is a slow sample of its age in the interval it crosses the bar,
 // once; its answer later adds no second sample; a fast answer is a
-// sample of its own.
+// sample of its own; samples of requests begun before the last cut are
+// left out.
 func TestHealthWindowCountsUnanswered(t *testing.T) {
 	w := &healthWindow{inflight: map[*flight]struct{}{}}
 	now := time.Now()
@@ -141,15 +146,22 @@ func TestHealthWindowCountsUnanswered(t *testing.T) {
 	young := &flight{start: now.Add(-100 * time.Millisecond)}
 	w.inflight[hung], w.inflight[young] = struct{}{}, struct{}{}
 	w.answered(nil, 20*time.Millisecond, false)
-	h := w.take(now, time.Second)
+	h := w.take(now, time.Second, time.Time{})
 	if h.Requests != 2 || h.Slow != 1 || h.P99 != 1500*time.Millisecond {
 		t.Fatalf("first interval: %+v, want 2 samples, 1 slow, p99 1.5s (the unanswered request's age)", h)
 	}
 	w.answered(hung, 3*time.Second, false)
 	w.answered(young, 30*time.Millisecond, false)
-	h = w.take(now.Add(time.Second), time.Second)
+	h = w.take(now.Add(time.Second), time.Second, time.Time{})
 	if h.Requests != 1 || h.Slow != 0 {
 		t.Errorf("second interval: %+v, want 1 sample (the young request's answer), none slow: the hung one was counted", h)
+	}
+	old := &flight{start: now.Add(-3 * time.Second)}
+	w.inflight[old] = struct{}{}
+	w.answered(nil, 10*time.Millisecond, true)
+	h = w.take(now.Add(2*time.Second), time.Second, now.Add(-time.Second))
+	if h.Requests != 1 || h.Slow != 0 || h.Failures != 1 {
+		t.Errorf("third interval, the last cut at the first: %+v, want only the failed answer begun since (1 sample, 1 failure, none slow)", h)
 	}
 }
 
@@ -181,11 +193,13 @@ func (s *outflowStore) Outflow(context.Context, string) (int, string, error) { r
 
 // TestServiceSteersOutflow: the signals a gate and pay's metrics report
 // reach the controller through the service's window, and the rate goes to
-// the store every step (a change also to OnOutflow).
+// the store every step (a change also to OnOutflow). UnknownLag 0: the
+// UNKNOWN share is never taken for news of an earlier cut here.
 func TestServiceSteersOutflow(t *testing.T) {
 	st := &outflowStore{}
 	cfg := DefaultServiceConfig()
 	oc := DefaultOutflowConfig()
+	oc.UnknownLag = 0
 	cfg.Outflow, cfg.Logger = &oc, slog.New(slog.NewTextHandler(io.Discard, nil))
 	var hooked []int
 	cfg.OnOutflow = func(_ string, n int, _ string) { hooked = append(hooked, n) }
@@ -195,12 +209,12 @@ func TestServiceSteersOutflow(t *testing.T) {
 	}
 	room := RoomConfig{MaxAdmissionsPerMinute: 600}
 	svc.ObservePayments("r", 100, 0) // the base
-	svc.ObservePayments("r", 120, 8) // 8 of 20 new payments UNKNOWN, no upstream answer: halved
-	svc.steerOutflow(context.Background(), "r", room)
 	for range 29 {
 		svc.ObserveUpstream("r", 20*time.Millisecond, false)
 	}
 	svc.ObserveUpstream("r", 2*time.Second, false) // the p99 of 30: 1 slow in 30, halved
+	svc.steerOutflow(context.Background(), "r", room)
+	svc.ObservePayments("r", 120, 8) // 8 of 20 new payments UNKNOWN, no upstream answer: halved
 	svc.steerOutflow(context.Background(), "r", room)
 	svc.ObservePayments("r", 5, 0) // pay restarted: counting starts again
 	svc.steerOutflow(context.Background(), "r", room)
