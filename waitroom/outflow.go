@@ -62,11 +62,13 @@ type OutflowConfig struct {
 	Decrease, Increase, Recover float64
 	// Floor is the lowest rate, as a share of the room's limit.
 	Floor float64
-	// UnknownLag is how late pay's UNKNOWN share tells of a hang: pay
-	// counts a payment UNKNOWN when its call to the institution times
-	// out, this long after the buyer asked (pay's approval timeout,
-	// serve pay --timeout). For this long after a cut, a high UNKNOWN
-	// share is taken as news of what was cut for and cuts nothing.
+	// UnknownLag is how late pay's UNKNOWN share tells of a cut's
+	// effect: a buyer admitted after the cut reaches the payment a
+	// little later (the sale lab: 1 to 2 s, their next poll), and pay
+	// counts the payment UNKNOWN when its call to the institution times
+	// out (pay's approval timeout, serve pay --timeout, 3 s by default).
+	// For this long after a cut, a high UNKNOWN share is taken as news of
+	// what was cut for and cuts nothing.
 	UnknownLag time.Duration
 }
 
@@ -77,7 +79,7 @@ type OutflowConfig struct {
 // it (at least a tenth of the limit added), never above the limit.
 func DefaultOutflowConfig() OutflowConfig {
 	return OutflowConfig{P99: time.Second, MaxFailureRate: 0.05, MaxUnknownRate: 0.05, MinRequests: 5, MinPayments: 5,
-		Decrease: 0.5, Increase: 0.1, Recover: 2, Floor: 0.1, UnknownLag: 3 * time.Second}
+		Decrease: 0.5, Increase: 0.1, Recover: 2, Floor: 0.1, UnknownLag: 5 * time.Second}
 }
 
 // Validate reports every unusable field, by the snake_case words of the

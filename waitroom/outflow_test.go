@@ -100,13 +100,15 @@ func TestOutflowHoldsOnLaggingUnknown(t *testing.T) {
 	}
 }
 
-// TestOutflowCutsOncePerCause: within UnknownLag (3 s) of a cut, a high
+// TestOutflowCutsOncePerCause: within UnknownLag (here 3 s) of a cut, a high
 // UNKNOWN share is news of what was cut for: with fast upstream answers
 // since the cut the rate recovers through it, with none it holds; later
 // the same share, with too few answers to judge the upstream, cuts. A
 // slow answer among too few to judge holds the rate.
 func TestOutflowCutsOncePerCause(t *testing.T) {
-	c, _ := NewOutflowController(DefaultOutflowConfig())
+	oc := DefaultOutflowConfig()
+	oc.UnknownLag = 3 * time.Second
+	c, _ := NewOutflowController(oc)
 	t0 := time.Now()
 	unknown := func(answers int) Health {
 		return Health{Requests: answers, P99: 20 * time.Millisecond, Payments: 10, Unknown: 8}
