@@ -148,8 +148,7 @@ func NewOutflowController(cfg OutflowConfig) (*OutflowController, error) {
 // asked, is old news within UnknownLag of the last cut: it then cuts
 // nothing, and the rate recovers when the upstream's answers since the
 // cut were all fast (holds when there were none, or a slow one among too
-// few to judge). For the p99 bar after a cut the rate holds unless cut
-// again: the requests begun since cannot have shown slow yet. Later, a high UNKNOWN share with the upstream answering
+// few to judge). Later, a high UNKNOWN share with the upstream answering
 // well enough to judge holds the rate; with too few answers, it cuts.
 func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, changed bool) {
 	lim := float64(limit)
@@ -166,10 +165,6 @@ func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, 
 		c.reason, c.cutAt = why, h.At
 	case why != "" && !oldNews:
 		c.reason = "holding: " + why + ", but the upstream answers well"
-	case !c.cutAt.IsZero() && h.At.Sub(c.cutAt) <= c.cfg.P99 && c.rate < lim:
-		// A request begun after the cut needs the p99 bar's time to show
-		// whether it hangs: an interval without slow samples says nothing yet.
-		c.reason = "holding: the requests begun since the last cut cannot show slow yet"
 	case (oldNews && (h.Requests == 0 || h.Slow > 0)) || (h.Slow > 0 && !judged):
 		c.reason = "holding: too few upstream answers since the last cut to judge"
 		if oldNews {
