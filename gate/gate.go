@@ -283,9 +283,10 @@ func New(cfg Config) (*Gate, error) {
 	return g, nil
 }
 
-// observed is the upstream's transport, telling the room's service how
-// long each answer took and whether it failed (a 5xx or none): the
-// signals of the adaptive outflow (waitroom.Service.ObserveUpstream).
+// observed is the upstream's transport, telling the room's service when
+// each request starts and whether its answer failed (a 5xx or none): the
+// signals of the adaptive outflow (waitroom.Service.StartUpstream; a
+// request still unanswered counts once it is slow).
 type observed struct {
 	next http.RoundTripper
 	svc  *waitroom.Service
@@ -293,9 +294,9 @@ type observed struct {
 }
 
 func (o observed) RoundTrip(r *http.Request) (*http.Response, error) {
-	start := time.Now()
+	done := o.svc.StartUpstream(o.room)
 	resp, err := o.next.RoundTrip(r)
-	o.svc.ObserveUpstream(o.room, time.Since(start), err != nil || resp.StatusCode >= 500)
+	done(err != nil || resp.StatusCode >= 500)
 	return resp, err
 }
 

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,22 +17,28 @@ import (
 // Adaptive outflow. A room with an outflow limit (MaxAdmissionsPerMinute)
 // may let a controller lower its admission rate below that limit while
 // the checkout behind the room is unwell, and raise it back as it
-// recovers: additive increase, multiplicative decrease (AIMD). The
-// signals are the upstream's answers seen by the gates (ObserveUpstream:
-// latency and failures) and pay's share of payments left UNKNOWN by the
-// institution (ObservePayments). The controller only lowers the outflow;
-// the capacity stays exact, since the store's admission script still
-// counts every slot.
+// recovers (AIMD: a multiplicative decrease, an increase that doubles
+// back). The signals are the upstream's answers seen by the gates
+// (StartUpstream, ObserveUpstream: latency, counting a request still
+// unanswered once it is older than the p99 bar, and failures) and pay's
+// share of payments left UNKNOWN by the institution (ObservePayments).
+// The controller only lowers the outflow; the capacity stays exact, since
+// the store's admission script still counts every slot.
 
 // Health is what the controller sees of the checkout over one interval.
 type Health struct {
-	// Requests counts upstream answers; Failures those that failed (a
-	// 5xx, or no answer); P99 is their 99th percentile latency.
-	Requests, Failures int
-	P99                time.Duration
+	// Requests counts upstream answers, and the requests still
+	// unanswered that became older than OutflowConfig.P99 in the
+	// interval (each counted once, at their age then); Failures those
+	// that failed (a 5xx, or no answer); Slow those slower than
+	// OutflowConfig.P99; P99 is their 99th percentile latency.
+	Requests, Failures, Slow int
+	P99                      time.Duration
 	// Payments counts payments created, Unknown those the institution
 	// left UNKNOWN (a timeout or a lost answer).
 	Payments, Unknown int64
+	// At is the end of the interval.
+	At time.Time
 }
 
 // OutflowConfig tunes the controller (ServiceConfig.Outflow).
@@ -45,20 +53,33 @@ type OutflowConfig struct {
 	// to count.
 	MinRequests int
 	MinPayments int64
-	// Decrease multiplies the rate on an unwell interval; Increase is the
-	// share of the room's limit added back on a well one.
-	Decrease, Increase float64
+	// Decrease multiplies the rate on an unwell interval, or less when
+	// the share of bad samples (slow or failed answers, UNKNOWN payments)
+	// is larger: the rate is multiplied by the smaller of Decrease and 1
+	// minus that share. On a well interval the rate grows by the larger
+	// of Increase (a share of the room's limit) and Recover (a factor of
+	// the rate: the rate doubles back to the limit with 2).
+	Decrease, Increase, Recover float64
 	// Floor is the lowest rate, as a share of the room's limit.
 	Floor float64
+	// UnknownLag is how late pay's UNKNOWN share tells of a cut's
+	// effect: a buyer admitted after the cut reaches the payment a
+	// little later (the sale lab: 1 to 2 s, their next poll), and pay
+	// counts the payment UNKNOWN when its call to the institution times
+	// out (pay's approval timeout, serve pay --timeout, 3 s by default).
+	// For this long after a cut, a high UNKNOWN share is taken as news of
+	// what was cut for and cuts nothing.
+	UnknownLag time.Duration
 }
 
 // DefaultOutflowConfig: unwell above a 1 s p99, 5 % failures or 5 %
-// UNKNOWN payments, from 20 answers or 5 payments an interval; halve on
-// an unwell interval, add back a tenth of the limit on a well one, never
-// below a tenth of it.
+// UNKNOWN payments, from 5 answers or 5 payments an interval; on an
+// unwell interval halve the rate (or cut it by the share of bad samples
+// when larger), never below a tenth of the limit; on a well one double
+// it (at least a tenth of the limit added), never above the limit.
 func DefaultOutflowConfig() OutflowConfig {
-	return OutflowConfig{P99: time.Second, MaxFailureRate: 0.05, MaxUnknownRate: 0.05, MinRequests: 20, MinPayments: 5,
-		Decrease: 0.5, Increase: 0.1, Floor: 0.1}
+	return OutflowConfig{P99: time.Second, MaxFailureRate: 0.05, MaxUnknownRate: 0.05, MinRequests: 5, MinPayments: 5,
+		Decrease: 0.5, Increase: 0.1, Recover: 2, Floor: 0.1, UnknownLag: 5 * time.Second}
 }
 
 // Validate reports every unusable field, by the snake_case words of the
@@ -84,8 +105,14 @@ func (c OutflowConfig) Validate() error {
 	if !share(c.Increase) {
 		f.Add("outflow_increase", "must be a share in (0, 1], got %v", c.Increase)
 	}
+	if !(c.Recover >= 1 && c.Recover <= 10) {
+		f.Add("outflow_recover", "must be a factor in [1, 10], got %v", c.Recover)
+	}
 	if !(c.Floor > 0 && c.Floor <= 1) {
 		f.Add("outflow_floor", "must be a share in (0, 1], got %v", c.Floor)
+	}
+	if c.UnknownLag < 0 {
+		f.Add("outflow_unknown_lag", "must not be negative, got %s", c.UnknownLag)
 	}
 	return f.Err()
 }
@@ -97,6 +124,8 @@ type OutflowController struct {
 	rate   float64 // admissions a minute; 0 until the first step
 	reason string
 	last   int // the rate last logged
+	// cutAt is the end of the interval of the last cut (Health.At).
+	cutAt time.Time
 }
 
 // NewOutflowController returns a controller for cfg.
@@ -110,45 +139,72 @@ func NewOutflowController(cfg OutflowConfig) (*OutflowController, error) {
 // Step takes one interval's health and the room's limit (admissions a
 // minute, > 0) and returns the rate to admit at (within [Floor·limit,
 // limit]), why, and whether it changed since the last step.
+//
+// An unwell interval cuts the rate (see OutflowConfig.Decrease). A well
+// one raises it. The controller cuts once for one cause: the window
+// (Service) leaves out of h the upstream samples of requests begun before
+// the last cut, and pay's UNKNOWN share, which counts a payment when
+// pay's call to the institution ends, up to UnknownLag after the buyer
+// asked, is old news within UnknownLag of the last cut: it then cuts
+// nothing, and the rate recovers when the upstream's answers since the
+// cut were all fast (holds when there were none, or a slow one among too
+// few to judge). Later, a high UNKNOWN share with the upstream answering
+// well enough to judge holds the rate; with too few answers, it cuts.
 func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, changed bool) {
 	lim := float64(limit)
 	before := int(math.Round(c.rate))
 	if c.rate == 0 || c.rate > lim {
 		c.rate = lim
 	}
-	why := c.unwell(h)
-	if why != "" {
-		c.rate = max(c.rate*c.cfg.Decrease, c.cfg.Floor*lim)
-		c.reason = why
-	} else if c.rate < lim {
-		c.rate = min(c.rate+c.cfg.Increase*lim, lim)
+	why, bad, unknownOnly := c.unwell(h)
+	judged := h.Requests >= c.cfg.MinRequests
+	oldNews := unknownOnly && !c.cutAt.IsZero() && h.At.Add(-c.cfg.UnknownLag).Before(c.cutAt)
+	switch {
+	case why != "" && !oldNews && !(unknownOnly && judged):
+		c.rate = max(c.rate*min(c.cfg.Decrease, 1-bad), c.cfg.Floor*lim)
+		c.reason, c.cutAt = why, h.At
+	case why != "" && !oldNews:
+		c.reason = "holding: " + why + ", but the upstream answers well"
+	case (oldNews && (h.Requests == 0 || h.Slow > 0)) || (h.Slow > 0 && !judged):
+		c.reason = "holding: too few upstream answers since the last cut to judge"
+		if oldNews {
+			c.reason = "holding: " + why + " (from before the last cut), and no upstream answer to judge by"
+		}
+	case c.rate < lim:
+		c.rate = min(max(c.rate*c.cfg.Recover, c.rate+c.cfg.Increase*lim), lim)
 		c.reason = "recovering: the checkout is well"
+		if oldNews {
+			c.reason = "recovering: the checkout answers well again (" + why + ", from before the last cut)"
+		}
 		if c.rate == lim {
 			c.reason = "at the room's limit: the checkout is well"
 		}
-	} else if c.reason == "" {
+	case c.reason == "" || !strings.HasPrefix(c.reason, "at the room's limit"):
 		c.reason = "at the room's limit: the checkout is well"
 	}
 	rate = max(1, int(math.Round(c.rate)))
 	return rate, c.reason, rate != before
 }
 
-// unwell returns why h shows an unwell checkout, or "".
-func (c *OutflowController) unwell(h Health) string {
-	if h.Requests >= c.cfg.MinRequests {
+// unwell returns why h shows an unwell checkout ("" when it does not),
+// the share of bad samples of the signal that says so, and unknownOnly
+// when that signal is pay's UNKNOWN share alone.
+func (c *OutflowController) unwell(h Health) (why string, bad float64, unknownOnly bool) {
+	judged := h.Requests >= c.cfg.MinRequests
+	if judged {
 		if h.P99 > c.cfg.P99 {
-			return fmt.Sprintf("upstream p99 %s over %s", h.P99.Round(time.Millisecond), c.cfg.P99)
+			return fmt.Sprintf("upstream p99 %s over %s", h.P99.Round(time.Millisecond), c.cfg.P99), float64(h.Slow) / float64(h.Requests), false
 		}
 		if r := float64(h.Failures) / float64(h.Requests); r > c.cfg.MaxFailureRate {
-			return fmt.Sprintf("upstream failures %.0f%% over %.0f%%", 100*r, 100*c.cfg.MaxFailureRate)
+			return fmt.Sprintf("upstream failures %.0f%% over %.0f%%", 100*r, 100*c.cfg.MaxFailureRate), r, false
 		}
 	}
 	if h.Payments >= c.cfg.MinPayments {
 		if r := float64(h.Unknown) / float64(h.Payments); r > c.cfg.MaxUnknownRate {
-			return fmt.Sprintf("UNKNOWN payments %.0f%% over %.0f%%", 100*r, 100*c.cfg.MaxUnknownRate)
+			return fmt.Sprintf("UNKNOWN payments %.0f%% over %.0f%%", 100*r, 100*c.cfg.MaxUnknownRate), r, true
 		}
 	}
-	return ""
+	return "", 0, false
 }
 
 // OutflowStore is a Store that holds a room's adaptive outflow: the rate
@@ -167,15 +223,16 @@ type OutflowStore interface {
 // OutflowLapse is how long an adaptive rate holds unless set again.
 const OutflowLapse = 3 * time.Second
 
-// maxLatencies bounds the latencies one interval keeps per room for its
+// maxLatencies bounds the samples one interval keeps per room for its
 // p99 (a 99th percentile of the first ones beyond it).
 const maxLatencies = 8192
 
 // healthWindow gathers one room's signals between two steps.
 type healthWindow struct {
-	mu        sync.Mutex
-	latencies []time.Duration
-	failures  int
+	mu      sync.Mutex
+	samples []sample
+	// inflight holds the upstream requests not answered yet.
+	inflight map[*flight]struct{}
 	// payTotal, payUnknown are the last cumulative counts seen; base* at
 	// the last step.
 	payTotal, payUnknown   int64
@@ -183,20 +240,80 @@ type healthWindow struct {
 	payKnown               bool
 }
 
-func (w *healthWindow) take() Health {
+// sample is one upstream request's latency (unless noLatency: its
+// latency was taken while it was unanswered) and whether it failed, with
+// when it began.
+type sample struct {
+	start     time.Time
+	took      time.Duration
+	failed    bool
+	noLatency bool
+}
+
+// flight is one upstream request not answered yet; counted once it was
+// taken as a slow sample (its answer then adds no latency again).
+type flight struct {
+	start   time.Time
+	counted bool
+}
+
+// take returns the interval's health as of now, from the samples of
+// requests begun after since (the last cut: older ones tell of what the
+// controller already cut for), and starts the next interval. A request
+// unanswered for longer than slow is a sample of its age now, once: a
+// hanging checkout shows in the interval it began to hang in, not only
+// when its answers come back.
+func (w *healthWindow) take(now time.Time, slow time.Duration, since time.Time) Health {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	h := Health{Requests: len(w.latencies), Failures: w.failures}
-	if n := len(w.latencies); n > 0 {
-		slices.Sort(w.latencies)
-		h.P99 = w.latencies[min(n-1, int(math.Ceil(0.99*float64(n)))-1)]
+	for f := range w.inflight {
+		if age := now.Sub(f.start); !f.counted && age > slow {
+			f.counted = true
+			if len(w.samples) < maxLatencies {
+				w.samples = append(w.samples, sample{start: f.start, took: age})
+			}
+		}
+	}
+	h := Health{At: now}
+	var lat []time.Duration
+	for _, x := range w.samples {
+		if !x.start.After(since) {
+			continue
+		}
+		if x.failed {
+			h.Failures++
+		}
+		if !x.noLatency {
+			lat = append(lat, x.took)
+		}
+	}
+	h.Requests = len(lat)
+	if n := len(lat); n > 0 {
+		slices.Sort(lat)
+		h.P99 = lat[min(n-1, int(math.Ceil(0.99*float64(n)))-1)]
+		h.Slow = n - sort.Search(n, func(i int) bool { return lat[i] > slow })
 	}
 	if w.payKnown {
 		h.Payments, h.Unknown = w.payTotal-w.baseTotal, w.payUnknown-w.baseUnknown
 		w.baseTotal, w.baseUnknown = w.payTotal, w.payUnknown
 	}
-	w.latencies, w.failures = w.latencies[:0], 0
+	w.samples = w.samples[:0]
 	return h
+}
+
+// answered records an answer that took took (f: its request, nil when
+// it was not tracked).
+func (w *healthWindow) answered(f *flight, took time.Duration, failed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	x := sample{start: time.Now().Add(-took), took: took, failed: failed}
+	if f != nil {
+		delete(w.inflight, f)
+		x.start, x.noLatency = f.start, f.counted
+	}
+	if (!x.noLatency || failed) && len(w.samples) < maxLatencies {
+		w.samples = append(w.samples, x)
+	}
 }
 
 // window returns room's health window.
@@ -212,20 +329,38 @@ func (s *Service) window(room string) *healthWindow {
 }
 
 // ObserveUpstream records one answer of the checkout behind room (a
-// gate's proxied request): how long it took and whether it failed.
+// gate's proxied request): how long it took and whether it failed. A
+// caller that can say when a request starts uses StartUpstream instead,
+// so that requests still unanswered count too.
 func (s *Service) ObserveUpstream(room string, took time.Duration, failed bool) {
 	if s.cfg.Outflow == nil {
 		return
 	}
-	w := s.window(room)
-	w.mu.Lock()
-	if len(w.latencies) < maxLatencies {
-		w.latencies = append(w.latencies, took)
+	s.window(room).answered(nil, took, failed)
+}
+
+// StartUpstream records that a request to the checkout behind room
+// starts now, and returns the function to call with its outcome when its
+// answer comes (failed: a 5xx, or none). Until then, once it is older
+// than the controller's p99 bar, it counts as a slow answer of that age.
+func (s *Service) StartUpstream(room string) (done func(failed bool)) {
+	if s.cfg.Outflow == nil {
+		return func(bool) {}
 	}
-	if failed {
-		w.failures++
+	w := s.window(room)
+	f := &flight{start: time.Now()}
+	w.mu.Lock()
+	if w.inflight == nil {
+		w.inflight = map[*flight]struct{}{}
+	}
+	if len(w.inflight) < maxLatencies {
+		w.inflight[f] = struct{}{}
+	} else {
+		f = nil // too many to track: counted when answered
 	}
 	w.mu.Unlock()
+	start := time.Now()
+	return func(failed bool) { w.answered(f, time.Since(start), failed) }
 }
 
 // ObservePayments records pay's cumulative counts of payments created
@@ -260,7 +395,7 @@ func (s *Service) steerOutflow(ctx context.Context, room string, cfg RoomConfig)
 		s.controllers[room] = c
 	}
 	s.mu.Unlock()
-	h := s.window(room).take()
+	h := s.window(room).take(time.Now(), s.cfg.Outflow.P99, c.cutAt)
 	if cfg.MaxAdmissionsPerMinute <= 0 {
 		return
 	}

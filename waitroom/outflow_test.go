@@ -11,9 +11,9 @@ import (
 
 // TestOutflowControllerAIMD feeds the controller constructed intervals: a
 // well checkout keeps the room's limit; a high p99, failures or UNKNOWN
-// share halve the rate down to the floor, never below; recovery adds a
-// tenth of the limit an interval back up to the limit, never above; too
-// few samples say nothing.
+// share halve the rate (or cut it by the share of bad samples when that
+// is larger) down to the floor, never below; recovery doubles the rate
+// back up to the limit, never above; too few samples say nothing.
 func TestOutflowControllerAIMD(t *testing.T) {
 	c, err := NewOutflowController(DefaultOutflowConfig())
 	if err != nil {
@@ -29,13 +29,13 @@ func TestOutflowControllerAIMD(t *testing.T) {
 		}
 	}
 	step(well, 600, "limit")
-	step(Health{Requests: 100, P99: 3 * time.Second}, 300, "p99 3s over 1s")
+	step(Health{Requests: 100, Slow: 2, P99: 3 * time.Second}, 300, "p99 3s over 1s")
 	step(Health{Requests: 100, Failures: 10, P99: time.Millisecond}, 150, "failures 10%")
-	step(Health{Requests: 5, Payments: 20, Unknown: 5}, 75, "UNKNOWN payments 25%")
+	step(Health{Requests: 2, Payments: 20, Unknown: 5}, 75, "UNKNOWN payments 25%")
 	step(Health{Payments: 20, Unknown: 20}, 60, "UNKNOWN") // the floor: a tenth of 600
 	step(Health{Payments: 20, Unknown: 20}, 60, "UNKNOWN")
 	step(Health{Requests: 3, P99: time.Hour, Payments: 2, Unknown: 2}, 120, "recovering") // too few samples: no evidence
-	for want := 180; want <= 600; want += 60 {
+	for _, want := range []int{240, 480, 600} {
 		step(well, want, "")
 	}
 	step(well, 600, "at the room's limit")
@@ -47,10 +47,130 @@ func TestOutflowControllerAIMD(t *testing.T) {
 	}
 }
 
+// TestOutflowCutByOverload: the cut follows the share of bad samples: a
+// checkout where every answer is slow goes to the floor in one step, 80 %
+// UNKNOWN payments leave a fifth of the rate, and a small excess still
+// halves it.
+func TestOutflowCutByOverload(t *testing.T) {
+	for _, tc := range []struct {
+		h    Health
+		want int
+	}{
+		{Health{Requests: 10, Slow: 10, P99: 3 * time.Second}, 60},
+		{Health{Payments: 10, Unknown: 8}, 120},
+		{Health{Requests: 100, Failures: 20}, 300},                  // 20 %: the half is the larger cut
+		{Health{Requests: 100, Slow: 2, P99: 2 * time.Second}, 300}, // 2 % slow: halved
+	} {
+		c, _ := NewOutflowController(DefaultOutflowConfig())
+		if got, _, _ := c.Step(tc.h, 600); got != tc.want {
+			t.Errorf("Step(%+v) from 600 = %d, want %d", tc.h, got, tc.want)
+		}
+	}
+}
+
+// TestOutflowRecoversWithinFourSteps: from the floor, four well intervals
+// bring the rate back to the limit (the additive tenth of the limit took
+// nine).
+func TestOutflowRecoversWithinFourSteps(t *testing.T) {
+	c, _ := NewOutflowController(DefaultOutflowConfig())
+	c.Step(Health{Requests: 10, Slow: 10, P99: 5 * time.Second}, 600)
+	var rates []int
+	for range 4 {
+		r, _, _ := c.Step(Health{Requests: 10, P99: 10 * time.Millisecond}, 600)
+		rates = append(rates, r)
+	}
+	if rates[3] != 600 {
+		t.Errorf("rates after the floor: %v, want the limit 600 by the fourth", rates)
+	}
+}
+
+// TestOutflowHoldsOnLaggingUnknown: pay's UNKNOWN share alone, while
+// enough upstream answers are fast, holds the rate (neither cut nor
+// raised); with too few answers to judge the upstream, it cuts.
+func TestOutflowHoldsOnLaggingUnknown(t *testing.T) {
+	c, _ := NewOutflowController(DefaultOutflowConfig())
+	c.Step(Health{Requests: 10, Slow: 10, P99: 5 * time.Second}, 600) // 60
+	c.Step(Health{Requests: 10, P99: 10 * time.Millisecond}, 600)     // 120
+	got, why, _ := c.Step(Health{Requests: 10, P99: 10 * time.Millisecond, Payments: 10, Unknown: 6}, 600)
+	if got != 120 || !strings.Contains(why, "holding") {
+		t.Errorf("UNKNOWN 60%% with the upstream well: %d %q, want 120 held", got, why)
+	}
+	if got, _, _ := c.Step(Health{Requests: 1, Payments: 10, Unknown: 6}, 600); got != 60 {
+		t.Errorf("UNKNOWN 60%% with 1 upstream answer: %d, want a cut to the floor 60", got)
+	}
+}
+
+// TestOutflowCutsOncePerCause: within UnknownLag (here 3 s) of a cut, a high
+// UNKNOWN share is news of what was cut for: with fast upstream answers
+// since the cut the rate recovers through it, with none it holds; later
+// the same share, with too few answers to judge the upstream, cuts. A
+// slow answer among too few to judge holds the rate.
+func TestOutflowCutsOncePerCause(t *testing.T) {
+	oc := DefaultOutflowConfig()
+	oc.UnknownLag = 3 * time.Second
+	c, _ := NewOutflowController(oc)
+	t0 := time.Now()
+	unknown := func(answers int) Health {
+		return Health{Requests: answers, P99: 20 * time.Millisecond, Payments: 10, Unknown: 8}
+	}
+	steps := []struct {
+		h    Health
+		at   time.Duration
+		want int
+		why  string
+	}{
+		{Health{Requests: 6, Slow: 6, P99: 2 * time.Second}, 0, 60, "p99"},
+		{unknown(2), time.Second, 120, "from before the last cut"},
+		{unknown(0), 2 * time.Second, 120, "holding"},
+		{unknown(2), 2900 * time.Millisecond, 240, "from before the last cut"},
+		{unknown(2), 3500 * time.Millisecond, 60, "UNKNOWN payments 80%"}, // 3.5 s after the cut: news of now
+		{Health{Requests: 2, Slow: 1, P99: 2 * time.Second}, 4 * time.Second, 60, "holding"},
+		{Health{Requests: 2, P99: 20 * time.Millisecond}, 5 * time.Second, 120, "recovering"},
+	}
+	for i, st := range steps {
+		st.h.At = t0.Add(st.at)
+		got, why, _ := c.Step(st.h, 600)
+		if got != st.want || !strings.Contains(why, st.why) {
+			t.Fatalf("step %d at %s: %d %q, want %d and a reason with %q", i, st.at, got, why, st.want, st.why)
+		}
+	}
+}
+
+// TestHealthWindowCountsUnanswered: a request unanswered for longer than
+// the bar is a slow sample of its age in the interval it crosses the bar,
+// once; its answer later adds no second sample; a fast answer is a
+// sample of its own; samples of requests begun before the last cut are
+// left out.
+func TestHealthWindowCountsUnanswered(t *testing.T) {
+	w := &healthWindow{inflight: map[*flight]struct{}{}}
+	now := time.Now()
+	hung := &flight{start: now.Add(-1500 * time.Millisecond)}
+	young := &flight{start: now.Add(-100 * time.Millisecond)}
+	w.inflight[hung], w.inflight[young] = struct{}{}, struct{}{}
+	w.answered(nil, 20*time.Millisecond, false)
+	h := w.take(now, time.Second, time.Time{})
+	if h.Requests != 2 || h.Slow != 1 || h.P99 != 1500*time.Millisecond {
+		t.Fatalf("first interval: %+v, want 2 samples, 1 slow, p99 1.5s (the unanswered request's age)", h)
+	}
+	w.answered(hung, 3*time.Second, false)
+	w.answered(young, 30*time.Millisecond, false)
+	h = w.take(now.Add(time.Second), time.Second, time.Time{})
+	if h.Requests != 1 || h.Slow != 0 {
+		t.Errorf("second interval: %+v, want 1 sample (the young request's answer), none slow: the hung one was counted", h)
+	}
+	old := &flight{start: now.Add(-3 * time.Second)}
+	w.inflight[old] = struct{}{}
+	w.answered(nil, 10*time.Millisecond, true)
+	h = w.take(now.Add(2*time.Second), time.Second, now.Add(-time.Second))
+	if h.Requests != 1 || h.Slow != 0 || h.Failures != 1 {
+		t.Errorf("third interval, the last cut at the first: %+v, want only the failed answer begun since (1 sample, 1 failure, none slow)", h)
+	}
+}
+
 // TestOutflowConfigValidate names every bad field at once.
 func TestOutflowConfigValidate(t *testing.T) {
 	err := OutflowConfig{}.Validate()
-	for _, f := range []string{"outflow_p99", "outflow_max_failures", "outflow_max_unknown", "outflow_min_samples", "outflow_decrease", "outflow_increase", "outflow_floor"} {
+	for _, f := range []string{"outflow_p99", "outflow_max_failures", "outflow_max_unknown", "outflow_min_samples", "outflow_decrease", "outflow_increase", "outflow_recover", "outflow_floor"} {
 		if err == nil || !strings.Contains(err.Error(), f) {
 			t.Errorf("Validate of the zero config = %v, want it to name %s", err, f)
 		}
@@ -75,11 +195,13 @@ func (s *outflowStore) Outflow(context.Context, string) (int, string, error) { r
 
 // TestServiceSteersOutflow: the signals a gate and pay's metrics report
 // reach the controller through the service's window, and the rate goes to
-// the store every step (a change also to OnOutflow).
+// the store every step (a change also to OnOutflow). UnknownLag 0: the
+// UNKNOWN share is never taken for news of an earlier cut here.
 func TestServiceSteersOutflow(t *testing.T) {
 	st := &outflowStore{}
 	cfg := DefaultServiceConfig()
 	oc := DefaultOutflowConfig()
+	oc.UnknownLag = 0
 	cfg.Outflow, cfg.Logger = &oc, slog.New(slog.NewTextHandler(io.Discard, nil))
 	var hooked []int
 	cfg.OnOutflow = func(_ string, n int, _ string) { hooked = append(hooked, n) }
@@ -89,21 +211,54 @@ func TestServiceSteersOutflow(t *testing.T) {
 	}
 	room := RoomConfig{MaxAdmissionsPerMinute: 600}
 	svc.ObservePayments("r", 100, 0) // the base
-	for range 30 {
-		svc.ObserveUpstream("r", 2*time.Second, false)
+	for range 29 {
+		svc.ObserveUpstream("r", 20*time.Millisecond, false)
 	}
-	svc.ObservePayments("r", 110, 1)
+	svc.ObserveUpstream("r", 2*time.Second, false) // the p99 of 30: 1 slow in 30, halved
 	svc.steerOutflow(context.Background(), "r", room)
-	svc.ObservePayments("r", 120, 9) // 8 of 10 new payments UNKNOWN
+	svc.ObservePayments("r", 120, 8) // 8 of 20 new payments UNKNOWN, no upstream answer: halved
 	svc.steerOutflow(context.Background(), "r", room)
 	svc.ObservePayments("r", 5, 0) // pay restarted: counting starts again
 	svc.steerOutflow(context.Background(), "r", room)
-	if want := []int{300, 150, 210}; !equalInts(st.set, want) || !equalInts(hooked, want) {
+	if want := []int{300, 150, 300}; !equalInts(st.set, want) || !equalInts(hooked, want) {
 		t.Errorf("rates set %v, hooked %v; want %v", st.set, hooked, want)
 	}
 	svc.steerOutflow(context.Background(), "r", RoomConfig{}) // no limit: left alone
 	if len(st.set) != 3 {
 		t.Errorf("a room without a limit got a rate: %v", st.set)
+	}
+}
+
+// TestServiceCountsUnansweredUpstream: requests a gate started through
+// StartUpstream and that are still unanswered after the p99 bar make the
+// next step cut the rate, before any of them is answered; their answers
+// later do not count them twice.
+func TestServiceCountsUnansweredUpstream(t *testing.T) {
+	st := &outflowStore{}
+	cfg := DefaultServiceConfig()
+	oc := DefaultOutflowConfig()
+	oc.P99 = 20 * time.Millisecond
+	cfg.Outflow, cfg.Logger = &oc, slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc, err := NewService(st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	room := RoomConfig{MaxAdmissionsPerMinute: 600}
+	var dones []func(bool)
+	for range 5 {
+		dones = append(dones, svc.StartUpstream("r"))
+	}
+	time.Sleep(50 * time.Millisecond)
+	svc.steerOutflow(context.Background(), "r", room) // 5 of 5 hanging: the floor
+	for _, done := range dones {
+		done(false)
+	}
+	for range 5 {
+		svc.StartUpstream("r")(false) // fast answers
+	}
+	svc.steerOutflow(context.Background(), "r", room)
+	if want := []int{60, 120}; !equalInts(st.set, want) {
+		t.Errorf("rates set %v, want %v: the hanging requests cut at once, their late answers not counted again", st.set, want)
 	}
 }
 

@@ -57,6 +57,7 @@ oversells, and the report must catch it (exit status 2).
 Not part of 'stampede lab' / 'lab all'.`,
 		Example: `  stampede lab sale --quick
   stampede lab sale --quick --unsafe-inventory
+  stampede lab sale --quick --faults '' --outflow 600 --compare-adaptive --hang 0.2-0.6 --status-down none --decline none --repeat 3
   stampede lab sale --buyers 5000 --seats 500 --capacity 100 --out lab-report/sale
   stampede lab sale --redis redis://127.0.0.1:6379/0 --postgres 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable' --nats nats://127.0.0.1:4222`,
 		Args: cobra.NoArgs,
@@ -86,6 +87,11 @@ Not part of 'stampede lab' / 'lab all'.`,
 	f.String("capture", d.Capture, "the checkout's capture mode: automatic, or manual (authorise at the purchase, capture while the order is pending)")
 	f.Int("outflow", 0, "the room's max_admissions_per_minute (0: no limit)")
 	f.Bool("adaptive", false, "run the gates with --adaptive-outflow: the room slows below --outflow while the checkout is unwell (needs --outflow)")
+	f.Bool("compare-adaptive", false, "run the sale twice a repeat, interleaved: the outflow static at --outflow and adaptive below it; the report sets their medians side by side and checks that the adaptive outflow has fewer checkout timeouts, no more abandoned holds and a join→ticket p99 no worse (needs --outflow)")
+	f.String("hang", sale.FormatWindow(d.InstitutionHang), "when the institution hangs after processing, as shares of --timeline: FROM-TO, or none")
+	f.Int64("hang-ms", d.HangMS, "how long the hanging institution holds each answer, in milliseconds")
+	f.String("status-down", sale.FormatWindow(d.StatusDown), "when the institution's status API is down, as shares of --timeline: FROM-TO, or none")
+	f.String("decline", sale.FormatWindow(d.Decline), "when the institution declines every payment, as shares of --timeline: FROM-TO, or none")
 	f.Bool("keep", false, "keep the run's directory (data, process logs) and, on PostgreSQL, its databases")
 	f.String("dir", "", "directory of the runs' data and logs (default: a temporary one)")
 	return cmd
@@ -117,6 +123,19 @@ func buildSale(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
 	x.set("capture", func(f *pflag.FlagSet) (e error) { cfg.Capture, e = f.GetString("capture"); return })
 	x.set("outflow", func(f *pflag.FlagSet) (e error) { cfg.Outflow, e = f.GetInt("outflow"); return })
 	x.set("adaptive", func(f *pflag.FlagSet) (e error) { cfg.Adaptive, e = f.GetBool("adaptive"); return })
+	x.set("compare-adaptive", func(f *pflag.FlagSet) (e error) { cfg.CompareAdaptive, e = f.GetBool("compare-adaptive"); return })
+	window := func(name string, w *[2]float64) {
+		x.set(name, func(f *pflag.FlagSet) error {
+			v, _ := f.GetString(name)
+			p, err := sale.ParseWindow(v)
+			*w = p
+			return err
+		})
+	}
+	window("hang", &cfg.InstitutionHang)
+	window("status-down", &cfg.StatusDown)
+	window("decline", &cfg.Decline)
+	x.set("hang-ms", func(f *pflag.FlagSet) (e error) { cfg.HangMS, e = f.GetInt64("hang-ms"); return })
 	x.set("keep", func(f *pflag.FlagSet) (e error) { cfg.Keep, e = f.GetBool("keep"); return })
 	x.set("dir", func(f *pflag.FlagSet) (e error) { cfg.Dir, e = f.GetString("dir"); return })
 	if x.err != nil {

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -124,6 +125,12 @@ type Config struct {
 	// it needs an Outflow.
 	Outflow  int
 	Adaptive bool
+	// CompareAdaptive runs two conditions, interleaved: the room's
+	// outflow static at Outflow and adaptive below it (Adaptive is then
+	// ignored); the report sets their medians side by side and checks the
+	// adaptive outflow's claim against the static one (see
+	// Experiment.Expectations). It needs an Outflow.
+	CompareAdaptive bool
 	// Repeat is how many times the sale runs; Seed seeds the crowd.
 	Repeat int
 	Seed   uint64
@@ -210,8 +217,8 @@ func (c Config) Validate() error {
 		return bad("Capture", "must be automatic or manual, got %q", c.Capture)
 	case c.CloseAfter <= 0:
 		return bad("CloseAfter", "must be positive, got %s", c.CloseAfter)
-	case c.Outflow < 0 || (c.Adaptive && c.Outflow == 0):
-		return bad("Outflow", "must be positive with Adaptive (the limit it adapts below), and never negative, got %d", c.Outflow)
+	case c.Outflow < 0 || ((c.Adaptive || c.CompareAdaptive) && c.Outflow == 0):
+		return bad("Outflow", "must be positive with Adaptive or CompareAdaptive (the limit it adapts below), and never negative, got %d", c.Outflow)
 	case c.Cmd == nil:
 		return bad("Cmd", "must be set: it starts the parts of the sale")
 	}
@@ -221,6 +228,29 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// ParseWindow reads a window of the institution's schedule as shares of
+// the timeline, "FROM-TO" (for example "0.2-0.6"), or "none" (never).
+func ParseWindow(s string) ([2]float64, error) {
+	if s == "none" || s == "" {
+		return [2]float64{}, nil
+	}
+	from, to, ok := strings.Cut(s, "-")
+	a, errA := strconv.ParseFloat(from, 64)
+	b, errB := strconv.ParseFloat(to, 64)
+	if !ok || errA != nil || errB != nil || a < 0 || b > 1 || a > b {
+		return [2]float64{}, fmt.Errorf("want FROM-TO, two shares of the timeline with 0 <= FROM <= TO <= 1 (for example 0.2-0.6), or none; got %q", s)
+	}
+	return [2]float64{a, b}, nil
+}
+
+// FormatWindow writes w as ParseWindow reads it.
+func FormatWindow(w [2]float64) string {
+	if w[1] <= w[0] {
+		return "none"
+	}
+	return strconv.FormatFloat(w[0], 'g', -1, 64) + "-" + strconv.FormatFloat(w[1], 'g', -1, 64)
 }
 
 // retention is the room's retention.

@@ -28,49 +28,133 @@ func openFulfilment(ctx context.Context, d *dbs) (*sqlstore.Store, error) {
 // their medians, and the figures of the sale.
 func (e *Experiment) Expectations(r *lab.Result) *lab.Expectations {
 	x := &lab.Expectations{}
-	inv := "safe"
-	if e.cfg.UnsafeInventory {
-		inv = "unsafe"
+	for _, c := range e.Conditions() {
+		prefix := ""
+		if e.cfg.CompareAdaptive {
+			prefix = fmt.Sprint(c.Values["outflow"]) + ": "
+		}
+		e.invariants(x, r, map[string]any{"inventory": c.Values["inventory"], "outflow": c.Values["outflow"]}, prefix)
 	}
-	match := map[string]any{"inventory": inv}
+	if e.cfg.CompareAdaptive {
+		e.adaptiveClaims(x, r)
+	}
+	return x
+}
+
+// invariants adds the sale's invariants as claims about the condition
+// match, each claim prefixed, and its figures.
+func (e *Experiment) invariants(x *lab.Expectations, r *lab.Result, match map[string]any, prefix string) {
 	zero := func(claim, metric string) {
 		v, ok := r.Median(metric, match)
 		if !ok {
-			x.Missing(claim, metric)
+			x.Missing(prefix+claim, metric)
 			return
 		}
-		x.Check(claim, fmt.Sprintf("%s = %g", metric, v), v == 0)
+		x.Check(prefix+claim, fmt.Sprintf("%s = %g", metric, v), v == 0)
 	}
 	if e.cfg.UnsafeInventory {
 		// The checker must catch the oversell of an unsafe checkout.
 		v, ok := r.Median("oversold", match)
 		if !ok {
-			x.Missing("the unsafe checkout oversells and the report catches it", "oversold")
+			x.Missing(prefix+"the unsafe checkout oversells and the report catches it", "oversold")
 		} else {
-			x.Check("the unsafe checkout oversells and the report catches it", fmt.Sprintf("oversold = %g", v), v > 0)
+			x.Check(prefix+"the unsafe checkout oversells and the report catches it", fmt.Sprintf("oversold = %g", v), v > 0)
 		}
 	} else {
 		zero("no seat sold twice or beyond the seats", "oversold")
 	}
-	zero("every buyer accounted for", "unaccounted_buyers")
-	zero("0 double charges", "double_charges")
-	zero("no buyer charged without a ticket", "charged_without_ticket")
-	zero("parity between institution, payments, orders and tickets", "parity_mismatches")
-	zero("room never over capacity at the checkout's view", "over_capacity_samples")
-	zero("0 event order violations", "order_violations")
-	zero("the admission log verifies (chain, queue order, capacity)", "fairness_failures")
+	for _, z := range invariantMetrics[1:] {
+		zero(z.claim, z.metric)
+	}
 	if t, ok := r.Median("tickets", match); ok {
 		s, _ := r.Median("seats_sold", match)
-		x.Check("seats sold = tickets", fmt.Sprintf("seats_sold = %g, tickets = %g", s, t), s == t)
+		x.Check(prefix+"seats sold = tickets", fmt.Sprintf("seats_sold = %g, tickets = %g", s, t), s == t)
 	} else {
-		x.Missing("seats sold = tickets", "tickets")
+		x.Missing(prefix+"seats sold = tickets", "tickets")
 	}
 	for _, k := range []string{"unknown_payments", "abandoned_holds", "buyers_failed", "join_to_ticket_p50_ms", "join_to_ticket_p95_ms", "join_to_ticket_p99_ms", "max_active", "max_checkout_buyers", "bot_joins", "bot_joins_limited"} {
 		if v, ok := r.Median(k, match); ok {
-			x.Report(k, fmt.Sprintf("%g", v))
+			x.Report(prefix+k, fmt.Sprintf("%g", v))
 		}
 	}
-	return x
+}
+
+// invariantMetrics are the sale's invariants, each a metric that must be
+// 0 (oversold first: an unsafe checkout must break it instead).
+var invariantMetrics = []struct{ claim, metric string }{
+	{"no seat sold twice or beyond the seats", "oversold"},
+	{"every buyer accounted for", "unaccounted_buyers"},
+	{"0 double charges", "double_charges"},
+	{"no buyer charged without a ticket", "charged_without_ticket"},
+	{"parity between institution, payments, orders and tickets", "parity_mismatches"},
+	{"room never over capacity at the checkout's view", "over_capacity_samples"},
+	{"0 event order violations", "order_violations"},
+	{"the admission log verifies (chain, queue order, capacity)", "fairness_failures"},
+}
+
+// adaptiveClaims checks the adaptive outflow's claim against the static
+// one (medians of the same sale): fewer checkout timeouts (payments the
+// institution left UNKNOWN), no more abandoned holds (holds released
+// unsold), and a join-to-ticket p99 no worse.
+func (e *Experiment) adaptiveClaims(x *lab.Expectations, r *lab.Result) {
+	static := map[string]any{"outflow": outflowLabel(e.cfg.Outflow, false)}
+	adaptive := map[string]any{"outflow": outflowLabel(e.cfg.Outflow, true)}
+	compare := func(claim, metric, unit string, holds func(a, s float64) bool) {
+		var missing []string
+		s, okS := r.Median(metric, static)
+		if !okS {
+			missing = append(missing, metric+" of "+static["outflow"].(string))
+		}
+		a, okA := r.Median(metric, adaptive)
+		if !okA {
+			missing = append(missing, metric+" of "+adaptive["outflow"].(string))
+		}
+		x.Judge(claim, missing, func() (string, bool) {
+			return fmt.Sprintf("adaptive %g%s, static %g%s", a, unit, s, unit), holds(a, s)
+		})
+	}
+	compare("adaptive outflow: fewer checkout timeouts (payments left UNKNOWN) than static", "unknown_payments", "", func(a, s float64) bool { return a < s })
+	compare("adaptive outflow: no more abandoned holds (released unsold) than static", "abandoned_holds", "", func(a, s float64) bool { return a <= s })
+	compare("adaptive outflow: join→ticket p99 not worse than static", "join_to_ticket_p99_ms", " ms", func(a, s float64) bool { return a <= s })
+}
+
+// comparison is the table of the static and adaptive outflows: the
+// medians and, in brackets, each run's figure.
+func (e *Experiment) comparison(r *lab.Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Outflow static at %d/min against adaptive below it, the same sale (seed %d); institution hangs over %s, status API down over %s, declines over %s of %s (hang %d ms). Medians of the valid runs, each run in brackets (run order).\n\n",
+		e.cfg.Outflow, e.cfg.Seed, FormatWindow(e.cfg.InstitutionHang), FormatWindow(e.cfg.StatusDown), FormatWindow(e.cfg.Decline), e.cfg.Timeline, e.cfg.HangMS)
+	b.WriteString("| outflow | checkout timeouts (UNKNOWN) | holds released unsold | buyers failed | join→ticket p50 | join→ticket p99 | tickets | invariants (sum over runs) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, adaptive := range []bool{false, true} {
+		label := outflowLabel(e.cfg.Outflow, adaptive)
+		var runs []lab.Run
+		for _, run := range r.Runs {
+			if run.Condition["outflow"] == label && run.Valid {
+				runs = append(runs, run)
+			}
+		}
+		cell := func(metric string, scale float64, format string) string {
+			m, ok := r.Median(metric, map[string]any{"outflow": label})
+			if !ok {
+				return "missing"
+			}
+			var each []string
+			for _, run := range runs {
+				each = append(each, fmt.Sprintf(format, run.Metrics[metric]/scale))
+			}
+			return fmt.Sprintf(format, m/scale) + " (" + strings.Join(each, ", ") + ")"
+		}
+		broken := 0.0
+		for _, run := range runs {
+			for _, z := range invariantMetrics {
+				broken += run.Metrics[z.metric]
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s s | %s s | %s | %g |\n", label, cell("unknown_payments", 1, "%g"), cell("abandoned_holds", 1, "%g"),
+			cell("buyers_failed", 1, "%g"), cell("join_to_ticket_p50_ms", 1000, "%.1f"), cell("join_to_ticket_p99_ms", 1000, "%.1f"), cell("tickets", 1, "%g"), broken)
+	}
+	b.WriteString("\n")
+	return b.String()
 }
 
 // Render implements lab.Experiment: the charts of the first valid run
@@ -83,6 +167,9 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	fmt.Fprintf(&b, "%d buyers (%.0f %% within %s), %d seats, a room of %d, 3 gates, pay with --require-admission, 3 workers; faults: %s; institution hangs over %v, status API down over %v, declines over %v of the first %s; inventory rule %s.\n\n",
 		e.cfg.Buyers, 100*e.cfg.SurgeShare, e.cfg.Surge, e.cfg.Seats, e.cfg.Capacity, strings.Join(e.cfg.Faults, ", "),
 		e.cfg.InstitutionHang, e.cfg.StatusDown, e.cfg.Decline, e.cfg.Timeline, map[bool]string{true: "OFF (--unsafe-inventory)", false: "on"}[e.cfg.UnsafeInventory])
+	if e.cfg.CompareAdaptive {
+		b.WriteString(e.comparison(r))
+	}
 	fmt.Fprintf(&b, "Verdict: **%s**.", r.Verdict())
 	if len(r.Problems) > 0 {
 		b.WriteString(" Broken or invalid: " + strings.Join(r.Problems, "; ") + ".")
@@ -102,14 +189,14 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 			}
 		}
 	}
-	keys := make([]int, 0, len(e.series))
+	keys := make([]string, 0, len(e.series))
 	for k := range e.series {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
 		data, _ := json.Marshal(e.series[k])
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("sale-series-%d.json", k)), data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "sale-series-"+strings.TrimPrefix(k, "run-")+".json"), data, 0o644); err != nil {
 			return "", err
 		}
 	}

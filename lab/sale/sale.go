@@ -26,7 +26,7 @@ type Experiment struct {
 	cfg Config
 	// series of the last run, for Render.
 	mu     sync.Mutex
-	series map[int]runSeries
+	series map[string]runSeries // by run-<repeat>[-<outflow>]
 	// logMu serializes Config.Log: the sale's goroutines (the sampler,
 	// the institution's schedule, the faults) log at once.
 	logMu sync.Mutex
@@ -43,7 +43,7 @@ func New(cfg Config) (*Experiment, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Experiment{cfg: cfg, series: map[int]runSeries{}}, nil
+	return &Experiment{cfg: cfg, series: map[string]runSeries{}}, nil
 }
 
 // Name implements lab.Experiment.
@@ -61,6 +61,7 @@ func (e *Experiment) Params() any {
 		"redis": redact(c.Redis), "postgres": redact(c.Postgres), "nats": redact(c.NATS),
 		"unsafe_inventory": c.UnsafeInventory, "repeat": c.Repeat, "seed": c.Seed,
 		"capture": c.Capture, "close_unconfirmed_after_s": c.CloseAfter.Seconds(),
+		"outflow": c.Outflow, "adaptive": c.Adaptive, "compare_adaptive": c.CompareAdaptive,
 	}
 }
 
@@ -77,7 +78,8 @@ func redact(u string) string {
 	return u
 }
 
-// Conditions implements lab.Experiment: one, the configured sale.
+// Conditions implements lab.Experiment: one, the configured sale; with
+// CompareAdaptive two, its outflow static and adaptive.
 func (e *Experiment) Conditions() []lab.Condition {
 	inv := "safe"
 	if e.cfg.UnsafeInventory {
@@ -87,15 +89,27 @@ func (e *Experiment) Conditions() []lab.Condition {
 	if faults == "" {
 		faults = "none"
 	}
-	outflow := "none"
-	if e.cfg.Outflow > 0 {
-		outflow = fmt.Sprintf("static-%d", e.cfg.Outflow)
-		if e.cfg.Adaptive {
-			outflow = fmt.Sprintf("adaptive-%d", e.cfg.Outflow)
-		}
+	outflows := []string{"none"}
+	switch {
+	case e.cfg.CompareAdaptive:
+		outflows = []string{outflowLabel(e.cfg.Outflow, false), outflowLabel(e.cfg.Outflow, true)}
+	case e.cfg.Outflow > 0:
+		outflows = []string{outflowLabel(e.cfg.Outflow, e.cfg.Adaptive)}
 	}
-	return []lab.Condition{{Label: fmt.Sprintf("inventory=%s capture=%s faults=%s outflow=%s", inv, e.cfg.Capture, faults, outflow),
-		Values: map[string]any{"inventory": inv, "buyers": e.cfg.Buyers, "capture": e.cfg.Capture, "outflow": outflow}, Keys: []string{"inventory", "buyers", "capture", "outflow"}}}
+	var out []lab.Condition
+	for _, outflow := range outflows {
+		out = append(out, lab.Condition{Label: fmt.Sprintf("inventory=%s capture=%s faults=%s outflow=%s", inv, e.cfg.Capture, faults, outflow),
+			Values: map[string]any{"inventory": inv, "buyers": e.cfg.Buyers, "capture": e.cfg.Capture, "outflow": outflow}, Keys: []string{"inventory", "buyers", "capture", "outflow"}})
+	}
+	return out
+}
+
+// outflowLabel is a condition's outflow value: static-N or adaptive-N.
+func outflowLabel(n int, adaptive bool) string {
+	if adaptive {
+		return fmt.Sprintf("adaptive-%d", n)
+	}
+	return fmt.Sprintf("static-%d", n)
 }
 
 // Repeats implements lab.Experiment.
@@ -117,8 +131,13 @@ func (e *Experiment) logf(format string, args ...any) {
 }
 
 // Run implements lab.Experiment: one whole sale.
-func (e *Experiment) Run(ctx context.Context, _ lab.Condition, repeat int) (lab.RunResult, error) {
+func (e *Experiment) Run(ctx context.Context, cond lab.Condition, repeat int) (lab.RunResult, error) {
 	cfg := e.cfg
+	run := fmt.Sprintf("run-%d", repeat)
+	if cfg.CompareAdaptive {
+		cfg.Adaptive = cond.Values["outflow"] == outflowLabel(cfg.Outflow, true)
+		run = fmt.Sprintf("run-%d-%s", repeat, cond.Values["outflow"])
+	}
 	dir := cfg.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "stampede-sale-")
@@ -127,7 +146,7 @@ func (e *Experiment) Run(ctx context.Context, _ lab.Condition, repeat int) (lab.
 		}
 		dir = d
 	}
-	dir = filepath.Join(dir, fmt.Sprintf("run-%d", repeat))
+	dir = filepath.Join(dir, run)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return lab.RunResult{}, err
 	}
@@ -254,7 +273,7 @@ wait:
 	smp.mu.Unlock()
 	slices.SortFunc(marks, func(a, b Mark) int { return int(math.Copysign(1, a.From-b.From)) })
 	e.mu.Lock()
-	e.series[repeat] = runSeries{Points: points, Marks: marks}
+	e.series[run] = runSeries{Points: points, Marks: marks}
 	e.mu.Unlock()
 	if res.Metrics != nil {
 		// The lab's own share of the CPU during the sale: near or above
