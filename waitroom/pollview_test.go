@@ -1,0 +1,74 @@
+package waitroom
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+)
+
+// viewStore is a Store that answers what a Service's refresh, admitters
+// and views ask and counts the views read; any other call panics (the
+// nil embedded Store).
+type viewStore struct {
+	Store
+	mu    sync.Mutex
+	views map[string]int
+}
+
+func (s *viewStore) Rooms(context.Context) ([]string, error) { return []string{"a", "b"}, nil }
+func (s *viewStore) Config(context.Context, string) (RoomConfig, error) {
+	cfg := DefaultRoomConfig()
+	cfg.AdmitInterval = time.Minute
+	return cfg, nil
+}
+func (s *viewStore) Stats(context.Context, string) (RoomStats, error) { return RoomStats{}, nil }
+func (s *viewStore) Admit(context.Context, string) (AdmitResult, error) {
+	return AdmitResult{}, nil
+}
+func (s *viewStore) NextExpiry(context.Context, string) (time.Time, bool, error) {
+	return time.Time{}, false, nil
+}
+func (s *viewStore) View(_ context.Context, room string) (RoomView, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.views[room]++
+	return RoomView{Phase: PhaseOpen, Waiting: 1000, AdmittedTotal: int64(s.views[room]), Ordered: true}, nil
+}
+
+// TestViewRefreshedPerRoom: an instance reads each room's view once per
+// ViewRefresh, one store call per room, and serves the latest.
+func TestViewRefreshedPerRoom(t *testing.T) {
+	store := &viewStore{views: map[string]int{}}
+	cfg := DefaultServiceConfig()
+	cfg.ViewRefresh, cfg.RoomRefresh, cfg.RateWindow = 50*time.Millisecond, time.Hour, time.Hour
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc, err := NewService(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		svc.Run(ctx)
+	}()
+	time.Sleep(520 * time.Millisecond)
+	v, fresh := svc.View("a")
+	cancel()
+	<-done
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	for _, room := range []string{"a", "b"} {
+		// 10 refreshes in 500 ms, and the first at once; a loaded
+		// machine may miss a few ticks.
+		if n := store.views[room]; n < 5 || n > 12 {
+			t.Errorf("room %s: %d views read in 520 ms at a 50 ms refresh, want about 11", room, n)
+		}
+	}
+	if !fresh || v.AdmittedTotal < 5 {
+		t.Errorf("View(a) = %+v, %v; want the latest view, fresh", v, fresh)
+	}
+}
