@@ -242,17 +242,9 @@ func (s *Service) Poll(ctx context.Context, room, user string, generation int64,
 	if t, ok := s.answerFromView(v, room, user, generation, place); ok {
 		return t, nil
 	}
-	var before RoomView
-	ok := false
-	if v != nil {
-		before, ok = v.current()
-	}
-	t, err := s.store.Ticket(ctx, room, user)
+	t, err := s.withPlace(room, func() (Ticket, error) { return s.store.Ticket(ctx, room, user) })
 	if err != nil {
 		return t, err
-	}
-	if ok {
-		t.Place = placeOf(before, t)
 	}
 	if v != nil && t.State == StateWaiting {
 		v.mu.Lock()

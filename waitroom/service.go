@@ -325,7 +325,22 @@ func (s *Service) Join(ctx context.Context, room, user string) (Ticket, error) {
 	if err := ValidateUser(user); err != nil {
 		return Ticket{}, err
 	}
-	return s.store.Join(ctx, room, user)
+	return s.withPlace(room, func() (Ticket, error) { return s.store.Join(ctx, room, user) })
+}
+
+// withPlace runs read, a store read of a ticket of room, and sets the
+// Place of the waiting ticket it returns from the view held before it.
+func (s *Service) withPlace(room string, read func() (Ticket, error)) (Ticket, error) {
+	var before RoomView
+	ok := false
+	if v := s.viewer(room); v != nil {
+		before, ok = v.current()
+	}
+	t, err := read()
+	if err == nil && ok {
+		t.Place = placeOf(before, t)
+	}
+	return t, err
 }
 
 // Ticket returns user's ticket in room.

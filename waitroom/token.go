@@ -123,6 +123,11 @@ type Claims struct {
 	// Generation is the join a ticket token is for (Ticket.Generation).
 	// Only ticket tokens carry it, and they must.
 	Generation int64
+	// Place is where the holder of a ticket token stood at a store read
+	// (Ticket.Place), so that any instance can answer their polls from
+	// its room view; nil when the token carries none. Only ticket tokens
+	// carry one.
+	Place *Place
 	// IssuedAt is when the token was signed; Sign fills in the signer's
 	// clock when it is zero.
 	IssuedAt time.Time
@@ -140,6 +145,8 @@ type tokenPayload struct {
 	IssuedAt int64     `json:"iat"`
 	Seq      *int64    `json:"seq,omitempty"` // admission tokens only
 	Gen      *int64    `json:"g,omitempty"`   // ticket tokens only
+	// Place is a ticket token's Place: rank, admitted, departed, order.
+	Place *[4]int64 `json:"p,omitempty"`
 }
 
 // payload checks c and turns it into a token payload. The errors name the
@@ -173,6 +180,10 @@ func (c Claims) payload() (tokenPayload, error) {
 		return p, fieldError("generation", "a ticket token must name its join, got %d", c.Generation)
 	case c.Kind != TicketToken && c.Generation != 0:
 		return p, fieldError("generation", "only ticket tokens carry a generation")
+	case c.Kind != TicketToken && c.Place != nil:
+		return p, fieldError("place", "only ticket tokens carry a place")
+	case c.Place != nil && (c.Place.Rank < 0 || c.Place.Admitted < 0 || c.Place.Departed < 0 || c.Place.Order < 0):
+		return p, fieldError("place", "must not be negative, got %+v", *c.Place)
 	}
 	p = tokenPayload{
 		Kind:     c.Kind,
@@ -188,6 +199,9 @@ func (c Claims) payload() (tokenPayload, error) {
 	if c.Kind == TicketToken {
 		gen := c.Generation
 		p.Gen = &gen
+	}
+	if c.Place != nil {
+		p.Place = &[4]int64{c.Place.Rank, c.Place.Admitted, c.Place.Departed, c.Place.Order}
 	}
 	return p, nil
 }
@@ -206,6 +220,9 @@ func (p tokenPayload) claims() Claims {
 	}
 	if p.Gen != nil {
 		c.Generation = *p.Gen
+	}
+	if p.Place != nil {
+		c.Place = &Place{Rank: p.Place[0], Admitted: p.Place[1], Departed: p.Place[2], Order: p.Place[3]}
 	}
 	return c
 }
@@ -281,6 +298,17 @@ func appendPayload(dst []byte, p tokenPayload) []byte {
 		dst = append(dst, `,"g":`...)
 		dst = strconv.AppendInt(dst, *p.Gen, 10)
 	}
+	if p.Place != nil {
+		for i, n := range p.Place {
+			if i == 0 {
+				dst = append(dst, `,"p":[`...)
+			} else {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendInt(dst, n, 10)
+		}
+		dst = append(dst, ']')
+	}
 	return append(dst, '}')
 }
 
@@ -301,7 +329,7 @@ func (s *Signer) Sign(c Claims) (string, error) {
 	}
 	// One buffer holds the payload, its MAC and then the token: room for
 	// them all when no character of the room or user needs an escape.
-	est := 100 + len(p.Room) + len(p.User)
+	est := 180 + len(p.Room) + len(p.User)
 	buf := make([]byte, 0, est+sha256.Size+b64.EncodedLen(est)+1+b64.EncodedLen(sha256.Size))
 	buf = appendPayload(buf, p)
 	n := len(buf)

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -64,4 +65,34 @@ func FuzzSignMatchesReference(f *testing.F) {
 			t.Fatalf("Verify(Sign(%+v)) = %+v, %v", c, got, err)
 		}
 	})
+}
+
+// TestTicketTokenCarriesPlace: a ticket token's place is signed in the
+// canonical payload (what encoding/json writes) and verified back; a
+// tampered place fails the MAC, and only ticket tokens carry one.
+func TestTicketTokenCarriesPlace(t *testing.T) {
+	s, _ := newTestSigner(t)
+	pl := &Place{Rank: 1234, Admitted: 99, Departed: 7, Order: 1767225600000}
+	c := Claims{Kind: TicketToken, Room: "r", User: "u", Generation: 5, Place: pl, IssuedAt: tokenEpoch, Expires: tokenEpoch.Add(time.Hour)}
+	tok, err := s.Sign(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := c.payload()
+	if want, _ := json.Marshal(p); !bytes.Equal(appendPayload(nil, p), want) {
+		t.Fatalf("appendPayload = %s, encoding/json %s", appendPayload(nil, p), want)
+	}
+	got, err := s.Verify(tok, TicketToken)
+	if err != nil || got.Place == nil || *got.Place != *pl {
+		t.Fatalf("Verify = %+v, %v; want the place %+v", got, err, *pl)
+	}
+	forged := strings.Replace(string(appendPayload(nil, p)), `"p":[1234`, `"p":[1`, 1)
+	_, mac, _ := strings.Cut(tok, ".")
+	if _, err := s.Verify(b64.EncodeToString([]byte(forged))+"."+mac, TicketToken); err == nil {
+		t.Error("a token whose place was changed verifies")
+	}
+	c.Kind, c.Generation, c.Seq = AdmissionToken, 0, 1
+	if _, err := s.Sign(c); err == nil {
+		t.Error("an admission token with a place was signed")
+	}
 }

@@ -1,0 +1,156 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-lab/stampede/waitroom"
+	"github.com/stampede-lab/stampede/waitroom/api"
+)
+
+// userReads counts the store commands that name a user (ticket, join and
+// leave scripts; presence flushes name users too), by user.
+type userReads struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (u *userReads) count(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) == 0 || !strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && !strings.EqualFold(fmt.Sprint(args[0]), "eval") {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, a := range args[3:] {
+		if s, ok := a.(string); ok && strings.HasPrefix(s, "pv-") {
+			u.n[s]++
+		}
+	}
+}
+
+func (u *userReads) of(user string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.n[user]
+}
+
+func (u *userReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (u *userReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		u.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (u *userReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			u.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// pollBuyer is a buyer of the test: their newest ticket token and the
+// positions shown to them.
+type pollBuyer struct {
+	user, token string
+	last        int64 // the last position shown; 0 before the first poll
+}
+
+// TestPollsFromViewWithinBound: while the room admits and buyers ahead
+// leave, buyers far back polling with their newest token are answered
+// from the instance's view without a store call, and every position shown
+// is at least the true one (read from the store right after), above it by
+// at most waitroom.PositionSlack plus what changed since the view the poll
+// could have used, and never higher than the buyer's previous one.
+func TestPollsFromViewWithinBound(t *testing.T) {
+	b := miniBackend(t)
+	reads := &userReads{n: map[string]int{}}
+	b.client.AddHook(reads)
+	e := newEnvWith(t, b, false, func(c *api.Config) { c.ViewRefresh = 50 * time.Millisecond })
+	svc := e.srv.Service()
+	// Five slots, leases of one second: the room admits about five a
+	// second all along.
+	room := e.newRoom(t, `{"capacity":5,"lease_seconds":1,"admit_interval_ms":100}`)
+	waitFor(t, "the room's view", func() bool { _, ok := svc.View(room); return ok })
+	const n = 200
+	buyers := make([]*pollBuyer, n)
+	for i := range buyers {
+		u := fmt.Sprintf("pv-%03d", i)
+		buyers[i] = &pollBuyer{user: u, token: join(t, e, room, u).str("ticket_token")}
+	}
+	ctx := context.Background()
+	truth := func(user string) (waitroom.Ticket, waitroom.RoomView) {
+		t.Helper()
+		tk, err := e.store.Ticket(ctx, room, user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := e.store.View(ctx, room)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk, v
+	}
+	left := map[string]bool{}
+	var polls, local, worst int64
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 30 {
+		// Three buyers of the front half leave.
+		for range 3 {
+			bb := buyers[rng.IntN(n/2)]
+			if !left[bb.user] {
+				left[bb.user] = true
+				e.must(t, http.StatusOK, req{method: "DELETE", path: ticketPath(room, bb.user), auth: "Bearer " + bb.token})
+			}
+		}
+		// Ten buyers of the back half poll.
+		for range 10 {
+			bb := buyers[n/2+rng.IntN(n/2)]
+			before, fresh := svc.View(room)
+			readsBefore := reads.of(bb.user)
+			a := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, bb.user), auth: "Bearer " + bb.token})
+			fromView := reads.of(bb.user) == readsBefore
+			tk, now := truth(bb.user)
+			if a.str("state") != "waiting" || tk.State != waitroom.StateWaiting {
+				t.Fatalf("round %d: %s = %s (store: %+v), want waiting far back", round, bb.user, a.raw, tk)
+			}
+			ahead := int64(a.json["ahead"].(float64))
+			if tok := a.str("ticket_token"); tok != "" {
+				bb.token = tok
+			}
+			polls++
+			if fromView {
+				local++
+				if !fresh {
+					t.Fatalf("round %d: %s answered without the store while the view was not fresh", round, bb.user)
+				}
+				bound := waitroom.PositionSlack(ahead) + (now.AdmittedTotal - before.AdmittedTotal) + (now.DepartedTotal - before.DepartedTotal)
+				if ahead < tk.Position || ahead-tk.Position > bound {
+					t.Fatalf("round %d: %s shown %d ahead from the view, the store says %d: outside [true, true+%d]", round, bb.user, ahead, tk.Position, bound)
+				}
+				worst = max(worst, ahead-tk.Position)
+			} else if ahead < tk.Position-int64(now.AdmittedTotal-before.AdmittedTotal) {
+				t.Fatalf("round %d: %s read from the store shows %d ahead, the store says %d right after", round, bb.user, ahead, tk.Position)
+			}
+			if bb.last > 0 && ahead+1 > bb.last {
+				t.Fatalf("round %d: %s's position went up from %d to %d", round, bb.user, bb.last, ahead+1)
+			}
+			bb.last = ahead + 1
+		}
+		time.Sleep(60 * time.Millisecond)
+	}
+	t.Logf("%d polls, %d answered from the view; the largest excess over the true rank was %d", polls, local, worst)
+	if local < polls/2 {
+		t.Errorf("only %d of %d polls far back were answered from the view", local, polls)
+	}
+}
