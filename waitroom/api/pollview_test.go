@@ -154,3 +154,79 @@ func TestPollsFromViewWithinBound(t *testing.T) {
 		t.Errorf("only %d of %d polls far back were answered from the view", local, polls)
 	}
 }
+
+// TestPresenceFromViewKeepsPlaces: buyers answered from the view keep
+// their places through several abandon_after windows, because the
+// instance writes their presence in batches; a buyer who stops polling is
+// set aside as before; and a buyer who left is told so once a flush has
+// found them gone.
+func TestPresenceFromViewKeepsPlaces(t *testing.T) {
+	b := miniBackend(t)
+	reads := &userReads{n: map[string]int{}}
+	b.client.AddHook(reads)
+	e := newEnvWith(t, b, false, func(c *api.Config) {
+		c.ViewRefresh, c.PresenceFlush = 50*time.Millisecond, 200*time.Millisecond
+	})
+	svc := e.srv.Service()
+	room := e.newRoom(t, `{"capacity":1,"lease_seconds":3600,"admit_interval_ms":100,"abandon_after_seconds":1}`)
+	waitFor(t, "the room's view", func() bool { _, ok := svc.View(room); return ok })
+	var buyers []*pollBuyer
+	for i := range 80 {
+		u := fmt.Sprintf("pv-%03d", i)
+		buyers = append(buyers, &pollBuyer{user: u, token: join(t, e, room, u).str("ticket_token")})
+	}
+	// Everyone but pv-010 polls every 250 ms for 3 s: three abandon
+	// windows.
+	quiet := buyers[10]
+	readsBefore := map[string]int{}
+	for _, bb := range buyers {
+		readsBefore[bb.user] = reads.of(bb.user)
+	}
+	for start := time.Now(); time.Since(start) < 3*time.Second; time.Sleep(250 * time.Millisecond) {
+		for _, bb := range buyers {
+			if bb == quiet {
+				continue
+			}
+			a := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, bb.user), auth: "Bearer " + bb.token})
+			if tok := a.str("ticket_token"); tok != "" {
+				bb.token = tok
+			}
+		}
+	}
+	ctx := context.Background()
+	var local int
+	for _, bb := range buyers[60:] {
+		// Far back: read the store only for the presence flushes (one
+		// script per 200 ms for everyone) and their first polls.
+		if reads.of(bb.user)-readsBefore[bb.user] <= 16 {
+			local++
+		}
+	}
+	if local < 15 {
+		t.Errorf("only %d of the last 20 buyers were answered mostly from the view", local)
+	}
+	for _, bb := range buyers {
+		tk, err := e.store.Ticket(ctx, room, bb.user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bb == quiet {
+			if tk.State != waitroom.StateAbandoned {
+				t.Errorf("%s, who never polled, = %+v; want abandoned", bb.user, tk)
+			}
+			continue
+		}
+		if tk.State != waitroom.StateWaiting && tk.State != waitroom.StateAdmitted {
+			t.Fatalf("%s polled all along and is %s in the store: their presence was not written", bb.user, tk.State)
+		}
+	}
+	// A buyer far back leaves: once a flush has found them gone, their
+	// poll reads the store and says so.
+	gone := buyers[70]
+	e.must(t, http.StatusOK, req{method: "DELETE", path: ticketPath(room, gone.user), auth: "Bearer " + gone.token})
+	waitFor(t, "the poll of a buyer who left to say so", func() bool {
+		a := e.must(t, http.StatusOK, req{method: "GET", path: ticketPath(room, gone.user), auth: "Bearer " + gone.token})
+		time.Sleep(50 * time.Millisecond)
+		return a.str("state") == "left"
+	})
+}

@@ -51,6 +51,10 @@ type Config struct {
 	// store (waitroom.ServiceConfig.ViewRefresh); 0 means the default
 	// (200 ms), a negative value turns it off.
 	ViewRefresh time.Duration
+	// PresenceFlush is how often the polls answered from a view are
+	// written to the store (waitroom.ServiceConfig.PresenceFlush); 0
+	// means the default (1 s).
+	PresenceFlush time.Duration
 	// TicketTTL is the ticket tokens' lifetime; 0 means the default.
 	TicketTTL time.Duration
 	// JoinLimit limits joins per client address
@@ -110,6 +114,9 @@ func (c Config) serviceConfig(log *slog.Logger) waitroom.ServiceConfig {
 		scfg.ViewRefresh = c.ViewRefresh
 	case c.ViewRefresh < 0:
 		scfg.ViewRefresh = 0
+	}
+	if c.PresenceFlush > 0 {
+		scfg.PresenceFlush = c.PresenceFlush
 	}
 	scfg.Immediate = c.Immediate
 	scfg.Logger = log
