@@ -72,3 +72,36 @@ func TestViewRefreshedPerRoom(t *testing.T) {
 		t.Errorf("View(a) = %+v, %v; want the latest view, fresh", v, fresh)
 	}
 }
+
+// TestPollAfterGrowsWithDistance: the suggested poll interval grows with
+// the distance to the head of the line, from MinPoll near it to MaxPoll
+// far back, measured rate or not.
+func TestPollAfterGrowsWithDistance(t *testing.T) {
+	cfg := DefaultServiceConfig()
+	svc, err := NewService(&viewStore{views: map[string]int{}}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rate := range []float64{0, 50} {
+		if rate > 0 {
+			r := svc.rate("r")
+			now := time.Now()
+			r.sample(now.Add(-10*time.Second), 0)
+			r.sample(now, int64(rate*10))
+		}
+		prev := time.Duration(0)
+		for _, pos := range []int64{0, 10, 100, 1_000, 10_000, 100_000, 1_000_000} {
+			_, poll := svc.Estimate(Ticket{Room: "r", State: StateWaiting, Position: pos})
+			if poll < prev || poll < cfg.MinPoll || poll > cfg.MaxPoll {
+				t.Errorf("rate %v, position %d: poll after %v (previous %v), want growing within [%v, %v]", rate, pos, poll, prev, cfg.MinPoll, cfg.MaxPoll)
+			}
+			prev = poll
+		}
+		if _, near := svc.Estimate(Ticket{Room: "r", State: StateWaiting, Position: 1}); near != cfg.MinPoll {
+			t.Errorf("rate %v: near the head poll after %v, want %v", rate, near, cfg.MinPoll)
+		}
+		if prev != cfg.MaxPoll {
+			t.Errorf("rate %v: a million back polls after %v, want %v", rate, prev, cfg.MaxPoll)
+		}
+	}
+}
