@@ -431,6 +431,11 @@ func tokenAlphabet(token string) bool {
 // parsePayload parses the JSON of a token strictly: unknown fields,
 // trailing data and any encoding other than the canonical one are errors.
 func parsePayload(body []byte) (tokenPayload, error) {
+	// The common case, without escapes, is read by hand; it is accepted
+	// only if writing it back gives body again, as below.
+	if p, ok := parseCanonical(body); ok && bytes.Equal(appendPayload(make([]byte, 0, len(body)), p), body) {
+		return p, nil
+	}
 	var p tokenPayload
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -474,4 +479,88 @@ func VerifyAdmission(token string, secret []byte, room string, now time.Time) (C
 		return Claims{}, &Error{Code: CodeForbidden, Message: "admission token is for another room"}
 	}
 	return c, nil
+}
+
+// parseCanonical reads a payload in the canonical form appendPayload
+// writes when no string needs an escape; ok is false for anything else
+// (the caller then decodes it with encoding/json). The caller still
+// compares the payload written back with body.
+func parseCanonical(body []byte) (p tokenPayload, ok bool) {
+	rest := body
+	str := func(key string) (string, bool) {
+		if !bytes.HasPrefix(rest, []byte(key)) {
+			return "", false
+		}
+		rest = rest[len(key):]
+		end := bytes.IndexByte(rest, '"')
+		if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+			return "", false
+		}
+		v := string(rest[:end])
+		rest = rest[end+1:]
+		return v, true
+	}
+	num := func(key string) (int64, bool) {
+		if !bytes.HasPrefix(rest, []byte(key)) {
+			return 0, false
+		}
+		rest = rest[len(key):]
+		end := 0
+		for end < len(rest) && (rest[end] == '-' || rest[end] >= '0' && rest[end] <= '9') {
+			end++
+		}
+		n, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+		rest = rest[end:]
+		return n, err == nil
+	}
+	var kind, room, user string
+	if kind, ok = str(`{"k":"`); !ok {
+		return p, false
+	}
+	if room, ok = str(`,"r":"`); !ok {
+		return p, false
+	}
+	if user, ok = str(`,"u":"`); !ok {
+		return p, false
+	}
+	p.Kind, p.Room, p.User = TokenKind(kind), room, user
+	if p.Expires, ok = num(`,"exp":`); !ok {
+		return p, false
+	}
+	if p.IssuedAt, ok = num(`,"iat":`); !ok {
+		return p, false
+	}
+	if bytes.HasPrefix(rest, []byte(`,"seq":`)) {
+		n, ok := num(`,"seq":`)
+		if !ok {
+			return p, false
+		}
+		p.Seq = &n
+	}
+	if bytes.HasPrefix(rest, []byte(`,"g":`)) {
+		n, ok := num(`,"g":`)
+		if !ok {
+			return p, false
+		}
+		p.Gen = &n
+	}
+	if bytes.HasPrefix(rest, []byte(`,"p":[`)) {
+		rest = rest[len(`,"p":`):]
+		var pl [4]int64
+		for i := range pl {
+			sep := ","
+			if i == 0 {
+				sep = "["
+			}
+			if pl[i], ok = num(sep); !ok {
+				return p, false
+			}
+		}
+		if len(rest) == 0 || rest[0] != ']' {
+			return p, false
+		}
+		rest = rest[1:]
+		p.Place = &pl
+	}
+	return p, string(rest) == "}"
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -95,4 +96,33 @@ func TestTicketTokenCarriesPlace(t *testing.T) {
 	if _, err := s.Sign(c); err == nil {
 		t.Error("an admission token with a place was signed")
 	}
+}
+
+// FuzzParseCanonicalAgrees: the hand-read payload is accepted only where
+// encoding/json's strict decoding and re-encoding accept it, with the
+// same result.
+func FuzzParseCanonicalAgrees(f *testing.F) {
+	f.Add([]byte(`{"k":"ticket","r":"r","u":"u","exp":2,"iat":1,"g":5,"p":[1,2,3,4]}`))
+	f.Add([]byte(`{"k":"admission","r":"r","u":"u","exp":2,"iat":1,"seq":7}`))
+	f.Add([]byte(`{"k":"ticket","r":"r","u":"u","exp":02,"iat":1,"g":5}`))
+	f.Add([]byte(`{"k":"ticket","r":"<","u":"u","exp":2,"iat":1,"g":5}`))
+	f.Add([]byte("{\"k\":\"ticket\",\"r\":\"\xff\",\"u\":\"u\",\"exp\":2,\"iat\":1,\"g\":5}"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fast, ok := parseCanonical(body)
+		if !ok || !bytes.Equal(appendPayload(nil, fast), body) {
+			return
+		}
+		var slow tokenPayload
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&slow); err != nil {
+			t.Fatalf("fast path accepted %q, encoding/json refuses it: %v", body, err)
+		}
+		if canon, _ := json.Marshal(slow); !bytes.Equal(canon, body) {
+			t.Fatalf("fast path accepted %q, not canonical for encoding/json (%s)", body, canon)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q: fast %+v, encoding/json %+v", body, fast, slow)
+		}
+	})
 }

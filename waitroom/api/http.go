@@ -122,6 +122,8 @@ type handler struct {
 	// checkoutHash is the SHA-256 of CheckoutKey; zero when it is empty.
 	checkoutHash [sha256.Size]byte
 	admissions   *waitroom.AdmissionSigner
+	// tickets remembers the ticket tokens verified already.
+	tickets *ticketCache
 }
 
 // NewHandler returns the waiting room's HTTP handler:
@@ -191,6 +193,7 @@ func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfi
 		}
 	}
 	h := &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken)), admissions: cfg.Admissions,
+		tickets:       newTicketCache(),
 		adminThrottle: httpapi.NewFailureThrottle(AdminFailures, time.Minute, nil),
 		pow:           waitroom.NewPoWIssuer(signer.Secret(), cfg.PoW, cfg.Now)}
 	if cfg.CheckoutKey != "" {
@@ -310,7 +313,7 @@ func (h *handler) ticketClaims(r *http.Request, room, user string) (waitroom.Cla
 	if err != nil {
 		return waitroom.Claims{}, err
 	}
-	c, err := h.signer.Verify(token, waitroom.TicketToken)
+	c, err := h.tickets.verify(h.signer, token)
 	if err != nil {
 		return waitroom.Claims{}, err
 	}
