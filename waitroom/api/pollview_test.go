@@ -2,11 +2,14 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/api"
+	"github.com/stampede-lab/stampede/waitroom/redisstore"
 )
 
 // userReads counts the store commands that name a user (ticket, join and
@@ -229,4 +233,85 @@ func TestPresenceFromViewKeepsPlaces(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		return a.str("state") == "left"
 	})
+}
+
+// TestPollsFromViewAcrossInstances: buyers whose polls go round three
+// instances, each poll at least three view refreshes after the previous
+// one and with the newest token, never see their position go up, while
+// the room admits and some of them leave.
+func TestPollsFromViewAcrossInstances(t *testing.T) {
+	b := miniBackend(t)
+	store := redisstore.New(b.client)
+	var urls []string
+	for i := range 3 {
+		_, ts := faultStartWith(t, store, fmt.Sprintf("pv-across-%d", i), nil, func(c *api.Config) { c.ViewRefresh = 50 * time.Millisecond })
+		urls = append(urls, ts.URL)
+	}
+	hc := faultHTTPClient(t)
+	send := func(method, url, body, auth string) (answer, error) {
+		r, _ := http.NewRequest(method, url, strings.NewReader(body))
+		if body != "" {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		res, err := hc.Do(r)
+		if err != nil {
+			return answer{}, err
+		}
+		defer res.Body.Close()
+		a := answer{status: res.StatusCode, header: res.Header}
+		a.raw, _ = io.ReadAll(res.Body)
+		json.Unmarshal(a.raw, &a.json)
+		return a, nil
+	}
+	room := "pv-across-" + faultRand()
+	t.Cleanup(func() { store.DeleteRoom(context.Background(), room) })
+	if a, err := send("PUT", urls[0]+"/v1/rooms/"+room, roomBody(t, `{"capacity":5,"lease_seconds":1,"admit_interval_ms":100}`), "Bearer "+faultAdminToken); err != nil || a.status != http.StatusOK {
+		t.Fatalf("configure: %v %s", err, a.raw)
+	}
+	var wg sync.WaitGroup
+	var fromView atomic.Int64
+	for i := range 120 {
+		wg.Go(func() {
+			user := fmt.Sprintf("pv-%03d", i)
+			a, err := send("POST", urls[i%3]+"/v1/rooms/"+room+"/tickets", `{"user_id":"`+user+`"}`, "")
+			if err != nil || a.status != http.StatusCreated {
+				t.Errorf("%s: join: %v %s", user, err, a.raw)
+				return
+			}
+			token, last := a.str("ticket_token"), int64(1<<62)
+			for poll := 1; poll <= 14; poll++ {
+				time.Sleep(time.Duration(160+rand.IntN(80)) * time.Millisecond)
+				if i%10 == 0 && poll == 7 {
+					send("DELETE", urls[(i+poll)%3]+ticketPath(room, user), "", "Bearer "+token)
+					return
+				}
+				a, err := send("GET", urls[(i+poll)%3]+ticketPath(room, user), "", "Bearer "+token)
+				if err != nil || a.status != http.StatusOK {
+					t.Errorf("%s: poll: %v %s", user, err, a.raw)
+					return
+				}
+				if a.str("state") != "waiting" {
+					return
+				}
+				if tok := a.str("ticket_token"); tok != "" {
+					token = tok
+				} else {
+					fromView.Add(1)
+				}
+				pos := int64(a.json["position"].(float64))
+				if pos > last {
+					t.Errorf("%s: position went from %d to %d at poll %d (via instance %d)", user, last, pos, poll, (i+poll)%3)
+				}
+				last = pos
+			}
+		})
+	}
+	wg.Wait()
+	if fromView.Load() == 0 {
+		t.Error("no poll was answered from a view")
+	}
+	t.Logf("%d polls answered from a view", fromView.Load())
 }
