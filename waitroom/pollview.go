@@ -205,6 +205,15 @@ func (v *viewer) current() (RoomView, bool) {
 	return v.view, true
 }
 
+// latest returns the latest view, however old, if one was read: its
+// Order and Ordered stay true of every later read (a draw, once done,
+// stays done for that opening), which is all a Place takes from it.
+func (v *viewer) latest() (RoomView, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.view, v.ok
+}
+
 // viewer returns room's viewer on this instance, nil when none runs.
 func (s *Service) viewer(room string) *viewer {
 	s.mu.Lock()

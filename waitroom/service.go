@@ -329,12 +329,15 @@ func (s *Service) Join(ctx context.Context, room, user string) (Ticket, error) {
 }
 
 // withPlace runs read, a store read of a ticket of room, and sets the
-// Place of the waiting ticket it returns from the view held before it.
+// Place of the waiting ticket it returns from the view held before it
+// (however old: a stale view still says whether the order was drawn), so
+// that a buyer whose poll read the store always gets a place as exact as
+// the read.
 func (s *Service) withPlace(room string, read func() (Ticket, error)) (Ticket, error) {
 	var before RoomView
 	ok := false
 	if v := s.viewer(room); v != nil {
-		before, ok = v.current()
+		before, ok = v.latest()
 	}
 	t, err := read()
 	if err == nil && ok {
