@@ -22,6 +22,9 @@ type admitter struct {
 	pokes   chan struct{} // capacity 1: admit now
 	// stop ends run (the room was deleted).
 	stop context.CancelFunc
+	// view is the room's view on this instance (nil when
+	// ServiceConfig.ViewRefresh is 0); it runs and stops with run.
+	view *viewer
 }
 
 func newAdmitter(svc *Service, room string, cfg RoomConfig, stop context.CancelFunc) *admitter {

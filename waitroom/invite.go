@@ -186,5 +186,5 @@ func (s *Service) JoinInvite(ctx context.Context, room string, inv Invite) (Tick
 	if !ok {
 		return Ticket{}, &Error{Code: CodeUnsupported, Field: "invite", Message: "this waiting room's store takes no invites"}
 	}
-	return is.JoinInvite(ctx, room, inv.User(), inv.Expires)
+	return s.withPlace(room, func() (Ticket, error) { return is.JoinInvite(ctx, room, inv.User(), inv.Expires) })
 }

@@ -41,20 +41,32 @@ type ServiceConfig struct {
 	// OnOutflow, if set, is called when this instance changes a room's
 	// adaptive outflow (metrics hook).
 	OnOutflow func(room string, perMinute int, reason string)
+	// ViewRefresh is how often the instance reads each room's view (one
+	// store call per room), from which polls of buyers clearly behind the
+	// frontier are answered without the store (see Poll); 0 turns that
+	// off: every poll reads the store.
+	ViewRefresh time.Duration
+	// PresenceFlush is how often the polls answered from a view are
+	// written to the store as presence (one call per room), for the
+	// room's AbandonAfter.
+	PresenceFlush time.Duration
 }
 
 // DefaultServiceConfig returns immediate admission, a one-second room
-// refresh, a 10-second rate window and polls between 1 and 30 seconds.
+// refresh, a 10-second rate window, polls between 2 and 15 seconds, a
+// room view read every 200 ms and presence written every second.
 func DefaultServiceConfig() ServiceConfig {
 	host, _ := os.Hostname()
 	return ServiceConfig{
-		Instance:    fmt.Sprintf("%s-%d", host, os.Getpid()),
-		Immediate:   true,
-		RoomRefresh: time.Second,
-		RateWindow:  10 * time.Second,
-		MinPoll:     time.Second,
-		MaxPoll:     30 * time.Second,
-		Logger:      slog.Default(),
+		Instance:      fmt.Sprintf("%s-%d", host, os.Getpid()),
+		Immediate:     true,
+		RoomRefresh:   time.Second,
+		RateWindow:    10 * time.Second,
+		MinPoll:       2 * time.Second,
+		MaxPoll:       15 * time.Second,
+		Logger:        slog.Default(),
+		ViewRefresh:   200 * time.Millisecond,
+		PresenceFlush: time.Second,
 	}
 }
 
@@ -74,6 +86,12 @@ func (c ServiceConfig) Validate() error {
 	}
 	if c.Logger == nil {
 		f.Add("logger", "must not be nil")
+	}
+	if c.ViewRefresh != 0 && (c.ViewRefresh < 10*time.Millisecond || c.ViewRefresh > 5*time.Second) {
+		f.Add("view_refresh", "must be 0 (off) or between 10ms and 5s, got %s", c.ViewRefresh)
+	}
+	if c.ViewRefresh != 0 && (c.PresenceFlush < 10*time.Millisecond || c.PresenceFlush > 10*time.Second) {
+		f.Add("presence_flush", "must be between 10ms and 10s, got %s", c.PresenceFlush)
 	}
 	if c.Outflow != nil {
 		f.Check("", c.Outflow.Validate())
@@ -188,6 +206,10 @@ func (s *Service) ensureAdmitter(ctx context.Context, wg *sync.WaitGroup, room s
 	a := newAdmitter(s, room, cfg, cancel)
 	s.admitters[room] = a
 	wg.Go(func() { a.run(actx) })
+	if s.cfg.ViewRefresh > 0 {
+		a.view = newViewer(s, room)
+		wg.Go(func() { a.view.run(actx) })
+	}
 }
 
 func (s *Service) rate(room string) *rateMeter {
@@ -314,7 +336,25 @@ func (s *Service) Join(ctx context.Context, room, user string) (Ticket, error) {
 	if err := ValidateUser(user); err != nil {
 		return Ticket{}, err
 	}
-	return s.store.Join(ctx, room, user)
+	return s.withPlace(room, func() (Ticket, error) { return s.store.Join(ctx, room, user) })
+}
+
+// withPlace runs read, a store read of a ticket of room, and sets the
+// Place of the waiting ticket it returns from the view held before it
+// (however old: a stale view still says whether the order was drawn), so
+// that a buyer whose poll read the store always gets a place as exact as
+// the read.
+func (s *Service) withPlace(room string, read func() (Ticket, error)) (Ticket, error) {
+	var before RoomView
+	ok := false
+	if v := s.viewer(room); v != nil {
+		before, ok = v.latest()
+	}
+	t, err := read()
+	if err == nil && ok {
+		t.Place = placeOf(before, t)
+	}
+	return t, err
 }
 
 // Ticket returns user's ticket in room.

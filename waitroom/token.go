@@ -123,6 +123,11 @@ type Claims struct {
 	// Generation is the join a ticket token is for (Ticket.Generation).
 	// Only ticket tokens carry it, and they must.
 	Generation int64
+	// Place is where the holder of a ticket token stood at a store read
+	// (Ticket.Place), so that any instance can answer their polls from
+	// its room view; nil when the token carries none. Only ticket tokens
+	// carry one.
+	Place *Place
 	// IssuedAt is when the token was signed; Sign fills in the signer's
 	// clock when it is zero.
 	IssuedAt time.Time
@@ -140,6 +145,8 @@ type tokenPayload struct {
 	IssuedAt int64     `json:"iat"`
 	Seq      *int64    `json:"seq,omitempty"` // admission tokens only
 	Gen      *int64    `json:"g,omitempty"`   // ticket tokens only
+	// Place is a ticket token's Place: rank, admitted, departed, order.
+	Place *[4]int64 `json:"p,omitempty"`
 }
 
 // payload checks c and turns it into a token payload. The errors name the
@@ -173,6 +180,10 @@ func (c Claims) payload() (tokenPayload, error) {
 		return p, fieldError("generation", "a ticket token must name its join, got %d", c.Generation)
 	case c.Kind != TicketToken && c.Generation != 0:
 		return p, fieldError("generation", "only ticket tokens carry a generation")
+	case c.Kind != TicketToken && c.Place != nil:
+		return p, fieldError("place", "only ticket tokens carry a place")
+	case c.Place != nil && (c.Place.Rank < 0 || c.Place.Admitted < 0 || c.Place.Departed < 0 || c.Place.Order < 0):
+		return p, fieldError("place", "must not be negative, got %+v", *c.Place)
 	}
 	p = tokenPayload{
 		Kind:     c.Kind,
@@ -188,6 +199,9 @@ func (c Claims) payload() (tokenPayload, error) {
 	if c.Kind == TicketToken {
 		gen := c.Generation
 		p.Gen = &gen
+	}
+	if c.Place != nil {
+		p.Place = &[4]int64{c.Place.Rank, c.Place.Admitted, c.Place.Departed, c.Place.Order}
 	}
 	return p, nil
 }
@@ -206,6 +220,9 @@ func (p tokenPayload) claims() Claims {
 	}
 	if p.Gen != nil {
 		c.Generation = *p.Gen
+	}
+	if p.Place != nil {
+		c.Place = &Place{Rank: p.Place[0], Admitted: p.Place[1], Departed: p.Place[2], Order: p.Place[3]}
 	}
 	return c
 }
@@ -281,6 +298,17 @@ func appendPayload(dst []byte, p tokenPayload) []byte {
 		dst = append(dst, `,"g":`...)
 		dst = strconv.AppendInt(dst, *p.Gen, 10)
 	}
+	if p.Place != nil {
+		for i, n := range p.Place {
+			if i == 0 {
+				dst = append(dst, `,"p":[`...)
+			} else {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendInt(dst, n, 10)
+		}
+		dst = append(dst, ']')
+	}
 	return append(dst, '}')
 }
 
@@ -301,7 +329,7 @@ func (s *Signer) Sign(c Claims) (string, error) {
 	}
 	// One buffer holds the payload, its MAC and then the token: room for
 	// them all when no character of the room or user needs an escape.
-	est := 100 + len(p.Room) + len(p.User)
+	est := 180 + len(p.Room) + len(p.User)
 	buf := make([]byte, 0, est+sha256.Size+b64.EncodedLen(est)+1+b64.EncodedLen(sha256.Size))
 	buf = appendPayload(buf, p)
 	n := len(buf)
@@ -403,6 +431,11 @@ func tokenAlphabet(token string) bool {
 // parsePayload parses the JSON of a token strictly: unknown fields,
 // trailing data and any encoding other than the canonical one are errors.
 func parsePayload(body []byte) (tokenPayload, error) {
+	// The common case, without escapes, is read by hand; it is accepted
+	// only if writing it back gives body again, as below.
+	if p, ok := parseCanonical(body); ok && bytes.Equal(appendPayload(make([]byte, 0, len(body)), p), body) {
+		return p, nil
+	}
 	var p tokenPayload
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -446,4 +479,88 @@ func VerifyAdmission(token string, secret []byte, room string, now time.Time) (C
 		return Claims{}, &Error{Code: CodeForbidden, Message: "admission token is for another room"}
 	}
 	return c, nil
+}
+
+// parseCanonical reads a payload in the canonical form appendPayload
+// writes when no string needs an escape; ok is false for anything else
+// (the caller then decodes it with encoding/json). The caller still
+// compares the payload written back with body.
+func parseCanonical(body []byte) (p tokenPayload, ok bool) {
+	rest := body
+	str := func(key string) (string, bool) {
+		if !bytes.HasPrefix(rest, []byte(key)) {
+			return "", false
+		}
+		rest = rest[len(key):]
+		end := bytes.IndexByte(rest, '"')
+		if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+			return "", false
+		}
+		v := string(rest[:end])
+		rest = rest[end+1:]
+		return v, true
+	}
+	num := func(key string) (int64, bool) {
+		if !bytes.HasPrefix(rest, []byte(key)) {
+			return 0, false
+		}
+		rest = rest[len(key):]
+		end := 0
+		for end < len(rest) && (rest[end] == '-' || rest[end] >= '0' && rest[end] <= '9') {
+			end++
+		}
+		n, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+		rest = rest[end:]
+		return n, err == nil
+	}
+	var kind, room, user string
+	if kind, ok = str(`{"k":"`); !ok {
+		return p, false
+	}
+	if room, ok = str(`,"r":"`); !ok {
+		return p, false
+	}
+	if user, ok = str(`,"u":"`); !ok {
+		return p, false
+	}
+	p.Kind, p.Room, p.User = TokenKind(kind), room, user
+	if p.Expires, ok = num(`,"exp":`); !ok {
+		return p, false
+	}
+	if p.IssuedAt, ok = num(`,"iat":`); !ok {
+		return p, false
+	}
+	if bytes.HasPrefix(rest, []byte(`,"seq":`)) {
+		n, ok := num(`,"seq":`)
+		if !ok {
+			return p, false
+		}
+		p.Seq = &n
+	}
+	if bytes.HasPrefix(rest, []byte(`,"g":`)) {
+		n, ok := num(`,"g":`)
+		if !ok {
+			return p, false
+		}
+		p.Gen = &n
+	}
+	if bytes.HasPrefix(rest, []byte(`,"p":[`)) {
+		rest = rest[len(`,"p":`):]
+		var pl [4]int64
+		for i := range pl {
+			sep := ","
+			if i == 0 {
+				sep = "["
+			}
+			if pl[i], ok = num(sep); !ok {
+				return p, false
+			}
+		}
+		if len(rest) == 0 || rest[0] != ']' {
+			return p, false
+		}
+		rest = rest[1:]
+		p.Place = &pl
+	}
+	return p, string(rest) == "}"
 }

@@ -323,6 +323,14 @@ type Ticket struct {
 	Created bool
 	// Message is the room's closing message when State is StateClosed.
 	Message string
+	// Marks are the room's counters as the store read that put this
+	// waiting ticket's Position (nil when the store does not report
+	// them, or the user is not waiting): what a Place is built from.
+	Marks *Marks
+	// Place is what this waiting ticket's token may carry so that later
+	// polls are answered from a room view (see Service.Poll); set by the
+	// Service on a ticket read from the store, nil otherwise.
+	Place *Place
 }
 
 // RoomStats are a room's counters.
@@ -424,6 +432,9 @@ type Store interface {
 	Rooms(ctx context.Context) ([]string, error)
 	// Ping checks that the store answers (for /readyz).
 	Ping(ctx context.Context) error
+	// View reads, in one call whatever the crowd, what a waiting buyer's
+	// answer needs (see RoomView), or ErrNoRoom. It changes nothing.
+	View(ctx context.Context, room string) (RoomView, error)
 }
 
 // Errors a Store returns.

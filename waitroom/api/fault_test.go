@@ -41,6 +41,13 @@ var faultSecret = []byte("fault-test-secret-0123456789abcdef0123456789")
 // server. Both are closed when the test ends (closing twice is harmless).
 func faultStart(t *testing.T, store waitroom.Store, instance string, onPass func(string, waitroom.Mode, time.Duration, waitroom.AdmitResult, error)) (*running, *httptest.Server) {
 	t.Helper()
+	return faultStartWith(t, store, instance, onPass, nil)
+}
+
+// faultStartWith is faultStart with the options changed by change (if
+// not nil) after the tests' defaults.
+func faultStartWith(t *testing.T, store waitroom.Store, instance string, onPass func(string, waitroom.Mode, time.Duration, waitroom.AdmitResult, error), change func(*api.Config)) (*running, *httptest.Server) {
+	t.Helper()
 	opts := api.DefaultConfig()
 	opts.AllowUnsignedUsers = true // these tests join as named users
 	opts.Instance = instance
@@ -49,6 +56,9 @@ func faultStart(t *testing.T, store waitroom.Store, instance string, onPass func
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.RoomRefresh = 50 * time.Millisecond
 	opts.OnPass = onPass
+	if change != nil {
+		change(&opts)
+	}
 	srv, err := startServer(t, context.Background(), store, opts)
 	if err != nil {
 		t.Fatalf("NewServer(%s): %v", instance, err)
@@ -533,7 +543,13 @@ func TestInstanceKilledMidRunLosesNoUser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in.srv, in.ts = faultStart(t, st, in.name, nil)
+		// Every poll reads the store: these buyers poll every 30–50 ms
+		// across the instances with their join's token, and a position
+		// answered from a room view never goes up only for polls at
+		// least 600 ms apart with the newest token
+		// (TestPollsFromViewAcrossInstances); this test is about the
+		// store's answers through a kill.
+		in.srv, in.ts = faultStartWith(t, st, in.name, nil, func(c *api.Config) { c.ViewRefresh = -1 })
 		in.url = in.ts.URL
 		insts = append(insts, in)
 	}

@@ -133,6 +133,8 @@ type handler struct {
 	// checkoutHash is the SHA-256 of CheckoutKey; zero when it is empty.
 	checkoutHash [sha256.Size]byte
 	admissions   *waitroom.AdmissionSigner
+	// tickets remembers the ticket tokens verified already.
+	tickets *ticketCache
 }
 
 // NewHandler returns the waiting room's HTTP handler:
@@ -205,6 +207,7 @@ func NewHandler(svc *waitroom.Service, signer *waitroom.Signer, cfg HandlerConfi
 		}
 	}
 	h = &handler{svc: svc, signer: signer, cfg: cfg, api: api, adminHash: sha256.Sum256([]byte(cfg.AdminToken)), admissions: cfg.Admissions,
+		tickets:       newTicketCache(),
 		adminThrottle: httpapi.NewFailureThrottle(AdminFailures, time.Minute, nil),
 		pow:           waitroom.NewPoWIssuer(signer.Secret(), cfg.PoW, cfg.Now)}
 	if cfg.MetricsToken != "" {
@@ -340,18 +343,25 @@ const AdminFailures = 10
 // authTicket checks that the request carries a valid ticket token for
 // exactly room and user, and returns the join it names (its generation).
 func (h *handler) authTicket(r *http.Request, room, user string) (generation int64, err error) {
+	c, err := h.ticketClaims(r, room, user)
+	return c.Generation, err
+}
+
+// ticketClaims verifies the request's ticket token for user in room and
+// returns its claims.
+func (h *handler) ticketClaims(r *http.Request, room, user string) (waitroom.Claims, error) {
 	token, err := bearer(r, "ticket_token")
 	if err != nil {
-		return 0, err
+		return waitroom.Claims{}, err
 	}
-	c, err := h.signer.Verify(token, waitroom.TicketToken)
+	c, err := h.tickets.verify(h.signer, token)
 	if err != nil {
-		return 0, err
+		return waitroom.Claims{}, err
 	}
 	if c.Room != room || c.User != user {
-		return 0, &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another user or room"}
+		return waitroom.Claims{}, &waitroom.Error{Code: waitroom.CodeForbidden, Message: "the ticket token is for another user or room"}
 	}
-	return c.Generation, nil
+	return c, nil
 }
 
 // errEarlierJoin answers a ticket token of a join that is not the user's
@@ -1237,12 +1247,21 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 		status = http.StatusCreated
 	}
 	v := h.withSale(r, h.ticketView(t))
-	v.TicketToken, err = h.signer.Sign(waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: user, Generation: t.Generation, Expires: h.signer.Now().Add(h.cfg.TicketTTL)})
-	if err != nil {
-		return &waitroom.Error{Code: waitroom.CodeInternal, Message: "cannot sign the ticket token", Err: err}
+	if v.TicketToken, err = h.signTicket(room, user, t); err != nil {
+		return err
 	}
 	writeTicket(w, status, v)
 	return nil
+}
+
+// signTicket signs the ticket token of t's join, with its place.
+func (h *handler) signTicket(room, user string, t waitroom.Ticket) (string, error) {
+	tok, err := h.signer.Sign(waitroom.Claims{Kind: waitroom.TicketToken, Room: room, User: user, Generation: t.Generation,
+		Place: t.Place, Expires: h.signer.Now().Add(h.cfg.TicketTTL)})
+	if err != nil {
+		return "", &waitroom.Error{Code: waitroom.CodeInternal, Message: "cannot sign the ticket token", Err: err}
+	}
+	return tok, nil
 }
 
 func (h *handler) getTicket(w http.ResponseWriter, r *http.Request) error {
@@ -1250,15 +1269,27 @@ func (h *handler) getTicket(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	gen, err := h.authTicket(r, room, user)
+	c, err := h.ticketClaims(r, room, user)
 	if err != nil {
 		return err
 	}
-	t, err := h.ownTicket(r, room, user, gen)
+	// A waiting buyer behind the frontier is answered from the room view
+	// (no store call); any other poll reads the store.
+	t, err := h.svc.Poll(r.Context(), room, user, c.Generation, c.Place)
 	if err != nil {
 		return err
+	}
+	if t.Generation != c.Generation {
+		return errEarlierJoin()
 	}
 	v := h.withSale(r, h.ticketView(t))
+	if t.Place != nil {
+		// A store read: a new token carries the place, so that the next
+		// polls, on any instance, can be answered from the view.
+		if v.TicketToken, err = h.signTicket(room, user, t); err != nil {
+			return err
+		}
+	}
 	if t.State == waitroom.StateAdmitted && !t.LeaseExpires.IsZero() {
 		v.LeaseExpiresAt = t.LeaseExpires.UTC().Format(time.RFC3339Nano)
 		// Tokens count whole seconds: a lease ending within this second

@@ -50,6 +50,15 @@ type Config struct {
 	// RoomRefresh is how often the service looks for rooms configured
 	// elsewhere (waitroom.ServiceConfig.RoomRefresh); 0 means the default.
 	RoomRefresh time.Duration
+	// ViewRefresh is how often the service reads each room's view, from
+	// which polls of buyers behind the frontier are answered without the
+	// store (waitroom.ServiceConfig.ViewRefresh); 0 means the default
+	// (200 ms), a negative value turns it off.
+	ViewRefresh time.Duration
+	// PresenceFlush is how often the polls answered from a view are
+	// written to the store (waitroom.ServiceConfig.PresenceFlush); 0
+	// means the default (1 s).
+	PresenceFlush time.Duration
 	// TicketTTL is the ticket tokens' lifetime; 0 means the default.
 	TicketTTL time.Duration
 	// JoinLimit limits joins per client address
@@ -103,6 +112,15 @@ func (c Config) serviceConfig(log *slog.Logger) waitroom.ServiceConfig {
 	if c.RoomRefresh > 0 {
 		scfg.RoomRefresh = c.RoomRefresh
 		scfg.RateWindow = max(scfg.RateWindow, c.RoomRefresh)
+	}
+	switch {
+	case c.ViewRefresh > 0:
+		scfg.ViewRefresh = c.ViewRefresh
+	case c.ViewRefresh < 0:
+		scfg.ViewRefresh = 0
+	}
+	if c.PresenceFlush > 0 {
+		scfg.PresenceFlush = c.PresenceFlush
 	}
 	scfg.Immediate = c.Immediate
 	scfg.Logger = log

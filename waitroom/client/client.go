@@ -216,6 +216,44 @@ func (c *Client) Ticket(ctx context.Context, room, user, ticketToken string) (Ti
 	return t, err
 }
 
+// Wait polls user's ticket in room until it is no longer waiting: each
+// poll after the previous answer's poll_after_ms (which grows with the
+// distance to the head of the line), each with the newest ticket token
+// the answers handed out (a poll that reads the store hands out one that
+// lets the next polls be answered without it). onPoll, if not nil, sees
+// every answer. It returns the last answer, with the newest token, or the
+// first error (ctx's included).
+func (c *Client) Wait(ctx context.Context, room, user, ticketToken string, onPoll func(TicketInfo)) (TicketInfo, error) {
+	t, err := c.Ticket(ctx, room, user, ticketToken)
+	for {
+		if err != nil {
+			return t, err
+		}
+		if t.TicketToken == "" {
+			t.TicketToken = ticketToken
+		}
+		ticketToken = t.TicketToken
+		if onPoll != nil {
+			onPoll(t)
+		}
+		if t.State != waitroom.StateWaiting {
+			return t, nil
+		}
+		wait := time.NewTimer(max(time.Duration(t.PollAfterMS)*time.Millisecond, minWaitPoll))
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return t, ctx.Err()
+		case <-wait.C:
+		}
+		t, err = c.Ticket(ctx, room, user, ticketToken)
+	}
+}
+
+// minWaitPoll is the shortest pause between two polls of Wait, whatever
+// an answer says.
+const minWaitPoll = 100 * time.Millisecond
+
 // Leave leaves the queue or releases the slot of user's ticket in room.
 func (c *Client) Leave(ctx context.Context, room, user, ticketToken string) (TicketInfo, error) {
 	var t TicketInfo

@@ -252,3 +252,36 @@ func TestKeysRefetchUnknownKid(t *testing.T) {
 		t.Errorf("the keys were fetched %d times, want still 2 (no refetch within min_refresh)", n)
 	}
 }
+
+// TestWaitHonoursPollAfter: Wait polls after each answer's poll_after_ms
+// with the newest ticket token an answer handed out, and returns at the
+// first answer that is no longer waiting.
+func TestWaitHonoursPollAfter(t *testing.T) {
+	var polls atomic.Int64
+	var lastAt atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		n := polls.Add(1)
+		if prev := lastAt.Swap(time.Now().UnixNano()); n > 1 && time.Since(time.Unix(0, prev)) < 150*time.Millisecond {
+			t.Errorf("poll %d came %v after the previous one, which said 200 ms", n, time.Since(time.Unix(0, prev)))
+		}
+		if want := map[int64]string{1: "Bearer t0", 2: "Bearer t1", 3: "Bearer t1"}[n]; req.Header.Get("Authorization") != want {
+			t.Errorf("poll %d with %q, want %q (the newest token)", n, req.Header.Get("Authorization"), want)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch n {
+		case 1:
+			w.Write([]byte(`{"room":"r","user_id":"u","state":"waiting","poll_after_ms":200,"ticket_token":"t1"}`))
+		case 2:
+			w.Write([]byte(`{"room":"r","user_id":"u","state":"waiting","poll_after_ms":200}`))
+		default:
+			w.Write([]byte(`{"room":"r","user_id":"u","state":"admitted","poll_after_ms":2000}`))
+		}
+	}))
+	defer ts.Close()
+	c := newClient(t, ts.URL)
+	var seen int
+	tk, err := c.Wait(context.Background(), "r", "u", "t0", func(client.TicketInfo) { seen++ })
+	if err != nil || tk.State != waitroom.StateAdmitted || tk.TicketToken != "t1" || seen != 3 || polls.Load() != 3 {
+		t.Fatalf("Wait = %+v, %v after %d polls (%d seen); want admitted at the third, token t1", tk, err, polls.Load(), seen)
+	}
+}

@@ -62,3 +62,8 @@ func (e *Embedded) Close() {
 	<-e.done
 	e.m.Close()
 }
+
+// Commands is how many commands the server has run since it started,
+// those a script calls included (as INFO commandstats counts them on a
+// real Redis).
+func (e *Embedded) Commands() int { return e.m.CommandCount() }

@@ -230,7 +230,8 @@ end
 -- setAside sets aside up to batch waiting users who have not polled for
 -- abandon ms (0: never), keeping their place in away for abandon ms more,
 -- and gives up for good the places of up to batch users away past their
--- window.
+-- window. Each user set aside is counted in stats as setaside (a
+-- departure from the queue, see roomViewLua).
 local function setAside(abandon, batch)
   if abandon > 0 then
     local stale = redis.call('ZRANGEBYSCORE', kSeen, '-inf', now - abandon, 'LIMIT', 0, batch)
@@ -242,6 +243,7 @@ local function setAside(abandon, batch)
         redis.call('ZADD', kAway, place, u)
         redis.call('ZADD', kAwayat, now + abandon, u)
         redis.call('HSET', kState, u, 'away')
+        redis.call('HINCRBY', kStats, 'setaside', 1)
       end
     end
   end

@@ -788,7 +788,8 @@ func (s *Store) leaveRoom(ctx context.Context, room, user string) (waitroom.Tick
 }
 
 // ticketFrom decodes {state, rank, seq, lease_expiry_ms, created, message,
-// generation} (the generation may be absent).
+// generation, admitted, departed} (the generation and the marks may be
+// absent).
 func ticketFrom(room, user string, res []any) (waitroom.Ticket, error) {
 	if len(res) < 6 {
 		return waitroom.Ticket{}, fmt.Errorf("redisstore: unexpected reply %v", res)
@@ -804,6 +805,11 @@ func ticketFrom(room, user string, res []any) (waitroom.Ticket, error) {
 	t.Message = fmt.Sprint(res[5])
 	if len(res) > 6 {
 		t.Generation, _ = res[6].(int64)
+	}
+	if len(res) > 8 && t.State == waitroom.StateWaiting {
+		a, _ := res[7].(int64)
+		d, _ := res[8].(int64)
+		t.Marks = &waitroom.Marks{Admitted: a, Departed: d}
 	}
 	return t, nil
 }

@@ -29,17 +29,24 @@ local function settle(user)
 end
 
 -- view returns {state, rank, seq, lease_expiry_ms, created, message,
--- generation}: the generation is the join's time in joinedat (0 when
--- unknown: a sharded room's shard knows it). A caller that knows a
--- waiting user's rank passes it as known; otherwise ZRANK finds it (the
--- embedded server sorts the whole queue for that).
+-- generation[, admitted, departed]}: the generation is the join's time in
+-- joinedat (0 when unknown: a sharded room's shard knows it); a waiting
+-- user's view adds the room's marks (see roomViewScript). A caller that
+-- knows a waiting user's rank passes it as known; otherwise ZRANK finds it
+-- (the embedded server sorts the whole queue for that).
 local function view(user, st, created, known)
   local rank, exp, msg = -1, 0, ''
   if st == 'waiting' then rank = known or redis.call('ZRANK', kQueue, user) or -1 end
   if st == 'admitted' then exp = tonumber(redis.call('ZSCORE', kActive, user) or 0) end
   if st == 'closed' then msg = redis.call('HGET', kCfg, 'closed_message') or '' end
-  return {st, rank, tonumber(redis.call('HGET', kSeqof, user) or 0), exp, created, msg,
+  local out = {st, rank, tonumber(redis.call('HGET', kSeqof, user) or 0), exp, created, msg,
     tonumber(redis.call('HGET', kJoinedat, user) or 0)}
+  if rank >= 0 then
+    local m = redis.call('HMGET', kStats, 'admitted', 'left', 'closed', 'setaside')
+    out[8] = tonumber(m[1] or 0)
+    out[9] = tonumber(m[2] or 0) + tonumber(m[3] or 0) + tonumber(m[4] or 0)
+  end
+  return out
 end
 
 -- reclaim ends every run-out lease and, when batch > 0, up to batch
@@ -263,3 +270,49 @@ out[#out + 1] = 'invites_held'
 out[#out + 1] = redis.call('ZCARD', kInvites)
 return out
 `)
+
+// roomViewLua reads a room's view (waitroom.RoomView) from its
+// configuration and counters: {now_ms, phase, paused, waiting, admitted,
+// departed, order, ordered}. departed counts users who left the queue
+// other than by admission (left, closed, set aside). order is the opening
+// whose draw fixes the queue's order (opens_at, else the first window's
+// start; 0 for none), and ordered 1 when that draw is done.
+const roomViewLua = `
+local c = redis.call('HMGET', kCfg, 'capacity', 'paused', 'opens_at_ms', 'opened_for')
+if not c[1] then return redis.error_reply('NOROOM') end
+local phase, _, _, _, first = sale(0, 0)
+local order = tonumber(c[3] or 0) or 0
+if order == 0 then order = first end
+local m = redis.call('HMGET', kStats, 'admitted', 'left', 'closed', 'setaside')
+local ordered = 0
+if order == 0 or tonumber(c[4] or 0) == order then ordered = 1 end
+return {now, phase, c[2] == '1' and 1 or 0, redis.call('ZCARD', kQueue), tonumber(m[1] or 0),
+  tonumber(m[2] or 0) + tonumber(m[3] or 0) + tonumber(m[4] or 0), order, ordered}
+`
+
+// roomViewScript: KEYS the room's. Returns roomViewLua's answer.
+var roomViewScript = newScript(nowMS + roomKeysLua + queueLua + roomViewLua)
+
+// touchLua records the polls of ARGV users answered outside the store:
+// one HMGET of their states, a user away comes back (comeBack), and one
+// ZADD of seen for every waiting one. Returns the users neither waiting
+// nor away.
+const touchLua = `
+local st = redis.call('HMGET', kState, unpack(ARGV))
+local seen, gone = {}, {}
+for i, u in ipairs(ARGV) do
+  local s = st[i]
+  if s == 'away' then s = comeBack(u) end
+  if s == 'waiting' then
+    seen[#seen + 1] = now
+    seen[#seen + 1] = u
+  else
+    gone[#gone + 1] = u
+  end
+end
+if #seen > 0 then redis.call('ZADD', kSeen, unpack(seen)) end
+return gone
+`
+
+// touchScript: KEYS the room's; ARGV users. Returns touchLua's answer.
+var touchScript = newScript(roomLua + touchLua)

@@ -339,3 +339,14 @@ return undone
 
 // timeScript returns the server's TIME, run on the node of KEYS[1].
 var timeScript = newScript(`return redis.call('TIME')`)
+
+// shardViewScript (KEYS the shard's) returns a shard's part of its room's
+// view: {waiting, departed} (departed: left, closed and set aside here).
+var shardViewScript = newScript(shardKeysLua + `
+local m = redis.call('HMGET', kStats, 'left', 'closed', 'setaside')
+return {redis.call('ZCARD', kQueue), tonumber(m[1] or 0) + tonumber(m[2] or 0) + tonumber(m[3] or 0)}
+`)
+
+// shardTouchScript: KEYS the shard's; ARGV users of the shard. Returns
+// touchLua's answer.
+var shardTouchScript = newScript(shardLua + touchLua)

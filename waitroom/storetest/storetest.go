@@ -98,6 +98,8 @@ func Run(t *testing.T, h Harness) {
 		{"InviteOnlyWindow", testInviteWindow},
 		{"FairnessLogVerifies", testFairness},
 		{"AdaptiveOutflowBelowLimit", testAdaptiveOutflow},
+		{"ViewCountsQueueAdmissionsDepartures", testView},
+		{"TouchRecordsPresenceInBatches", testTouch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
