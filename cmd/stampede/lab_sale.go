@@ -90,6 +90,7 @@ Not part of 'stampede lab' / 'lab all'.`,
 	f.Bool("compare-adaptive", false, "run the sale twice a repeat, interleaved: the outflow static at --outflow and adaptive below it; the report sets their medians side by side and checks that the adaptive outflow has fewer checkout timeouts, no more abandoned holds and a join→ticket p99 no worse (needs --outflow)")
 	f.String("hang", sale.FormatWindow(d.InstitutionHang), "when the institution hangs after processing, as shares of --timeline: FROM-TO, or none")
 	f.Int64("hang-ms", d.HangMS, "how long the hanging institution holds each answer, in milliseconds")
+	f.String("hang-mode", "after", "how the institution hangs: after (it charges, then holds the answer) or before (it holds the request and charges nothing: the payments fail)")
 	f.String("status-down", sale.FormatWindow(d.StatusDown), "when the institution's status API is down, as shares of --timeline: FROM-TO, or none")
 	f.String("decline", sale.FormatWindow(d.Decline), "when the institution declines every payment, as shares of --timeline: FROM-TO, or none")
 	f.Bool("keep", false, "keep the run's directory (data, process logs) and, on PostgreSQL, its databases")
@@ -136,6 +137,17 @@ func buildSale(cmd *cobra.Command, opts *labOptions) (lab.Experiment, error) {
 	window("status-down", &cfg.StatusDown)
 	window("decline", &cfg.Decline)
 	x.set("hang-ms", func(f *pflag.FlagSet) (e error) { cfg.HangMS, e = f.GetInt64("hang-ms"); return })
+	x.set("hang-mode", func(f *pflag.FlagSet) error {
+		switch mode, _ := f.GetString("hang-mode"); mode {
+		case "after":
+			cfg.HangBefore = false
+		case "before":
+			cfg.HangBefore = true
+		default:
+			return fmt.Errorf("want after or before, got %q", mode)
+		}
+		return nil
+	})
 	x.set("keep", func(f *pflag.FlagSet) (e error) { cfg.Keep, e = f.GetBool("keep"); return })
 	x.set("dir", func(f *pflag.FlagSet) (e error) { cfg.Dir, e = f.GetString("dir"); return })
 	if x.err != nil {

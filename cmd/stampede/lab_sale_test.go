@@ -190,3 +190,30 @@ func TestLabSaleQuickRealServices(t *testing.T) {
 	}
 	checkHeld(t, readSale(t, out), 300)
 }
+
+// TestLabSaleHangMode: --hang-mode before makes the sale's institution
+// hang before processing (its parameters say so); a mode other than
+// after or before is refused by name.
+func TestLabSaleHangMode(t *testing.T) {
+	build := func(args ...string) (map[string]any, error) {
+		cmd := newLabSaleCmd(&labOptions{seed: 1, repeat: 1})
+		if err := cmd.ParseFlags(args); err != nil {
+			return nil, err
+		}
+		exp, err := buildSale(cmd, &labOptions{seed: 1, repeat: 1})
+		if err != nil {
+			return nil, err
+		}
+		p, _ := exp.Params().(map[string]any)
+		return p, nil
+	}
+	for args, want := range map[string]bool{"": false, "--hang-mode=after": false, "--hang-mode=before": true} {
+		p, err := build(append([]string{"--quick"}, strings.Fields(args)...)...)
+		if err != nil || p["hang_before"] != want {
+			t.Errorf("%q: hang_before %v, %v; want %v", args, p["hang_before"], err, want)
+		}
+	}
+	if _, err := build("--quick", "--hang-mode", "sideways"); err == nil || !strings.Contains(err.Error(), "--hang-mode") {
+		t.Errorf("--hang-mode sideways: %v, want an error naming the flag", err)
+	}
+}

@@ -94,12 +94,16 @@ type Config struct {
 	// 75 % of it.
 	Timeline time.Duration
 	// InstitutionHang says when, as shares of Timeline, the institution hangs after processing
-	// (HANG_AFTER_PROCESSING for HangMS), and StatusDown when its status
+	// (HANG_AFTER_PROCESSING for HangMS; see HangBefore), and StatusDown when its status
 	// API is down; Decline when it declines everything.
 	InstitutionHang [2]float64
 	StatusDown      [2]float64
 	Decline         [2]float64
 	HangMS          int64
+	// HangBefore makes the institution hang before processing
+	// (HANG_BEFORE_PROCESSING: nothing is charged, the payments fail)
+	// instead of after (the charge is made, the answer held).
+	HangBefore bool
 	// MaxSale bounds the whole sale; Drain bounds the wait for pending
 	// payments, the outbox and the workers afterwards.
 	MaxSale time.Duration

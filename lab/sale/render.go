@@ -122,8 +122,12 @@ func (e *Experiment) adaptiveClaims(x *lab.Expectations, r *lab.Result) {
 // medians and, in brackets, each run's figure.
 func (e *Experiment) comparison(r *lab.Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Outflow static at %d/min against adaptive below it, the same sale (seed %d); institution hangs over %s, status API down over %s, declines over %s of %s (hang %d ms). Medians of the valid runs, each run in brackets (run order).\n\n",
-		e.cfg.Outflow, e.cfg.Seed, FormatWindow(e.cfg.InstitutionHang), FormatWindow(e.cfg.StatusDown), FormatWindow(e.cfg.Decline), e.cfg.Timeline, e.cfg.HangMS)
+	hang := "after processing"
+	if e.cfg.HangBefore {
+		hang = "before processing"
+	}
+	fmt.Fprintf(&b, "Outflow static at %d/min against adaptive below it, the same sale (seed %d); institution hangs (%s) over %s, status API down over %s, declines over %s of %s (hang %d ms). Medians of the valid runs, each run in brackets (run order).\n\n",
+		e.cfg.Outflow, e.cfg.Seed, hang, FormatWindow(e.cfg.InstitutionHang), FormatWindow(e.cfg.StatusDown), FormatWindow(e.cfg.Decline), e.cfg.Timeline, e.cfg.HangMS)
 	b.WriteString("| outflow | checkout timeouts (UNKNOWN) | holds released unsold | buyers failed | join→ticket p50 | join→ticket p99 | tickets | invariants (sum over runs) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, adaptive := range []bool{false, true} {
 		label := outflowLabel(e.cfg.Outflow, adaptive)

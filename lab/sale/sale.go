@@ -57,7 +57,7 @@ func (e *Experiment) Params() any {
 		"seats": c.Seats, "capacity": c.Capacity, "lease_s": c.Lease.Seconds(),
 		"queue_abandon": c.QueueAbandon, "checkout_abandon": c.CheckoutAbandon, "reload": c.Reload,
 		"bots": c.Bots, "bot_rate": c.BotRate, "faults": c.Faults,
-		"timeline_s": c.Timeline.Seconds(), "institution_hang": c.InstitutionHang, "status_down": c.StatusDown, "decline": c.Decline, "hang_ms": c.HangMS,
+		"timeline_s": c.Timeline.Seconds(), "institution_hang": c.InstitutionHang, "status_down": c.StatusDown, "decline": c.Decline, "hang_ms": c.HangMS, "hang_before": c.HangBefore,
 		"redis": redact(c.Redis), "postgres": redact(c.Postgres), "nats": redact(c.NATS),
 		"unsafe_inventory": c.UnsafeInventory, "repeat": c.Repeat, "seed": c.Seed,
 		"capture": c.Capture, "close_unconfirmed_after_s": c.CloseAfter.Seconds(),
@@ -346,6 +346,9 @@ func (e *Experiment) institution(ctx context.Context, r *rig, opened time.Time, 
 		var names []string
 		if in(cfg.InstitutionHang, at) {
 			nb.Mode = institution.ModeHangAfter
+			if cfg.HangBefore {
+				nb.Mode = institution.ModeHangBefore
+			}
 			names = append(names, "institution hangs")
 		}
 		if in(cfg.Decline, at) {
