@@ -34,8 +34,9 @@ Every --sample it records each process's resident memory (/proc), goroutines
 and Go heap in use (go_goroutines and go_memstats_heap_inuse_bytes on its
 /metrics) and open files (/proc/PID/fd); the Redis's keys (DBSIZE: judged on
 the embedded server, reported on a real one, whose database others may
-use), the room's memory (MEMORY USAGE of its keys) and the server's
-used_memory (reported only: on a shared server it is everyone's); each
+use), the room's memory (MEMORY USAGE of its keys but the admission log)
+and the admission log's bytes per entry (it keeps every admission), the
+server's used_memory (reported only: on a shared server it is everyone's); each
 database's size (SQLite file and WAL, or pg_database_size) and the event
 stream's bytes, judged per payment (they keep every record); and the p99 of
 join to admission and of payment per minute.
@@ -43,8 +44,8 @@ join to admission and of payment per minute.
 After the warm-up (--warmup, default a fifth of the run) it fits a
 least-squares line to every series and judges its slope an hour against
 its tolerance (a tenth of its mean, and at least 8 MiB of memory or heap, 20
-goroutines or files, 10 keys, 1 MiB of Redis memory, 100 bytes per payment,
-or a quarter of the mean and 50 ms for a p99). A series that grows beyond it,
+goroutines or files, 10 keys, 1 MiB of Redis memory, 100 bytes per payment
+or log entry, or a quarter of the mean and 50 ms for a p99). A series that grows beyond it,
 a broken invariant (oversell, double charge, double refund, parity) or a
 part that exited makes the run INVALID (exit status 2). A run that leaves
 less than 5 minutes after its warm-up reports its slopes without judging

@@ -142,8 +142,12 @@ func (g *Rig) RedisURL() string {
 	return "redis://" + g.r.redisAddr + "/0"
 }
 
-// RoomKeys are the room's keys on the Redis.
+// RoomKeys are the room's keys on the Redis, and RoomLogKey the one of
+// them that holds the room's admission log (it keeps every admission).
 func (g *Rig) RoomKeys() []string { return redisstore.KeysFor(g.r.room).All() }
+
+// RoomLogKey is the key of the room's admission log (see RoomKeys).
+func (g *Rig) RoomLogKey() string { return redisstore.KeysFor(g.r.room).Log }
 
 // Store is one part's database: a SQLite file or a PostgreSQL database.
 type Store struct {

@@ -76,14 +76,16 @@ const (
 	FamilyRedisBytes = "redis_bytes"
 	FamilyStore      = "store_bytes_per_payment"
 	FamilyStream     = "stream_bytes_per_payment"
+	FamilyLogEntry   = "log_bytes_per_entry"
 	FamilyLatency    = "p99_ms"
 )
 
 // DefaultTolerances are the growth an hour allowed to each family: a
 // tenth of the mean, and at least 8 MiB of memory (resident, or the Go
 // heap in use), 20 goroutines or open
-// files, 10 keys, 1 MiB of Redis memory, 100 bytes per payment; a
-// quarter of the mean and at least 50 ms for a p99.
+// files, 10 keys, 1 MiB of Redis memory, 100 bytes per payment or per
+// admission log entry; a quarter of the mean and at least 50 ms for a
+// p99.
 func DefaultTolerances() map[string]Tolerance {
 	return map[string]Tolerance{
 		FamilyRSS:        {Relative: 0.10, Absolute: 8 << 20},
@@ -94,6 +96,7 @@ func DefaultTolerances() map[string]Tolerance {
 		FamilyRedisBytes: {Relative: 0.10, Absolute: 1 << 20},
 		FamilyStore:      {Relative: 0.10, Absolute: 100},
 		FamilyStream:     {Relative: 0.10, Absolute: 100},
+		FamilyLogEntry:   {Relative: 0.10, Absolute: 100},
 		FamilyLatency:    {Relative: 0.25, Absolute: 50},
 	}
 }

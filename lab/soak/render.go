@@ -100,6 +100,8 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 		{FamilyRedisKeys, "Redis keys", "keys"},
 		{FamilyRedisBytes, "Redis: the room's memory", "bytes"},
 		{"redis_server", "Redis: the server's used_memory", "bytes"},
+		{FamilyLogEntry, "Redis: the room's admission log per entry", "bytes / entry"},
+		{"log_bytes", "Redis: the room's admission log", "bytes"},
 		{FamilyStore, "Databases per payment", "bytes / payment"},
 		{"store_bytes", "Databases", "bytes"},
 		{FamilyStream, "Event stream per payment", "bytes / payment"},

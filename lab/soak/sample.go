@@ -180,8 +180,12 @@ func (s *sampler) sample(ctx context.Context) {
 	} else {
 		s.fail("redis keys")
 	}
+	// The room's admission log keeps every admission (its record, like
+	// the databases' payments): judged per entry, and left out of the
+	// room's memory, which must stay flat.
 	var room int64
 	ok := true
+	logKey := s.rig.RoomLogKey()
 	for _, k := range s.rig.RoomKeys() {
 		n, err := s.rdb.MemoryUsage(rctx, k).Result()
 		if err == redis.Nil {
@@ -191,10 +195,17 @@ func (s *sampler) sample(ctx context.Context) {
 			ok = false
 			break
 		}
+		if k == logKey {
+			if entries, err := s.rdb.LLen(rctx, k).Result(); err == nil && entries > 0 {
+				s.add("admission log per entry", FamilyLogEntry, "bytes/entry", true, t, float64(n)/float64(entries))
+				s.add("admission log", "log_bytes", "bytes", false, t, float64(n))
+			}
+			continue
+		}
 		room += n
 	}
 	if ok {
-		s.add("redis room memory", FamilyRedisBytes, "bytes", true, t, float64(room))
+		s.add("redis room memory (without the log)", FamilyRedisBytes, "bytes", true, t, float64(room))
 	}
 	if info, err := s.rdb.InfoMap(rctx, "memory").Result(); err == nil {
 		if v, err := strconv.ParseFloat(info["Memory"]["used_memory"], 64); err == nil {
