@@ -41,7 +41,9 @@ database's size (SQLite file and WAL, or pg_database_size) and the event
 stream's bytes, judged per payment (they keep every record); and the p99 of
 join to admission and of payment per minute.
 
-After the warm-up (--warmup, default a fifth of the run) it fits a
+After the warm-up (--warmup, default a fifth of the run, and 30 minutes
+for a run of an hour or more: a gate keeps each admission for its
+30-minute session) it fits a
 least-squares line to every series and judges its slope an hour against
 its tolerance (a tenth of its mean, and at least 8 MiB of memory or heap, 20
 goroutines or files, 10 keys, 1 MiB of Redis memory, 100 bytes per payment
@@ -69,7 +71,7 @@ Not part of 'stampede lab' / 'lab all'.`,
 	}
 	f := cmd.Flags()
 	f.Float64("minutes", d.Duration.Minutes(), "how long buyers arrive (--seconds overrides it)")
-	f.Duration("warmup", 0, "the first stretch whose samples the slopes leave out (default a fifth of the run)")
+	f.Duration("warmup", 0, "the first stretch whose samples the slopes leave out (default a fifth of the run; 30m for a run of an hour or more)")
 	f.Duration("sample", d.Sample, "sampling period")
 	f.Float64("rate", d.Rate, "buyers arriving a second")
 	f.Float64("refund-share", d.RefundShare, "share of paid orders refunded")

@@ -82,7 +82,7 @@ func TestLabSoakReportShape(t *testing.T) {
 			t.Errorf("%s: no reason for not judging it", v.Name)
 		}
 	}
-	want := []string{"redis rss", "nats rss", "redis keys", "redis room memory (without the log)", "admission log per entry", "stream per payment",
+	want := []string{"redis rss", "nats rss", "nats rss without its current block", "redis keys", "redis room memory (without the log)", "admission log per entry", "stream per payment",
 		"pay database per payment", "checkout database per payment", "fulfilment database per payment", "join to admission p99", "payment p99"}
 	for _, p := range []string{"institution", "pay", "checkout", "gate-0", "gate-1", "gate-2", "worker-0", "worker-1", "worker-2"} {
 		want = append(want, p+" rss", p+" open files", p+" goroutines", p+" heap in use")

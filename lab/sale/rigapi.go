@@ -130,6 +130,15 @@ func (g *Rig) Room() string   { return g.r.room }
 func (g *Rig) Event() string  { return g.r.event }
 func (g *Rig) Stream() string { return g.r.stream }
 
+// NATSStoreDir is the JetStream directory of the rig's own nats-server
+// (part "nats"), or "" when the parts use a real server.
+func (g *Rig) NATSStoreDir() string {
+	if g.r.cfg.NATS != "" {
+		return ""
+	}
+	return filepath.Join(g.r.dir, "nats")
+}
+
 // NATSURL is the NATS server the parts use.
 func (g *Rig) NATSURL() string { return g.r.natsURL }
 

@@ -25,7 +25,8 @@ import (
 // Config configures the soak.
 type Config struct {
 	// Duration is how long buyers arrive; Warmup the first stretch of it
-	// whose samples the slopes leave out (0: a fifth of Duration).
+	// whose samples the slopes leave out (0: a fifth of Duration, and
+	// SettleTime for a run of an hour or more).
 	Duration time.Duration
 	Warmup   time.Duration
 	// Sample is the sampling period.
@@ -113,10 +114,21 @@ func DefaultConfig() Config {
 	}
 }
 
-// warmup is the configured warm-up, or a fifth of the run.
+// SettleTime is how long the rig's parts take to reach their level at
+// the default rate: a gate keeps each admission it checked for the
+// admission's session (serve gate --max-session, 30 minutes), so its
+// memory grows for that long before the first entries are dropped.
+const SettleTime = 30 * time.Minute
+
+// warmup is the configured warm-up; by default a fifth of the run, and
+// SettleTime for a run of an hour or more (a shorter one cannot wait that
+// long and keep a window to judge).
 func (c Config) warmup() time.Duration {
 	if c.Warmup > 0 {
 		return c.Warmup
+	}
+	if c.Duration >= 2*SettleTime {
+		return max(c.Duration/5, SettleTime)
 	}
 	return c.Duration / 5
 }

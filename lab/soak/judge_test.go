@@ -2,6 +2,8 @@ package soak
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +89,28 @@ func TestConfigValidateNamesEveryField(t *testing.T) {
 		if !strings.Contains(err.Error(), f) {
 			t.Errorf("error %q does not name %s", err, f)
 		}
+	}
+}
+
+// The nats-server's current block is the highest-numbered block file of
+// the stream (numbers compared as numbers: 10.blk is newer than 9.blk),
+// and a stream without a block is an error, not a size of 0.
+func TestCurrentBlockIsTheNewest(t *testing.T) {
+	dir := t.TempDir()
+	msgs := filepath.Join(dir, "jetstream", "$G", "streams", "PAY", "msgs")
+	if err := os.MkdirAll(msgs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := currentBlock(dir, "PAY"); err == nil {
+		t.Fatal("a stream without blocks gave a size")
+	}
+	for name, size := range map[string]int{"9.blk": 900, "10.blk": 100, "2.blk": 200, "index.db": 5000} {
+		if err := os.WriteFile(filepath.Join(msgs, name), make([]byte, size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := currentBlock(dir, "PAY")
+	if err != nil || got != 100 {
+		t.Fatalf("current block = %d, %v; want 100 (10.blk)", got, err)
 	}
 }
