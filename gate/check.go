@@ -236,7 +236,6 @@ func (g *Gate) record(e *entry, start, now time.Time, held bool, end time.Time) 
 	}
 	e.held, e.checked = true, start
 	e.bound = end.Add(-g.cfg.SafetyMargin)
-	e.fresh = minTime(start.Add(g.cfg.CheckCache), e.bound)
 	g.renewFrom(start.Add(g.cfg.CheckCache - g.cfg.CheckCache/renewAhead))
 	if end.Unix() > e.tokenExp.Unix() && e.tokenExp.Sub(now) < end.Sub(now)/2+time.Second {
 		c := e.claims
@@ -246,6 +245,18 @@ func (g *Gate) record(e *entry, start, now time.Time, held bool, end time.Time) 
 			e.token, e.tokenExp = fresh, end.Truncate(time.Second)
 		}
 	}
+	// A token's exp has whole seconds, up to one before the lease's end,
+	// and the upstream refuses it from then on: the cached answer is not
+	// used past it either (less the margin), and a lease that cannot get
+	// a later token (its session's end) ends here with it.
+	if !e.tokenExp.IsZero() {
+		e.bound = minTime(e.bound, e.tokenExp.Add(-g.cfg.SafetyMargin))
+		if !now.Before(e.bound) {
+			e.held, e.refused = false, true
+			return
+		}
+	}
+	e.fresh = minTime(start.Add(g.cfg.CheckCache), e.bound)
 }
 
 // startBatch starts a batch (unless one is in flight): one store call

@@ -83,7 +83,9 @@ type checkout struct {
 	last      map[string]time.Time
 	requests  int
 	badHeader int
-	jwks      *waitroom.AdmissionSigner
+	// badWhy keeps the first few reasons a request was found bad.
+	badWhy []string
+	jwks   *waitroom.AdmissionSigner
 }
 
 func (c *checkout) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -94,6 +96,9 @@ func (c *checkout) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.requests++
 	if user == "" || err != nil || claims.User != user {
 		c.badHeader++
+		if len(c.badWhy) < 3 {
+			c.badWhy = append(c.badWhy, fmt.Sprintf("%s %s: user %q, verify error %v", r.Method, r.URL.Path, user, err))
+		}
 	} else {
 		if _, ok := c.first[user]; !ok {
 			c.first[user] = now
@@ -409,7 +414,7 @@ func TestCheckoutSeesAtMostCapacity(t *testing.T) {
 			t.Errorf("the checkout saw %d admitted users at once, over the capacity of %d", overlap, capacity)
 		}
 		if w.co.badHeader != 0 {
-			t.Errorf("%d upstream requests lacked a valid Stampede-User / Stampede-Admission", w.co.badHeader)
+			t.Errorf("%d upstream requests lacked a valid Stampede-User / Stampede-Admission: %q", w.co.badHeader, w.co.badWhy)
 		}
 		if got := finished.Load() + abandoned.Load() + lost.Load(); got != int64(buyers) || int64(seen) < finished.Load()+abandoned.Load() {
 			t.Errorf("%d buyers accounted for, %d seen by the checkout; want %d", got, seen, buyers)

@@ -366,7 +366,7 @@ func proxyCapRun(t *testing.T, client redis.UniversalClient, kind string) {
 		t.Errorf("only %d of %d buyers reached the checkout", users, buyers)
 	}
 	if w.co.badHeader != 0 {
-		t.Errorf("%d requests reached the checkout without a valid Stampede-User / Stampede-Admission", w.co.badHeader)
+		t.Errorf("%d requests reached the checkout without a valid Stampede-User / Stampede-Admission: %q", w.co.badHeader, w.co.badWhy)
 	}
 }
 
@@ -534,7 +534,7 @@ func TestForwardAuthLeaseSlidesThroughProxy(t *testing.T) {
 				time.Sleep(250 * time.Millisecond)
 			}
 			if w.co.badHeader != 0 {
-				t.Errorf("%s: %d of %d requests reached the checkout without a valid (unexpired) admission", kind, w.co.badHeader, w.co.requests)
+				t.Errorf("%s: %d of %d requests reached the checkout without a valid (unexpired) admission: %q", kind, w.co.badHeader, w.co.requests, w.co.badWhy)
 			}
 		})
 	}
