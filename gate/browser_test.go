@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,7 +94,17 @@ func browserGateFlow(ctx context.Context, t *testing.T, srv *running, bctx conte
 	if err != nil {
 		t.Fatalf("gate.New: %v", err)
 	}
-	gs := httptest.NewServer(g)
+	// The gate's first hand-off answers 503 (its store late, as under
+	// load): the page must try again, not stay on "your turn".
+	var failedOnce atomic.Bool
+	gs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == gate.AdmitPath && failedOnce.CompareAndSwap(false, true) {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "store unavailable (test)", http.StatusServiceUnavailable)
+			return
+		}
+		g.ServeHTTP(w, r)
+	}))
 	t.Cleanup(gs.Close)
 
 	// Someone else holds the one slot.
@@ -132,6 +143,9 @@ func browserGateFlow(ctx context.Context, t *testing.T, srv *running, bctx conte
 		return p.Path == "/checkout/page" && p.Marker != ""
 	})
 	browserCheck(t, p, width)
+	if !failedOnce.Load() {
+		t.Error("the page reached the upstream without a hand-off to the gate")
+	}
 	user := p.User
 	if seen := up.seen("/checkout/page"); len(seen) != 1 || seen[0] != user || user == "" {
 		t.Errorf("upstream saw Stampede-User %q on /checkout/page, want once %q", seen, user)
