@@ -136,6 +136,12 @@ func (g *Gate) check(ctx context.Context, c protocol.AdmissionClaims, token stri
 				return tok, true, nil
 			}
 		}
+		if waited && e.held && e.call == nil && e.lastErr == nil {
+			// Held, by an answer just given, but within the margin of
+			// its lease's end or its token's: the admission is ending.
+			g.mu.Unlock()
+			return "", false, nil
+		}
 		if e.call == nil {
 			if waited || now.Before(e.retryAt) {
 				err := backoffErr(e.lastErr, e.retryAt.Sub(now))
@@ -246,15 +252,12 @@ func (g *Gate) record(e *entry, start, now time.Time, held bool, end time.Time) 
 		}
 	}
 	// A token's exp has whole seconds, up to one before the lease's end,
-	// and the upstream refuses it from then on: the cached answer is not
-	// used past it either (less the margin), and a lease that cannot get
-	// a later token (its session's end) ends here with it.
+	// and the upstream refuses it from then on: the answer is not used
+	// past it either (less the margin). A request after that asks the
+	// store again, which slides the lease and signs a later token; at the
+	// session's end, when none can be, the admission ends here (check).
 	if !e.tokenExp.IsZero() {
 		e.bound = minTime(e.bound, e.tokenExp.Add(-g.cfg.SafetyMargin))
-		if !now.Before(e.bound) {
-			e.held, e.refused = false, true
-			return
-		}
 	}
 	e.fresh = minTime(start.Add(g.cfg.CheckCache), e.bound)
 }
