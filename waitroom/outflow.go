@@ -34,11 +34,13 @@ type Health struct {
 	// OutflowConfig.P99; P99 is their 99th percentile latency.
 	Requests, Failures, Slow int
 	P99                      time.Duration
-	// Pending counts the requests begun since the last cut and still
-	// unanswered once older than a quarter of OutflowConfig.P99: their
-	// answers are yet to tell (a purchase into a hanging institution is
-	// one before it crosses the bar).
-	Pending int
+	// Fresh counts the answers of requests begun after both the last
+	// cut and the latest request seen slow or failed (in this interval
+	// or before), all fast by construction; Pending the requests begun
+	// after both and still unanswered once older than a quarter of
+	// OutflowConfig.P99: their answers are yet to tell (a purchase into
+	// a hanging institution is one before it crosses the bar).
+	Fresh, Pending int
 	// Payments counts payments created, Unknown those the institution
 	// left UNKNOWN (a timeout or a lost answer).
 	Payments, Unknown int64
@@ -169,13 +171,15 @@ func NewOutflowController(cfg OutflowConfig) (*OutflowController, error) {
 //
 // After a cut the rate returns at once to what it was before the cuts
 // when an interval has evidence that the checkout is well again: at
-// least MinRequests answers begun since the last cut, none slow, and none
-// of the requests begun since still pending (Health.Pending). Without
-// that evidence it holds: an interval with no answer, or with only the
-// quick ones while the slow ones are still on their way, says nothing.
-// A slow answer among too few to judge holds it too. Once Quiet has
-// passed since the last cut with no evidence either way, it grows as
-// AIMD does (see OutflowConfig.Recover).
+// least MinRequests answers of requests begun after the last cut and
+// after the latest request seen slow or failed (Health.Fresh), and none
+// of those requests still pending (Health.Pending). The slow answers and
+// the UNKNOWN payments of requests begun before are then old news: the
+// hang is over. Without that evidence it holds: an interval with no
+// answer, or with only the quick ones while the slow ones are still on
+// their way, says nothing. A slow answer among too few to judge holds it
+// too. Once Quiet has passed since the last cut with no evidence either
+// way, it grows as AIMD does (see OutflowConfig.Recover).
 func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, changed bool) {
 	lim := float64(limit)
 	before := int(math.Round(c.rate))
@@ -185,13 +189,22 @@ func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, 
 	why, bad, unknownOnly := c.unwell(h)
 	judged := h.Requests >= c.cfg.MinRequests
 	oldNews := unknownOnly && !c.cutAt.IsZero() && h.At.Add(-c.cfg.UnknownLag).Before(c.cutAt)
-	well := judged && h.Slow == 0 && h.Pending == 0
+	well := h.Fresh >= c.cfg.MinRequests && h.Pending == 0
 	quiet := c.cutAt.IsZero() || !h.At.Before(c.cutAt.Add(c.cfg.Quiet))
 	news := ""
 	if oldNews {
 		news = " (" + why + ", from before the last cut)"
 	}
 	switch {
+	case well && c.high > 0 && c.rate < lim:
+		c.rate, c.high = min(max(c.rate, c.high), lim), 0
+		c.reason = fmt.Sprintf("recovered: %d upstream answers begun since the last cut and the latest slow one, all fast", h.Fresh)
+		if why != "" {
+			c.reason += " (" + why + ", from requests begun before)"
+		}
+		if c.rate == lim {
+			c.reason = "at the room's limit: " + c.reason
+		}
 	case why != "" && !oldNews && !(unknownOnly && judged):
 		if c.high == 0 {
 			c.high = c.rate
@@ -204,12 +217,6 @@ func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, 
 		c.high = 0
 		if !strings.HasPrefix(c.reason, "at the room's limit") {
 			c.reason = "at the room's limit: the checkout is well"
-		}
-	case well && c.high > 0:
-		c.rate, c.high = min(max(c.rate, c.high), lim), 0
-		c.reason = fmt.Sprintf("recovered: %d upstream answers since the last cut, all fast%s", h.Requests, news)
-		if c.rate == lim {
-			c.reason = "at the room's limit: " + c.reason
 		}
 	case h.Slow > 0:
 		c.reason = "holding: a slow upstream answer among too few to judge" + news
@@ -281,6 +288,8 @@ type healthWindow struct {
 	payTotal, payUnknown   int64
 	baseTotal, baseUnknown int64
 	payKnown               bool
+	// lastBad is when the latest request seen slow or failed began.
+	lastBad time.Time
 }
 
 // sample is one upstream request's latency (unless noLatency: its
@@ -305,21 +314,32 @@ type flight struct {
 // controller already cut for), and starts the next interval. A request
 // unanswered for longer than slow is a sample of its age now, once: a
 // hanging checkout shows in the interval it began to hang in, not only
-// when its answers come back. One begun after since and unanswered for
-// longer than a quarter of slow is pending.
+// when its answers come back. Answers of requests begun after since and
+// after the latest request seen slow or failed are fresh; such a request
+// unanswered for longer than a quarter of slow is pending.
 func (w *healthWindow) take(now time.Time, slow time.Duration, since time.Time) Health {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h := Health{At: now}
 	for f := range w.inflight {
-		age := now.Sub(f.start)
-		if !f.counted && age > slow {
+		if age := now.Sub(f.start); !f.counted && age > slow {
 			f.counted = true
 			if len(w.samples) < maxLatencies {
 				w.samples = append(w.samples, sample{start: f.start, took: age})
 			}
 		}
-		if f.start.After(since) && age > slow/4 {
+	}
+	for _, x := range w.samples {
+		if (x.failed || (!x.noLatency && x.took > slow)) && x.start.After(w.lastBad) {
+			w.lastBad = x.start
+		}
+	}
+	fresh := since
+	if w.lastBad.After(fresh) {
+		fresh = w.lastBad
+	}
+	for f := range w.inflight {
+		if f.start.After(fresh) && now.Sub(f.start) > slow/4 {
 			h.Pending++
 		}
 	}
@@ -333,6 +353,9 @@ func (w *healthWindow) take(now time.Time, slow time.Duration, since time.Time) 
 		}
 		if !x.noLatency {
 			lat = append(lat, x.took)
+		}
+		if x.start.After(fresh) {
+			h.Fresh++
 		}
 	}
 	h.Requests = len(lat)

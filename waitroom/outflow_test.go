@@ -22,7 +22,7 @@ func TestOutflowControllerAIMD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	well := Health{Requests: 100, P99: 200 * time.Millisecond, Payments: 50}
+	well := Health{Requests: 100, Fresh: 100, P99: 200 * time.Millisecond, Payments: 50}
 	limit := 600
 	now := time.Now()
 	step := func(h Health, want int, wantWhy string) {
@@ -41,7 +41,7 @@ func TestOutflowControllerAIMD(t *testing.T) {
 	step(Health{Payments: 20, Unknown: 20}, 60, "UNKNOWN") // the floor: a tenth of 600
 	step(Health{Payments: 20, Unknown: 20}, 60, "UNKNOWN")
 	step(Health{Requests: 3, P99: 10 * time.Millisecond, Payments: 2, Unknown: 2}, 60, "too few") // too few samples: no evidence
-	step(well, 600, "recovered: 100 upstream answers since the last cut, all fast")
+	step(well, 600, "recovered: 100 upstream answers begun since the last cut and the latest slow one, all fast")
 	step(well, 600, "at the room's limit")
 	// A lower limit takes effect at once.
 	limit = 100
@@ -74,10 +74,11 @@ func TestOutflowCutByOverload(t *testing.T) {
 
 // TestOutflowRecoversOnEvidence: after cuts to the floor, intervals that
 // say nothing hold the rate (no answer; a request begun since the cut
-// still pending; fewer fast answers than MinRequests); the first interval
-// with enough fast answers and none pending brings it back at once to
-// the rate before the first cut (here 400 of a limit of 600, a lower rate
-// set before: not the limit).
+// still pending; fewer fresh answers than MinRequests, fast as they are);
+// the first interval with enough fresh answers (begun after the latest
+// slow one) and none pending brings it back at once to the rate before
+// the first cut (here 400 of a limit of 600, a lower rate set before: not
+// the limit), even with slow answers of requests begun before them.
 func TestOutflowRecoversOnEvidence(t *testing.T) {
 	c, _ := NewOutflowController(DefaultOutflowConfig())
 	t0 := time.Now()
@@ -90,10 +91,11 @@ func TestOutflowRecoversOnEvidence(t *testing.T) {
 		{Health{Requests: 10, Slow: 10, P99: 5 * time.Second}, 40, "p99"},
 		{Health{Requests: 10, Slow: 10, P99: 5 * time.Second}, 60, "p99"}, // the limit is 600 now: its floor
 		{Health{}, 60, "too few"},
-		{Health{Requests: 8, P99: 10 * time.Millisecond, Pending: 2}, 60, "2 upstream requests since the last cut still unanswered"},
-		{Health{Requests: 4, P99: 10 * time.Millisecond}, 60, "too few"},
-		{Health{Requests: 5, P99: 10 * time.Millisecond}, 400, "recovered: 5 upstream answers"},
-		{Health{Requests: 5, P99: 10 * time.Millisecond}, 800, ""}, // no longer cut: grows as AIMD does
+		{Health{Requests: 8, Fresh: 8, P99: 10 * time.Millisecond, Pending: 2}, 60, "2 upstream requests since the last cut still unanswered"},
+		{Health{Requests: 4, Fresh: 4, P99: 10 * time.Millisecond}, 60, "too few"},
+		{Health{Requests: 9, Fresh: 4, P99: 10 * time.Millisecond}, 60, "too few"}, // 5 begun before the latest slow one
+		{Health{Requests: 9, Slow: 3, Fresh: 6, P99: 2 * time.Second}, 400, "recovered: 6 upstream answers begun since the last cut and the latest slow one, all fast (upstream p99 2s over 1s, from requests begun before)"},
+		{Health{Requests: 5, Fresh: 5, P99: 10 * time.Millisecond}, 800, ""}, // no longer cut: grows as AIMD does
 	}
 	for i, st := range steps {
 		st.h.At = t0.Add(time.Duration(i+1) * time.Second)
@@ -135,15 +137,20 @@ func TestOutflowQuietGrows(t *testing.T) {
 
 // TestOutflowHoldsOnLaggingUnknown: pay's UNKNOWN share alone, while
 // enough upstream answers are fast, holds the rate (neither cut nor
-// raised); with too few answers to judge the upstream, it cuts.
+// raised) unless enough of them were begun after the latest slow one
+// (then it recovers: the UNKNOWN payments are older); with too few
+// answers to judge the upstream, it cuts.
 func TestOutflowHoldsOnLaggingUnknown(t *testing.T) {
 	c, _ := NewOutflowController(DefaultOutflowConfig())
 	c.Step(Health{Requests: 10, Slow: 10, P99: 5 * time.Second}, 600) // 60
-	got, why, _ := c.Step(Health{Requests: 10, P99: 10 * time.Millisecond, Payments: 10, Unknown: 6}, 600)
+	got, why, _ := c.Step(Health{Requests: 10, Fresh: 4, P99: 10 * time.Millisecond, Payments: 10, Unknown: 6}, 600)
 	if got != 60 || !strings.Contains(why, "holding") {
 		t.Errorf("UNKNOWN 60%% with the upstream well: %d %q, want 60 held", got, why)
 	}
-	c.Step(Health{Requests: 10, P99: 10 * time.Millisecond}, 600) // back to 600
+	got, why, _ = c.Step(Health{Requests: 10, Fresh: 10, P99: 10 * time.Millisecond, Payments: 10, Unknown: 6}, 600)
+	if got != 600 || !strings.Contains(why, "recovered") {
+		t.Errorf("UNKNOWN 60%% with 10 fresh fast answers: %d %q, want 600 recovered", got, why)
+	}
 	if got, _, _ := c.Step(Health{Requests: 1, Payments: 10, Unknown: 8}, 600); got != 120 {
 		t.Errorf("UNKNOWN 80%% with 1 upstream answer: %d, want a cut by the share, to 120", got)
 	}
@@ -160,7 +167,7 @@ func TestOutflowCutsOncePerCause(t *testing.T) {
 	c, _ := NewOutflowController(oc)
 	t0 := time.Now()
 	unknown := func(answers int) Health {
-		return Health{Requests: answers, P99: 20 * time.Millisecond, Payments: 10, Unknown: 8}
+		return Health{Requests: answers, Fresh: answers, P99: 20 * time.Millisecond, Payments: 10, Unknown: 8}
 	}
 	steps := []struct {
 		h    Health
@@ -170,10 +177,10 @@ func TestOutflowCutsOncePerCause(t *testing.T) {
 	}{
 		{Health{Requests: 6, Slow: 6, P99: 2 * time.Second}, 0, 60, "p99"},
 		{unknown(2), time.Second, 60, "holding: too few upstream answers since the last cut to judge (UNKNOWN payments 80% over 5%, from before the last cut)"},
-		{unknown(5), 2900 * time.Millisecond, 600, "recovered: 5 upstream answers since the last cut, all fast (UNKNOWN"},
+		{unknown(5), 2900 * time.Millisecond, 600, "recovered: 5 upstream answers begun since the last cut and the latest slow one, all fast (UNKNOWN"},
 		{unknown(2), 3500 * time.Millisecond, 120, "UNKNOWN payments 80%"}, // 3.5 s after the cut: news of now
 		{Health{Requests: 2, Slow: 1, P99: 2 * time.Second}, 4 * time.Second, 120, "holding: a slow upstream answer"},
-		{Health{Requests: 5, P99: 20 * time.Millisecond}, 5 * time.Second, 600, "recovered"},
+		{Health{Requests: 5, Fresh: 5, P99: 20 * time.Millisecond}, 5 * time.Second, 600, "recovered"},
 	}
 	for i, st := range steps {
 		st.h.At = t0.Add(st.at)
@@ -188,7 +195,8 @@ func TestOutflowCutsOncePerCause(t *testing.T) {
 // the bar is a slow sample of its age in the interval it crosses the bar,
 // once; its answer later adds no second sample; a fast answer is a
 // sample of its own; samples of requests begun before the last cut are
-// left out.
+// left out. Answers begun after the latest slow or failed request are
+// fresh; such a request unanswered past a quarter of the bar is pending.
 func TestHealthWindowCountsUnanswered(t *testing.T) {
 	w := &healthWindow{inflight: map[*flight]struct{}{}}
 	now := time.Now()
@@ -197,21 +205,27 @@ func TestHealthWindowCountsUnanswered(t *testing.T) {
 	w.inflight[hung], w.inflight[young] = struct{}{}, struct{}{}
 	w.answered(nil, 20*time.Millisecond, false)
 	h := w.take(now, time.Second, time.Time{})
-	if h.Requests != 2 || h.Slow != 1 || h.P99 != 1500*time.Millisecond {
-		t.Fatalf("first interval: %+v, want 2 samples, 1 slow, p99 1.5s (the unanswered request's age)", h)
+	if h.Requests != 2 || h.Slow != 1 || h.P99 != 1500*time.Millisecond || h.Fresh != 1 || h.Pending != 0 {
+		t.Fatalf("first interval: %+v, want 2 samples, 1 slow, p99 1.5s (the unanswered request's age), 1 fresh (the fast answer), none pending (the young request is 100 ms old)", h)
 	}
 	w.answered(hung, 3*time.Second, false)
 	w.answered(young, 30*time.Millisecond, false)
 	h = w.take(now.Add(time.Second), time.Second, time.Time{})
-	if h.Requests != 1 || h.Slow != 0 {
-		t.Errorf("second interval: %+v, want 1 sample (the young request's answer), none slow: the hung one was counted", h)
+	if h.Requests != 1 || h.Slow != 0 || h.Fresh != 1 {
+		t.Errorf("second interval: %+v, want 1 sample (the young request's answer), fresh, none slow: the hung one was counted", h)
 	}
+	late := &flight{start: now.Add(1700 * time.Millisecond)}
+	w.inflight[late] = struct{}{}
+	if h = w.take(now.Add(2*time.Second), time.Second, time.Time{}); h.Pending != 1 || h.Fresh != 0 {
+		t.Errorf("a request begun after the hung one, 300 ms unanswered: %+v, want it pending", h)
+	}
+	delete(w.inflight, late)
 	old := &flight{start: now.Add(-3 * time.Second)}
 	w.inflight[old] = struct{}{}
 	w.answered(nil, 10*time.Millisecond, true)
 	h = w.take(now.Add(2*time.Second), time.Second, now.Add(-time.Second))
-	if h.Requests != 1 || h.Slow != 0 || h.Failures != 1 {
-		t.Errorf("third interval, the last cut at the first: %+v, want only the failed answer begun since (1 sample, 1 failure, none slow)", h)
+	if h.Requests != 1 || h.Slow != 0 || h.Failures != 1 || h.Fresh != 0 {
+		t.Errorf("third interval, the last cut at the first: %+v, want only the failed answer begun since (1 sample, 1 failure, none slow, not fresh: the latest bad one)", h)
 	}
 }
 
