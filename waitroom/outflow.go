@@ -34,9 +34,9 @@ type Health struct {
 	// OutflowConfig.P99; P99 is their 99th percentile latency.
 	Requests, Failures, Slow int
 	P99                      time.Duration
-	// Fresh counts the answers of requests begun after both the last
-	// cut and the latest request seen slow or failed (in this interval
-	// or before), all fast by construction; Pending the requests begun
+	// Fresh counts the answers (in this interval or earlier ones) of
+	// requests begun after both the last cut and the latest request seen
+	// slow or failed, all fast by construction; Pending the requests begun
 	// after both and still unanswered once older than a quarter of
 	// OutflowConfig.P99: their answers are yet to tell (a purchase into
 	// a hanging institution is one before it crosses the bar).
@@ -290,6 +290,11 @@ type healthWindow struct {
 	payKnown               bool
 	// lastBad is when the latest request seen slow or failed began.
 	lastBad time.Time
+	// fresh holds when the requests answered since freshFrom began
+	// (answers of requests begun after it, across intervals): the fresh
+	// ones, kept until the point moves on.
+	fresh     []time.Time
+	freshFrom time.Time
 }
 
 // sample is one upstream request's latency (unless noLatency: its
@@ -315,8 +320,9 @@ type flight struct {
 // unanswered for longer than slow is a sample of its age now, once: a
 // hanging checkout shows in the interval it began to hang in, not only
 // when its answers come back. Answers of requests begun after since and
-// after the latest request seen slow or failed are fresh; such a request
-// unanswered for longer than a quarter of slow is pending.
+// after the latest request seen slow or failed are fresh, counted across
+// intervals until that point moves on; such a request unanswered for
+// longer than a quarter of slow is pending.
 func (w *healthWindow) take(now time.Time, slow time.Duration, since time.Time) Health {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -338,6 +344,15 @@ func (w *healthWindow) take(now time.Time, slow time.Duration, since time.Time) 
 	if w.lastBad.After(fresh) {
 		fresh = w.lastBad
 	}
+	if !fresh.Equal(w.freshFrom) {
+		kept := w.fresh[:0]
+		for _, t := range w.fresh {
+			if t.After(fresh) {
+				kept = append(kept, t)
+			}
+		}
+		w.fresh, w.freshFrom = kept, fresh
+	}
 	for f := range w.inflight {
 		if f.start.After(fresh) && now.Sub(f.start) > slow/4 {
 			h.Pending++
@@ -354,10 +369,11 @@ func (w *healthWindow) take(now time.Time, slow time.Duration, since time.Time) 
 		if !x.noLatency {
 			lat = append(lat, x.took)
 		}
-		if x.start.After(fresh) {
-			h.Fresh++
+		if x.start.After(fresh) && len(w.fresh) < maxLatencies {
+			w.fresh = append(w.fresh, x.start)
 		}
 	}
+	h.Fresh = len(w.fresh)
 	h.Requests = len(lat)
 	if n := len(lat); n > 0 {
 		slices.Sort(lat)

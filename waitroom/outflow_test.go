@@ -196,7 +196,8 @@ func TestOutflowCutsOncePerCause(t *testing.T) {
 // once; its answer later adds no second sample; a fast answer is a
 // sample of its own; samples of requests begun before the last cut are
 // left out. Answers begun after the latest slow or failed request are
-// fresh; such a request unanswered past a quarter of the bar is pending.
+// fresh, counted across intervals until a later one is bad; such a
+// request unanswered past a quarter of the bar is pending.
 func TestHealthWindowCountsUnanswered(t *testing.T) {
 	w := &healthWindow{inflight: map[*flight]struct{}{}}
 	now := time.Now()
@@ -211,12 +212,12 @@ func TestHealthWindowCountsUnanswered(t *testing.T) {
 	w.answered(hung, 3*time.Second, false)
 	w.answered(young, 30*time.Millisecond, false)
 	h = w.take(now.Add(time.Second), time.Second, time.Time{})
-	if h.Requests != 1 || h.Slow != 0 || h.Fresh != 1 {
-		t.Errorf("second interval: %+v, want 1 sample (the young request's answer), fresh, none slow: the hung one was counted", h)
+	if h.Requests != 1 || h.Slow != 0 || h.Fresh != 2 {
+		t.Errorf("second interval: %+v, want 1 sample (the young request's answer), none slow (the hung one was counted), 2 fresh (the fast answers of both intervals)", h)
 	}
 	late := &flight{start: now.Add(1700 * time.Millisecond)}
 	w.inflight[late] = struct{}{}
-	if h = w.take(now.Add(2*time.Second), time.Second, time.Time{}); h.Pending != 1 || h.Fresh != 0 {
+	if h = w.take(now.Add(2*time.Second), time.Second, time.Time{}); h.Pending != 1 || h.Fresh != 2 {
 		t.Errorf("a request begun after the hung one, 300 ms unanswered: %+v, want it pending", h)
 	}
 	delete(w.inflight, late)
@@ -303,14 +304,14 @@ func TestServiceSteersOutflow(t *testing.T) {
 // TestServiceCountsUnansweredUpstream: requests a gate started through
 // StartUpstream and that are still unanswered after the p99 bar make the
 // next step cut the rate, before any of them is answered; their answers
-// later do not count them twice (five fast answers since the cut bring the
-// rate back); a request begun since the cut and unanswered past a quarter
-// of the bar is pending and holds the rate.
+// later do not count them twice (five fast answers since the cut, counted
+// across intervals, bring the rate back); a request begun since the cut
+// and unanswered past a quarter of the bar is pending and holds the rate.
 func TestServiceCountsUnansweredUpstream(t *testing.T) {
 	st := &outflowStore{}
 	cfg := DefaultServiceConfig()
 	oc := DefaultOutflowConfig()
-	oc.P99 = 20 * time.Millisecond
+	oc.P99 = 40 * time.Millisecond
 	cfg.Outflow, cfg.Logger = &oc, slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := NewService(st, cfg)
 	if err != nil {
@@ -321,24 +322,25 @@ func TestServiceCountsUnansweredUpstream(t *testing.T) {
 	for range 5 {
 		dones = append(dones, svc.StartUpstream("r"))
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
 	svc.steerOutflow(context.Background(), "r", room) // 5 of 5 hanging: the floor
 	for _, done := range dones {
 		done(false)
 	}
-	for range 5 {
+	for range 3 {
 		svc.StartUpstream("r")(false) // fast answers
 	}
+	svc.steerOutflow(context.Background(), "r", room) // 3 fast answers since the cut: too few
 	pending := svc.StartUpstream("r")
-	time.Sleep(10 * time.Millisecond) // older than a quarter of the 20 ms bar
-	svc.steerOutflow(context.Background(), "r", room)
-	pending(false)
-	for range 5 {
+	time.Sleep(15 * time.Millisecond) // older than a quarter of the 40 ms bar
+	for range 2 {
 		svc.StartUpstream("r")(false)
 	}
-	svc.steerOutflow(context.Background(), "r", room)
-	if want := []int{60, 60, 600}; !equalInts(st.set, want) {
-		t.Errorf("rates set %v, want %v: the hanging requests cut at once, the pending one held, fast answers since brought the limit back", st.set, want)
+	svc.steerOutflow(context.Background(), "r", room) // 5 fast answers, but one pending
+	pending(false)
+	svc.steerOutflow(context.Background(), "r", room) // its answer: 6 fast, none pending
+	if want := []int{60, 60, 60, 600}; !equalInts(st.set, want) {
+		t.Errorf("rates set %v, want %v: the hanging requests cut at once, too few fast answers held, then a pending one held, then the fast answers since the cut (over three intervals) brought the limit back", st.set, want)
 	}
 }
 
