@@ -41,6 +41,9 @@ type Health struct {
 	// OutflowConfig.P99: their answers are yet to tell (a purchase into
 	// a hanging institution is one before it crosses the bar).
 	Fresh, Pending int
+	// LastBad is when the latest request seen slow or failed began
+	// (zero: none yet).
+	LastBad time.Time
 	// Payments counts payments created, Unknown those the institution
 	// left UNKNOWN (a timeout or a lost answer).
 	Payments, Unknown int64
@@ -74,8 +77,9 @@ type OutflowConfig struct {
 	// little later (the sale lab: 1 to 2 s, their next poll), and pay
 	// counts the payment UNKNOWN when its call to the institution times
 	// out (pay's approval timeout, serve pay --timeout, 3 s by default).
-	// For this long after a cut, a high UNKNOWN share is taken as news of
-	// what was cut for and cuts nothing.
+	// For this long after a cut, or after the start of the latest request
+	// seen slow or failed, a high UNKNOWN share is taken as news of what
+	// was cut for (or already seen) and cuts nothing.
 	UnknownLag time.Duration
 	// Quiet is how long after a cut the rate holds while there is no
 	// evidence either way (too few answers since the cut, or some still
@@ -165,7 +169,9 @@ func NewOutflowController(cfg OutflowConfig) (*OutflowController, error) {
 // h the upstream samples of requests begun before the last cut, and pay's
 // UNKNOWN share, which counts a payment when pay's call to the
 // institution ends, up to UnknownLag after the buyer asked, is old news
-// within UnknownLag of the last cut: it then cuts nothing. Later, a high
+// within UnknownLag of the last cut, or of the start of the latest
+// request seen slow (Health.LastBad: the payments of the requests that
+// hung are counted until then): it then cuts nothing. Later, a high
 // UNKNOWN share with the upstream answering well enough to judge holds the
 // rate; with too few answers, it cuts.
 //
@@ -188,7 +194,8 @@ func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, 
 	}
 	why, bad, unknownOnly := c.unwell(h)
 	judged := h.Requests >= c.cfg.MinRequests
-	oldNews := unknownOnly && !c.cutAt.IsZero() && h.At.Add(-c.cfg.UnknownLag).Before(c.cutAt)
+	oldNews := unknownOnly && ((!c.cutAt.IsZero() && h.At.Add(-c.cfg.UnknownLag).Before(c.cutAt)) ||
+		(!h.LastBad.IsZero() && h.At.Add(-c.cfg.UnknownLag).Before(h.LastBad)))
 	well := h.Fresh >= c.cfg.MinRequests && h.Pending == 0
 	quiet := c.cutAt.IsZero() || !h.At.Before(c.cutAt.Add(c.cfg.Quiet))
 	news := ""
@@ -373,7 +380,7 @@ func (w *healthWindow) take(now time.Time, slow time.Duration, since time.Time) 
 			w.fresh = append(w.fresh, x.start)
 		}
 	}
-	h.Fresh = len(w.fresh)
+	h.Fresh, h.LastBad = len(w.fresh), w.lastBad
 	h.Requests = len(lat)
 	if n := len(lat); n > 0 {
 		slices.Sort(lat)

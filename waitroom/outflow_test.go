@@ -161,6 +161,8 @@ func TestOutflowHoldsOnLaggingUnknown(t *testing.T) {
 // answers since the cut the rate recovers through it, with too few it
 // holds; later the same share, with too few answers to judge the
 // upstream, cuts. A slow answer among too few to judge holds the rate.
+// Within UnknownLag of the start of the latest request seen slow, the
+// share is news of that request's hang too, and cuts nothing.
 func TestOutflowCutsOncePerCause(t *testing.T) {
 	oc := DefaultOutflowConfig()
 	oc.UnknownLag = 3 * time.Second
@@ -181,6 +183,10 @@ func TestOutflowCutsOncePerCause(t *testing.T) {
 		{unknown(2), 3500 * time.Millisecond, 120, "UNKNOWN payments 80%"}, // 3.5 s after the cut: news of now
 		{Health{Requests: 2, Slow: 1, P99: 2 * time.Second}, 4 * time.Second, 120, "holding: a slow upstream answer"},
 		{Health{Requests: 5, Fresh: 5, P99: 20 * time.Millisecond}, 5 * time.Second, 600, "recovered"},
+		// 5.5 s after the last cut, but within 3 s of a request seen slow
+		// (begun at 7 s): the payments of the requests that hung.
+		{Health{Requests: 2, Fresh: 2, Payments: 10, Unknown: 8, LastBad: t0.Add(7 * time.Second)}, 9 * time.Second, 600, "at the room's limit"},
+		{Health{Requests: 2, Fresh: 2, Payments: 10, Unknown: 8, LastBad: t0.Add(7 * time.Second)}, 10500 * time.Millisecond, 120, "UNKNOWN payments 80%"},
 	}
 	for i, st := range steps {
 		st.h.At = t0.Add(st.at)
@@ -206,8 +212,8 @@ func TestHealthWindowCountsUnanswered(t *testing.T) {
 	w.inflight[hung], w.inflight[young] = struct{}{}, struct{}{}
 	w.answered(nil, 20*time.Millisecond, false)
 	h := w.take(now, time.Second, time.Time{})
-	if h.Requests != 2 || h.Slow != 1 || h.P99 != 1500*time.Millisecond || h.Fresh != 1 || h.Pending != 0 {
-		t.Fatalf("first interval: %+v, want 2 samples, 1 slow, p99 1.5s (the unanswered request's age), 1 fresh (the fast answer), none pending (the young request is 100 ms old)", h)
+	if h.Requests != 2 || h.Slow != 1 || h.P99 != 1500*time.Millisecond || h.Fresh != 1 || h.Pending != 0 || !h.LastBad.Equal(hung.start) {
+		t.Fatalf("first interval: %+v, want 2 samples, 1 slow, p99 1.5s (the unanswered request's age), 1 fresh (the fast answer), none pending (the young request is 100 ms old), the hung one the latest bad", h)
 	}
 	w.answered(hung, 3*time.Second, false)
 	w.answered(young, 30*time.Millisecond, false)
