@@ -34,6 +34,16 @@ type Health struct {
 	// OutflowConfig.P99; P99 is their 99th percentile latency.
 	Requests, Failures, Slow int
 	P99                      time.Duration
+	// Fresh counts the answers (in this interval or earlier ones) of
+	// requests begun after both the last cut and the latest request seen
+	// slow or failed, all fast by construction; Pending the requests begun
+	// after both and still unanswered once older than a quarter of
+	// OutflowConfig.P99: their answers are yet to tell (a purchase into
+	// a hanging institution is one before it crosses the bar).
+	Fresh, Pending int
+	// LastBad is when the latest request seen slow or failed began
+	// (zero: none yet).
+	LastBad time.Time
 	// Payments counts payments created, Unknown those the institution
 	// left UNKNOWN (a timeout or a lost answer).
 	Payments, Unknown int64
@@ -67,19 +77,27 @@ type OutflowConfig struct {
 	// little later (the sale lab: 1 to 2 s, their next poll), and pay
 	// counts the payment UNKNOWN when its call to the institution times
 	// out (pay's approval timeout, serve pay --timeout, 3 s by default).
-	// For this long after a cut, a high UNKNOWN share is taken as news of
-	// what was cut for and cuts nothing.
+	// For this long after a cut, or after the start of the latest request
+	// seen slow or failed, a high UNKNOWN share is taken as news of what
+	// was cut for (or already seen) and cuts nothing.
 	UnknownLag time.Duration
+	// Quiet is how long after a cut the rate holds while there is no
+	// evidence either way (too few answers since the cut, or some still
+	// pending); after it the rate grows as on a well interval, so that an
+	// instance that sees no traffic never keeps a room throttled.
+	Quiet time.Duration
 }
 
 // DefaultOutflowConfig: unwell above a 1 s p99, 5 % failures or 5 %
 // UNKNOWN payments, from 5 answers or 5 payments an interval; on an
 // unwell interval halve the rate (or cut it by the share of bad samples
-// when larger), never below a tenth of the limit; on a well one double
-// it (at least a tenth of the limit added), never above the limit.
+// when larger), never below a tenth of the limit; back to the rate before
+// the cuts once 5 answers begun since the last cut were all fast with
+// none pending, holding up to 5 s without such evidence, then doubling
+// (at least a tenth of the limit added), never above the limit.
 func DefaultOutflowConfig() OutflowConfig {
 	return OutflowConfig{P99: time.Second, MaxFailureRate: 0.05, MaxUnknownRate: 0.05, MinRequests: 5, MinPayments: 5,
-		Decrease: 0.5, Increase: 0.1, Recover: 2, Floor: 0.1, UnknownLag: 5 * time.Second}
+		Decrease: 0.5, Increase: 0.1, Recover: 2, Floor: 0.1, UnknownLag: 5 * time.Second, Quiet: 5 * time.Second}
 }
 
 // Validate reports every unusable field, by the snake_case words of the
@@ -114,6 +132,9 @@ func (c OutflowConfig) Validate() error {
 	if c.UnknownLag < 0 {
 		f.Add("outflow_unknown_lag", "must not be negative, got %s", c.UnknownLag)
 	}
+	if c.Quiet < 0 {
+		f.Add("outflow_quiet", "must not be negative, got %s", c.Quiet)
+	}
 	return f.Err()
 }
 
@@ -126,6 +147,9 @@ type OutflowController struct {
 	last   int // the rate last logged
 	// cutAt is the end of the interval of the last cut (Health.At).
 	cutAt time.Time
+	// high is the rate before the first of the cuts not yet recovered
+	// from (0: none).
+	high float64
 }
 
 // NewOutflowController returns a controller for cfg.
@@ -140,16 +164,28 @@ func NewOutflowController(cfg OutflowConfig) (*OutflowController, error) {
 // minute, > 0) and returns the rate to admit at (within [Floor·limit,
 // limit]), why, and whether it changed since the last step.
 //
-// An unwell interval cuts the rate (see OutflowConfig.Decrease). A well
-// one raises it. The controller cuts once for one cause: the window
-// (Service) leaves out of h the upstream samples of requests begun before
-// the last cut, and pay's UNKNOWN share, which counts a payment when
-// pay's call to the institution ends, up to UnknownLag after the buyer
-// asked, is old news within UnknownLag of the last cut: it then cuts
-// nothing, and the rate recovers when the upstream's answers since the
-// cut were all fast (holds when there were none, or a slow one among too
-// few to judge). Later, a high UNKNOWN share with the upstream answering
-// well enough to judge holds the rate; with too few answers, it cuts.
+// An unwell interval cuts the rate (see OutflowConfig.Decrease). The
+// controller cuts once for one cause: the window (Service) leaves out of
+// h the upstream samples of requests begun before the last cut, and pay's
+// UNKNOWN share, which counts a payment when pay's call to the
+// institution ends, up to UnknownLag after the buyer asked, is old news
+// within UnknownLag of the last cut, or of the start of the latest
+// request seen slow (Health.LastBad: the payments of the requests that
+// hung are counted until then): it then cuts nothing. Later, a high
+// UNKNOWN share with the upstream answering well enough to judge holds the
+// rate; with too few answers, it cuts.
+//
+// After a cut the rate returns at once to what it was before the cuts
+// when an interval has evidence that the checkout is well again: at
+// least MinRequests answers of requests begun after the last cut and
+// after the latest request seen slow or failed (Health.Fresh), and none
+// of those requests still pending (Health.Pending). The slow answers and
+// the UNKNOWN payments of requests begun before are then old news: the
+// hang is over. Without that evidence it holds: an interval with no
+// answer, or with only the quick ones while the slow ones are still on
+// their way, says nothing. A slow answer among too few to judge holds it
+// too. Once Quiet has passed since the last cut with no evidence either
+// way, it grows as AIMD does (see OutflowConfig.Recover).
 func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, changed bool) {
 	lim := float64(limit)
 	before := int(math.Round(c.rate))
@@ -158,29 +194,50 @@ func (c *OutflowController) Step(h Health, limit int) (rate int, reason string, 
 	}
 	why, bad, unknownOnly := c.unwell(h)
 	judged := h.Requests >= c.cfg.MinRequests
-	oldNews := unknownOnly && !c.cutAt.IsZero() && h.At.Add(-c.cfg.UnknownLag).Before(c.cutAt)
+	oldNews := unknownOnly && ((!c.cutAt.IsZero() && h.At.Add(-c.cfg.UnknownLag).Before(c.cutAt)) ||
+		(!h.LastBad.IsZero() && h.At.Add(-c.cfg.UnknownLag).Before(h.LastBad)))
+	well := h.Fresh >= c.cfg.MinRequests && h.Pending == 0
+	quiet := c.cutAt.IsZero() || !h.At.Before(c.cutAt.Add(c.cfg.Quiet))
+	news := ""
+	if oldNews {
+		news = " (" + why + ", from before the last cut)"
+	}
 	switch {
+	case well && c.high > 0 && c.rate < lim:
+		c.rate, c.high = min(max(c.rate, c.high), lim), 0
+		c.reason = fmt.Sprintf("recovered: %d upstream answers begun since the last cut and the latest slow one, all fast", h.Fresh)
+		if why != "" {
+			c.reason += " (" + why + ", from requests begun before)"
+		}
+		if c.rate == lim {
+			c.reason = "at the room's limit: " + c.reason
+		}
 	case why != "" && !oldNews && !(unknownOnly && judged):
+		if c.high == 0 {
+			c.high = c.rate
+		}
 		c.rate = max(c.rate*min(c.cfg.Decrease, 1-bad), c.cfg.Floor*lim)
 		c.reason, c.cutAt = why, h.At
 	case why != "" && !oldNews:
 		c.reason = "holding: " + why + ", but the upstream answers well"
-	case (oldNews && (h.Requests == 0 || h.Slow > 0)) || (h.Slow > 0 && !judged):
-		c.reason = "holding: too few upstream answers since the last cut to judge"
-		if oldNews {
-			c.reason = "holding: " + why + " (from before the last cut), and no upstream answer to judge by"
-		}
-	case c.rate < lim:
-		c.rate = min(max(c.rate*c.cfg.Recover, c.rate+c.cfg.Increase*lim), lim)
-		c.reason = "recovering: the checkout is well"
-		if oldNews {
-			c.reason = "recovering: the checkout answers well again (" + why + ", from before the last cut)"
-		}
-		if c.rate == lim {
+	case c.rate >= lim:
+		c.high = 0
+		if !strings.HasPrefix(c.reason, "at the room's limit") {
 			c.reason = "at the room's limit: the checkout is well"
 		}
-	case c.reason == "" || !strings.HasPrefix(c.reason, "at the room's limit"):
-		c.reason = "at the room's limit: the checkout is well"
+	case h.Slow > 0:
+		c.reason = "holding: a slow upstream answer among too few to judge" + news
+	case !well && !quiet:
+		c.reason = "holding: too few upstream answers since the last cut to judge" + news
+		if h.Pending > 0 {
+			c.reason = fmt.Sprintf("holding: %d upstream requests since the last cut still unanswered%s", h.Pending, news)
+		}
+	default:
+		c.rate = min(max(c.rate*c.cfg.Recover, c.rate+c.cfg.Increase*lim), lim)
+		c.reason = "recovering: nothing unwell since the last cut" + news
+		if c.rate == lim {
+			c.reason, c.high = "at the room's limit: the checkout is well", 0
+		}
 	}
 	rate = max(1, int(math.Round(c.rate)))
 	return rate, c.reason, rate != before
@@ -238,6 +295,13 @@ type healthWindow struct {
 	payTotal, payUnknown   int64
 	baseTotal, baseUnknown int64
 	payKnown               bool
+	// lastBad is when the latest request seen slow or failed began.
+	lastBad time.Time
+	// fresh holds when the requests answered since freshFrom began
+	// (answers of requests begun after it, across intervals): the fresh
+	// ones, kept until the point moves on.
+	fresh     []time.Time
+	freshFrom time.Time
 }
 
 // sample is one upstream request's latency (unless noLatency: its
@@ -262,10 +326,14 @@ type flight struct {
 // controller already cut for), and starts the next interval. A request
 // unanswered for longer than slow is a sample of its age now, once: a
 // hanging checkout shows in the interval it began to hang in, not only
-// when its answers come back.
+// when its answers come back. Answers of requests begun after since and
+// after the latest request seen slow or failed are fresh, counted across
+// intervals until that point moves on; such a request unanswered for
+// longer than a quarter of slow is pending.
 func (w *healthWindow) take(now time.Time, slow time.Duration, since time.Time) Health {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	h := Health{At: now}
 	for f := range w.inflight {
 		if age := now.Sub(f.start); !f.counted && age > slow {
 			f.counted = true
@@ -274,7 +342,29 @@ func (w *healthWindow) take(now time.Time, slow time.Duration, since time.Time) 
 			}
 		}
 	}
-	h := Health{At: now}
+	for _, x := range w.samples {
+		if (x.failed || (!x.noLatency && x.took > slow)) && x.start.After(w.lastBad) {
+			w.lastBad = x.start
+		}
+	}
+	fresh := since
+	if w.lastBad.After(fresh) {
+		fresh = w.lastBad
+	}
+	if !fresh.Equal(w.freshFrom) {
+		kept := w.fresh[:0]
+		for _, t := range w.fresh {
+			if t.After(fresh) {
+				kept = append(kept, t)
+			}
+		}
+		w.fresh, w.freshFrom = kept, fresh
+	}
+	for f := range w.inflight {
+		if f.start.After(fresh) && now.Sub(f.start) > slow/4 {
+			h.Pending++
+		}
+	}
 	var lat []time.Duration
 	for _, x := range w.samples {
 		if !x.start.After(since) {
@@ -286,7 +376,11 @@ func (w *healthWindow) take(now time.Time, slow time.Duration, since time.Time) 
 		if !x.noLatency {
 			lat = append(lat, x.took)
 		}
+		if x.start.After(fresh) && len(w.fresh) < maxLatencies {
+			w.fresh = append(w.fresh, x.start)
+		}
 	}
+	h.Fresh, h.LastBad = len(w.fresh), w.lastBad
 	h.Requests = len(lat)
 	if n := len(lat); n > 0 {
 		slices.Sort(lat)
@@ -400,11 +494,17 @@ func (s *Service) steerOutflow(ctx context.Context, room string, cfg RoomConfig)
 		return
 	}
 	rate, reason, changed := c.Step(h, cfg.MaxAdmissionsPerMinute)
-	// Written every step: the store lets a rate lapse when no instance
-	// has renewed it for a while (OutflowStore).
-	if err := os.SetOutflow(ctx, room, rate, reason); err != nil {
-		s.cfg.Logger.Warn("waitroom: setting the adaptive outflow failed", "room", room, "err", err)
-		return
+	// A rate below the limit is written every step: the store lets a rate
+	// lapse when no instance has renewed it for a while (OutflowStore).
+	// The limit is written only when it is reached: every instance
+	// steers with the share of the traffic it proxies and the last write
+	// wins, so an instance that sees nothing wrong must not undo every
+	// second the cut of one that does.
+	if rate < cfg.MaxAdmissionsPerMinute || changed {
+		if err := os.SetOutflow(ctx, room, rate, reason); err != nil {
+			s.cfg.Logger.Warn("waitroom: setting the adaptive outflow failed", "room", room, "err", err)
+			return
+		}
 	}
 	if !changed {
 		return
@@ -416,7 +516,7 @@ func (s *Service) steerOutflow(ctx context.Context, room string, cfg RoomConfig)
 	}
 	c.last = rate
 	s.cfg.Logger.Log(ctx, level, "waitroom: outflow changed", "room", room, "per_minute", rate, "limit", cfg.MaxAdmissionsPerMinute,
-		"reason", reason, "p99", h.P99, "requests", h.Requests, "failures", h.Failures, "payments", h.Payments, "unknown", h.Unknown)
+		"reason", reason, "p99", h.P99, "requests", h.Requests, "failures", h.Failures, "pending", h.Pending, "payments", h.Payments, "unknown", h.Unknown)
 	if hook := s.cfg.OnOutflow; hook != nil {
 		hook(room, rate, reason)
 	}

@@ -87,7 +87,7 @@ Not part of 'stampede lab' / 'lab all'.`,
 	f.String("capture", d.Capture, "the checkout's capture mode: automatic, or manual (authorise at the purchase, capture while the order is pending)")
 	f.Int("outflow", 0, "the room's max_admissions_per_minute (0: no limit)")
 	f.Bool("adaptive", false, "run the gates with --adaptive-outflow: the room slows below --outflow while the checkout is unwell (needs --outflow)")
-	f.Bool("compare-adaptive", false, "run the sale twice a repeat, interleaved: the outflow static at --outflow and adaptive below it; the report sets their medians side by side and checks that the adaptive outflow has fewer checkout timeouts, no more abandoned holds and a join→ticket p99 no worse (needs --outflow)")
+	f.Bool("compare-adaptive", false, "run the sale twice a repeat, interleaved: the outflow static at --outflow and adaptive below it; the report sets their medians side by side and checks that the adaptive outflow has fewer checkout timeouts, no more abandoned holds (fewer with --hang-mode before) and a join→ticket p99 no worse (needs --outflow)")
 	f.String("hang", sale.FormatWindow(d.InstitutionHang), "when the institution hangs after processing, as shares of --timeline: FROM-TO, or none")
 	f.Int64("hang-ms", d.HangMS, "how long the hanging institution holds each answer, in milliseconds")
 	f.String("hang-mode", "after", "how the institution hangs: after (it charges, then holds the answer) or before (it holds the request and charges nothing: the payments fail)")

@@ -2,6 +2,7 @@ package sale
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,8 +30,9 @@ func TestParseWindow(t *testing.T) {
 // TestCompareAdaptiveClaims: with CompareAdaptive the sale has a static
 // and an adaptive condition, and the claim about the adaptive outflow
 // holds only when its medians beat the static ones (fewer UNKNOWN
-// payments, no more released holds, a p99 no worse), each invariant is
-// checked for both, and the table shows each run.
+// payments, no more released holds, or fewer when the institution hangs
+// before processing, a p99 no worse), each invariant is checked for both,
+// and the table shows each run.
 func TestCompareAdaptiveClaims(t *testing.T) {
 	cfg := QuickConfig()
 	cfg.Outflow, cfg.CompareAdaptive = 600, true
@@ -87,6 +89,17 @@ func TestCompareAdaptiveClaims(t *testing.T) {
 	if _, f := held(result(sale(40, 3, 9000), sale(40, 4, 9500))); len(f) != 3 {
 		t.Errorf("adaptive no better: failed %v, want all three failed", f)
 	}
+	if h, _ := held(result(sale(40, 3, 9000), sale(12, 3, 8000))); !slices.Contains(h, "adaptive outflow: no more abandoned holds (released unsold) than static") {
+		t.Errorf("hang after processing, as many released holds: held %v, want the holds' claim (no more) held", h)
+	}
+	e.cfg.HangBefore = true
+	if _, f := held(result(sale(40, 3, 9000), sale(12, 3, 8000))); !slices.Equal(f, []string{"adaptive outflow: fewer abandoned holds (released unsold) than static"}) {
+		t.Errorf("hang before processing, as many released holds: failed %v, want only the holds' claim (fewer)", f)
+	}
+	if h, f := held(result(sale(40, 3, 9000), sale(12, 2, 8000))); len(h) != 3 || len(f) != 0 {
+		t.Errorf("hang before processing, adaptive better: held %v, failed %v; want all three held", h, f)
+	}
+	e.cfg.HangBefore = false
 	n := 0
 	for _, x := range e.Expectations(result(sale(1, 1, 1), sale(1, 1, 1))).List() {
 		if strings.HasPrefix(x.Claim, "static-600: ") || strings.HasPrefix(x.Claim, "adaptive-600: ") {

@@ -344,7 +344,9 @@ func (r *rig) setUp(ctx context.Context) error {
 			"--trusted-proxy", "127.0.0.1/32", "--join-rate", "2", "--join-burst", "10", "--join-clients", "100000",
 			"--log-level", "warn"}
 		if r.cfg.Adaptive {
-			args = append(args, "--adaptive-outflow", "--pay-metrics", r.payURL+"/metrics")
+			// At info the gate's log has every change of the outflow (a
+			// rise too, not only the cuts): the timeline of the controller.
+			args = append(args, "--adaptive-outflow", "--pay-metrics", r.payURL+"/metrics", "--log-level", "info")
 		}
 		g, err := r.newProc(fmt.Sprintf("gate-%d", i), "http://"+a+"/.well-known/jwks.json", args...)
 		if err != nil {
