@@ -69,8 +69,12 @@ type Config struct {
 
 // Families of series, each drawn in one chart with one tolerance.
 const (
-	FamilyRSS        = "rss"
-	FamilyHeap       = "heap"
+	FamilyRSS  = "rss"
+	FamilyHeap = "heap"
+	// FamilyRuntime is reported only: a Go process's heap memory freed
+	// and kept from the OS, and its stacks, to read its resident memory
+	// against its heap.
+	FamilyRuntime    = "go_runtime"
 	FamilyGoroutines = "goroutines"
 	FamilyFiles      = "open_files"
 	FamilyRedisKeys  = "redis_keys"

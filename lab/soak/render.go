@@ -95,6 +95,7 @@ func (e *Experiment) Render(r *lab.Result, dir string) (string, error) {
 	families := []struct{ family, title, ylabel string }{
 		{FamilyRSS, "Resident memory per process", "bytes"},
 		{FamilyHeap, "Go heap in use per process", "bytes"},
+		{FamilyRuntime, "Go runtime: heap freed but kept, and stacks, per process", "bytes"},
 		{FamilyGoroutines, "Goroutines per process", "goroutines"},
 		{FamilyFiles, "Open files per process", "files"},
 		{FamilyRedisKeys, "Redis keys", "keys"},

@@ -205,9 +205,13 @@ func (s *sampler) sample(ctx context.Context) {
 			s.fail(p.Name + " open files")
 		}
 		if p.Metrics != "" {
-			if g, heap, err := s.scrape(ctx, p.Metrics, p.MetricsAuth); err == nil {
-				s.add(p.Name+" goroutines", FamilyGoroutines, "goroutines", true, t, g)
-				s.add(p.Name+" heap in use", FamilyHeap, "bytes", true, t, heap)
+			if m, err := s.scrape(ctx, p.Metrics, p.MetricsAuth); err == nil {
+				s.add(p.Name+" goroutines", FamilyGoroutines, "goroutines", true, t, m.goroutines)
+				s.add(p.Name+" heap in use", FamilyHeap, "bytes", true, t, m.heapInuse)
+				// Reported: what the resident memory holds beside the
+				// heap in use.
+				s.add(p.Name+" heap kept, free", FamilyRuntime, "bytes", false, t, m.heapIdle-m.heapReleased)
+				s.add(p.Name+" stacks", FamilyRuntime, "bytes", false, t, m.stackInuse)
 			} else {
 				s.fail(p.Name + " metrics")
 			}
@@ -310,44 +314,58 @@ func (s *sampler) sample(ctx context.Context) {
 	}
 }
 
-// scrape reads go_goroutines and go_memstats_heap_inuse_bytes from a
-// Prometheus endpoint, sending auth as its Authorization (if not empty).
-func (s *sampler) scrape(ctx context.Context, u, auth string) (goroutines, heap float64, err error) {
+// scraped is what a scrape reads of a Go process's runtime: its
+// goroutines and heap in use (judged), and where the rest of its memory
+// is (reported, to tell a heap that grows from a runtime that keeps what
+// it freed): heap memory freed but not returned to the OS, and stacks.
+type scraped struct {
+	goroutines, heapInuse, heapIdle, heapReleased, stackInuse float64
+}
+
+// scrapedMetrics names the Prometheus series scrape reads into scraped.
+var scrapedMetrics = []string{
+	"go_goroutines", "go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes",
+	"go_memstats_heap_released_bytes", "go_memstats_stack_inuse_bytes",
+}
+
+// scrape reads a Go process's runtime figures from a Prometheus endpoint,
+// sending auth as its Authorization (if not empty).
+func (s *sampler) scrape(ctx context.Context, u, auth string) (scraped, error) {
+	var out scraped
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return 0, 0, err
+		return out, err
 	}
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
 	resp, err := s.hc.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return out, err
 	}
 	defer resp.Body.Close()
+	dst := []*float64{&out.goroutines, &out.heapInuse, &out.heapIdle, &out.heapReleased, &out.stackInuse}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	found := 0
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
-			if goroutines, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
-				return 0, 0, err
+		for i, name := range scrapedMetrics {
+			v, ok := strings.CutPrefix(sc.Text(), name+" ")
+			if !ok {
+				continue
 			}
-			found++
-		}
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
-			if heap, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
-				return 0, 0, err
+			if *dst[i], err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+				return out, err
 			}
 			found++
 		}
 	}
-	if found < 2 {
-		return 0, 0, fmt.Errorf("soak: no go_goroutines or go_memstats_heap_inuse_bytes at %s (%s)", u, resp.Status)
+	if found < len(scrapedMetrics) {
+		return out, fmt.Errorf("soak: %d of the series %s missing at %s (%s)", len(scrapedMetrics)-found, strings.Join(scrapedMetrics, ", "), u, resp.Status)
 	}
-	return goroutines, heap, nil
+	return out, nil
 }
 
 // rssOf is a process's resident set size in bytes (VmRSS).
