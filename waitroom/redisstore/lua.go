@@ -70,8 +70,9 @@ local kJoinedat, kSeen, kAway, kAwayat, kDone, kSeqof = KEYS[7], KEYS[8], KEYS[9
 // queueLua defines what a one-queue room and a queue shard do alike to
 // their waiting users (needs a clock snippet and a key prelude first):
 // finish, finishFrom, enqueue, comeBack, closeWaiting, closeAll,
-// setAside, forget and shuffle.
+// setAside, forget, housekeep and shuffle.
 const queueLua = `
+local housekeepMS = 1000
 -- kInvites holds the used invites (a sorted set scored by each invite's
 -- expiry, ms): the last of KEYS in the scripts that use it, joins and
 -- stats (Keys.Invites, ShardKeys.Invites); unused elsewhere.
@@ -231,10 +232,13 @@ end
 -- abandon ms (0: never), keeping their place in away for abandon ms more,
 -- and gives up for good the places of up to batch users away past their
 -- window. Each user set aside is counted in stats as setaside (a
--- departure from the queue, see roomViewLua).
+-- departure from the queue, see roomViewLua). Returns whether either
+-- step filled its batch.
 local function setAside(abandon, batch)
+  local full = false
   if abandon > 0 then
     local stale = redis.call('ZRANGEBYSCORE', kSeen, '-inf', now - abandon, 'LIMIT', 0, batch)
+    full = #stale >= batch
     for _, u in ipairs(stale) do
       redis.call('ZREM', kSeen, u)
       local place = redis.call('ZSCORE', kQueue, u)
@@ -254,15 +258,31 @@ local function setAside(abandon, batch)
     finish(u, 'abandoned')
   end
   if #over > 0 then redis.call('HINCRBY', kStats, 'abandoned', #over) end
+  return full or #over >= batch
 end
 
 -- forget removes up to batch users finished longer than retention ms ago
--- from done and from each hash in hashes.
+-- from done and from each hash in hashes. Returns whether it filled the
+-- batch.
 local function forget(retention, batch, hashes)
   local old = redis.call('ZRANGEBYSCORE', kDone, '-inf', now - retention, 'LIMIT', 0, batch)
-  if #old == 0 then return end
+  if #old == 0 then return false end
   for _, h in ipairs(hashes) do redis.call('HDEL', h, unpack(old)) end
   redis.call('ZREM', kDone, unpack(old))
+  return #old >= batch
+end
+
+-- housekeep sets users aside (setAside) and forgets finished ones
+-- (forget) at most once every housekeepMS of the server's clock, recorded
+-- in cfg as hk_at, unless the last round filled a batch (more are due):
+-- each reads a sorted set that grows with the crowd or the history by
+-- score, which the embedded server does by sorting the whole set.
+local function housekeep(abandon, retention, batch, hashes)
+  local at = tonumber(redis.call('HGET', kCfg, 'hk_at') or 0)
+  if now >= at and now - at < housekeepMS then return end
+  local more = setAside(abandon, batch)
+  if forget(retention, batch, hashes) then more = true end
+  if more then redis.call('HDEL', kCfg, 'hk_at') else redis.call('HSET', kCfg, 'hk_at', now) end
 end
 
 -- shuffle puts the pre-queue in random order, once per opening (opens,

@@ -34,6 +34,14 @@ const roomsKey = "stampede:rooms"
 // that one script never blocks Redis for long.
 const MaxBatch = 1000
 
+// HousekeepInterval is how often an admission pass also sets aside the
+// users who stopped polling and forgets those finished past the retention
+// (housekeepMS in the scripts), on the server's clock, while neither step
+// fills MaxBatch: both read a set as large as the crowd or the history by
+// score, and the embedded server sorts the whole set for that. A user is
+// set aside up to this much later than abandon_after_seconds.
+const HousekeepInterval = time.Second
+
 // Store is a waitroom.Store on Redis.
 type Store struct {
 	client redis.UniversalClient

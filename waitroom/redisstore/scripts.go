@@ -178,7 +178,8 @@ return {reclaim(0), now}
 //  3. sets aside up to max_batch waiting users who have not polled for
 //     abandon_ms (their place kept in away), and gives up for good the
 //     places of those away past their window;
-//  4. forgets up to max_batch users finished for longer than the retention;
+//  4. forgets up to max_batch users finished for longer than the retention
+//     (3 and 4 at most once every HousekeepInterval while no batch fills);
 //  5. unless the room is paused, closed (or past closes_at, or past its
 //     last window), not yet open or between two windows of its schedule:
 //     draws the pre-queue's order at the first pass after opening (the
@@ -208,10 +209,9 @@ if opens == 0 then opens = first end
 local expired = reclaim(batch)
 -- 2. A closed room tells its waiting users.
 if closed then closeAll(batch) end
--- 3. Users who stopped polling lose their place, kept aside for a while.
-setAside(abandon, batch)
--- 4. Retention: forget users finished long enough ago.
-forget(retention, batch, {kState, kSeqof, kJoinedat})
+-- 3. Users who stopped polling lose their place, kept aside for a while,
+-- and 4. retention: forget users finished long enough ago (once a second).
+housekeep(abandon, retention, batch, {kState, kSeqof, kJoinedat})
 
 local out = {expired, now, 0}
 if paused or closed or phase ~= 'open' or (opens > 0 and now < opens) then return out end

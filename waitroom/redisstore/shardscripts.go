@@ -113,7 +113,8 @@ return {st, 0}
 // shuffled now, else 0), seed, hint (the admitter's latest stamp seen). It
 // closes waiting users of a closed room, sets aside users who stopped
 // polling and abandons those away too long, forgets users finished longer
-// than the retention ago (each step at most max_batch users), shuffles the
+// than the retention ago (each step at most max_batch users; the last two
+// at most once every HousekeepInterval, see housekeep), shuffles the
 // pre-queue once, and raises the shard's clock mark to at least now and
 // the hint: every later join here is stamped after the mark. Returns
 // {shuffled, mark, user, stamp, ...} for up to heads users at the head of
@@ -124,8 +125,7 @@ if not c[3] then return redis.error_reply('NOROOM') end
 local closed, abandon, retention = sale(0, 0) == 'closed', tonumber(c[2] or 0), tonumber(c[3])
 local heads, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 if closed then closeAll(batch) end
-setAside(abandon, batch)
-forget(retention, batch, {kState, kAdmseq, kSeqof, kJoinedat})
+housekeep(abandon, retention, batch, {kState, kAdmseq, kSeqof, kJoinedat})
 local out = {0}
 local opens = ARGV[3]
 if opens ~= '0' and c[4] ~= opens then out[1] = shuffle(opens, ARGV[4], nil) end
