@@ -25,6 +25,7 @@ const metricsNamespace = "stampede_waitroom"
 //	stampede_waitroom_store_round_trips_total{mode}        store requests made by admission passes
 //	stampede_waitroom_admission_pass_seconds{mode}         histogram of pass latency
 //	stampede_waitroom_outflow_per_minute{room}             the adaptive outflow this process set last
+//	stampede_waitroom_polls_total{room,answer}             waiting polls, by how they were answered (PollAnswer)
 //
 // A room's counters exist, at 0, from its first pass on.
 type Metrics struct {
@@ -34,6 +35,7 @@ type Metrics struct {
 	roundTrips  *prometheus.CounterVec
 	passSeconds *prometheus.HistogramVec
 	outflow     *prometheus.GaugeVec
+	polls       *prometheus.CounterVec
 }
 
 // NewMetrics makes the admission metrics and registers them with reg (nil:
@@ -67,6 +69,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: metricsNamespace, Name: "outflow_per_minute",
 			Help: "The adaptive outflow (admissions a minute) this process's controller set last (ServiceConfig.Outflow).",
 		}, []string{"room"}),
+		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "polls_total",
+			Help: "Polls of tickets by this process, by how they were answered: view (the room view, no store call) or store_<why>.",
+		}, []string{"room", "answer"}),
 	}
 	if reg != nil {
 		m.admitted = registerOrReuse(reg, m.admitted)
@@ -75,6 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.roundTrips = registerOrReuse(reg, m.roundTrips)
 		m.passSeconds = registerOrReuse(reg, m.passSeconds)
 		m.outflow = registerOrReuse(reg, m.outflow)
+		m.polls = registerOrReuse(reg, m.polls)
 	}
 	return m
 }
@@ -114,6 +121,12 @@ func (m *Metrics) OnPass(room string, mode Mode, took time.Duration, res AdmitRe
 // is that of ServiceConfig.OnOutflow.
 func (m *Metrics) OnOutflow(room string, perMinute int, _ string) {
 	m.outflow.WithLabelValues(room).Set(float64(perMinute))
+}
+
+// OnPoll records how one poll was answered. Its signature is that of
+// ServiceConfig.OnPoll.
+func (m *Metrics) OnPoll(room string, answer PollAnswer) {
+	m.polls.WithLabelValues(room, string(answer)).Inc()
 }
 
 // roomCollector reads every room's gauges from the store at scrape time:

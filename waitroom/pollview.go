@@ -248,7 +248,11 @@ func (s *Service) Poll(ctx context.Context, room, user string, generation int64,
 		return Ticket{}, err
 	}
 	v := s.viewer(room)
-	if t, ok := s.answerFromView(v, room, user, generation, place); ok {
+	t, answer := s.answerFromView(v, room, user, generation, place)
+	if hook := s.cfg.OnPoll; hook != nil {
+		hook(room, answer)
+	}
+	if answer == PollFromView {
 		return t, nil
 	}
 	t, err := s.withPlace(room, func() (Ticket, error) { return s.store.Ticket(ctx, room, user) })
@@ -273,32 +277,62 @@ func placeOf(view RoomView, t Ticket) *Place {
 	return &Place{Rank: t.Position, Admitted: t.Marks.Admitted, Departed: t.Marks.Departed, Order: view.Order}
 }
 
-// answerFromView answers a poll from v when the place allows it.
-func (s *Service) answerFromView(v *viewer, room, user string, generation int64, p *Place) (Ticket, bool) {
+// PollAnswer says how Poll answered: from the room view, or from the
+// store and why (the label of stampede_waitroom_polls_total).
+type PollAnswer string
+
+// The answers of Poll.
+const (
+	// PollFromView: from the instance's room view, no store call.
+	PollFromView PollAnswer = "view"
+	// PollNoPlace: the token carries no place (its first poll, a token
+	// from before places, or a place the store could not give).
+	PollNoPlace PollAnswer = "store_no_place"
+	// PollNoView: the instance has no fresh view of the room, the view's
+	// order is not the place's, or the sale is not open.
+	PollNoView PollAnswer = "store_no_view"
+	// PollNoPresence: the store cannot record presence in batches, or the
+	// room sets users aside too soon for a batch.
+	PollNoPresence PollAnswer = "store_no_presence"
+	// PollDepartures: more users left the line since the place was read
+	// than PositionSlack allows.
+	PollDepartures PollAnswer = "store_departures"
+	// PollFrontier: the buyer is within the frontier margin.
+	PollFrontier PollAnswer = "store_frontier"
+	// PollGone: a presence flush found the buyer no longer waiting.
+	PollGone PollAnswer = "store_gone"
+)
+
+// answerFromView answers a poll from v when the place allows it, and says
+// why not otherwise.
+func (s *Service) answerFromView(v *viewer, room, user string, generation int64, p *Place) (Ticket, PollAnswer) {
 	if v == nil || p == nil || generation <= 0 {
-		return Ticket{}, false
+		return Ticket{}, PollNoPlace
 	}
 	view, ok := v.current()
 	if !ok || !view.Ordered || view.Order != p.Order || (view.Phase != PhaseOpen && view.Phase != PhaseBetween) {
-		return Ticket{}, false
+		return Ticket{}, PollNoView
 	}
 	if _, ok := s.store.(Toucher); !ok {
-		return Ticket{}, false
+		return Ticket{}, PollNoPresence
 	}
 	if cfg, ok := s.roomConfig(room); !ok || cfg.AbandonAfter > 0 && cfg.AbandonAfter < minLocalAbandon*s.cfg.PresenceFlush {
-		return Ticket{}, false
+		return Ticket{}, PollNoPresence
 	}
 	pos := p.Rank - max(0, view.AdmittedTotal-p.Admitted)
-	if view.DepartedTotal-p.Departed > PositionSlack(pos) || pos <= s.frontierMargin(room) {
-		return Ticket{}, false
+	if view.DepartedTotal-p.Departed > PositionSlack(pos) {
+		return Ticket{}, PollDepartures
+	}
+	if pos <= s.frontierMargin(room) {
+		return Ticket{}, PollFrontier
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if _, gone := v.gone[user]; gone {
-		return Ticket{}, false
+		return Ticket{}, PollGone
 	}
 	v.present[user] = struct{}{}
-	return Ticket{Room: room, User: user, State: StateWaiting, Position: pos, Generation: generation}, true
+	return Ticket{Room: room, User: user, State: StateWaiting, Position: pos, Generation: generation}, PollFromView
 }
 
 // frontierMargin is how close to the head (in users ahead) a poll reads

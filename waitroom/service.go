@@ -41,6 +41,9 @@ type ServiceConfig struct {
 	// OnOutflow, if set, is called when this instance changes a room's
 	// adaptive outflow (metrics hook).
 	OnOutflow func(room string, perMinute int, reason string)
+	// OnPoll, if set, is called for every Poll with how it is answered
+	// (metrics hook).
+	OnPoll func(room string, answer PollAnswer)
 	// ViewRefresh is how often the instance reads each room's view (one
 	// store call per room), from which polls of buyers clearly behind the
 	// frontier are answered without the store (see Poll); 0 turns that

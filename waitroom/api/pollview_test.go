@@ -157,6 +157,26 @@ func TestPollsFromViewWithinBound(t *testing.T) {
 	if local < polls/2 {
 		t.Errorf("only %d of %d polls far back were answered from the view", local, polls)
 	}
+	// The metric counts the same polls by answer.
+	m := e.must(t, http.StatusOK, req{method: "GET", path: "/metrics", auth: "Bearer " + adminToken})
+	var fromView, fromStore int64
+	for _, line := range strings.Split(string(m.raw), "\n") {
+		if !strings.HasPrefix(line, "stampede_waitroom_polls_total{") || !strings.Contains(line, `room="`+room+`"`) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		if strings.Contains(line, `answer="view"`) {
+			fromView += int64(v)
+		} else {
+			fromStore += int64(v)
+		}
+	}
+	if fromView != local || fromView+fromStore != polls {
+		t.Errorf("stampede_waitroom_polls_total: %d from the view and %d from the store, want %d and %d", fromView, fromStore, local, polls-local)
+	}
 }
 
 // TestPresenceFromViewKeepsPlaces: buyers answered from the view keep

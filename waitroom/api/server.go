@@ -223,6 +223,7 @@ func New(cfg Config) (*Server, error) {
 	scfg := cfg.serviceConfig(log)
 	scfg.OnPass = metrics.OnPass
 	scfg.Outflow, scfg.OnOutflow = cfg.Outflow, metrics.OnOutflow
+	scfg.OnPoll = metrics.OnPoll
 	if extra := cfg.OnPass; extra != nil {
 		scfg.OnPass = func(room string, mode waitroom.Mode, took time.Duration, res waitroom.AdmitResult, err error) {
 			metrics.OnPass(room, mode, took, res, err)
