@@ -283,6 +283,7 @@ var ErrNotFound = errors.New("checkout: not found")
 // asked for. Nothing was written.
 type SoldOutError struct {
 	Left int // the seats left when it was refused
+	Held int // the seats on hold then, which may yet come back
 }
 
 // Error implements error.
@@ -312,7 +313,8 @@ func Unavailable(err error) *Error {
 }
 
 // MapError turns checkout's errors into *Error for the HTTP layer:
-// ErrNotFound is 404, *SoldOutError 409 conflict with seats_left,
+// ErrNotFound is 404, *SoldOutError 409 conflict with seats_left and
+// held (seats on hold that may come back: sold out for good when 0),
 // *StateError 409 conflict with the hold's state; an *Error passes
 // through and anything else is left to httpapi.As.
 func MapError(err error) error {
@@ -327,7 +329,7 @@ func MapError(err error) error {
 	}
 	if so, ok := errors.AsType[*SoldOutError](err); ok {
 		return &Error{Code: stampede.Conflict, Field: "seats", Message: fmt.Sprintf("sold out: %d seats left", so.Left),
-			Extra: map[string]any{"seats_left": so.Left}, Err: err}
+			Extra: map[string]any{"seats_left": so.Left, "held": so.Held}, Err: err}
 	}
 	if se, ok := errors.AsType[*StateError](err); ok {
 		msg := "the hold is " + string(se.State)

@@ -185,8 +185,8 @@ func testHold(t *testing.T, s checkout.Store) {
 	}
 	if _, err := s.Hold(ctx, newHold(e.ID, now), 2); err == nil {
 		t.Error("Hold(2) of 1 seat left succeeded")
-	} else if so, ok := errors.AsType[*checkout.SoldOutError](err); !ok || so.Left != 1 {
-		t.Errorf("Hold(2) of 1 seat left = %v, want a SoldOutError with 1 left", err)
+	} else if so, ok := errors.AsType[*checkout.SoldOutError](err); !ok || so.Left != 1 || so.Held != 2 {
+		t.Errorf("Hold(2) of 1 seat left = %+v, want a SoldOutError with 1 left and 2 held", err)
 	}
 	if h3 := hold(t, s, e.ID, 1, now); !slices.Equal(h3.Seats, []int{3}) {
 		t.Errorf("Hold(1) = seats %v, want [3]", h3.Seats)

@@ -217,7 +217,7 @@ func (s *Store) soldOut(ctx context.Context, tx *sql.Tx, event string) error {
 	if err != nil {
 		return err
 	}
-	return &checkout.SoldOutError{Left: e.SeatsLeft}
+	return &checkout.SoldOutError{Left: e.SeatsLeft, Held: e.Held()}
 }
 
 // Hold implements checkout.Store: the guarded path. A read on the read
@@ -229,7 +229,7 @@ func (s *Store) Hold(ctx context.Context, h checkout.Hold, n int) (checkout.Hold
 		return checkout.Hold{}, err
 	}
 	if e.SeatsLeft < n {
-		return checkout.Hold{}, &checkout.SoldOutError{Left: e.SeatsLeft}
+		return checkout.Hold{}, &checkout.SoldOutError{Left: e.SeatsLeft, Held: e.Held()}
 	}
 	err = s.update(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.q.takeSeats, n, h.EventID)

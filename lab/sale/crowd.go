@@ -349,8 +349,15 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 	last := ""
 	holdSeq := backoff.Start()
 	holdFrom := time.Now()
+	allHeld := false // the last answer: every seat left is on hold
 	for a := 0; ; a++ {
 		if a >= 40 || time.Since(holdFrom) > checkoutPatience || ctx.Err() != nil {
+			if allHeld {
+				c.soldOut.Store(true)
+				b.finish(endSoldOut)
+				leave()
+				return
+			}
 			b.mu.Lock()
 			b.why = "hold: " + last
 			b.mu.Unlock()
@@ -358,6 +365,7 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 			leave()
 			return
 		}
+		allHeld = false
 		ans, err := send(http.MethodPost, "/v1/events/"+c.r.event+"/holds", map[string]any{"seats": 1})
 		if err != nil {
 			last = err.Error()
@@ -368,6 +376,16 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 			break
 		}
 		if err == nil && ans.status == http.StatusConflict && strings.Contains(string(ans.body), "seats_left") {
+			var so struct {
+				Held int `json:"held"`
+			}
+			if json.Unmarshal(ans.body, &so) == nil && so.Held > 0 {
+				// Every seat left is on hold: some may come back when
+				// their orders fail; try again while patience lasts.
+				allHeld = true
+				sleep(ctx, retryWait(holdSeq, ans, err))
+				continue
+			}
 			c.soldOut.Store(true)
 			b.finish(endSoldOut)
 			leave()

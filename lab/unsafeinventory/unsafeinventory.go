@@ -65,7 +65,7 @@ func (s *Store) Hold(ctx context.Context, h checkout.Hold, n int) (checkout.Hold
 		return checkout.Hold{}, err
 	}
 	if e.SeatsLeft < n || len(seats) < n {
-		return checkout.Hold{}, &checkout.SoldOutError{Left: e.SeatsLeft}
+		return checkout.Hold{}, &checkout.SoldOutError{Left: e.SeatsLeft, Held: e.Held()}
 	}
 	if s.between != nil {
 		s.between(ctx)
