@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,45 @@ func AnonymousID() string {
 	var b [16]byte
 	rand.Read(b[:]) // never fails (crypto/rand)
 	return AnonPrefix + anonEncoding.EncodeToString(b[:])
+}
+
+// anonKeyLabel prefixes the HMAC input of a keyed anonymous id.
+const anonKeyLabel = "stampede-anon-v1\x00"
+
+// Bounds of a join's Idempotency-Key (see KeyedAnonymousID).
+const (
+	MinJoinKeyLen = 16
+	MaxJoinKeyLen = 128
+)
+
+// ValidateJoinKey checks an anonymous join's Idempotency-Key: 16 to 128
+// visible ASCII characters (a random one per browser or device, never
+// shown to anyone else).
+func ValidateJoinKey(key string) error {
+	if len(key) < MinJoinKeyLen || len(key) > MaxJoinKeyLen {
+		return &Error{Code: CodeInvalid, Field: "Idempotency-Key", Message: fmt.Sprintf("must be %d to %d characters", MinJoinKeyLen, MaxJoinKeyLen)}
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] <= ' ' || key[i] > '~' {
+			return &Error{Code: CodeInvalid, Field: "Idempotency-Key", Message: "must be visible ASCII characters"}
+		}
+	}
+	return nil
+}
+
+// KeyedAnonymousID returns the anonymous id of an anonymous join that
+// carries key: "anon-" and 128 bits of HMAC-SHA256(secret, label || room ||
+// NUL || key) in lower-case base32, so that a join tried again with the
+// same key (its answer lost to a timeout) gets the same ticket back instead
+// of leaving an orphan ticket in line. The key is the ticket's handle until
+// the ticket token arrives: it must be as secret as the token.
+func KeyedAnonymousID(secret []byte, room, key string) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(anonKeyLabel))
+	m.Write([]byte(room))
+	m.Write([]byte{0})
+	m.Write([]byte(key))
+	return AnonPrefix + anonEncoding.EncodeToString(m.Sum(nil)[:16])
 }
 
 // userSigLabel prefixes the HMAC input of a user signature.

@@ -80,8 +80,8 @@ type Toucher interface {
 
 // PositionSlack returns how far a position answered from a view may
 // exceed the true rank, besides what changed during the view's last
-// refresh: 25, or 2 % of the position when more.
-func PositionSlack(position int64) int64 { return max(25, position/50) }
+// refresh: 25, or 10 % of the position when more.
+func PositionSlack(position int64) int64 { return max(25, position/10) }
 
 // minLocalAbandon is the shortest AbandonAfter for which polls are
 // answered from the view, in PresenceFlush periods: a poll's presence

@@ -164,6 +164,11 @@ type answer struct {
 // do sends one request as the buyer from ip; bearer and cookie may be
 // empty.
 func (c *crowd) do(ctx context.Context, method, u, ip, bearer, cookie string, body any) (answer, error) {
+	return c.doKeyed(ctx, method, u, ip, bearer, cookie, "", body)
+}
+
+// doKeyed is do with an Idempotency-Key (none when empty).
+func (c *crowd) doKeyed(ctx context.Context, method, u, ip, bearer, cookie, key string, body any) (answer, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -183,6 +188,9 @@ func (c *crowd) do(ctx context.Context, method, u, ip, bearer, cookie string, bo
 	}
 	if cookie != "" {
 		req.AddCookie(&http.Cookie{Name: "stampede_admission", Value: cookie})
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -219,15 +227,19 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 		return
 	}
 	room := "/v1/rooms/" + c.r.room
-	// Join, through any gate that answers.
+	// Join, through any gate that answers, with one Idempotency-Key for
+	// every try, as the waiting page does: a try whose answer was lost
+	// (a timeout, a 503 after the store took the join) gets the same
+	// ticket back instead of leaving a second one in line.
 	var t ticketJSON
 	joinSeq := backoff.Start()
+	joinKey := waitroom.AnonymousID()
 	for a := 0; ; a++ {
 		if ctx.Err() != nil || c.closed.Load() {
 			b.finish(endNotAdmitted)
 			return
 		}
-		ans, err := c.do(ctx, http.MethodPost, c.gate(b, a)+room+"/tickets", b.ip, "", "", map[string]any{})
+		ans, err := c.doKeyed(ctx, http.MethodPost, c.gate(b, a)+room+"/tickets", b.ip, "", "", joinKey, map[string]any{})
 		c.joins.Add(1)
 		if err == nil && (ans.status == http.StatusCreated || ans.status == http.StatusOK) && json.Unmarshal(ans.body, &t) == nil && t.TicketToken != "" {
 			break

@@ -1090,6 +1090,9 @@ type joinProof struct {
 	// invite says that a verified invite names the place: every device
 	// presenting it gets that place's ticket, as its own token would.
 	invite bool
+	// keyed says that an anonymous join's Idempotency-Key named the
+	// user: the key's holder gets that ticket back, as its token would.
+	keyed bool
 }
 
 // joinUser decides who a join is for and what the request proves: a
@@ -1136,6 +1139,13 @@ func (h *handler) joinUser(r *http.Request, room string, body joinBody) (user st
 		if tokenUser != "" {
 			proof.tokenOnly = true
 			return tokenUser, proof, nil
+		}
+		if key := r.Header.Get("Idempotency-Key"); key != "" {
+			if err := waitroom.ValidateJoinKey(key); err != nil {
+				return "", proof, err
+			}
+			proof.keyed = true
+			return waitroom.KeyedAnonymousID(h.signer.Secret(), room, key), proof, nil
 		}
 		return waitroom.AnonymousID(), proof, nil
 	}
@@ -1228,7 +1238,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	owner := proof.invite || (proof.generation != 0 && t.Generation == proof.generation)
+	owner := proof.invite || proof.keyed || (proof.generation != 0 && t.Generation == proof.generation)
 	if t.Created && proof.tokenOnly {
 		// The token's join ended between the check above and this join:
 		// undo the join it cannot prove.

@@ -146,6 +146,7 @@ type req struct {
 	body         string
 	contentType  string // default application/json when body is set; "-" for none
 	auth         string // Authorization value
+	header       http.Header
 }
 
 func (e *env) do(t testing.TB, r req) answer {
@@ -171,6 +172,9 @@ func (e *env) do(t testing.TB, r req) answer {
 	}
 	if r.auth != "" {
 		hr.Header.Set("Authorization", r.auth)
+	}
+	for k, v := range r.header {
+		hr.Header[k] = v
 	}
 	var a answer
 	if e.url != "" {

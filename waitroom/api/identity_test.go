@@ -282,3 +282,44 @@ func TestKeyRotation(t *testing.T) {
 		t.Errorf("a bad epoch: %v", err)
 	}
 }
+
+// TestKeyedAnonymousJoin: an anonymous join tried again with the same
+// Idempotency-Key (its first answer lost) gets the same ticket back, not a
+// second place in line; another key is another buyer, in another room
+// too; a malformed key is a 400 naming the header.
+func TestKeyedAnonymousJoin(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := strictEnv(t, b)
+		room := e.newRoom(t, `{"capacity":1,"admit_interval_ms":60000}`)
+		other := e.newRoom(t, `{"capacity":1,"admit_interval_ms":60000}`)
+		keyed := func(room, key string, status int) answer {
+			return e.must(t, status, req{method: "POST", path: "/v1/rooms/" + room + "/tickets", body: `{}`,
+				header: http.Header{"Idempotency-Key": {key}}})
+		}
+		const k1, k2 = "k1-0123456789abcdef", "k2-0123456789abcdef"
+		first := keyed(room, k1, http.StatusCreated)
+		again := keyed(room, k1, http.StatusOK)
+		if again.str("user_id") != first.str("user_id") || again.str("ticket_token") == "" {
+			t.Fatalf("the same key twice: %s then %s, want the same user with a token", first.raw, again.raw)
+		}
+		second := keyed(room, k2, http.StatusCreated)
+		elsewhere := keyed(other, k1, http.StatusCreated)
+		if second.str("user_id") == first.str("user_id") || elsewhere.str("user_id") == first.str("user_id") ||
+			!strings.HasPrefix(second.str("user_id"), "anon-") {
+			t.Errorf("another key %q, another room %q, want ids other than %q", second.str("user_id"), elsewhere.str("user_id"), first.str("user_id"))
+		}
+		st, err := e.store.Stats(context.Background(), room)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.JoinedTotal != 2 {
+			t.Errorf("joined %d, want 2 (a retried join is not a new ticket)", st.JoinedTotal)
+		}
+		for _, bad := range []string{"short", strings.Repeat("x", 129), "has a space in it...."} {
+			a := e.do(t, req{method: "POST", path: "/v1/rooms/" + room + "/tickets", body: `{}`, header: http.Header{"Idempotency-Key": {bad}}})
+			if a.status != http.StatusBadRequest || a.str("field") != "Idempotency-Key" {
+				t.Errorf("key %q: %d %s, want 400 naming Idempotency-Key", bad, a.status, a.raw)
+			}
+		}
+	})
+}
