@@ -117,6 +117,29 @@ func (b *buyer) finish(end string) {
 	b.mu.Unlock()
 }
 
+// unfinished counts the buyers who have not ended yet by where they are:
+// joining (no ticket yet), waiting (not admitted), holding (no hold),
+// paying (a hold, no end).
+func (c *crowd) unfinished() string {
+	var joining, waiting, holding, paying int
+	for _, b := range c.buyers {
+		b.mu.Lock()
+		switch {
+		case b.end != "":
+		case b.user == "":
+			joining++
+		case b.admittedAt.IsZero():
+			waiting++
+		case b.holdID == "":
+			holding++
+		default:
+			paying++
+		}
+		b.mu.Unlock()
+	}
+	return fmt.Sprintf("joining %d, waiting %d, holding %d, paying %d", joining, waiting, holding, paying)
+}
+
 // crowd runs the buyers and the bots.
 type crowd struct {
 	r       *rig

@@ -230,15 +230,19 @@ wait:
 		case <-done:
 			break wait
 		case <-saleCtx.Done():
-			e.logf("sale: MaxSale %s reached; waiting for the buyers to stop", cfg.MaxSale)
+			e.logf("sale: MaxSale %s reached; waiting for the buyers to stop (%s)", cfg.MaxSale, c.unfinished())
 			<-done
 			break wait
 		case <-progress.C:
 			smp.mu.Lock()
 			if n := len(smp.points); n > 0 {
 				p := smp.points[n-1]
-				e.logf("sale: t=%.0fs waiting=%.0f active=%.0f admitted=%.0f sold=%.0f seats_left=%.0f outbox=%.0f lag=%.0f",
-					p.T, p.Waiting, p.Active, p.AdmittedTotal, p.Sold, p.SeatsLeft, p.Outbox, p.ConsumerLag)
+				left := ""
+				if c.closed.Load() {
+					left = "; buyers not done: " + c.unfinished()
+				}
+				e.logf("sale: t=%.0fs waiting=%.0f active=%.0f admitted=%.0f sold=%.0f seats_left=%.0f outbox=%.0f lag=%.0f%s",
+					p.T, p.Waiting, p.Active, p.AdmittedTotal, p.Sold, p.SeatsLeft, p.Outbox, p.ConsumerLag, left)
 			}
 			smp.mu.Unlock()
 		}
