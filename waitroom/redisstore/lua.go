@@ -273,13 +273,16 @@ local function forget(retention, batch, hashes)
 end
 
 -- housekeep sets users aside (setAside) and forgets finished ones
--- (forget) at most once every housekeepMS of the server's clock, recorded
--- in cfg as hk_at, unless the last round filled a batch (more are due):
--- each reads a sorted set that grows with the crowd or the history by
--- score, which the embedded server does by sorting the whole set.
+-- (forget) at most once every housekeepMS of the server's clock (or a
+-- quarter of abandon when shorter), recorded in cfg as hk_at, unless the
+-- last round filled a batch (more are due): each reads a sorted set that
+-- grows with the crowd or the history by score, which the embedded server
+-- does by sorting the whole set.
 local function housekeep(abandon, retention, batch, hashes)
   local at = tonumber(redis.call('HGET', kCfg, 'hk_at') or 0)
-  if now >= at and now - at < housekeepMS then return end
+  local every = housekeepMS
+  if abandon > 0 then every = math.min(every, math.floor(abandon / 4)) end
+  if now >= at and now - at < every then return end
   local more = setAside(abandon, batch)
   if forget(retention, batch, hashes) then more = true end
   if more then redis.call('HDEL', kCfg, 'hk_at') else redis.call('HSET', kCfg, 'hk_at', now) end

@@ -36,10 +36,11 @@ const MaxBatch = 1000
 
 // HousekeepInterval is how often an admission pass also sets aside the
 // users who stopped polling and forgets those finished past the retention
-// (housekeepMS in the scripts), on the server's clock, while neither step
+// (housekeepMS in the scripts), on the server's clock, or a quarter of the
+// room's abandon_after_seconds when that is shorter, while neither step
 // fills MaxBatch: both read a set as large as the crowd or the history by
 // score, and the embedded server sorts the whole set for that. A user is
-// set aside up to this much later than abandon_after_seconds.
+// set aside up to that much later than abandon_after_seconds.
 const HousekeepInterval = time.Second
 
 // Store is a waitroom.Store on Redis.
