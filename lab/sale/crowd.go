@@ -311,6 +311,15 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 			b.finish(endNotAdmitted)
 			return
 		}
+		if err == nil && (ans.status == http.StatusUnauthorized || ans.status == http.StatusForbidden) {
+			// The ticket token is refused (expired, or another join's):
+			// no retry of the same poll can succeed.
+			b.mu.Lock()
+			b.why = fmt.Sprintf("queue: %d %.200s", ans.status, ans.body)
+			b.mu.Unlock()
+			b.finish(endNotAdmitted)
+			return
+		}
 		if err != nil || ans.status/100 != 2 {
 			if err != nil || ans.status != http.StatusTooManyRequests {
 				g++ // try another gate
@@ -409,6 +418,14 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 		}
 		if err == nil && ans.status == http.StatusCreated && json.Unmarshal(ans.body, &h) == nil && h.ID != "" {
 			break
+		}
+		if err == nil && ans.status == http.StatusServiceUnavailable && c.closed.Load() && strings.Contains(string(ans.body), `"join"`) {
+			// The gate sends the buyer back to the room (the admission is
+			// gone), and the room closed sold out: the page would say so.
+			c.soldOut.Store(true)
+			b.finish(endSoldOut)
+			leave()
+			return
 		}
 		if err == nil && ans.status == http.StatusConflict && strings.Contains(string(ans.body), "seats_left") {
 			var so struct {
