@@ -303,17 +303,12 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 		} else {
 			ans, err = c.do(ctx, http.MethodGet, c.gate(b, g)+room+"/tickets/"+t.UserID, b.ip, t.TicketToken, "", nil)
 		}
-		if err == nil && (ans.status == http.StatusNotFound || ans.status == http.StatusGone) {
-			// The room no longer knows the ticket: nothing to wait for.
-			b.mu.Lock()
-			b.why = fmt.Sprintf("queue: %d %.200s", ans.status, ans.body)
-			b.mu.Unlock()
-			b.finish(endNotAdmitted)
-			return
-		}
-		if err == nil && (ans.status == http.StatusUnauthorized || ans.status == http.StatusForbidden) {
-			// The ticket token is refused (expired, or another join's):
-			// no retry of the same poll can succeed.
+		switch {
+		case err != nil:
+		case ans.status == http.StatusNotFound, ans.status == http.StatusGone,
+			// The room no longer knows the ticket, or refuses its token
+			// (expired, or another join's): no retry of the poll can succeed.
+			ans.status == http.StatusUnauthorized, ans.status == http.StatusForbidden:
 			b.mu.Lock()
 			b.why = fmt.Sprintf("queue: %d %.200s", ans.status, ans.body)
 			b.mu.Unlock()
