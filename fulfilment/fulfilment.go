@@ -26,6 +26,16 @@
 //     has a ticket (a failed attempt seen after the retry that succeeded)
 //     releases nothing: OutcomeReleaseSuperseded.
 //
+// A cancellation takes the ticket back. When pay carries out a
+// cancellation of an APPROVED payment as a refund (the merchant's
+// cancellation, or pay's closure of an approval that no confirmed order
+// holds: the checkout gave the seats back), the refund's events say so
+// (protocol.RefundEvent.Cancellation), and the first of them revokes the
+// ticket that payment's approval issued: the ticket moves to the
+// revocations (Revocation) and the order becomes OrderRevoked, so that a
+// seat sold again is never ticketed twice. A plain refund leaves the
+// ticket alone.
+//
 // Effects follow the status an event carries (the payment as it stands
 // after the change), not its type, so any event of a payment in a terminal
 // status settles its order.
@@ -56,6 +66,13 @@ type Ticket struct {
 	IssuedAt   time.Time
 }
 
+// Revocation is a ticket taken back because its payment was cancelled.
+type Revocation struct {
+	Ticket
+	RevokeEventID string // the cancellation's refund event that revoked it
+	RevokedAt     time.Time
+}
+
 // Release records that a payment of an order ended DECLINED or FAILED and
 // the order was released (its seats may go back on sale).
 type Release struct {
@@ -70,13 +87,15 @@ type Release struct {
 // OrderState is what fulfilment has done with an order.
 type OrderState string
 
-// The order states. An order moves from open to released or ticketed, and
-// from released to ticketed (a retried payment succeeded); ticketed is
+// The order states. An order moves from open to released or ticketed,
+// from released to ticketed (a retried payment succeeded), and from
+// ticketed to revoked (the ticket's payment was cancelled); revoked is
 // final.
 const (
 	OrderOpen     OrderState = "open"     // seen, nothing settled yet
 	OrderReleased OrderState = "released" // its latest settled payment failed; no ticket
 	OrderTicketed OrderState = "ticketed" // a ticket was issued
+	OrderRevoked  OrderState = "revoked"  // its ticket was revoked: the payment was cancelled
 )
 
 // Order is the fulfilment state of one merchant order.
@@ -91,21 +110,24 @@ type Order struct {
 // Outcome is what processing one event did; the inbox keeps it.
 type Outcome string
 
-// The outcomes. Only OutcomeTicketIssued and OutcomeReleased change an
-// order; OutcomeDuplicate is never stored (the inbox already holds the
+// The outcomes. Only OutcomeTicketIssued, OutcomeReleased and
+// OutcomeTicketRevoked change an order; OutcomeDuplicate is never stored (the inbox already holds the
 // event's first outcome).
 const (
 	OutcomeTicketIssued      Outcome = "ticket_issued"      // APPROVED: the order's ticket was issued
 	OutcomeReleased          Outcome = "released"           // DECLINED or FAILED: the order was released
 	OutcomeAlreadyTicketed   Outcome = "already_ticketed"   // APPROVED, but the order already has a ticket
 	OutcomeReleaseSuperseded Outcome = "release_superseded" // DECLINED or FAILED, but the order already has a ticket
+	OutcomeTicketRevoked     Outcome = "ticket_revoked"     // a cancellation's refund: the payment's ticket was revoked
 	OutcomeNoEffect          Outcome = "no_effect"          // PENDING or UNKNOWN: nothing to do yet
 	OutcomeStale             Outcome = "stale"              // the payment already applied an event at or after this seq
 	OutcomeDuplicate         Outcome = "duplicate"          // the inbox already holds the event: skipped
 )
 
 // Applied reports whether the outcome changed an order.
-func (o Outcome) Applied() bool { return o == OutcomeTicketIssued || o == OutcomeReleased }
+func (o Outcome) Applied() bool {
+	return o == OutcomeTicketIssued || o == OutcomeReleased || o == OutcomeTicketRevoked
+}
 
 // InboxEntry is one processed event.
 type InboxEntry struct {
@@ -119,7 +141,8 @@ type InboxEntry struct {
 // Counts summarises a store.
 type Counts struct {
 	Inbox    int64 // processed events
-	Tickets  int64
+	Tickets  int64 // live tickets (issued, not revoked)
+	Revoked  int64 // revoked tickets
 	Releases int64
 	Orders   map[OrderState]int64
 }
@@ -137,11 +160,14 @@ type Store interface {
 	Inbox(ctx context.Context, eventID string) (InboxEntry, error)
 	// Order returns the state of an order, or ErrNotFound.
 	Order(ctx context.Context, merchantID, orderID string) (Order, error)
-	// Ticket returns the ticket of an order, or ErrNotFound.
+	// Ticket returns the live ticket of an order, or ErrNotFound (none
+	// issued, or revoked).
 	Ticket(ctx context.Context, merchantID, orderID string) (Ticket, error)
+	// Revocation returns the revoked ticket of an order, or ErrNotFound.
+	Revocation(ctx context.Context, merchantID, orderID string) (Revocation, error)
 	// Releases returns the releases of an order, oldest first.
 	Releases(ctx context.Context, merchantID, orderID string) ([]Release, error)
-	// Tickets returns up to limit tickets whose payment id sorts after
+	// Tickets returns up to limit live tickets whose payment id sorts after
 	// afterPaymentID (byte order), in that order: "" starts at the
 	// beginning.
 	Tickets(ctx context.Context, afterPaymentID string, limit int) ([]Ticket, error)
@@ -186,6 +212,10 @@ type Tx interface {
 	IssueTicket(ctx context.Context, t Ticket) error
 	// RecordRelease inserts r; a payment released already is an error.
 	RecordRelease(ctx context.Context, r Release) error
+	// RevokeTicket moves the live ticket of a locked order to the
+	// revocations, recording the event that revoked it and when, and
+	// returns it; ErrNotFound when the order has no live ticket.
+	RevokeTicket(ctx context.Context, merchantID, orderID, eventID string, now time.Time) (Revocation, error)
 }
 
 // ErrFenced is the error of Handler.Process for an event whose Epoch is

@@ -124,7 +124,10 @@ func (h *Handler) apply(ctx context.Context, tx Tx, ev Event, now time.Time) (Ou
 	if err := tx.AdvancePayment(ctx, ev.PaymentID, ev.Seq, ev.Status, now); err != nil {
 		return "", fmt.Errorf("advance payment %s: %w", ev.PaymentID, err)
 	}
-	// A refund event leaves the payment's status as it was, and a capture
+	if ev.Refund != nil && ev.Refund.Cancellation {
+		return h.revoke(ctx, tx, ev, now)
+	}
+	// Any other refund event leaves the payment's status as it was, and a capture
 	// or void event repeats what the payment's own status event says: the order
 	// and its ticket are not its business. A voided authorisation is not
 	// handled here yet (its order is the checkout's to release; the
@@ -136,7 +139,7 @@ func (h *Handler) apply(ctx context.Context, tx Tx, ev Event, now time.Time) (Ou
 	if err != nil {
 		return "", fmt.Errorf("lock order %s/%s: %w", ev.MerchantID, ev.OrderID, err)
 	}
-	if o.State == OrderTicketed {
+	if o.State == OrderTicketed || o.State == OrderRevoked { // a revoked order is final: no second ticket
 		if ev.Status == protocol.StatusApproved {
 			return OutcomeAlreadyTicketed, nil
 		}
@@ -167,4 +170,27 @@ func (h *Handler) apply(ctx context.Context, tx Tx, ev Event, now time.Time) (Ou
 		return "", fmt.Errorf("save order %s/%s: %w", ev.MerchantID, ev.OrderID, err)
 	}
 	return out, nil
+}
+
+// revoke takes back the ticket of a cancelled payment's order: the first
+// event of the cancellation's refund moves the ticket to the revocations
+// and marks the order revoked. An order whose ticket is not this
+// payment's, or that has none, is left alone (OutcomeNoEffect), as is a
+// later event of the same refund.
+func (h *Handler) revoke(ctx context.Context, tx Tx, ev Event, now time.Time) (Outcome, error) {
+	o, err := tx.LockOrder(ctx, ev.MerchantID, ev.OrderID, now)
+	if err != nil {
+		return "", fmt.Errorf("lock order %s/%s: %w", ev.MerchantID, ev.OrderID, err)
+	}
+	if o.State != OrderTicketed || o.PaymentID != ev.PaymentID {
+		return OutcomeNoEffect, nil
+	}
+	if _, err := tx.RevokeTicket(ctx, ev.MerchantID, ev.OrderID, ev.ID(), now); err != nil {
+		return "", fmt.Errorf("revoke the ticket of %s/%s: %w", ev.MerchantID, ev.OrderID, err)
+	}
+	o.State, o.UpdatedAt = OrderRevoked, now
+	if err := tx.SaveOrder(ctx, o); err != nil {
+		return "", fmt.Errorf("save order %s/%s: %w", ev.MerchantID, ev.OrderID, err)
+	}
+	return OutcomeTicketRevoked, nil
 }

@@ -15,14 +15,25 @@ type PaymentRecord struct {
 	MerchantID string // optional
 	OrderID    string // optional
 	Status     protocol.PaymentStatus
+	// Cancelled is true when the payment has a cancellation (the
+	// merchant's, or pay's closure): its order does not go on, so it
+	// holds no live ticket (its ticket, if one was issued, is revoked).
+	Cancelled bool
 }
 
-// ParityReport compares the tickets with the APPROVED payments. Exact
-// parity is one ticket per APPROVED payment and no other ticket: every
-// list empty. Lists hold payment ids, sorted.
+// ParityReport compares the live tickets with the APPROVED payments.
+// Exact parity is one ticket per APPROVED payment that was not cancelled,
+// none for a cancelled one, and no other ticket: every list empty. Lists
+// hold payment ids, sorted.
 type ParityReport struct {
 	// Matched counts APPROVED payments with exactly one ticket, theirs.
 	Matched int `json:"matched"`
+	// Cancelled counts APPROVED payments cancelled and without a live
+	// ticket, as they should be.
+	Cancelled int `json:"cancelled"`
+	// CancelledTicketed: a live ticket whose payment was cancelled (its
+	// ticket was not revoked).
+	CancelledTicketed []string `json:"cancelled_ticketed"`
 	// MissingTicket: APPROVED, no ticket (its event not processed yet, or
 	// lost).
 	MissingTicket []string `json:"missing_ticket"`
@@ -40,17 +51,19 @@ type ParityReport struct {
 
 // Mismatches counts every disagreement.
 func (r ParityReport) Mismatches() int {
-	return len(r.MissingTicket) + len(r.OrderAlreadyTicketed) + len(r.NotApproved) + len(r.UnknownPayment) + len(r.Duplicate)
+	return len(r.MissingTicket) + len(r.OrderAlreadyTicketed) + len(r.NotApproved) + len(r.UnknownPayment) + len(r.Duplicate) +
+		len(r.CancelledTicketed)
 }
 
 // String summarises the report in one line.
 func (r ParityReport) String() string {
-	return fmt.Sprintf("matched %d, missing ticket %d, order already ticketed %d, not approved %d, unknown payment %d, duplicate %d",
-		r.Matched, len(r.MissingTicket), len(r.OrderAlreadyTicketed), len(r.NotApproved), len(r.UnknownPayment), len(r.Duplicate))
+	return fmt.Sprintf("matched %d, cancelled %d, missing ticket %d, order already ticketed %d, not approved %d, unknown payment %d, duplicate %d, cancelled with a ticket %d",
+		r.Matched, r.Cancelled, len(r.MissingTicket), len(r.OrderAlreadyTicketed), len(r.NotApproved), len(r.UnknownPayment), len(r.Duplicate),
+		len(r.CancelledTicketed))
 }
 
-// Parity compares tickets with payments. A payment listed twice counts
-// once, with its last status.
+// Parity compares live tickets with payments. A payment listed twice
+// counts once, with its last status.
 func Parity(payments []PaymentRecord, tickets []Ticket) ParityReport {
 	byPayment := make(map[string]PaymentRecord, len(payments))
 	for _, p := range payments {
@@ -66,6 +79,10 @@ func Parity(payments []PaymentRecord, tickets []Ticket) ParityReport {
 	for id, p := range byPayment {
 		n := ticketsOf[id]
 		switch {
+		case p.Cancelled && n > 0:
+			r.CancelledTicketed = append(r.CancelledTicketed, id)
+		case p.Cancelled && p.Status == protocol.StatusApproved:
+			r.Cancelled++
 		case p.Status == protocol.StatusApproved && n == 0:
 			if p.OrderID != "" && ticketedOrder[[2]string{p.MerchantID, p.OrderID}] {
 				r.OrderAlreadyTicketed = append(r.OrderAlreadyTicketed, id)
@@ -86,7 +103,7 @@ func Parity(payments []PaymentRecord, tickets []Ticket) ParityReport {
 			r.UnknownPayment = append(r.UnknownPayment, id)
 		}
 	}
-	for _, l := range [][]string{r.MissingTicket, r.OrderAlreadyTicketed, r.NotApproved, r.UnknownPayment, r.Duplicate} {
+	for _, l := range [][]string{r.MissingTicket, r.OrderAlreadyTicketed, r.NotApproved, r.UnknownPayment, r.Duplicate, r.CancelledTicketed} {
 		slices.Sort(l)
 	}
 	return r

@@ -27,20 +27,24 @@ func TestParity(t *testing.T) {
 		rec("g", "o5", pay.StatusApproved),           // two tickets: duplicate
 		{PaymentID: "h", Status: pay.StatusApproved}, // no order known, no ticket: missing
 		rec("i", "o6", pay.StatusFailed),
+		{PaymentID: "j", MerchantID: m, OrderID: "o7", Status: pay.StatusApproved, Cancelled: true}, // cancelled, ticket revoked: fine
+		{PaymentID: "k", MerchantID: m, OrderID: "o8", Status: pay.StatusApproved, Cancelled: true}, // cancelled, live ticket
 	}
-	tickets := []fulfilment.Ticket{tk("a", "o1"), tk("c", "o2"), tk("f", "o4"), tk("g", "o5"), tk("g", "o5b"), tk("z", "o9")}
+	tickets := []fulfilment.Ticket{tk("a", "o1"), tk("c", "o2"), tk("f", "o4"), tk("g", "o5"), tk("g", "o5b"), tk("z", "o9"), tk("k", "o8")}
 	got := fulfilment.Parity(payments, tickets)
 	want := fulfilment.ParityReport{
 		Matched: 2, MissingTicket: []string{"d", "h"}, OrderAlreadyTicketed: []string{"e"},
 		NotApproved: []string{"f"}, UnknownPayment: []string{"z"}, Duplicate: []string{"g"},
+		Cancelled: 1, CancelledTicketed: []string{"k"},
 	}
 	if got.Matched != want.Matched || !slices.Equal(got.MissingTicket, want.MissingTicket) ||
 		!slices.Equal(got.OrderAlreadyTicketed, want.OrderAlreadyTicketed) || !slices.Equal(got.NotApproved, want.NotApproved) ||
-		!slices.Equal(got.UnknownPayment, want.UnknownPayment) || !slices.Equal(got.Duplicate, want.Duplicate) {
+		!slices.Equal(got.UnknownPayment, want.UnknownPayment) || !slices.Equal(got.Duplicate, want.Duplicate) ||
+		got.Cancelled != want.Cancelled || !slices.Equal(got.CancelledTicketed, want.CancelledTicketed) {
 		t.Fatalf("Parity = %+v\nwant    %+v", got, want)
 	}
-	if got.Mismatches() != 6 {
-		t.Errorf("Mismatches() = %d, want 6", got.Mismatches())
+	if got.Mismatches() != 7 {
+		t.Errorf("Mismatches() = %d, want 7", got.Mismatches())
 	}
 	if s := got.String(); !strings.Contains(s, "matched 2") || !strings.Contains(s, "duplicate 1") {
 		t.Errorf("String() = %q", s)

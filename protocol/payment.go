@@ -83,6 +83,13 @@ type RefundEvent struct {
 	From   string `json:"from,omitempty"`
 	Status string `json:"status"`
 	Reason string `json:"reason,omitempty"`
+	// Cancellation is true when the refund carries out a cancellation of
+	// the payment (the merchant's POST /v1/payments/{id}/cancel, or pay's
+	// closure of an approval no confirmed order holds): the payment's
+	// order does not go on, and what was given for it (a ticket) is taken
+	// back. A plain refund (POST /v1/payments/{id}/refunds) gives money
+	// back and leaves the order alone.
+	Cancellation bool `json:"cancellation,omitempty"`
 }
 
 // PaymentEvent is the body of a payment event, as pay's outbox publishes

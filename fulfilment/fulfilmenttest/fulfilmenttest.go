@@ -52,6 +52,8 @@ func Exercise(t *testing.T, open func(t *testing.T) fulfilment.Store, opts Optio
 		{"StaleEventIsIgnored", testStale},
 		{"StaleEpochIsFenced", testFenced},
 		{"NonTerminalEventsHaveNoEffect", testNonTerminal},
+		{"CancellationRevokesTheTicket", testCancellationRevokes},
+		{"FailedRevocationWritesNothing", testFailedRevocation},
 		{"FailureMidTransactionWritesNothing", testFailureMidTransaction},
 		{"ClosedStoreIsUnavailable", testClosed},
 		{"ManyPaymentsKeepParity", testManyPayments},
@@ -101,6 +103,30 @@ func event(t testing.TB, p pay.Payment, seq int64, st pay.Status) fulfilment.Eve
 	ev, err := fulfilment.DecodeEvent(oe.Payload)
 	if err != nil {
 		t.Fatalf("DecodeEvent(%s): %v", oe.Payload, err)
+	}
+	return ev
+}
+
+// refundEvent returns the seq-th event of APPROVED payment p: the
+// creation of a refund of all of it, under the payment's cancellation
+// key when cancellation is true (pay carrying out a cancellation) and
+// under a key of the merchant's otherwise, as pay writes it.
+func refundEvent(t testing.TB, p pay.Payment, seq int64, cancellation bool) fulfilment.Event {
+	t.Helper()
+	p.Status = pay.StatusApproved
+	key := pay.ScopedKey(p.MerchantID, "refund-"+pay.NewID())
+	if cancellation {
+		key = pay.ScopedKey(p.MerchantID, pay.CancelKey(p.ID))
+	}
+	r := pay.Refund{ID: pay.NewID(), PaymentID: p.ID, MerchantID: p.MerchantID, Amount: p.Amount, Currency: p.Currency,
+		Status: pay.RefundPending, IdempotencyKey: key}
+	oe := pay.NewRefundEvent(pay.EventRefundCreated, p, r, seq, "", pay.ReasonCreated, time.Now().UTC())
+	ev, err := fulfilment.DecodeEvent(oe.Payload)
+	if err != nil {
+		t.Fatalf("DecodeEvent(%s): %v", oe.Payload, err)
+	}
+	if ev.Refund == nil || ev.Refund.Cancellation != cancellation {
+		t.Fatalf("refund event %s: refund %+v, want cancellation %v", oe.Payload, ev.Refund, cancellation)
 	}
 	return ev
 }
@@ -424,6 +450,82 @@ func testNonTerminal(t *testing.T, s fulfilment.Store) {
 	wantTicket(t, s, p, p)
 }
 
+// testCancellationRevokesTheTicket: a plain refund leaves the ticket
+// alone; the first event of a cancellation's refund moves the ticket to
+// the revocations and marks the order revoked, once; a later approval of
+// the same order issues no second ticket.
+func testCancellationRevokes(t *testing.T, s fulfilment.Store) {
+	ctx := context.Background()
+	h := newHandler(t, s)
+	before, err := s.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPayment()
+	process(t, h, event(t, p, 2, pay.StatusApproved), fulfilment.OutcomeTicketIssued)
+	issued := wantTicket(t, s, p, p)
+	process(t, h, refundEvent(t, p, 3, false), fulfilment.OutcomeNoEffect)
+	wantTicket(t, s, p, p)
+	wantOrder(t, s, p, fulfilment.OrderTicketed, p.ID)
+
+	cancel := refundEvent(t, p, 4, true)
+	process(t, h, cancel, fulfilment.OutcomeTicketRevoked)
+	wantInbox(t, s, cancel, fulfilment.OutcomeTicketRevoked)
+	_, err = s.Ticket(ctx, p.MerchantID, p.OrderID)
+	wantNotFound(t, "Ticket after its revocation", err)
+	wantOrder(t, s, p, fulfilment.OrderRevoked, p.ID)
+	rv, err := s.Revocation(ctx, p.MerchantID, p.OrderID)
+	if err != nil || rv.Ticket != issued || rv.RevokeEventID != cancel.ID() || rv.RevokedAt.IsZero() {
+		t.Fatalf("Revocation = %+v, %v; want ticket %+v revoked by %s", rv, err, issued, cancel.ID())
+	}
+	process(t, h, cancel, fulfilment.OutcomeDuplicate)
+	process(t, h, refundEvent(t, p, 5, true), fulfilment.OutcomeNoEffect) // the refund's next event
+	q := retry(p)
+	process(t, h, event(t, q, 2, pay.StatusApproved), fulfilment.OutcomeAlreadyTicketed)
+	_, err = s.Ticket(ctx, p.MerchantID, p.OrderID)
+	wantNotFound(t, "Ticket of a revoked order after another approval", err)
+
+	// A cancellation of a payment whose order holds no ticket of its own
+	// (declined, or never ticketed) changes nothing.
+	d := newPayment()
+	process(t, h, event(t, d, 2, pay.StatusDeclined), fulfilment.OutcomeReleased)
+	process(t, h, refundEvent(t, d, 3, true), fulfilment.OutcomeNoEffect)
+	wantOrder(t, s, d, fulfilment.OrderReleased, d.ID)
+	_, err = s.Revocation(ctx, d.MerchantID, d.OrderID)
+	wantNotFound(t, "Revocation of an order never ticketed", err)
+
+	after, err := s.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Revoked < before.Revoked+1 {
+		t.Errorf("Counts().Revoked = %d, was %d: want the revocation counted", after.Revoked, before.Revoked)
+	}
+}
+
+// testFailedRevocation: a revocation whose transaction fails after its
+// writes leaves the ticket live and the order ticketed; the redelivery
+// revokes it.
+func testFailedRevocation(t *testing.T, s fulfilment.Store) {
+	ctx := context.Background()
+	h := newHandler(t, s)
+	for _, at := range []string{"RevokeTicket", "SaveOrder", "SetOutcome"} {
+		p := newPayment()
+		process(t, h, event(t, p, 2, pay.StatusApproved), fulfilment.OutcomeTicketIssued)
+		cancel := refundEvent(t, p, 3, true)
+		applied, err := newHandler(t, failing{Store: s, at: at}).Handle(ctx, cancel)
+		if applied || !fulfilment.Retryable(err) {
+			t.Fatalf("failing at %s: Handle = %v, %v; want a retryable error", at, applied, err)
+		}
+		wantTicket(t, s, p, p)
+		wantOrder(t, s, p, fulfilment.OrderTicketed, p.ID)
+		_, err = s.Revocation(ctx, p.MerchantID, p.OrderID)
+		wantNotFound(t, "Revocation after a failed transaction", err)
+		process(t, h, cancel, fulfilment.OutcomeTicketRevoked)
+		wantOrder(t, s, p, fulfilment.OrderRevoked, p.ID)
+	}
+}
+
 // failing wraps a Store; its transactions fail at one step, after the
 // step itself has run.
 type failing struct {
@@ -457,6 +559,11 @@ func (f failingTx) IssueTicket(ctx context.Context, t fulfilment.Ticket) error {
 
 func (f failingTx) RecordRelease(ctx context.Context, r fulfilment.Release) error {
 	return f.fail("RecordRelease", f.Tx.RecordRelease(ctx, r))
+}
+
+func (f failingTx) RevokeTicket(ctx context.Context, merchantID, orderID, eventID string, now time.Time) (fulfilment.Revocation, error) {
+	r, err := f.Tx.RevokeTicket(ctx, merchantID, orderID, eventID, now)
+	return r, f.fail("RevokeTicket", err)
 }
 
 func (f failingTx) SaveOrder(ctx context.Context, o fulfilment.Order) error {

@@ -130,6 +130,20 @@ func (s *Store) Ticket(ctx context.Context, merchantID, orderID string) (fulfilm
 	return t, err
 }
 
+// Revocation implements fulfilment.Store.
+func (s *Store) Revocation(ctx context.Context, merchantID, orderID string) (fulfilment.Revocation, error) {
+	var r fulfilment.Revocation
+	err := s.readOp(ctx, func(ctx context.Context, db *sql.DB) error {
+		var err error
+		r, err = s.scanRevocation(db.QueryRowContext(ctx, s.q.revocation, merchantID, orderID))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("revoked ticket of %s/%s: %w", merchantID, orderID, fulfilment.ErrNotFound)
+		}
+		return err
+	})
+	return r, err
+}
+
 // Tickets implements fulfilment.Store.
 func (s *Store) Tickets(ctx context.Context, afterPaymentID string, limit int) ([]fulfilment.Ticket, error) {
 	if limit < 1 {
@@ -191,7 +205,7 @@ func (s *Store) Counts(ctx context.Context) (fulfilment.Counts, error) {
 			return err
 		}
 		defer rtx.Rollback() //nolint:errcheck // read-only
-		for q, dst := range map[string]*int64{s.q.countInbox: &c.Inbox, s.q.countTickets: &c.Tickets, s.q.countReleases: &c.Releases} {
+		for q, dst := range map[string]*int64{s.q.countInbox: &c.Inbox, s.q.countTickets: &c.Tickets, s.q.countRevoked: &c.Revoked, s.q.countReleases: &c.Releases} {
 			if err := rtx.QueryRowContext(ctx, q).Scan(dst); err != nil {
 				return err
 			}
@@ -242,6 +256,23 @@ func (s *Store) scanTicket(row scanner) (fulfilment.Ticket, error) {
 	var err error
 	t.IssuedAt, err = s.d.DecodeTime(at)
 	return t, err
+}
+
+func (s *Store) scanRevocation(row scanner) (fulfilment.Revocation, error) {
+	var (
+		r             fulfilment.Revocation
+		issued, revok any
+	)
+	if err := row.Scan(&r.ID, &r.MerchantID, &r.OrderID, &r.PaymentID, &r.EventID, &r.Amount, &r.Currency, &issued,
+		&r.RevokeEventID, &revok); err != nil {
+		return r, err
+	}
+	var err error
+	if r.IssuedAt, err = s.d.DecodeTime(issued); err != nil {
+		return r, err
+	}
+	r.RevokedAt, err = s.d.DecodeTime(revok)
+	return r, err
 }
 
 // tx is the fulfilment.Tx of Update.
@@ -325,6 +356,24 @@ func (t *tx) RecordRelease(ctx context.Context, r fulfilment.Release) error {
 	return err
 }
 
+// RevokeTicket implements fulfilment.Tx: it reads the order's ticket,
+// writes it to ticket_revocations and deletes it from tickets.
+func (t *tx) RevokeTicket(ctx context.Context, merchantID, orderID, eventID string, now time.Time) (fulfilment.Revocation, error) {
+	tk, err := t.s.scanTicket(t.tx.QueryRowContext(ctx, t.s.q.ticket, merchantID, orderID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return fulfilment.Revocation{}, fmt.Errorf("ticket of %s/%s: %w", merchantID, orderID, fulfilment.ErrNotFound)
+	}
+	if err != nil {
+		return fulfilment.Revocation{}, err
+	}
+	r := fulfilment.Revocation{Ticket: tk, RevokeEventID: eventID, RevokedAt: now}
+	if _, err := t.tx.ExecContext(ctx, t.s.q.insertRevocation, tk.ID, tk.MerchantID, tk.OrderID, tk.PaymentID, tk.EventID,
+		tk.Amount, tk.Currency, t.s.d.EncodeTime(tk.IssuedAt), eventID, t.s.d.EncodeTime(now)); err != nil {
+		return fulfilment.Revocation{}, err
+	}
+	return r, t.exec1(ctx, t.s.q.deleteTicket, tk.ID)
+}
+
 // exec1 runs an update that must change exactly one row.
 func (t *tx) exec1(ctx context.Context, q string, args ...any) error {
 	res, err := t.tx.ExecContext(ctx, q, args...)
@@ -346,6 +395,8 @@ type queries struct {
 	insertProgress, lockProgress, advance    string
 	insertOrder, lockOrder, saveOrder, order string
 	insertTicket, ticket, tickets            string
+	insertRevocation, deleteTicket           string
+	revocation, countRevoked                 string
 	insertRelease, releases                  string
 	insertFence, raiseFence, readFence       string
 	countInbox, countTickets, countReleases  string
@@ -380,6 +431,11 @@ func newQueries(d Dialect) queries {
 		releases:      `SELECT ` + releaseCols + ` FROM order_releases WHERE merchant_id = $1 AND order_id = $2 ORDER BY released_at, payment_id`,
 		countInbox:    `SELECT count(*) FROM inbox`,
 		countTickets:  `SELECT count(*) FROM tickets`,
+		countRevoked:  `SELECT count(*) FROM ticket_revocations`,
+		insertRevocation: `INSERT INTO ticket_revocations (` + ticketCols + `, revoke_event_id, revoked_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		deleteTicket:  `DELETE FROM tickets WHERE ticket_id = $1`,
+		revocation:    `SELECT ` + ticketCols + `, revoke_event_id, revoked_at FROM ticket_revocations WHERE merchant_id = $1 AND order_id = $2`,
 		countReleases: `SELECT count(*) FROM order_releases`,
 		countOrders:   `SELECT state, count(*) FROM order_states GROUP BY state`,
 		insertFence:   `INSERT INTO partition_fences (part, epoch) VALUES ($1, 0) ON CONFLICT (part) DO NOTHING`,
@@ -390,6 +446,7 @@ func newQueries(d Dialect) queries {
 		&q.claim, &q.setOutcome, &q.inbox, &q.insertProgress, &q.lockProgress, &q.advance,
 		&q.insertOrder, &q.lockOrder, &q.saveOrder, &q.order, &q.insertTicket, &q.ticket, &q.tickets,
 		&q.insertRelease, &q.releases, &q.countInbox, &q.countTickets, &q.countReleases, &q.countOrders,
+		&q.insertRevocation, &q.deleteTicket, &q.revocation, &q.countRevoked,
 		&q.insertFence, &q.raiseFence, &q.readFence,
 	} {
 		*p = d.Rebind(*p)

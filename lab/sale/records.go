@@ -24,7 +24,7 @@ type records struct {
 	// soldSeats counts the seats of sold holds; distinct the different
 	// seats among them.
 	soldSeats, distinct, seatsSoldTwice, oversold int
-	tickets                                       []fulfilment.Ticket
+	tickets                                       []fulfilment.Ticket          // live: a cancelled payment's is revoked
 	ticketOf                                      map[string]fulfilment.Ticket // by order
 	// ticketMismatch counts paid orders without a ticket and tickets
 	// without a paid order.
@@ -163,6 +163,25 @@ func readRecords(ctx context.Context, r *rig, d *dbs, seats int) (*records, erro
 		after = page[len(page)-1].ID
 	}
 	rec.payments = len(payments)
+	// The cancelled payments (the checkout's cancellations and pay's
+	// closures): their orders do not go on, and their tickets are revoked.
+	cancelled := map[string]bool{}
+	rows, err = d.pay.QueryContext(ctx, "SELECT payment_id FROM payment_cancellations")
+	if err != nil {
+		return nil, fmt.Errorf("sale: reading the cancellations: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		cancelled[id] = true
+	}
+	rows.Close()
+	for i := range payments {
+		payments[i].Cancelled = cancelled[payments[i].PaymentID]
+	}
 	rec.fp = fulfilment.Parity(payments, rec.tickets)
 	refunds, err := instclient.NewClient(r.instURL, adminClient).WithAdminToken(r.adminToken).Refunds(ctx)
 	if err != nil {

@@ -467,8 +467,8 @@ func (e *Experiment) closeWhenSoldOut(ctx context.Context, r *rig, c *crowd) {
 }
 
 // drain waits until no payment is pending or unknown, no order is
-// pending, the outbox is empty, every APPROVED payment has its ticket
-// and the workers have no event left.
+// pending, the outbox is empty, every APPROVED payment not cancelled has
+// its ticket and the workers have no event left.
 func (e *Experiment) drain(ctx context.Context, r *rig, d *dbs) bool {
 	deadline := time.Now().Add(e.cfg.Drain)
 	for time.Now().Before(deadline) {
@@ -477,7 +477,9 @@ func (e *Experiment) drain(ctx context.Context, r *rig, d *dbs) bool {
 		err1 := d.pay.QueryRowContext(qctx, "SELECT COUNT(*) FROM payments WHERE status IN ('PENDING', 'UNKNOWN')").Scan(&unsettled)
 		err2 := d.checkout.QueryRowContext(qctx, "SELECT COUNT(*) FROM checkout_orders WHERE status = 'pending'").Scan(&pendingOrders)
 		err3 := d.pay.QueryRowContext(qctx, "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL").Scan(&outbox)
-		err4 := d.pay.QueryRowContext(qctx, "SELECT COUNT(*) FROM payments WHERE status = 'APPROVED'").Scan(&approved)
+		// A cancelled approval's ticket is revoked: it counts for none.
+		err4 := d.pay.QueryRowContext(qctx, `SELECT COUNT(*) FROM payments p WHERE p.status = 'APPROVED'
+			AND NOT EXISTS (SELECT 1 FROM payment_cancellations x WHERE x.payment_id = p.id)`).Scan(&approved)
 		err5 := d.fulfil.QueryRowContext(qctx, "SELECT COUNT(*) FROM tickets").Scan(&tickets)
 		// The money's own work: no refund, capture or void unsettled, no
 		// cancellation waiting, no approval left to close.

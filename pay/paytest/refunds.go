@@ -174,8 +174,28 @@ func testRefundEventsInPaymentOrder(t *testing.T, s pay.Store) {
 		if e.Seq != int64(i+1) || e.Type != wantTypes[i] || ev.Seq != e.Seq {
 			t.Errorf("row %d: seq %d type %s, want seq %d type %s", i, e.Seq, e.Type, i+1, wantTypes[i])
 		}
-		if i >= 2 && (ev.Refund == nil || ev.Refund.ID != r.ID || ev.Status != pay.StatusApproved) {
-			t.Errorf("row %d: refund event %+v", i, ev)
+		if i >= 2 && (ev.Refund == nil || ev.Refund.ID != r.ID || ev.Status != pay.StatusApproved || ev.Refund.Cancellation) {
+			t.Errorf("row %d: refund event %+v (a plain refund is no cancellation)", i, ev)
+		}
+	}
+	// A refund under the payment's cancellation key carries a
+	// cancellation out: its events say so.
+	q := approved(t, s)
+	c := newRefund(t, q, 0)
+	c.IdempotencyKey = pay.ScopedKey(q.MerchantID, pay.CancelKey(q.ID))
+	if c, err = rs.CreateRefund(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.TransitionRefund(ctx, c.ID, pay.RefundPending, pay.RefundSucceeded, "refunded: test"); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range outboxOf(t, s, q.ID)[2:] {
+		var ev pay.Event
+		if err := json.Unmarshal(e.Payload, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Refund == nil || !ev.Refund.Cancellation {
+			t.Errorf("cancellation's refund event %d: %+v, want cancellation true", i, ev.Refund)
 		}
 	}
 	got, err := rs.GetRefund(ctx, r.ID)
