@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -93,6 +95,30 @@ func (b CancelBody) Hash(paymentID string) string {
 // under which a cancellation's void or refund is made: one per payment,
 // so that it is made once.
 func CancelKey(paymentID string) string { return "cancel:" + paymentID }
+
+// MaxCancelRefunds is how many refunds the carrying out of a cancellation
+// of an APPROVED payment makes while the institution declines them; after
+// the last decline the payment is flagged for review.
+const MaxCancelRefunds = 5
+
+// CancelRefundKey returns the key (scoped to the payment's merchant) of
+// the attempt-th refund (from 1) that carries out payment paymentID's
+// cancellation: CancelKey for the first, then CancelKey + ":2" and so on,
+// one more after each refund the institution declined. Each attempt is
+// made once, whoever carries it out.
+func CancelRefundKey(paymentID string, attempt int) string {
+	if attempt <= 1 {
+		return CancelKey(paymentID)
+	}
+	return CancelKey(paymentID) + ":" + strconv.Itoa(attempt)
+}
+
+// IsCancelRefund reports whether refund r carries out its payment's
+// cancellation: its key is one of CancelRefundKey's.
+func IsCancelRefund(r Refund) bool {
+	first := ScopedKey(r.MerchantID, CancelKey(r.PaymentID))
+	return r.IdempotencyKey == first || strings.HasPrefix(r.IdempotencyKey, first+":")
+}
 
 // CancellationStore is a Store that keeps cancellations. The SQL store
 // implements it.

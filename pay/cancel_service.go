@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // originCancel marks the voids a cancellation makes, in the metrics.
@@ -153,11 +154,30 @@ func (s *Service) CarryOut(ctx context.Context, c Cancellation) (Cancellation, e
 			return c, err
 		}
 	case StatusApproved:
-		r, _, err := s.Refund(ctx, c.MerchantID, c.PaymentID, CancelKey(c.PaymentID), RefundBody{Reason: c.Reason})
+		attempt, wait, err := s.cancelRefundAttempt(ctx, c)
+		if err != nil {
+			return c, err
+		}
+		if wait > 0 {
+			return c, nil // the last refund was declined: the next one after a pause
+		}
+		r, _, err := s.Refund(ctx, c.MerchantID, c.PaymentID, CancelRefundKey(c.PaymentID, attempt), RefundBody{Reason: c.Reason})
 		switch code := ErrorCode(err); {
+		case err == nil && r.Status == RefundFailed && attempt < MaxCancelRefunds:
+			// Declined (the institution refusing everything for a while):
+			// money is still held for an order that does not go on, so the
+			// cancellation stays REQUESTED and the next pass makes the next
+			// refund, after CancelRetry (doubled at each decline).
+			s.cfg.Logger.Warn("pay: the institution declined a cancellation's refund; it will be made again",
+				"payment", c.PaymentID, "attempt", attempt, "refund", r.ID, "after", s.cancelRetryWait(attempt))
+			return c, nil
 		case err == nil:
 			to, action, actionID = CancelCarriedOut, CancelActionRefund, r.ID
 			why = reason(ReasonCancelRefund, "a refund of %d %s was recorded (%s)", r.Amount, r.Currency, r.Status)
+			if r.Status == RefundFailed {
+				_ = s.store.FlagReview(ctx, c.PaymentID, reason(ReasonCancelRefund, "cancelled, but the institution declined all %d of its refunds", attempt))
+				s.cfg.Metrics.flag()
+			}
 		case code == CodeRefundExceeds:
 			why = reason(ReasonCancelNothing, "nothing is left to refund: the payment's refunds already hold its amount")
 		case code == CodeConflict:
@@ -177,6 +197,42 @@ func (s *Service) CarryOut(ctx context.Context, c Cancellation) (Cancellation, e
 	}
 	s.cfg.Logger.Info("pay: cancellation carried out", "payment", c.PaymentID, "status", got.Status, "action", got.Action, "action_id", got.ActionID)
 	return got, nil
+}
+
+// cancelRefundAttempt returns which refund (from 1) carries out
+// cancellation c of an APPROVED payment next: one more than the refunds
+// under its keys that the institution declined, and how long to wait
+// before making it (0: now), CancelRetry after the latest decline,
+// doubled at each one.
+func (s *Service) cancelRefundAttempt(ctx context.Context, c Cancellation) (attempt int, wait time.Duration, err error) {
+	rs, _, err := s.refunds()
+	if err != nil {
+		return 0, 0, err
+	}
+	list, err := rs.ListRefunds(ctx, c.PaymentID)
+	if err != nil {
+		return 0, 0, err
+	}
+	declined := 0
+	var last time.Time
+	for _, r := range list {
+		if IsCancelRefund(r) && r.Status == RefundFailed {
+			declined++
+			if r.UpdatedAt.After(last) {
+				last = r.UpdatedAt
+			}
+		}
+	}
+	if declined == 0 {
+		return 1, 0, nil
+	}
+	return declined + 1, max(0, last.Add(s.cancelRetryWait(declined)).Sub(s.cfg.Now())), nil
+}
+
+// cancelRetryWait is the pause after the n-th declined refund of a
+// cancellation: CancelRetry, doubled at each decline.
+func (s *Service) cancelRetryWait(n int) time.Duration {
+	return s.cfg.CancelRetry << min(max(n-1, 0), 10)
 }
 
 // CancellationPass carries out the REQUESTED cancellations whose payment

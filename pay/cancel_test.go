@@ -247,3 +247,96 @@ func TestCancelBadInputNamesTheField(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelRefundDeclinedIsMadeAgain: the institution declines the
+// refunds that carry out a cancellation of an APPROVED payment (it
+// declines everything for a while): the cancellation stays REQUESTED and
+// each pass after the pause (doubled at each decline) makes the next
+// refund under the next key, until one succeeds; the money is refunded
+// once, in full. Before, the first declined refund closed the
+// cancellation and the buyer's money stayed taken for an order that does
+// not go on.
+func TestCancelRefundDeclinedIsMadeAgain(t *testing.T) {
+	const pause = 150 * time.Millisecond
+	r := newRig(t, func(c *pay.Config) { slowOK(c); c.CancelRetry = pause })
+	ctx := context.Background()
+	id := r.approvedPayment(t, 4_000)
+	r.behave(t, institution.Behavior{Mode: institution.ModeDecline, StatusAPI: institution.StatusAPIUp})
+	resp, body := r.operate(t, id, "cancel", "cd-1", ``)
+	if c := cancellationOf(t, body); resp.StatusCode != http.StatusAccepted || c["status"] != "REQUESTED" {
+		t.Fatalf("cancel while refunds are declined = %d %v, want 202 REQUESTED", resp.StatusCode, body)
+	}
+	if n, err := r.svc.CancellationPass(ctx); err != nil || n != 0 {
+		t.Fatalf("a pass within the pause = %d, %v; want 0", n, err)
+	}
+	refunds := func() []any {
+		_, list := r.get(t, "/v1/payments/"+id+"/refunds")
+		return list["refunds"].([]any)
+	}
+	if l := refunds(); len(l) != 1 {
+		t.Fatalf("refunds within the pause = %v, want the one declined", l)
+	}
+	time.Sleep(pause + 50*time.Millisecond)
+	if n, err := r.svc.CancellationPass(ctx); err != nil || n != 0 {
+		t.Fatalf("a pass after the pause, still declining = %d, %v; want 0", n, err)
+	}
+	if l := refunds(); len(l) != 2 {
+		t.Fatalf("refunds after one pause = %v, want two declined", l)
+	}
+	r.behave(t, institution.Behavior{Mode: institution.ModeNormal, StatusAPI: institution.StatusAPIUp})
+	if n, err := r.svc.CancellationPass(ctx); err != nil || n != 0 {
+		t.Fatalf("a pass within the doubled pause = %d, %v; want 0", n, err)
+	}
+	time.Sleep(2*pause + 50*time.Millisecond)
+	if n, err := r.svc.CancellationPass(ctx); err != nil || n != 1 {
+		t.Fatalf("a pass after the doubled pause = %d, %v; want the cancellation carried out", n, err)
+	}
+	_, got := r.get(t, "/v1/payments/"+id)
+	c := cancellationOf(t, got)
+	if c["status"] != "CARRIED_OUT" || c["action"] != "refund" || got["manual_review"] == true {
+		t.Fatalf("after the institution recovered: %v, want CARRIED_OUT by a refund, no review", got)
+	}
+	_, list := r.get(t, "/v1/payments/"+id+"/refunds")
+	if list["refunded"] != float64(4_000) || len(list["refunds"].([]any)) != 3 {
+		t.Fatalf("refunds = %v, want two declined and one of 4000", list)
+	}
+	ledger, err := r.inst.Refunds(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ledger.RefundedByApproval[id] != 4_000 {
+		t.Fatalf("the institution refunded %d, want 4000 once", ledger.RefundedByApproval[id])
+	}
+}
+
+// TestCancelRefundDeclinedForGoodIsFlagged: after MaxCancelRefunds
+// declined refunds the cancellation is closed as carried out and the
+// payment flagged for a person to look at.
+func TestCancelRefundDeclinedForGoodIsFlagged(t *testing.T) {
+	r := newRig(t, func(c *pay.Config) { slowOK(c); c.CancelRetry = 10 * time.Millisecond })
+	ctx := context.Background()
+	id := r.approvedPayment(t, 2_000)
+	r.behave(t, institution.Behavior{Mode: institution.ModeDecline, StatusAPI: institution.StatusAPIUp})
+	r.operate(t, id, "cancel", "cdg-1", ``)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := r.svc.CancellationPass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, got := r.get(t, "/v1/payments/"+id)
+		if cancellationOf(t, got)["status"] != "REQUESTED" {
+			if got["manual_review"] != true || cancellationOf(t, got)["status"] != "CARRIED_OUT" {
+				t.Fatalf("after every refund declined: %v, want CARRIED_OUT and flagged for review", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cancellation is still REQUESTED after 5 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, list := r.get(t, "/v1/payments/"+id+"/refunds")
+	if n := len(list["refunds"].([]any)); n != pay.MaxCancelRefunds || list["refunded"] != float64(0) {
+		t.Fatalf("refunds = %v, want %d declined", list, pay.MaxCancelRefunds)
+	}
+}

@@ -218,16 +218,16 @@ func CheckRefundTransition(from, to RefundStatus) error {
 // NewRefundEvent builds the outbox row reporting a change of refund r
 // (already applied) of payment p: typ is EventRefundCreated or
 // EventRefundChanged, seq the payment's event sequence number, from the
-// refund's previous status. A refund made under the payment's
-// cancellation key (CancelKey: the carrying out of a cancellation, the
-// merchant's or a closure's) is marked as such (Cancellation).
+// refund's previous status. A refund made under one of the payment's
+// cancellation keys (CancelRefundKey: the carrying out of a cancellation,
+// the merchant's or a closure's) is marked as such (Cancellation).
 func NewRefundEvent(typ string, p Payment, r Refund, seq int64, from RefundStatus, reason string, at time.Time) OutboxEvent {
 	e := NewEvent(typ, p, seq, "", reason, at)
 	var ev Event
 	_ = json.Unmarshal(e.Payload, &ev)
 	ev.Reason = ""
 	ev.Refund = &protocol.RefundEvent{ID: r.ID, Amount: r.Amount, From: string(from), Status: string(r.Status), Reason: reason,
-		Cancellation: r.IdempotencyKey == ScopedKey(r.MerchantID, CancelKey(r.PaymentID))}
+		Cancellation: IsCancelRefund(r)}
 	payload, err := json.Marshal(ev)
 	if err != nil { // cannot happen: every field marshals
 		panic(fmt.Sprintf("pay: marshal refund event: %v", err))

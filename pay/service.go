@@ -131,6 +131,10 @@ type Config struct {
 	// reconciler's ClosurePass cancels it: refunds or voids it. 0 (the
 	// default) closes nothing: set it only when every merchant confirms.
 	CloseAfter time.Duration
+	// CancelRetry is how long a cancellation whose refund the institution
+	// declined waits before its next refund, doubled after each decline
+	// (at most MaxCancelRefunds refunds).
+	CancelRetry time.Duration
 	// Now is the clock.
 	Now func() time.Time
 	// Logger receives the service's logs.
@@ -162,6 +166,7 @@ func DefaultConfig() Config {
 		ReviewAfter:        8,
 		IdempotencyTTL:     DefaultIdempotencyTTL,
 		AuthWindow:         DefaultAuthWindow,
+		CancelRetry:        5 * time.Second,
 		Now:                time.Now,
 		Logger:             slog.Default(),
 	}
@@ -213,6 +218,9 @@ func (c Config) Validate() error {
 	}
 	if c.AuthWindow < 0 {
 		f.Add("auth_window", "must not be negative, got %s", c.AuthWindow)
+	}
+	if c.CancelRetry <= 0 {
+		f.Add("cancel_retry", "must be positive, got %s", c.CancelRetry)
 	}
 	if c.CloseAfter < 0 {
 		f.Add("close_unconfirmed_after", "must not be negative, got %s", c.CloseAfter)
