@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-lab/stampede/retry"
 	"github.com/stampede-lab/stampede/waitroom"
 	"github.com/stampede-lab/stampede/waitroom/api"
 	"github.com/stampede-lab/stampede/waitroom/redisstore"
@@ -108,29 +109,7 @@ func benchCrowd(b *testing.B, waiting int) {
 	defer store.DeleteRoom(context.Background(), room)
 	k := redisstore.KeysFor(room)
 	now := time.Now().UnixMilli()
-	users := make([]string, waiting)
-	for lo := 0; lo < waiting; lo += 1000 {
-		_, err := info.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := lo; i < min(lo+1000, waiting); i++ {
-				users[i] = fmt.Sprintf("c%06d", i)
-				p.ZAdd(ctx, k.Queue, redis.Z{Score: float64(i + 1), Member: users[i]})
-				p.ZAdd(ctx, k.Seen, redis.Z{Score: float64(now), Member: users[i]})
-				p.HSet(ctx, k.State, users[i], "waiting")
-				p.HSet(ctx, k.SeqOf, users[i], i+1)
-				p.HSet(ctx, k.JoinedAt, users[i], now)
-			}
-			return nil
-		})
-		if err != nil {
-			b.Fatalf("writing the crowd: %v", err)
-		}
-	}
-	if err := info.Set(ctx, k.Seq, waiting, 0).Err(); err != nil {
-		b.Fatal(err)
-	}
-	if err := info.HIncrBy(ctx, k.Stats, "joined", int64(waiting)).Err(); err != nil {
-		b.Fatal(err)
-	}
+	users := benchWriteCrowd(b, info, room, "c", waiting, now)
 	const capacity = 100
 	cfgReq, _ := http.NewRequest("PUT", urls[0]+"/v1/rooms/"+room, strings.NewReader(roomBody(b, fmt.Sprintf(`{"capacity":%d,"lease_seconds":10}`, capacity))))
 	cfgReq.Header.Set("Content-Type", "application/json")
@@ -295,12 +274,12 @@ func benchCrowd(b *testing.B, waiting int) {
 	var crowdWG sync.WaitGroup
 	for i, bu := range crowd {
 		crowdWG.Go(func() {
-			if !benchSleep(ctx, starts[i]) {
+			if retry.Sleep(ctx, starts[i]) != nil {
 				return
 			}
 			for {
 				next, done := poll(bu, pollSeq.Add(1))
-				if done || !benchSleep(ctx, next) {
+				if done || retry.Sleep(ctx, next) != nil {
 					return
 				}
 			}
@@ -309,7 +288,7 @@ func benchCrowd(b *testing.B, waiting int) {
 	defer crowdWG.Wait()
 	defer cancel()
 
-	if !benchSleep(ctx, benchCrowdWarmup) {
+	if retry.Sleep(ctx, benchCrowdWarmup) != nil {
 		b.Fatal("cancelled in the warm-up")
 	}
 	var (
@@ -320,7 +299,7 @@ func benchCrowd(b *testing.B, waiting int) {
 	for range b.N {
 		cmds0, cpu0, ok0 := benchRedisCounters(info)
 		p0, a0, t0 := polls.Load(), admitted.Load(), time.Now()
-		benchSleep(ctx, benchCrowdWindow)
+		_ = retry.Sleep(ctx, benchCrowdWindow)
 		cmds1, cpu1, ok1 := benchRedisCounters(info)
 		p1, a1, t1 := polls.Load(), admitted.Load(), time.Now()
 		if !ok0 || !ok1 {

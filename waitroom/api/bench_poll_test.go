@@ -136,31 +136,8 @@ func benchWaitingPolls(b *testing.B, client *redis.Client, waiting int, counters
 	}
 	// The crowd, written directly as joins write it (a join per user
 	// through the API would take minutes on the embedded server).
-	k := redisstore.KeysFor(room)
 	now := time.Now().UnixMilli()
-	users := make([]string, waiting)
-	for lo := 0; lo < waiting; lo += 1000 {
-		_, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := lo; i < min(lo+1000, waiting); i++ {
-				users[i] = fmt.Sprintf("w%06d", i)
-				p.ZAdd(ctx, k.Queue, redis.Z{Score: float64(i + 1), Member: users[i]})
-				p.ZAdd(ctx, k.Seen, redis.Z{Score: float64(now), Member: users[i]})
-				p.HSet(ctx, k.State, users[i], "waiting")
-				p.HSet(ctx, k.SeqOf, users[i], i+1)
-				p.HSet(ctx, k.JoinedAt, users[i], now)
-			}
-			return nil
-		})
-		if err != nil {
-			b.Fatalf("writing the crowd: %v", err)
-		}
-	}
-	if err := client.Set(ctx, k.Seq, waiting, 0).Err(); err != nil {
-		b.Fatal(err)
-	}
-	if err := client.HIncrBy(ctx, k.Stats, "joined", int64(waiting)).Err(); err != nil {
-		b.Fatal(err)
-	}
+	users := benchWriteCrowd(b, client, room, "w", waiting, now)
 	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(srv.Service().Rooms(), room); {
 		if time.Now().After(deadline) {
 			b.Fatalf("the instance does not run room %s after 10 s", room)
@@ -293,4 +270,37 @@ func benchWaitingPolls(b *testing.B, client *redis.Client, waiting int, counters
 	b.ReportMetric(float64(storeP.cmds)/float64(storeP.ops), "cmds/storepoll")
 	b.ReportMetric(per(storeP), "cpu-µs/storepoll")
 	b.ReportMetric(float64(unavailable.Load())/float64(storeP.ops), "503/storepoll")
+}
+
+// benchWriteCrowd writes n users waiting in room (named prefix and a
+// number, in that order), as joins at now (ms) write them, in pipelines of
+// 1,000, and returns their names.
+func benchWriteCrowd(b testing.TB, client *redis.Client, room, prefix string, n int, now int64) []string {
+	b.Helper()
+	ctx := context.Background()
+	k := redisstore.KeysFor(room)
+	users := make([]string, n)
+	for lo := 0; lo < n; lo += 1000 {
+		_, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := lo; i < min(lo+1000, n); i++ {
+				users[i] = fmt.Sprintf("%s%06d", prefix, i)
+				p.ZAdd(ctx, k.Queue, redis.Z{Score: float64(i + 1), Member: users[i]})
+				p.ZAdd(ctx, k.Seen, redis.Z{Score: float64(now), Member: users[i]})
+				p.HSet(ctx, k.State, users[i], "waiting")
+				p.HSet(ctx, k.SeqOf, users[i], i+1)
+				p.HSet(ctx, k.JoinedAt, users[i], now)
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatalf("writing the crowd: %v", err)
+		}
+	}
+	if err := client.Set(ctx, k.Seq, n, 0).Err(); err != nil {
+		b.Fatal(err)
+	}
+	if err := client.HIncrBy(ctx, k.Stats, "joined", int64(n)).Err(); err != nil {
+		b.Fatal(err)
+	}
+	return users
 }
