@@ -2,6 +2,7 @@ package sale
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,6 +111,9 @@ type buyer struct {
 	settledAt   time.Time
 	end         string
 	why         string // the last failure of a failed buyer
+	// holdAnswer is the status of the latest answer to a hold request
+	// (and its problem code, if any) of a buyer still holding.
+	holdAnswer string
 }
 
 func (b *buyer) finish(end string) {
@@ -119,9 +124,10 @@ func (b *buyer) finish(end string) {
 
 // unfinished counts the buyers who have not ended yet by where they are:
 // joining (no ticket yet), waiting (not admitted), holding (no hold),
-// paying (a hold, no end).
+// paying (a hold, no end); the buyers holding by their latest answer.
 func (c *crowd) unfinished() string {
 	var joining, waiting, holding, paying int
+	answers := map[string]int{}
 	for _, b := range c.buyers {
 		b.mu.Lock()
 		switch {
@@ -132,12 +138,22 @@ func (c *crowd) unfinished() string {
 			waiting++
 		case b.holdID == "":
 			holding++
+			answers[cmp.Or(b.holdAnswer, "none yet")]++
 		default:
 			paying++
 		}
 		b.mu.Unlock()
 	}
-	return fmt.Sprintf("joining %d, waiting %d, holding %d, paying %d", joining, waiting, holding, paying)
+	out := fmt.Sprintf("joining %d, waiting %d, holding %d, paying %d", joining, waiting, holding, paying)
+	if holding > 0 {
+		var parts []string
+		for a, n := range answers {
+			parts = append(parts, fmt.Sprintf("%s ×%d", a, n))
+		}
+		slices.Sort(parts)
+		out += " (holding, latest answer: " + strings.Join(parts, ", ") + ")"
+	}
+	return out
 }
 
 // crowd runs the buyers and the bots.
@@ -406,11 +422,20 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 		}
 		allHeld = false
 		ans, err := send(http.MethodPost, "/v1/events/"+c.r.event+"/holds", map[string]any{"seats": 1})
+		answered := "error"
 		if err != nil {
 			last = err.Error()
 		} else {
 			last = fmt.Sprintf("%d %.200s", ans.status, ans.body)
+			var p struct {
+				Code string `json:"code"`
+			}
+			_ = json.Unmarshal(ans.body, &p)
+			answered = strings.TrimSpace(fmt.Sprintf("%d %s", ans.status, p.Code))
 		}
+		b.mu.Lock()
+		b.holdAnswer = answered
+		b.mu.Unlock()
 		if err == nil && ans.status == http.StatusCreated && json.Unmarshal(ans.body, &h) == nil && h.ID != "" {
 			break
 		}
