@@ -360,16 +360,3 @@ func benchCrowd(b *testing.B, waiting int) {
 		b.Errorf("%d polls failed, the first: %v", n, firstFailure.Load())
 	}
 }
-
-// benchSleep sleeps for d or until ctx ends; it reports whether it slept the
-// whole time.
-func benchSleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
