@@ -201,9 +201,9 @@ func (s *Service) CarryOut(ctx context.Context, c Cancellation) (Cancellation, e
 
 // cancelRefundAttempt returns which refund (from 1) carries out
 // cancellation c of an APPROVED payment next: one more than the refunds
-// under its keys that the institution declined, and how long to wait
-// before making it (0: now), CancelRetry after the latest decline,
-// doubled at each one.
+// under its keys that the institution declined (never more than
+// MaxCancelRefunds), and how long to wait before making it (0: now),
+// CancelRetry after the latest decline, doubled at each one.
 func (s *Service) cancelRefundAttempt(ctx context.Context, c Cancellation) (attempt int, wait time.Duration, err error) {
 	rs, _, err := s.refunds()
 	if err != nil {
@@ -223,8 +223,13 @@ func (s *Service) cancelRefundAttempt(ctx context.Context, c Cancellation) (atte
 			}
 		}
 	}
-	if declined == 0 {
+	switch {
+	case declined == 0:
 		return 1, 0, nil
+	case declined >= MaxCancelRefunds:
+		// The last was declined and the cancellation not closed (a crash
+		// in between): the last refund again, a replay, closes it.
+		return MaxCancelRefunds, 0, nil
 	}
 	return declined + 1, max(0, last.Add(s.cancelRetryWait(declined)).Sub(s.cfg.Now())), nil
 }

@@ -311,7 +311,8 @@ func TestCancelRefundDeclinedIsMadeAgain(t *testing.T) {
 
 // TestCancelRefundDeclinedForGoodIsFlagged: after MaxCancelRefunds
 // declined refunds the cancellation is closed as carried out and the
-// payment flagged for a person to look at.
+// payment flagged for a person to look at; carrying it out again (a
+// crash before the close) makes no further refund.
 func TestCancelRefundDeclinedForGoodIsFlagged(t *testing.T) {
 	r := newRig(t, func(c *pay.Config) { slowOK(c); c.CancelRetry = 10 * time.Millisecond })
 	ctx := context.Background()
@@ -334,6 +335,16 @@ func TestCancelRefundDeclinedForGoodIsFlagged(t *testing.T) {
 			t.Fatal("the cancellation is still REQUESTED after 5 s")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// A carrying out that crashed after the last decline, before closing,
+	// and runs again makes no further refund.
+	c, ok, err := r.svc.CancellationOf(ctx, id)
+	if err != nil || !ok {
+		t.Fatalf("CancellationOf = %v, %v", ok, err)
+	}
+	c.Status = pay.CancelRequested
+	if _, err := r.svc.CarryOut(ctx, c); err != nil {
+		t.Fatalf("CarryOut again: %v", err)
 	}
 	_, list := r.get(t, "/v1/payments/"+id+"/refunds")
 	if n := len(list["refunds"].([]any)); n != pay.MaxCancelRefunds || list["refunded"] != float64(0) {
