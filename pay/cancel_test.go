@@ -343,6 +343,7 @@ func TestCancelRefundDeclinedForGoodIsFlagged(t *testing.T) {
 		t.Fatalf("CancellationOf = %v, %v", ok, err)
 	}
 	c.Status = pay.CancelRequested
+	time.Sleep(400 * time.Millisecond) // past any pause (10 ms doubled four times)
 	if _, err := r.svc.CarryOut(ctx, c); err != nil {
 		t.Fatalf("CarryOut again: %v", err)
 	}
