@@ -59,3 +59,24 @@ func TestRetryWait(t *testing.T) {
 		t.Errorf("wait with Retry-After in 5 s as a date = %s, want about 4-5 s", d)
 	}
 }
+
+// TestUnfinishedCountsHoldingBuyersByAnswer: the progress line counts the
+// buyers still trying to hold a seat by their latest answer, so that a
+// tail of buyers retrying says why.
+func TestUnfinishedCountsHoldingBuyersByAnswer(t *testing.T) {
+	admitted := time.Now()
+	c := &crowd{buyers: []*buyer{
+		{user: "a", admittedAt: admitted, holdAnswer: "503 unavailable"},
+		{user: "b", admittedAt: admitted, holdAnswer: "503 unavailable"},
+		{user: "c", admittedAt: admitted, holdAnswer: "409 sold_out"},
+		{user: "d", admittedAt: admitted},
+		{user: "e", admittedAt: admitted, holdID: "h"},
+		{user: "f", end: endTicket},
+		{},
+	}}
+	got := c.unfinished()
+	want := "joining 1, waiting 0, holding 4, paying 1 (holding, latest answer: 409 sold_out ×1, 503 unavailable ×2, none yet ×1)"
+	if got != want {
+		t.Fatalf("unfinished() = %q\nwant          %q", got, want)
+	}
+}
