@@ -111,7 +111,7 @@ gate_run() { # gate_run LABEL [redis-url]
     cmds1=$(awk -F'[=,]' '/^cmdstat_/ && !/cmdstat_info/ && !/cmdstat_config/ {s+=$2} END {print s}' "$OUT/$label.commandstats"); }
   kill $GATE; wait $GATE 2>/dev/null; GATE=""
   jq -c --arg name "$label" --arg l0 "$l0" --arg l1 "$(load)" --argjson cpu $((c1 - c0)) --argjson cmds "$cmds1" --argjson base "$base" \
-    --arg gogc "${GATE_GOGC:-default}" --argjson gcs "$(echo "$gc1 - $gc0" | bc)" --argjson gcpause "$(echo "$gp1 - $gp0" | bc -l | sed 's/^\./0./')" \
+    --arg gogc "${GATE_GOGC:-default}" --argjson gcs "$(awk -v a="$gc1" -v b="$gc0" 'BEGIN {print a - b}')" --argjson gcpause "$(awk -v a="$gp1" -v b="$gp0" 'BEGIN {printf "%.6f", a - b}')" \
     --arg b "$(cat "$OUT/$label.buyer1" "$OUT/$label.buyer2" "$OUT/$label.buyer3" | tr '\n' ' ')" \
     '{"label": $name, requests: .requests, codes: .status_codes, errors: (.errors | length), error_kinds: (.errors[:3]),
       p50_ms: (.latencies."50th" / 1e6), p99_ms: (.latencies."99th" / 1e6), success: .success,
