@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -117,14 +116,7 @@ func benchCrowd(b *testing.B, waiting int) {
 	now := time.Now().UnixMilli()
 	users := benchWriteCrowd(b, info, room, "c", waiting, now)
 	const capacity = 100
-	cfgReq, _ := http.NewRequest("PUT", urls[0]+"/v1/rooms/"+room, strings.NewReader(roomBody(b, fmt.Sprintf(`{"capacity":%d,"lease_seconds":10}`, capacity))))
-	cfgReq.Header.Set("Content-Type", "application/json")
-	cfgReq.Header.Set("Authorization", "Bearer "+faultAdminToken)
-	if res, err := hc.Do(cfgReq); err != nil || res.StatusCode != http.StatusOK {
-		b.Fatalf("configure the room: %v %v", err, res)
-	} else {
-		res.Body.Close()
-	}
+	benchPutRoom(b, hc, urls[0], room, fmt.Sprintf(`{"capacity":%d,"lease_seconds":10}`, capacity))
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if _, fresh := first.Service().View(room); fresh {
 			break

@@ -126,14 +126,7 @@ func benchWaitingPolls(b *testing.B, client *redis.Client, waiting int, counters
 	// checkout is full.
 	room := "bench-poll-" + faultRand()
 	defer store.DeleteRoom(context.Background(), room)
-	cfgReq, _ := http.NewRequest("PUT", ts.URL+"/v1/rooms/"+room, strings.NewReader(roomBody(b, `{"capacity":100,"lease_seconds":3600}`)))
-	cfgReq.Header.Set("Content-Type", "application/json")
-	cfgReq.Header.Set("Authorization", "Bearer "+faultAdminToken)
-	if res, err := hc.Do(cfgReq); err != nil || res.StatusCode != http.StatusOK {
-		b.Fatalf("configure the room: %v %v", err, res)
-	} else {
-		res.Body.Close()
-	}
+	benchPutRoom(b, hc, ts.URL, room, `{"capacity":100,"lease_seconds":3600}`)
 	// The crowd, written directly as joins write it (a join per user
 	// through the API would take minutes on the embedded server).
 	now := time.Now().UnixMilli()
@@ -303,4 +296,18 @@ func benchWriteCrowd(b testing.TB, client *redis.Client, room, prefix string, n 
 		b.Fatal(err)
 	}
 	return users
+}
+
+// benchPutRoom configures room on the instance at base with the admin
+// token: PUT of partial (completed by roomBody); anything but 200 fails b.
+func benchPutRoom(b testing.TB, hc *http.Client, base, room, partial string) {
+	b.Helper()
+	req, _ := http.NewRequest("PUT", base+"/v1/rooms/"+room, strings.NewReader(roomBody(b, partial)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+faultAdminToken)
+	res, err := hc.Do(req)
+	if err != nil || res.StatusCode != http.StatusOK {
+		b.Fatalf("configure the room: %v %v", err, res)
+	}
+	res.Body.Close()
 }
