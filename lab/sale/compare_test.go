@@ -61,7 +61,8 @@ func TestCompareAdaptiveClaims(t *testing.T) {
 		return r
 	}
 	sale := func(unknown, released, p99 float64) lab.Metrics {
-		m := lab.Metrics{"unknown_payments": unknown, "abandoned_holds": released, "join_to_ticket_p99_ms": p99, "tickets": 60, "seats_sold": 60}
+		m := lab.Metrics{"unknown_payments": unknown, "abandoned_holds": released, "join_to_ticket_p99_ms": p99, "tickets": 60, "seats_sold": 60,
+			"p99_ticket_queue_ms": p99 / 4, "p99_ticket_checkout_ms": p99 * 3 / 4, "admitted_5s_after_hang": 100 + unknown}
 		for _, z := range invariantMetrics {
 			m[z.metric] = 0
 		}
@@ -110,9 +111,27 @@ func TestCompareAdaptiveClaims(t *testing.T) {
 		t.Errorf("%d invariant claims, want %d: each invariant and seats = tickets for both outflows", n, want)
 	}
 	table := e.comparison(result(sale(40, 3, 9000), sale(12, 2, 8000)))
-	for _, want := range []string{"| static-600 | 40 (40) | 3 (3) |", "| adaptive-600 | 12 (12) | 2 (2) |", "9.0 (9.0) s", "8.0 (8.0) s"} {
+	for _, want := range []string{"| static-600 | 40 (40) | 3 (3) |", "| adaptive-600 | 12 (12) | 2 (2) |", "9.0 (9.0) s", "8.0 (8.0) s",
+		"| static-600 | 2.2 (2.2) s | 6.8 (6.8) s | 140 (140) |", "| adaptive-600 | 2.0 (2.0) s | 6.0 (6.0) s | 112 (112) |"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table lacks %q:\n%s", want, table)
 		}
+	}
+}
+
+// TestAdmittedAfterHang reads the admitted total at the last sample within
+// the given seconds after the hang's end, the hang split by another
+// fault's window included, and nothing without a hang.
+func TestAdmittedAfterHang(t *testing.T) {
+	var points []Point
+	for i := range 30 {
+		points = append(points, Point{T: float64(i) / 2, AdmittedTotal: float64(10 * i)})
+	}
+	marks := []Mark{{Fault: "institution hangs", From: 2, To: 4}, {Fault: "institution hangs, status API down", From: 4, To: 6}, {Fault: "status API down", From: 6, To: 9}}
+	if n, ok := admittedAfterHang(points, marks, 5); !ok || n != 220 {
+		t.Errorf("admittedAfterHang = %v, %v; want 220 (t = 11 s), true", n, ok)
+	}
+	if n, ok := admittedAfterHang(points, marks[2:], 5); ok {
+		t.Errorf("admittedAfterHang without a hang = %v, true; want false", n)
 	}
 }

@@ -1,6 +1,7 @@
 package sale
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -285,6 +286,13 @@ wait:
 		// machine, and the figures are the rig's as much as the product's.
 		res.Metrics["lab_cpu_share"] = cpu.share()
 		res.Metrics["lab_cpu_cores"] = cpu.self.Seconds() / cpu.wall.Seconds()
+		// How far the room had gone through the queue 5 s after the
+		// institution's hang: the admissions an adaptive outflow withheld
+		// during the hang and not made up by then show against a static
+		// run of the same crowd.
+		if n, ok := admittedAfterHang(points, marks, 5); ok {
+			res.Metrics["admitted_5s_after_hang"] = n
+		}
 	}
 	if ex, ok := res.Extra.(map[string]any); ok {
 		ex["cpu"] = cpu.String()
@@ -528,6 +536,11 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	// Every buyer accounted for.
 	counts := map[string]int{}
 	var joinToTicket []float64
+	// The parts of each ticket's join→ticket time: in the queue (join to
+	// admission) and at the checkout (admission to ticket), indexed like
+	// joinToTicket before it is sorted.
+	type ticketParts struct{ total, queue, checkout float64 }
+	var parts []ticketParts
 	whys := map[string]int{}
 	for _, b := range c.buyers {
 		b.mu.Lock()
@@ -547,7 +560,11 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 				end = endUnaccounted // still pending after the drain
 			}
 			if t, ok := ticketOf[o.id]; ok && !b.joinedAt.IsZero() {
-				joinToTicket = append(joinToTicket, float64(t.IssuedAt.Sub(b.joinedAt).Milliseconds()))
+				total := float64(t.IssuedAt.Sub(b.joinedAt).Milliseconds())
+				joinToTicket = append(joinToTicket, total)
+				if !b.admittedAt.IsZero() {
+					parts = append(parts, ticketParts{total, float64(b.admittedAt.Sub(b.joinedAt).Milliseconds()), float64(t.IssuedAt.Sub(b.admittedAt).Milliseconds())})
+				}
 			}
 		} else if end == endTicket || end == endDeclined || end == endOrderPending {
 			end = endUnaccounted // the buyer saw an order the checkout does not have
@@ -638,6 +655,13 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 			m["join_to_ticket_"+q.name+"_ms"] = joinToTicket[min(len(joinToTicket)-1, int(math.Ceil(q.q*float64(len(joinToTicket))))-1)]
 		}
 	}
+	// What the p99 ticket's time is made of: the wait for the room (its
+	// outflow) or the checkout (a hold taken late, a slow payment).
+	if len(parts) > 0 {
+		slices.SortFunc(parts, func(a, b ticketParts) int { return cmp.Compare(a.total, b.total) })
+		p := parts[min(len(parts)-1, int(math.Ceil(0.99*float64(len(parts))))-1)]
+		m["p99_ticket_queue_ms"], m["p99_ticket_checkout_ms"] = p.queue, p.checkout
+	}
 	m["joins"] = float64(c.joins.Load())
 	m["bot_joins"] = float64(c.botJoins.Load())
 	m["bot_joins_limited"] = float64(c.botLimited.Load())
@@ -706,4 +730,24 @@ func openPay(ctx context.Context, d *dbs) (pay.Store, error) {
 	cfg := sqlite.DefaultConfig()
 	cfg.Path = d.sqlitePay
 	return sqlite.OpenConfig(ctx, cfg)
+}
+
+// admittedAfterHang is the room's admitted total at the last sample
+// taken at most after seconds after the end of the institution's hang
+// (the latest end of the marks whose fault names it: it may be split by
+// another fault's window), and false without such a mark or sample.
+func admittedAfterHang(points []Point, marks []Mark, after float64) (float64, bool) {
+	end, hung := 0.0, false
+	for _, mk := range marks {
+		if strings.Contains(mk.Fault, "institution hangs") {
+			end, hung = max(end, mk.To), true
+		}
+	}
+	n, ok := 0.0, false
+	for _, p := range points {
+		if hung && p.T <= end+after {
+			n, ok = p.AdmittedTotal, true
+		}
+	}
+	return n, ok
 }
