@@ -166,7 +166,7 @@ type crowd struct {
 	soldOut atomic.Bool
 	closed  atomic.Bool
 	// counters for the report
-	joins, joinErrors, botJoins, botLimited, gateRetries atomic.Int64
+	joins, joinErrors, botJoins, botLimited, gateRetries, rejoins atomic.Int64
 }
 
 // newCrowd draws the buyers: SurgeShare of them within Surge, the rest
@@ -259,12 +259,44 @@ type ticketJSON struct {
 	AdmissionToken string `json:"admission_token"`
 }
 
-// run plays buyer b from its arrival to the end of its sale.
+// maxRejoins is how many times a buyer the gate sends back to the room
+// (its admission gone while the room is open) joins the queue again
+// before giving up.
+const maxRejoins = 3
+
+// run plays buyer b from its arrival to the end of its sale: the queue,
+// then the checkout, and the queue again (a new join at its end) when the
+// gate answers that the buyer's admission is gone while the room is still
+// open, as the waiting page sends a browser back to the room.
 func (c *crowd) run(ctx context.Context, b *buyer) {
 	if !sleep(ctx, time.Until(c.opened.Add(b.arrival))) {
 		b.finish(endNotAdmitted)
 		return
 	}
+	for rejoins := 0; ; rejoins++ {
+		t, ok := c.queue(ctx, b)
+		if !ok {
+			return
+		}
+		if !c.checkout(ctx, b, t) {
+			return
+		}
+		c.rejoins.Add(1)
+		if rejoins == maxRejoins {
+			b.mu.Lock()
+			b.why = fmt.Sprintf("hold: sent back to the room %d times", rejoins+1)
+			b.mu.Unlock()
+			b.finish(endFailed)
+			return
+		}
+	}
+}
+
+// queue joins the room with a new join (a new Idempotency-Key) and waits
+// in line until admitted. It returns the admitted ticket, or false once
+// the buyer has ended (finish called). The buyer's join time is its first
+// join's, its admission time the latest.
+func (c *crowd) queue(ctx context.Context, b *buyer) (ticketJSON, bool) {
 	room := "/v1/rooms/" + c.r.room
 	// Join, through any gate that answers, with one Idempotency-Key for
 	// every try, as the waiting page does: a try whose answer was lost
@@ -276,7 +308,7 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 	for a := 0; ; a++ {
 		if ctx.Err() != nil || c.closed.Load() {
 			b.finish(endNotAdmitted)
-			return
+			return t, false
 		}
 		ans, err := c.doKeyed(ctx, http.MethodPost, c.gate(b, a)+room+"/tickets", b.ip, "", "", joinKey, map[string]any{})
 		c.joins.Add(1)
@@ -287,7 +319,11 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 		sleep(ctx, retryWait(joinSeq, ans, err))
 	}
 	b.mu.Lock()
-	b.user, b.joinedAt = t.UserID, time.Now()
+	b.user, b.admittedAt = t.UserID, time.Time{}
+	if b.joinedAt.IsZero() {
+		b.joinedAt = time.Now()
+	}
+	joinedAt := b.joinedAt
 	b.mu.Unlock()
 
 	// Wait in the queue.
@@ -300,15 +336,15 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 			// polls failed for longer than the room's abandon_after (503s
 			// while the store restarted, then backoff) lost its place.
 			b.finish(endNotAdmitted)
-			return
+			return t, false
 		}
-		if b.queuePatience > 0 && time.Since(b.joinedAt) > b.queuePatience {
+		if b.queuePatience > 0 && time.Since(joinedAt) > b.queuePatience {
 			b.finish(endAbandoned) // walks away: stops polling
-			return
+			return t, false
 		}
 		if !sleep(ctx, wait) {
 			b.finish(endNotAdmitted)
-			return
+			return t, false
 		}
 		var ans answer
 		var err error
@@ -329,7 +365,7 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 			b.why = fmt.Sprintf("queue: %d %.200s", ans.status, ans.body)
 			b.mu.Unlock()
 			b.finish(endNotAdmitted)
-			return
+			return t, false
 		}
 		if err != nil || ans.status/100 != 2 {
 			if err != nil || ans.status != http.StatusTooManyRequests {
@@ -353,7 +389,7 @@ func (c *crowd) run(ctx context.Context, b *buyer) {
 	b.mu.Lock()
 	b.admittedAt = time.Now()
 	b.mu.Unlock()
-	c.checkout(ctx, b, t)
+	return t, true
 }
 
 // holdJSON and orderJSON are the parts of the checkout's answers a buyer
@@ -379,7 +415,9 @@ type orderJSON struct {
 const checkoutPatience = 60 * time.Second
 
 // checkout plays an admitted buyer: hold one seat, pay, wait for the end.
-func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
+// It returns true, the buyer not ended, when the gate sends the buyer
+// back to the room (the admission is gone) while the room is open.
+func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) (rejoin bool) {
 	adm := t.AdmissionToken
 	g := 0
 	send := func(method, path string, body any) (answer, error) {
@@ -411,14 +449,14 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 				c.soldOut.Store(true)
 				b.finish(endSoldOut)
 				leave()
-				return
+				return false
 			}
 			b.mu.Lock()
 			b.why = "hold: " + last
 			b.mu.Unlock()
 			b.finish(endFailed)
 			leave()
-			return
+			return false
 		}
 		allHeld = false
 		ans, err := send(http.MethodPost, "/v1/events/"+c.r.event+"/holds", map[string]any{"seats": 1})
@@ -439,13 +477,17 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 		if err == nil && ans.status == http.StatusCreated && json.Unmarshal(ans.body, &h) == nil && h.ID != "" {
 			break
 		}
-		if err == nil && ans.status == http.StatusServiceUnavailable && c.closed.Load() && strings.Contains(string(ans.body), `"join"`) {
+		if err == nil && ans.status == http.StatusServiceUnavailable && strings.Contains(string(ans.body), `"join"`) {
 			// The gate sends the buyer back to the room (the admission is
-			// gone), and the room closed sold out: the page would say so.
+			// gone). If the room closed sold out, the page would say so;
+			// else the buyer joins again.
+			if !c.closed.Load() {
+				return true
+			}
 			c.soldOut.Store(true)
 			b.finish(endSoldOut)
 			leave()
-			return
+			return false
 		}
 		if err == nil && ans.status == http.StatusConflict && strings.Contains(string(ans.body), "seats_left") {
 			var so struct {
@@ -461,7 +503,7 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 			c.soldOut.Store(true)
 			b.finish(endSoldOut)
 			leave()
-			return
+			return false
 		}
 		sleep(ctx, retryWait(holdSeq, ans, err))
 	}
@@ -470,7 +512,7 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 	b.mu.Unlock()
 	if b.leaveAtHold {
 		b.finish(endAbandoned) // walks away with the seat on hold
-		return
+		return false
 	}
 	var o orderJSON
 	last = ""
@@ -485,10 +527,10 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 				b.why = "purchase: " + last
 				b.mu.Unlock()
 				b.finish(endFailed)
-				return
+				return false
 			}
 			b.finish(endOrderPending)
-			return
+			return false
 		}
 		var ans answer
 		var err error
@@ -521,14 +563,14 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) {
 			switch o.Status {
 			case "paid":
 				b.finish(endTicket)
-				return
+				return false
 			case "failed":
 				if o.PaymentStatus == "DECLINED" {
 					b.finish(endDeclined)
 				} else {
 					b.finish(endFailed)
 				}
-				return
+				return false
 			}
 		}
 		d := time.Second

@@ -2,8 +2,10 @@ package sale
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,5 +80,75 @@ func TestUnfinishedCountsHoldingBuyersByAnswer(t *testing.T) {
 	want := "joining 1, waiting 0, holding 4, paying 1 (holding, latest answer: 409 sold_out ×1, 503 unavailable ×2, none yet ×1)"
 	if got != want {
 		t.Fatalf("unfinished() = %q\nwant          %q", got, want)
+	}
+}
+
+// TestBuyerSentBackJoinsAgain: a gate that answers a hold with 503 and
+// the room to join (the admission is gone) sends an open room's buyer
+// back to the queue with a new join, who then buys, its join time its
+// first join's; in a closed room the buyer is told it is sold out and
+// does not join again; a buyer sent back every time gives up after
+// maxRejoins joins again.
+func TestBuyerSentBackJoinsAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		closed        bool
+		sendBack      int64 // holds answered 503 "join" before one succeeds
+		joins         int64
+		end           string
+		rejoins       int64
+		keysDifferent bool
+	}{
+		{"open room", false, 1, 2, endTicket, 1, true},
+		{"closed room", true, 1, 1, endSoldOut, 0, false},
+		{"sent back every time", false, 100, maxRejoins + 1, endFailed, maxRejoins + 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var joins, holds atomic.Int64
+			var keys sync.Map
+			c := &crowd{hc: http.DefaultClient, opened: time.Now()}
+			gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch {
+				case r.Method == http.MethodPost && r.URL.Path == "/v1/rooms/r/tickets":
+					n := joins.Add(1)
+					keys.Store(r.Header.Get("Idempotency-Key"), true)
+					w.WriteHeader(http.StatusCreated)
+					fmt.Fprintf(w, `{"user_id":"u%d","state":"admitted","ticket_token":"t%d","admission_token":"a%d"}`, n, n, n)
+				case r.Method == http.MethodPost && r.URL.Path == "/v1/events/e/holds":
+					if holds.Add(1) <= tc.sendBack {
+						// The room closes sold out as the admission goes.
+						c.closed.Store(tc.closed)
+						w.Header().Set("Content-Type", "application/problem+json")
+						w.WriteHeader(http.StatusServiceUnavailable)
+						fmt.Fprint(w, `{"code":"unavailable","room":"r","join":"/v1/rooms/r/tickets"}`)
+						return
+					}
+					w.WriteHeader(http.StatusCreated)
+					fmt.Fprint(w, `{"id":"h","state":"held"}`)
+				case r.Method == http.MethodPost && r.URL.Path == "/v1/holds/h/purchase":
+					fmt.Fprint(w, `{"id":"o","status":"paid","payment_id":"p","payment_status":"APPROVED"}`)
+				default:
+					w.WriteHeader(http.StatusNoContent)
+				}
+			}))
+			defer gate.Close()
+			c.r = &rig{gateURLs: []string{gate.URL}, room: "r", event: "e"}
+			b := &buyer{ip: "10.0.0.1"}
+			before := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			c.run(ctx, b)
+			n := 0
+			keys.Range(func(any, any) bool { n++; return true })
+			if joins.Load() != tc.joins || b.end != tc.end || c.rejoins.Load() != tc.rejoins {
+				t.Errorf("joins %d, end %q (%s), rejoins %d; want %d, %q, %d", joins.Load(), b.end, b.why, c.rejoins.Load(), tc.joins, tc.end, tc.rejoins)
+			}
+			if tc.keysDifferent && int64(n) != tc.joins {
+				t.Errorf("%d Idempotency-Keys for %d joins: each join again must be a new join", n, tc.joins)
+			}
+			if b.joinedAt.Sub(before) > time.Second {
+				t.Errorf("join time %s after the start: want the first join's", b.joinedAt.Sub(before))
+			}
+		})
 	}
 }

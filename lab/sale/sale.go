@@ -667,6 +667,7 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	m["bot_joins_limited"] = float64(c.botLimited.Load())
 	extra["join_errors"] = c.joinErrors.Load()
 	extra["gate_retries"] = c.gateRetries.Load()
+	extra["rejoins"] = c.rejoins.Load()
 	// How the live workers took over the partitions of a dead one: by
 	// lease (nats-server before 2.11) or by unpinning a silent owner.
 	for _, name := range []string{"takeovers", "handbacks", "unpins"} {
