@@ -555,8 +555,9 @@ func newQueries(d Dialect) queries {
 		// subquery), then each updated through an index. With IN
 		// (subquery), PostgreSQL's generic plan joined the subquery to
 		// every seat of the event (a hash semi join over a sequential
-		// scan: 13 ms with 100,000 seats), and with no statistics a
-		// nested loop ran the subquery once per free seat (1.2 s).
+		// scan: 13 ms with 100,000 seats), and with the free seats'
+		// index and no statistics a nested loop ran the subquery once
+		// per free seat (1.2 s).
 		q.claimSeats = `UPDATE checkout_seats SET hold_id = $1
 			WHERE event_id = $2 AND hold_id IS NULL AND seat_no = ANY (ARRAY(
 				SELECT seat_no FROM checkout_seats WHERE event_id = $2 AND hold_id IS NULL ORDER BY seat_no LIMIT $3))
