@@ -573,11 +573,29 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) (rejoin bo
 				return false
 			}
 		}
+		if err == nil && ans.status == http.StatusServiceUnavailable && strings.Contains(string(ans.body), `"join"`) {
+			// The admission is gone: the gate sends the buyer to the
+			// room, and the page cannot show the order any more. The
+			// hold is the old admission's user's, so a new join would not
+			// get it back; the final accounting finds the order, if any,
+			// by the hold.
+			b.mu.Lock()
+			b.why = map[bool]string{true: "purchase: ", false: "order: "}[o.ID == ""] + last
+			b.mu.Unlock()
+			if o.ID == "" {
+				b.finish(endFailed)
+			} else {
+				b.finish(endOrderPending)
+			}
+			return false
+		}
 		d := time.Second
 		if err == nil {
 			d = max(d, retryAfter(ans.header))
 		}
-		sleep(ctx, d)
+		// Never past the patience: a Retry-After of minutes (the gate's
+		// estimate of the queue's wait) kept buyers polling long after.
+		sleep(ctx, max(time.Second, min(d, checkoutPatience-time.Since(orderFrom))))
 	}
 }
 

@@ -152,3 +152,58 @@ func TestBuyerSentBackJoinsAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestBuyerWithoutAdmissionStopsWatchingItsOrder: a gate that answers the
+// order's polls 503 with the room to join and a Retry-After of 300 s (the
+// admission is gone) ends the buyer at once, its order left to the final
+// accounting, instead of sleeping past its patience; the same answer to
+// the purchase fails the buyer.
+func TestBuyerWithoutAdmissionStopsWatchingItsOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		purchase int
+		end      string
+	}{
+		{"order polls", http.StatusAccepted, endOrderPending},
+		{"purchase", http.StatusServiceUnavailable, endFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gone := func(w http.ResponseWriter) {
+				w.Header().Set("Retry-After", "300")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprint(w, `{"code":"unavailable","room":"r","join":"/v1/rooms/r/tickets"}`)
+			}
+			gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch {
+				case r.Method == http.MethodPost && r.URL.Path == "/v1/rooms/r/tickets":
+					w.WriteHeader(http.StatusCreated)
+					fmt.Fprint(w, `{"user_id":"u","state":"admitted","ticket_token":"t","admission_token":"a"}`)
+				case r.Method == http.MethodPost && r.URL.Path == "/v1/events/e/holds":
+					w.WriteHeader(http.StatusCreated)
+					fmt.Fprint(w, `{"id":"h","state":"held"}`)
+				case r.Method == http.MethodPost && r.URL.Path == "/v1/holds/h/purchase":
+					if tc.purchase != http.StatusAccepted {
+						gone(w)
+						return
+					}
+					w.WriteHeader(http.StatusAccepted)
+					fmt.Fprint(w, `{"id":"o","status":"pending","payment_id":"p","payment_status":"UNKNOWN"}`)
+				case r.URL.Path == "/v1/orders/o":
+					gone(w)
+				default:
+					w.WriteHeader(http.StatusNoContent)
+				}
+			}))
+			defer gate.Close()
+			c := &crowd{r: &rig{gateURLs: []string{gate.URL}, room: "r", event: "e"}, hc: gate.Client(), opened: time.Now()}
+			b := &buyer{ip: "10.0.0.1"}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			start := time.Now()
+			c.run(ctx, b)
+			if b.end != tc.end || time.Since(start) > 5*time.Second {
+				t.Errorf("end %q (%s) after %s; want %q within 5 s", b.end, b.why, time.Since(start).Round(time.Millisecond), tc.end)
+			}
+		})
+	}
+}
