@@ -527,13 +527,12 @@ func newQueries(d Dialect) queries {
 			WHERE event_id = $2 AND hold_id IS NULL AND seat_no IN (
 				SELECT seat_no FROM checkout_seats WHERE event_id = $2 AND hold_id IS NULL ORDER BY seat_no LIMIT $3)
 			RETURNING seat_no`,
-		analyzeSeats: ``,
-		insertHold:   `INSERT INTO checkout_holds (` + holdCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-		hold:         `SELECT ` + holdCols + ` FROM checkout_holds WHERE id = $1`,
-		startPaying:  `UPDATE checkout_holds SET state = 'paying', updated_at = $1 WHERE id = $2 AND state = 'held' AND expires_at > $1`,
-		insertOrder:  `INSERT INTO checkout_orders (` + orderCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
-		order:        `SELECT ` + orderCols + ` FROM checkout_orders WHERE id = $1`,
-		orderOfHold:  `SELECT ` + orderCols + ` FROM checkout_orders WHERE hold_id = $1`,
+		insertHold:  `INSERT INTO checkout_holds (` + holdCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		hold:        `SELECT ` + holdCols + ` FROM checkout_holds WHERE id = $1`,
+		startPaying: `UPDATE checkout_holds SET state = 'paying', updated_at = $1 WHERE id = $2 AND state = 'held' AND expires_at > $1`,
+		insertOrder: `INSERT INTO checkout_orders (` + orderCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+		order:       `SELECT ` + orderCols + ` FROM checkout_orders WHERE id = $1`,
+		orderOfHold: `SELECT ` + orderCols + ` FROM checkout_orders WHERE hold_id = $1`,
 		recordPayment: `UPDATE checkout_orders SET payment_id = $1, payment_status = $2, updated_at = $3
 			WHERE id = $4 AND status = 'pending'`,
 		endOrder: `UPDATE checkout_orders SET status = $1, payment_id = $2, payment_status = $3, reason = $4, updated_at = $5

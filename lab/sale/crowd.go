@@ -392,6 +392,12 @@ func (c *crowd) queue(ctx context.Context, b *buyer) (ticketJSON, bool) {
 	return t, true
 }
 
+// sentBack reports the gate's answer that the buyer's admission is gone:
+// 503 naming the room to join.
+func sentBack(ans answer) bool {
+	return ans.status == http.StatusServiceUnavailable && strings.Contains(string(ans.body), `"join"`)
+}
+
 // holdJSON and orderJSON are the parts of the checkout's answers a buyer
 // reads.
 type holdJSON struct {
@@ -477,7 +483,7 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) (rejoin bo
 		if err == nil && ans.status == http.StatusCreated && json.Unmarshal(ans.body, &h) == nil && h.ID != "" {
 			break
 		}
-		if err == nil && ans.status == http.StatusServiceUnavailable && strings.Contains(string(ans.body), `"join"`) {
+		if err == nil && sentBack(ans) {
 			// The gate sends the buyer back to the room (the admission is
 			// gone). If the room closed sold out, the page would say so;
 			// else the buyer joins again.
@@ -573,7 +579,7 @@ func (c *crowd) checkout(ctx context.Context, b *buyer, t ticketJSON) (rejoin bo
 				return false
 			}
 		}
-		if err == nil && ans.status == http.StatusServiceUnavailable && strings.Contains(string(ans.body), `"join"`) {
+		if err == nil && sentBack(ans) {
 			// The admission is gone: the gate sends the buyer to the
 			// room, and the page cannot show the order any more. The
 			// hold is the old admission's user's, so a new join would not

@@ -536,9 +536,9 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	// Every buyer accounted for.
 	counts := map[string]int{}
 	var joinToTicket []float64
-	// The parts of each ticket's join→ticket time: in the queue (join to
-	// admission) and at the checkout (admission to ticket), indexed like
-	// joinToTicket before it is sorted.
+	// The parts of each ticket's join→ticket time, for the tickets whose
+	// buyer saw its admission: in the queue (join to admission) and at the
+	// checkout (admission to ticket).
 	type ticketParts struct{ total, queue, checkout float64 }
 	var parts []ticketParts
 	whys := map[string]int{}
