@@ -8,12 +8,14 @@
 # usage: gate-flood.sh STAMPEDE_BIN OUT [REPS] [DUR] [RATE]
 # (ports: P_UP, P_NGINX, P_GATE, P_REDIS in the environment, default 19201-19204;
 # STORES="embedded redis" the gate's stores, in that order; GATE_GOGC, when
-# set, is the gate process's GOGC. Each gate run also records the gate's
-# garbage collections during the flood: cycles and pause seconds, from its
-# /.stampede/metrics.)
+# set, is the gate process's GOGC, GATE_GOMAXPROCS its GOMAXPROCS. Each gate
+# run also records the gate's garbage collections during the flood: cycles
+# and pause seconds, from its /.stampede/metrics. Every run records the
+# proxy's run-queue wait: the time its threads were ready to run but waited
+# for a CPU, from /proc/PID/task/*/schedstat.)
 set -uo pipefail
 BIN=$1 OUT=$2 REPS=${3:-5} DUR=${4:-60s} RATE=${5:-3000}
-STORES=${STORES:-embedded redis} GATE_GOGC=${GATE_GOGC:-}
+STORES=${STORES:-embedded redis} GATE_GOGC=${GATE_GOGC:-} GATE_GOMAXPROCS=${GATE_GOMAXPROCS:-}
 VEGETA=${VEGETA:-$HOME/go/bin/vegeta}
 P_UP=${P_UP:-19201} P_NGINX=${P_NGINX:-19202} P_GATE=${P_GATE:-19203} P_REDIS=${P_REDIS:-19204}
 SECRET=flood-secret-0123456789abcdef0123456789abcdef ADMIN=flood-admin-token-0123456789
@@ -22,6 +24,8 @@ OUT=$(cd "$OUT" && pwd)
 
 ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }   # utime+stime, clock ticks
 nginx_ticks() { local s=0; for p in $(cat "$OUT/nginx-proxy/pids" 2>/dev/null); do s=$((s + $(ticks "$p"))); done; echo $s; }
+# runq PID...: nanoseconds the processes' threads have waited on a run queue.
+runq() { local p; for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done | awk '{s+=$2} END {printf "%d", s}'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 # gc: the gate's garbage collections so far, "cycles pause_seconds".
 gc() { curl -s -H "Authorization: Bearer $ADMIN" "http://127.0.0.1:$P_GATE/.stampede/metrics" |
@@ -80,7 +84,7 @@ buyer() {
 gate_run() { # gate_run LABEL [redis-url]
   local label=$1 redis=${2:-} args=() j tok user adm l0 c0 c1 cmds1 base rep
   if [ -n "$redis" ]; then redis-cli -p $P_REDIS flushall >/dev/null; args=(--redis "$redis"); else args=(--data-dir "$OUT/$label-data"); mkdir -p "$OUT/$label-data"; fi
-  env ${GATE_GOGC:+GOGC=$GATE_GOGC} "$BIN" serve gate --http 127.0.0.1:$P_GATE --upstream http://127.0.0.1:$P_UP --room flood --secret $SECRET \
+  env ${GATE_GOGC:+GOGC=$GATE_GOGC} ${GATE_GOMAXPROCS:+GOMAXPROCS=$GATE_GOMAXPROCS} "$BIN" serve gate --http 127.0.0.1:$P_GATE --upstream http://127.0.0.1:$P_UP --room flood --secret $SECRET \
     --admin-token $ADMIN --visitor-rate 0 --log-level warn "${args[@]}" >"$OUT/$label.log" 2>&1 &
   GATE=$!
   for _ in $(seq 1 100); do curl -sf -o /dev/null "http://127.0.0.1:$P_GATE/.stampede/healthz" && break; sleep 0.1; done
@@ -100,37 +104,40 @@ gate_run() { # gate_run LABEL [redis-url]
     base=$(redis-cli -p $P_REDIS info commandstats | awk -F'[=,]' '/^cmdstat_/ && !/cmdstat_info/ && !/cmdstat_config/ {s+=$2} END {print s}')
     redis-cli -p $P_REDIS config resetstat >/dev/null
   fi
-  l0=$(load); c0=$(ticks $GATE); read -r gc0 gp0 <<<"$(gc)"
+  l0=$(load); c0=$(ticks $GATE); read -r gc0 gp0 <<<"$(gc)"; q0=$(runq $GATE)
   ( sleep 5; for b in 1 2 3; do buyer $b >"$OUT/$label.buyer$b" & done; wait ) &
   local bpid=$!
   rep=$(attack "$label" "http://127.0.0.1:$P_GATE/checkout" "$adm")
-  c1=$(ticks $GATE); read -r gc1 gp1 <<<"$(gc)"
+  c1=$(ticks $GATE); read -r gc1 gp1 <<<"$(gc)"; q1=$(runq $GATE)
   wait $bpid
   cmds1=null
   [ -n "$redis" ] && { redis-cli -p $P_REDIS info commandstats >"$OUT/$label.commandstats"
     cmds1=$(awk -F'[=,]' '/^cmdstat_/ && !/cmdstat_info/ && !/cmdstat_config/ {s+=$2} END {print s}' "$OUT/$label.commandstats"); }
   kill $GATE; wait $GATE 2>/dev/null; GATE=""
   jq -c --arg name "$label" --arg l0 "$l0" --arg l1 "$(load)" --argjson cpu $((c1 - c0)) --argjson cmds "$cmds1" --argjson base "$base" \
-    --arg gogc "${GATE_GOGC:-default}" --argjson gcs "$(awk -v a="$gc1" -v b="$gc0" 'BEGIN {print a - b}')" --argjson gcpause "$(awk -v a="$gp1" -v b="$gp0" 'BEGIN {printf "%.6f", a - b}')" \
+    --arg gogc "${GATE_GOGC:-default}" --arg procs "${GATE_GOMAXPROCS:-default}" --argjson runq $((q1 - q0)) --argjson gcs "$(awk -v a="$gc1" -v b="$gc0" 'BEGIN {print a - b}')" --argjson gcpause "$(awk -v a="$gp1" -v b="$gp0" 'BEGIN {printf "%.6f", a - b}')" \
     --arg b "$(cat "$OUT/$label.buyer1" "$OUT/$label.buyer2" "$OUT/$label.buyer3" | tr '\n' ' ')" \
     '{"label": $name, requests: .requests, codes: .status_codes, errors: (.errors | length), error_kinds: (.errors[:3]),
       p50_ms: (.latencies."50th" / 1e6), p99_ms: (.latencies."99th" / 1e6), success: .success,
       cpu_ms_per_req: ($cpu * 10 / ((.status_codes."200" // 0) + 0.0001)), redis_cmds: $cmds,
       redis_cmds_per_req: (if $cmds == null then null else $cmds / ((.status_codes."200" // 0) + 0.0001) end),
       redis_idle_cmds_per_10s: $base,
-      gogc: $gogc, gc_cycles: $gcs, gc_pause_s: $gcpause,
+      gogc: $gogc, gomaxprocs: $procs, gc_cycles: $gcs, gc_pause_s: $gcpause,
+      runq_wait_ms: ($runq / 1e6), runq_wait_us_per_req: ($runq / 1e3 / ((.status_codes."200" // 0) + 0.0001)),
       load_before: $l0, load_after: $l1, other_buyers_admitted_s: $b}' <<<"$rep" | tee -a "$OUT/results.jsonl"
 }
 
 nginx_run() {
-  local label=$1 l0 c0 c1 rep
-  l0=$(load); c0=$(nginx_ticks)
+  local label=$1 l0 c0 c1 q0 q1 rep
+  l0=$(load); c0=$(nginx_ticks); q0=$(runq $(cat "$OUT/nginx-proxy/pids"))
   rep=$(attack "$label" "http://127.0.0.1:$P_NGINX/checkout")
-  c1=$(nginx_ticks)
-  jq -c --arg name "$label" --arg l0 "$l0" --arg l1 "$(load)" --argjson cpu $((c1 - c0)) \
+  c1=$(nginx_ticks); q1=$(runq $(cat "$OUT/nginx-proxy/pids"))
+  jq -c --arg name "$label" --arg l0 "$l0" --arg l1 "$(load)" --argjson cpu $((c1 - c0)) --argjson runq $((q1 - q0)) \
     '{"label": $name, requests: .requests, codes: .status_codes, errors: (.errors | length), error_kinds: (.errors[:3]),
       p50_ms: (.latencies."50th" / 1e6), p99_ms: (.latencies."99th" / 1e6), success: .success,
-      cpu_ms_per_req: ($cpu * 10 / ((.status_codes."200" // 0) + 0.0001)), load_before: $l0, load_after: $l1}' <<<"$rep" | tee -a "$OUT/results.jsonl"
+      cpu_ms_per_req: ($cpu * 10 / ((.status_codes."200" // 0) + 0.0001)),
+      runq_wait_ms: ($runq / 1e6), runq_wait_us_per_req: ($runq / 1e3 / ((.status_codes."200" // 0) + 0.0001)),
+      load_before: $l0, load_after: $l1}' <<<"$rep" | tee -a "$OUT/results.jsonl"
 }
 
 for i in $(seq 1 "$REPS"); do
