@@ -82,7 +82,7 @@ buyer() {
 }
 
 gate_run() { # gate_run LABEL [redis-url]
-  local label=$1 redis=${2:-} args=() j tok user adm l0 c0 c1 cmds1 base rep
+  local label=$1 redis=${2:-} args=() j tok user adm l0 c0 c1 q0 q1 cmds1 base rep
   if [ -n "$redis" ]; then redis-cli -p $P_REDIS flushall >/dev/null; args=(--redis "$redis"); else args=(--data-dir "$OUT/$label-data"); mkdir -p "$OUT/$label-data"; fi
   env ${GATE_GOGC:+GOGC=$GATE_GOGC} ${GATE_GOMAXPROCS:+GOMAXPROCS=$GATE_GOMAXPROCS} "$BIN" serve gate --http 127.0.0.1:$P_GATE --upstream http://127.0.0.1:$P_UP --room flood --secret $SECRET \
     --admin-token $ADMIN --visitor-rate 0 --log-level warn "${args[@]}" >"$OUT/$label.log" 2>&1 &
