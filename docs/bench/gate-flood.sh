@@ -7,7 +7,9 @@
 #
 # usage: gate-flood.sh STAMPEDE_BIN OUT [REPS] [DUR] [RATE]
 # (ports: P_UP, P_NGINX, P_GATE, P_REDIS in the environment, default 19201-19204;
-# STORES="embedded redis" the gate's stores, in that order; GATE_GOGC, when
+# STORES="embedded redis" the gate's stores, in that order, and "goproxy" for
+# a bare Go httputil.ReverseProxy process (docs/bench/gatecost -serve-proxy,
+# port P_GO, default 19205) flooded the same way; GATE_GOGC, when
 # set, is the gate process's GOGC, GATE_GOMAXPROCS its GOMAXPROCS. Each gate
 # run also records the gate's garbage collections during the flood: cycles
 # and pause seconds, from its /.stampede/metrics. Every run records the
@@ -17,7 +19,7 @@ set -uo pipefail
 BIN=$1 OUT=$2 REPS=${3:-5} DUR=${4:-60s} RATE=${5:-3000}
 STORES=${STORES:-embedded redis} GATE_GOGC=${GATE_GOGC:-} GATE_GOMAXPROCS=${GATE_GOMAXPROCS:-}
 VEGETA=${VEGETA:-$HOME/go/bin/vegeta}
-P_UP=${P_UP:-19201} P_NGINX=${P_NGINX:-19202} P_GATE=${P_GATE:-19203} P_REDIS=${P_REDIS:-19204}
+P_UP=${P_UP:-19201} P_NGINX=${P_NGINX:-19202} P_GATE=${P_GATE:-19203} P_REDIS=${P_REDIS:-19204} P_GO=${P_GO:-19205}
 SECRET=flood-secret-0123456789abcdef0123456789abcdef ADMIN=flood-admin-token-0123456789
 mkdir -p "$OUT"/nginx-up "$OUT"/nginx-proxy
 OUT=$(cd "$OUT" && pwd)
@@ -140,12 +142,35 @@ nginx_run() {
       load_before: $l0, load_after: $l1}' <<<"$rep" | tee -a "$OUT/results.jsonl"
 }
 
+# goproxy_run LABEL: the bare Go reverse proxy, started for the run.
+goproxy_run() {
+  local label=$1 pid l0 c0 c1 q0 q1 rep
+  "$OUT/gatecost" -serve-proxy 127.0.0.1:$P_GO -upstream http://127.0.0.1:$P_UP >"$OUT/$label.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$P_GO/" && break; sleep 0.1; done
+  l0=$(load); c0=$(ticks $pid); q0=$(runq $pid)
+  rep=$(attack "$label" "http://127.0.0.1:$P_GO/checkout")
+  c1=$(ticks $pid); q1=$(runq $pid)
+  kill $pid; wait $pid 2>/dev/null
+  jq -c --arg name "$label" --arg l0 "$l0" --arg l1 "$(load)" --argjson cpu $((c1 - c0)) --argjson runq $((q1 - q0)) \
+    '{"label": $name, requests: .requests, codes: .status_codes, errors: (.errors | length), error_kinds: (.errors[:3]),
+      p50_ms: (.latencies."50th" / 1e6), p99_ms: (.latencies."99th" / 1e6), success: .success,
+      cpu_ms_per_req: ($cpu * 10 / ((.status_codes."200" // 0) + 0.0001)),
+      runq_wait_ms: ($runq / 1e6), runq_wait_us_per_req: ($runq / 1e3 / ((.status_codes."200" // 0) + 0.0001)),
+      load_before: $l0, load_after: $l1}' <<<"$rep" | tee -a "$OUT/results.jsonl"
+}
+case " $STORES " in *" goproxy "*)
+  (cd "$(dirname "$0")/../.." && go build -o "$OUT/gatecost" ./docs/bench/gatecost) || exit 1 ;;
+esac
+
 for i in $(seq 1 "$REPS"); do
   nginx_run "nginx-$i"
   for st in $STORES; do
     case $st in
     embedded) gate_run "gate-embedded-$i" ;;
     redis) gate_run "gate-redis-$i" "redis://127.0.0.1:$P_REDIS/0" ;;
+    goproxy) goproxy_run "goproxy-$i" ;;
+    *) echo "unknown store $st" >&2; exit 2 ;;
     esac
   done
 done
