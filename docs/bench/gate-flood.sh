@@ -25,7 +25,6 @@ mkdir -p "$OUT"/nginx-up "$OUT"/nginx-proxy
 OUT=$(cd "$OUT" && pwd)
 
 ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }   # utime+stime, clock ticks
-nginx_ticks() { local s=0; for p in $(cat "$OUT/nginx-proxy/pids" 2>/dev/null); do s=$((s + $(ticks "$p"))); done; echo $s; }
 # runq PID...: nanoseconds the processes' threads have waited on a run queue.
 runq() { local p; for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done | awk '{s+=$2} END {printf "%d", s}'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
@@ -129,11 +128,14 @@ gate_run() { # gate_run LABEL [redis-url]
       load_before: $l0, load_after: $l1, other_buyers_admitted_s: $b}' <<<"$rep" | tee -a "$OUT/results.jsonl"
 }
 
-nginx_run() {
-  local label=$1 l0 c0 c1 q0 q1 rep
-  l0=$(load); c0=$(nginx_ticks); q0=$(runq $(cat "$OUT/nginx-proxy/pids"))
-  rep=$(attack "$label" "http://127.0.0.1:$P_NGINX/checkout")
-  c1=$(nginx_ticks); q1=$(runq $(cat "$OUT/nginx-proxy/pids"))
+# proxy_run LABEL URL PIDS...: floods URL, with the CPU and run-queue wait
+# of the processes PIDS (a proxy's), and prints the run's figures.
+proxy_run() {
+  local label=$1 url=$2 l0 c0=0 c1=0 q0 q1 rep p
+  shift 2
+  l0=$(load); for p in "$@"; do c0=$((c0 + $(ticks "$p"))); done; q0=$(runq "$@")
+  rep=$(attack "$label" "$url")
+  for p in "$@"; do c1=$((c1 + $(ticks "$p"))); done; q1=$(runq "$@")
   jq -c --arg name "$label" --arg l0 "$l0" --arg l1 "$(load)" --argjson cpu $((c1 - c0)) --argjson runq $((q1 - q0)) \
     '{"label": $name, requests: .requests, codes: .status_codes, errors: (.errors | length), error_kinds: (.errors[:3]),
       p50_ms: (.latencies."50th" / 1e6), p99_ms: (.latencies."99th" / 1e6), success: .success,
@@ -142,22 +144,17 @@ nginx_run() {
       load_before: $l0, load_after: $l1}' <<<"$rep" | tee -a "$OUT/results.jsonl"
 }
 
+# nginx_run LABEL: nginx proxy_pass (its master and workers).
+nginx_run() { proxy_run "$1" "http://127.0.0.1:$P_NGINX/checkout" $(cat "$OUT/nginx-proxy/pids"); }
+
 # goproxy_run LABEL: the bare Go reverse proxy, started for the run.
 goproxy_run() {
-  local label=$1 pid l0 c0 c1 q0 q1 rep
-  "$OUT/gatecost" -serve-proxy 127.0.0.1:$P_GO -upstream http://127.0.0.1:$P_UP >"$OUT/$label.log" 2>&1 &
+  local pid
+  "$OUT/gatecost" -serve-proxy 127.0.0.1:$P_GO -upstream http://127.0.0.1:$P_UP >"$OUT/$1.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$P_GO/" && break; sleep 0.1; done
-  l0=$(load); c0=$(ticks $pid); q0=$(runq $pid)
-  rep=$(attack "$label" "http://127.0.0.1:$P_GO/checkout")
-  c1=$(ticks $pid); q1=$(runq $pid)
+  proxy_run "$1" "http://127.0.0.1:$P_GO/checkout" $pid
   kill $pid; wait $pid 2>/dev/null
-  jq -c --arg name "$label" --arg l0 "$l0" --arg l1 "$(load)" --argjson cpu $((c1 - c0)) --argjson runq $((q1 - q0)) \
-    '{"label": $name, requests: .requests, codes: .status_codes, errors: (.errors | length), error_kinds: (.errors[:3]),
-      p50_ms: (.latencies."50th" / 1e6), p99_ms: (.latencies."99th" / 1e6), success: .success,
-      cpu_ms_per_req: ($cpu * 10 / ((.status_codes."200" // 0) + 0.0001)),
-      runq_wait_ms: ($runq / 1e6), runq_wait_us_per_req: ($runq / 1e3 / ((.status_codes."200" // 0) + 0.0001)),
-      load_before: $l0, load_after: $l1}' <<<"$rep" | tee -a "$OUT/results.jsonl"
 }
 case " $STORES " in *" goproxy "*)
   (cd "$(dirname "$0")/../.." && go build -o "$OUT/gatecost" ./docs/bench/gatecost) || exit 1 ;;
