@@ -117,6 +117,9 @@ func (g *Gate) check(ctx context.Context, c protocol.AdmissionClaims, token stri
 			g.mu.Unlock()
 			return "", false, nil
 		}
+		if g.answeredBySigner(e, c, now) {
+			g.startCall(k, e, c) // the arrival, recorded without a wait
+		}
 		if now.After(e.used) {
 			e.used = now
 		}
@@ -158,6 +161,35 @@ func (g *Gate) check(ctx context.Context, c protocol.AdmissionClaims, token stri
 			return "", false, stampede.UnavailableErr("the admission check", ctx.Err())
 		}
 	}
+}
+
+// answeredBySigner takes admission c's token as the first answer about
+// it when it is fresh, and reports whether it did; g.mu is held. A token
+// is signed when the store has just said the admission holds its slot
+// (the room's admission, or a gate's check that re-signed it), so it is
+// an answer from its IssuedAt, as usable as a cached one: fresh for
+// CheckCache from then, never past its expiry less SafetyMargin. Its
+// visitor's first requests are then served at once while the first store
+// call, which records the arrival and slides the lease, runs beside them:
+// without it a flood from a newly admitted visitor queued every request
+// behind that call and then dialled the upstream for all of them at once
+// (see docs/gate.md). Only an admission about which nothing is known yet
+// (no answer, no call, no failure) qualifies, and only a token issued at
+// most CheckCache ago by a clock not ahead of this one: a token stolen or
+// replayed later, or an admission released elsewhere more than CheckCache
+// after its token was signed, waits for the store as before.
+func (g *Gate) answeredBySigner(e *entry, c protocol.AdmissionClaims, now time.Time) bool {
+	if e.held || !e.checked.IsZero() || e.call != nil || e.batched || e.failures > 0 || g.cfg.CheckCache <= 0 {
+		return false
+	}
+	age := now.Sub(c.IssuedAt)
+	bound := c.Expires.Add(-g.cfg.SafetyMargin)
+	if age < 0 || age >= g.cfg.CheckCache || !now.Before(bound) {
+		return false
+	}
+	e.held, e.checked, e.bound = true, c.IssuedAt, bound
+	e.fresh = minTime(c.IssuedAt.Add(g.cfg.CheckCache), bound)
+	return true
 }
 
 // newer records token (whose expiry is exp) as the entry's freshest

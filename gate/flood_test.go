@@ -33,12 +33,15 @@ type countingStore struct {
 	*redisstore.Store
 	touches atomic.Int64
 	batched atomic.Int64
-	delay   atomic.Int64 // nanoseconds each touch waits first
-	fail    atomic.Bool
+	// answered counts the calls returned, touches and batches alike.
+	answered atomic.Int64
+	delay    atomic.Int64 // nanoseconds each touch waits first
+	fail     atomic.Bool
 }
 
 func (s *countingStore) TouchAdmission(ctx context.Context, room, user string, seq int64, until time.Time) (waitroom.Ticket, error) {
 	s.touches.Add(1)
+	defer s.answered.Add(1)
 	if d := time.Duration(s.delay.Load()); d > 0 {
 		time.Sleep(d)
 	}
@@ -54,6 +57,7 @@ func (s *countingStore) TouchAdmission(ctx context.Context, room, user string, s
 // flight).
 func (s *countingStore) TouchAdmissions(ctx context.Context, room string, touches []waitroom.AdmissionTouch) ([]waitroom.Ticket, error) {
 	s.touches.Add(1)
+	defer s.answered.Add(1)
 	defer s.batched.Add(int64(len(touches)))
 	if d := time.Duration(s.delay.Load()); d > 0 {
 		time.Sleep(d)
@@ -127,8 +131,22 @@ func newFloodRig(t testing.TB, client redis.UniversalClient, capacity int, chang
 }
 
 // admit joins user and waits until admitted; it returns the admission
-// cookie the gate's hand-off would set.
+// cookie the gate's hand-off would set, signed now: fresh, the gate takes
+// it as the first answer and does not wait for its first store call.
 func (rig *floodRig) admit(user string) string {
+	rig.t.Helper()
+	return rig.admitSigned(user, time.Now())
+}
+
+// admitStale is admit with the token signed two seconds ago, past the
+// gate's CheckCache: the gate waits for the first store call about it.
+func (rig *floodRig) admitStale(user string) string {
+	rig.t.Helper()
+	return rig.admitSigned(user, time.Now().Add(-2*time.Second))
+}
+
+// admitSigned is admit with the token signed at signed.
+func (rig *floodRig) admitSigned(user string, signed time.Time) string {
 	rig.t.Helper()
 	ctx := context.Background()
 	svc := rig.srv.Service()
@@ -143,11 +161,24 @@ func (rig *floodRig) admit(user string) string {
 	if err != nil {
 		rig.t.Fatalf("admitting %s: %v", user, err)
 	}
-	tok, err := svc.SignAdmission(ctx, rig.srv.Admissions(), tk, time.Now())
+	tok, err := svc.SignAdmission(ctx, rig.srv.Admissions(), tk, signed)
 	if err != nil || tok == "" {
 		rig.t.Fatalf("SignAdmission: %q %v", tok, err)
 	}
 	return tok
+}
+
+// settle waits until every store call the gate has started returned,
+// then gives the gate a moment to record the answers.
+func (rig *floodRig) settle() {
+	rig.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); rig.store.answered.Load() < rig.store.touches.Load(); {
+		if time.Now().After(deadline) {
+			rig.t.Fatalf("store calls still in flight after 10 s: %d of %d answered", rig.store.answered.Load(), rig.store.touches.Load())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
 }
 
 // do sends one request with the admission cookie through the gate.
@@ -186,13 +217,14 @@ func (rig *floodRig) flood(cookie string, n int) map[int]int {
 }
 
 // TestGateOneStoreCallPerVisitor: 300 requests at once from one admitted
-// visitor, on a fresh gate and a store taking 100 ms per call, make one
-// store call, and all go upstream; so do 300 more once the answer is past
-// its freshness (the cached answer is served while one call renews it).
+// visitor whose token is older than the cache, on a fresh gate and a store
+// taking 100 ms per call, make one store call, and all go upstream; so do
+// 300 more once the answer is past its freshness (the cached answer is
+// served while one call renews it).
 func TestGateOneStoreCallPerVisitor(t *testing.T) {
 	withRedis(t, func(t *testing.T, client redis.UniversalClient) {
 		rig := newFloodRig(t, client, 1, func(c *gate.Config) { c.VisitorRate = 0 })
-		cookie := rig.admit("flooder")
+		cookie := rig.admitStale("flooder")
 		rig.frozen.Store(time.Now().UnixNano()) // no renewal ahead of time while the rounds last
 		rig.store.delay.Store(int64(100 * time.Millisecond))
 		codes := rig.flood(cookie, 300)
@@ -215,6 +247,73 @@ func TestGateOneStoreCallPerVisitor(t *testing.T) {
 	})
 }
 
+// TestGateFreshTokenIsTheFirstAnswer: a token signed within the cache's
+// second is the first answer about its admission. A newly admitted
+// visitor's requests go upstream at once while the first store call
+// (slowed to a second here) slides the lease beside them; the next
+// requests use that call's answer, so an admission released elsewhere
+// meanwhile is refused from then on. A token older than the cache, or
+// signed by a clock ahead of the gate's, waits for the call as before.
+func TestGateFreshTokenIsTheFirstAnswer(t *testing.T) {
+	withRedis(t, func(t *testing.T, client redis.UniversalClient) {
+		rig := newFloodRig(t, client, 4, func(c *gate.Config) { c.VisitorRate = 0 })
+		ctx := context.Background()
+		svc := rig.srv.Service()
+		fresh := rig.admit("newcomer")
+		before, err := svc.Ticket(ctx, rig.room, "newcomer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rig.store.delay.Store(int64(time.Second))
+		codes := rig.flood(fresh, 100)
+		if codes[http.StatusOK] != 100 || rig.store.answered.Load() != 0 || rig.store.touches.Load() != 1 {
+			t.Errorf("100 requests with a fresh token, the store slow: %v, %d store calls, %d answered; want 100 × 200 before the one call answers",
+				codes, rig.store.touches.Load(), rig.store.answered.Load())
+		}
+		rig.settle()
+		after, err := svc.Ticket(ctx, rig.room, "newcomer")
+		if err != nil || !after.LeaseExpires.After(before.LeaseExpires) {
+			t.Errorf("the first call did not slide the lease: %v then %v (%v)", before.LeaseExpires, after.LeaseExpires, err)
+		}
+
+		// Released elsewhere: let through on the signer's answer until
+		// the first call answers, refused from then on.
+		rig.store.delay.Store(0)
+		leaver := rig.admit("leaver")
+		if _, err := svc.Leave(ctx, rig.room, "leaver"); err != nil {
+			t.Fatal(err)
+		}
+		if rec := rig.do(leaver, "/cart", "application/json"); rec.Code != http.StatusOK {
+			t.Errorf("a fresh token released elsewhere, its first request: %d, want 200 (the signer's answer)", rec.Code)
+		}
+		rig.settle()
+		if rec := rig.do(leaver, "/cart", "application/json"); rec.Code == http.StatusOK {
+			t.Errorf("a fresh token released elsewhere, after the first call: %d, want a refusal", rec.Code)
+		}
+
+		// Older than the cache, or from a clock ahead: the request waits.
+		rig.store.delay.Store(int64(200 * time.Millisecond))
+		for _, tc := range []struct {
+			name   string
+			cookie func() string
+		}{
+			{"signed 2 s ago", func() string { return rig.admitStale("late") }},
+			{"signed 1.5 s ahead of the gate's clock", func() string {
+				c := rig.admit("ahead")
+				rig.ahead.Store(int64(-1500 * time.Millisecond))
+				return c
+			}},
+		} {
+			cookie := tc.cookie()
+			answered := rig.store.answered.Load()
+			rec := rig.do(cookie, "/cart", "application/json")
+			if rec.Code != http.StatusOK || rig.store.answered.Load() != answered+1 {
+				t.Errorf("a token %s: %d with %d calls answered; want 200 after its call answered", tc.name, rec.Code, rig.store.answered.Load()-answered)
+			}
+		}
+	})
+}
+
 // TestGateFailingStoreNotAskedByEveryRequest: while the store fails, a
 // visitor's requests do not each make a store call: one call fails, the
 // requests waiting for it get 503, and the next ones get 503 with
@@ -230,7 +329,8 @@ func TestGateFailingStoreNotAskedByEveryRequest(t *testing.T) {
 		if rec := rig.do(cached, "/cart", ""); rec.Code != http.StatusOK {
 			t.Fatalf("admitted visitor: %d", rec.Code)
 		}
-		unknown := rig.admit("unknown")
+		rig.settle() // its first check answered
+		unknown := rig.admitStale("unknown")
 		rig.store.fail.Store(true)
 		rig.store.delay.Store(int64(50 * time.Millisecond))
 		rig.frozen.Store(time.Now().UnixNano()) // no backoff ends while the rounds last
@@ -465,6 +565,7 @@ func TestGateReissuesTokenTwiceALease(t *testing.T) {
 		if rec := rig.do(cookie, "/cart", ""); rec.Code != http.StatusOK {
 			t.Fatalf("first request: %d", rec.Code)
 		}
+		rig.settle() // its first check answered
 		var reissued []time.Duration
 		for step := 1; step <= 10; step++ {
 			before := rig.store.touches.Load()
@@ -512,6 +613,7 @@ func TestGateBatchesRenewals(t *testing.T) {
 				t.Fatalf("visitor %d's first request: %d", i, rec.Code)
 			}
 		}
+		rig.settle()
 		first := rig.store.touches.Load() // one each: the first checks
 		for step := 1; step <= 3; step++ {
 			before, batched := rig.store.touches.Load(), rig.store.batched.Load()
