@@ -21,6 +21,7 @@ STORES=${STORES:-embedded redis} GATE_GOGC=${GATE_GOGC:-} GATE_GOMAXPROCS=${GATE
 VEGETA=${VEGETA:-$HOME/go/bin/vegeta}
 P_UP=${P_UP:-19201} P_NGINX=${P_NGINX:-19202} P_GATE=${P_GATE:-19203} P_REDIS=${P_REDIS:-19204} P_GO=${P_GO:-19205}
 SECRET=flood-secret-0123456789abcdef0123456789abcdef ADMIN=flood-admin-token-0123456789
+. "$(dirname "$0")/gate-lib.sh"
 mkdir -p "$OUT"/nginx-up "$OUT"/nginx-proxy
 OUT=$(cd "$OUT" && pwd)
 
@@ -83,21 +84,14 @@ buyer() {
 }
 
 gate_run() { # gate_run LABEL [redis-url]
-  local label=$1 redis=${2:-} args=() j tok user adm l0 c0 c1 q0 q1 cmds1 base rep
+  local label=$1 redis=${2:-} args=() adm l0 c0 c1 q0 q1 cmds1 base rep
   if [ -n "$redis" ]; then redis-cli -p $P_REDIS flushall >/dev/null; args=(--redis "$redis"); else args=(--data-dir "$OUT/$label-data"); mkdir -p "$OUT/$label-data"; fi
   env ${GATE_GOGC:+GOGC=$GATE_GOGC} ${GATE_GOMAXPROCS:+GOMAXPROCS=$GATE_GOMAXPROCS} "$BIN" serve gate --http 127.0.0.1:$P_GATE --upstream http://127.0.0.1:$P_UP --room flood --secret $SECRET \
     --admin-token $ADMIN --visitor-rate 0 --log-level warn "${args[@]}" >"$OUT/$label.log" 2>&1 &
   GATE=$!
-  for _ in $(seq 1 100); do curl -sf -o /dev/null "http://127.0.0.1:$P_GATE/.stampede/healthz" && break; sleep 0.1; done
-  curl -sf -o /dev/null -X PUT -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
-    -d '{"capacity":10,"lease_seconds":600,"admit_interval_ms":200,"max_admissions_per_minute":0,"opens_at":null,"paused":false,"closed":false,"closed_message":"","abandon_after_seconds":60,"arrival_seconds":60,"retention_seconds":3600,"pow_difficulty":0,"template":null}' \
-    "http://127.0.0.1:$P_GATE/v1/rooms/flood" || echo "room: failed" >&2
-  j=$(curl -s -X POST -H 'Content-Type: application/json' -d '{}' "http://127.0.0.1:$P_GATE/v1/rooms/flood/tickets")
-  tok=$(jq -r .ticket_token <<<"$j"); user=$(jq -r .user_id <<<"$j"); adm=""
-  for _ in $(seq 1 100); do
-    adm=$(curl -s -H "Authorization: Bearer $tok" "http://127.0.0.1:$P_GATE/v1/rooms/flood/tickets/$user" | jq -r '.admission_token // empty')
-    [ -n "$adm" ] && break; sleep 0.1
-  done
+  wait_gate "http://127.0.0.1:$P_GATE"
+  adm=$(admitted_visitor "http://127.0.0.1:$P_GATE" flood "$ADMIN" \
+    '{"capacity":10,"lease_seconds":600,"admit_interval_ms":200,"max_admissions_per_minute":0,"opens_at":null,"paused":false,"closed":false,"closed_message":"","abandon_after_seconds":60,"arrival_seconds":60,"retention_seconds":3600,"pow_difficulty":0,"template":null}')
   [ -z "$adm" ] && echo "$label: the flooding visitor was not admitted" >&2
   base=null
   if [ -n "$redis" ]; then # the room's own commands with the visitor admitted and no traffic, over 10 s

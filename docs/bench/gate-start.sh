@@ -19,6 +19,7 @@ MODE=$1 BIN=$2 OUT=$3 N=${4:-10} DUR=${5:-2400ms} RATE=${6:-3000}
 VEGETA=${VEGETA:-$HOME/go/bin/vegeta}
 P_UP=${P_UP:-19301} P_PROXY=${P_PROXY:-19303}
 SECRET=start-secret-0123456789abcdef0123456789abcdef ADMIN=start-admin-token-0123456789
+. "$(dirname "$0")/gate-lib.sh"
 case $MODE in gate | goproxy | nginx) ;; *) echo "MODE must be gate, goproxy or nginx" >&2; exit 2 ;; esac
 mkdir -p "$OUT"/up "$OUT"/proxy
 OUT=$(cd "$OUT" && pwd)
@@ -57,15 +58,8 @@ for i in $(seq 1 "$N"); do
     "$BIN" serve gate --http 127.0.0.1:$P_PROXY --upstream http://127.0.0.1:$P_UP --room start --secret $SECRET \
       --admin-token $ADMIN --visitor-rate 0 --log-level warn --data-dir "$OUT/data$i" >"$OUT/gate$i.log" 2>&1 &
     PROXY=$!
-    for _ in $(seq 1 100); do curl -sf -o /dev/null "http://127.0.0.1:$P_PROXY/.stampede/healthz" && break; sleep 0.1; done
-    curl -sf -o /dev/null -X PUT -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
-      -d '{"capacity":10,"lease_seconds":600,"admit_interval_ms":200}' "http://127.0.0.1:$P_PROXY/v1/rooms/start" || echo "room: failed" >&2
-    j=$(curl -s -X POST -H 'Content-Type: application/json' -d '{}' "http://127.0.0.1:$P_PROXY/v1/rooms/start/tickets")
-    tok=$(jq -r .ticket_token <<<"$j"); user=$(jq -r .user_id <<<"$j"); adm=""
-    for _ in $(seq 1 100); do
-      adm=$(curl -s -H "Authorization: Bearer $tok" "http://127.0.0.1:$P_PROXY/v1/rooms/start/tickets/$user" | jq -r '.admission_token // empty')
-      [ -n "$adm" ] && break; sleep 0.1
-    done
+    wait_gate "http://127.0.0.1:$P_PROXY"
+    adm=$(admitted_visitor "http://127.0.0.1:$P_PROXY" start "$ADMIN" '{"capacity":10,"lease_seconds":600,"admit_interval_ms":200}')
     [ -z "$adm" ] && { echo "run $i: the visitor was not admitted" >&2; stop_proxy; continue; }
     cookie=(-header "Cookie: stampede_admission=$adm") ;;
   goproxy)
