@@ -16,6 +16,9 @@ import (
 //     started and joined under the gate's lock); every request arriving
 //     meanwhile waits for its answer, or, while an earlier answer is
 //     still usable, is served that answer;
+//   - a token signed within CheckCache is itself the first answer about
+//     its admission (answeredBySigner): the first requests are served
+//     while the first store call runs;
 //   - an answer is fresh for CheckCache from the moment its call began;
 //     from three quarters of that on (renewAhead), the next request
 //     renews it in the background while the cached answer is served
