@@ -138,6 +138,17 @@ func (rig *floodRig) admit(user string) string {
 	return rig.admitSigned(user, time.Now())
 }
 
+// admitEarlyInASecond is admit with the token signed early in a second:
+// a token's iat counts whole seconds, so one signed late in a second is
+// fresh for the gate only for what is left of it (for a test under load,
+// less than the time to send its first request).
+func (rig *floodRig) admitEarlyInASecond(user string) string {
+	rig.t.Helper()
+	now := time.Now()
+	time.Sleep(now.Truncate(time.Second).Add(time.Second).Sub(now))
+	return rig.admit(user)
+}
+
 // admitStale is admit with the token signed two seconds ago, past the
 // gate's CheckCache: the gate waits for the first store call about it.
 func (rig *floodRig) admitStale(user string) string {
@@ -259,7 +270,7 @@ func TestGateFreshTokenIsTheFirstAnswer(t *testing.T) {
 		rig := newFloodRig(t, client, 4, func(c *gate.Config) { c.VisitorRate = 0 })
 		ctx := context.Background()
 		svc := rig.srv.Service()
-		fresh := rig.admit("newcomer")
+		fresh := rig.admitEarlyInASecond("newcomer")
 		before, err := svc.Ticket(ctx, rig.room, "newcomer")
 		if err != nil {
 			t.Fatal(err)
@@ -279,7 +290,7 @@ func TestGateFreshTokenIsTheFirstAnswer(t *testing.T) {
 		// Released elsewhere: let through on the signer's answer until
 		// the first call answers, refused from then on.
 		rig.store.delay.Store(0)
-		leaver := rig.admit("leaver")
+		leaver := rig.admitEarlyInASecond("leaver")
 		if _, err := svc.Leave(ctx, rig.room, "leaver"); err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +310,7 @@ func TestGateFreshTokenIsTheFirstAnswer(t *testing.T) {
 		}{
 			{"signed 2 s ago", func() string { return rig.admitStale("late") }},
 			{"signed 1.5 s ahead of the gate's clock", func() string {
-				c := rig.admit("ahead")
+				c := rig.admitEarlyInASecond("ahead")
 				rig.ahead.Store(int64(-1500 * time.Millisecond))
 				return c
 			}},
