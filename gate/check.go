@@ -182,7 +182,9 @@ func (g *Gate) check(ctx context.Context, c protocol.AdmissionClaims, token stri
 // replayed later, or an admission released elsewhere more than CheckCache
 // after its token was signed, waits for the store as before.
 func (g *Gate) answeredBySigner(e *entry, c protocol.AdmissionClaims, now time.Time) bool {
-	if e.held || !e.checked.IsZero() || e.call != nil || e.batched || e.failures > 0 || g.cfg.CheckCache <= 0 {
+	// An answer (held, or renewing in a batch) sets checked; a call in
+	// flight or one that failed leaves it zero.
+	if !e.checked.IsZero() || e.call != nil || e.failures > 0 || g.cfg.CheckCache <= 0 {
 		return false
 	}
 	age := now.Sub(c.IssuedAt)
