@@ -49,6 +49,9 @@ var Metrics = []Metric{
 	{"stampede_waitroom_room_sale_phase", "gauge", []string{"room", "phase"}, "1 for the phase the room's sale is in (before, open, between, closed), 0 for the others."},
 	{"stampede_waitroom_room_invites", "gauge", []string{"room", "kind"}, "The room's invites: used (got a place), refused (used again), held (remembered by the store)."},
 	{"stampede_waitroom_store_up", "gauge", nil, "1 if the store answered every request of the scrape, else 0."},
+	{"stampede_waitroom_store_inflight", "gauge", nil, "Per-user store calls (joins, polls, leaves) this instance has in flight."},
+	{"stampede_waitroom_store_inflight_limit", "gauge", nil, "The bound on this instance's per-user store calls in flight (it adapts to the store's answer times)."},
+	{"stampede_waitroom_store_refused_total", "counter", nil, "Per-user store calls refused at once (503) because the bound was reached."},
 	// The waiting room: what this instance's admission passes did.
 	{"stampede_waitroom_admitted_total", "counter", []string{"room"}, "Users admitted by this instance's admission passes."},
 	{"stampede_waitroom_expired_total", "counter", []string{"room"}, "Leases that ran out and were reclaimed."},

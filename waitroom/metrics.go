@@ -139,6 +139,12 @@ func (m *Metrics) OnPoll(room string, answer PollAnswer) {
 //	stampede_waitroom_room_invites{room,kind}          invites: used (got a place), refused (used again), held (remembered)
 //	stampede_waitroom_room_sale_phase{room,phase}      1 for the phase the sale is in (before, open, between, closed), 0 for the others
 //	stampede_waitroom_store_up                        1 if the store answered the whole scrape
+//
+// and, from a store that bounds its calls in flight (LoadReporter):
+//
+//	stampede_waitroom_store_inflight                  calls in flight now
+//	stampede_waitroom_store_inflight_limit            their bound now
+//	stampede_waitroom_store_refused_total             calls refused at the bound
 type roomCollector struct {
 	svc     *Service
 	log     *slog.Logger
@@ -146,6 +152,7 @@ type roomCollector struct {
 
 	active, waiting, capacity, oldest, rate, up *prometheus.Desc
 	invites, phase                              *prometheus.Desc
+	inflight, limit, refused                    *prometheus.Desc
 }
 
 // salePhases are the values of room_sale_phase's phase label.
@@ -169,12 +176,15 @@ func NewRoomCollector(svc *Service, log *slog.Logger) prometheus.Collector {
 			"room", "kind"),
 		phase: desc("room_sale_phase", "1 for the phase the room's sale is in now (before: not open yet; open: admitting, unless paused; between: between two windows of its schedule; closed), 0 for the others.",
 			"room", "phase"),
+		inflight: desc("store_inflight", "Per-user store calls (joins, polls, leaves) this instance has queued or running on the store now."),
+		limit:    desc("store_inflight_limit", "The bound on this instance's per-user store calls in flight now (it adapts to the store's answer times)."),
+		refused:  desc("store_refused_total", "Per-user store calls refused at once (503) because the bound was reached."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *roomCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.active, c.waiting, c.capacity, c.oldest, c.rate, c.up, c.invites, c.phase} {
+	for _, d := range []*prometheus.Desc{c.active, c.waiting, c.capacity, c.oldest, c.rate, c.up, c.invites, c.phase, c.inflight, c.limit, c.refused} {
 		ch <- d
 	}
 }
@@ -232,4 +242,11 @@ func (c *roomCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
+	if lr, ok := c.svc.store.(LoadReporter); ok {
+		if n, limit, refused, bounded := lr.Load(); bounded {
+			ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(n))
+			ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(limit))
+			ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(refused))
+		}
+	}
 }

@@ -68,6 +68,15 @@ type Place struct {
 	Rank, Admitted, Departed, Order int64
 }
 
+// LoadReporter is a Store that bounds the per-user calls (joins, polls,
+// leaves) it has in flight on its server, refusing the rest as
+// unavailable.
+type LoadReporter interface {
+	// Load returns the calls in flight, their bound now and how many
+	// calls were refused at it; bounded is false when no bound applies.
+	Load() (inFlight, limit int, refused int64, bounded bool)
+}
+
 // Toucher is a Store that records polls answered outside it, in batches.
 type Toucher interface {
 	// Touch records that users polled now, as a read of their tickets

@@ -47,8 +47,13 @@ const HousekeepInterval = time.Second
 type Store struct {
 	client redis.UniversalClient
 	// users runs the per-user scripts (join, ticket, leave): the client's
-	// auto-pipeliner when Config.AutoPipeline is on, else the client.
-	users redis.Scripter
+	// auto-pipeliner when Config.AutoPipeline is on, else the client;
+	// joins runs the join script the same way, within its share of the
+	// bound on scripts in flight (inflight.go).
+	users, joins redis.Scripter
+	// inflight bounds the auto-pipelined scripts in flight (nil without
+	// auto-pipelining: the client's pool bounds them).
+	inflight *inflight
 	// opTimeout bounds every call (Config.OpTimeout).
 	opTimeout time.Duration
 	// direct is set when the client honours context deadlines itself
@@ -166,7 +171,7 @@ func New(client redis.UniversalClient) *Store {
 	cfg := DefaultConfig()
 	s, err := NewWithConfig(client, cfg)
 	if err != nil {
-		s = &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client)}
+		s = &Store{client: client, users: client, joins: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client)}
 		s.positionCache = cfg.PositionCache
 	}
 	return s
@@ -198,7 +203,7 @@ func NewWithConfig(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, users: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client),
+	s := &Store{client: client, users: client, joins: client, opTimeout: cfg.OpTimeout, direct: honoursDeadlines(client),
 		ackReplicas: cfg.AckReplicas, ackTimeout: cfg.AckTimeout}
 	s.positionCache = cfg.PositionCache
 	if cfg.AckReplicas > 0 {
@@ -213,7 +218,9 @@ func NewWithConfig(client redis.UniversalClient, cfg Config) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
 		}
-		s.users = waitingScripter{ap}
+		s.inflight = newInflight(cfg.OpTimeout)
+		s.users = waitingScripter{ap: ap, lim: s.inflight}
+		s.joins = waitingScripter{ap: ap, lim: s.inflight, join: true}
 	}
 	return s, nil
 }
@@ -222,9 +229,13 @@ func NewWithConfig(client redis.UniversalClient, cfg Config) (*Store, error) {
 // for one at its context's deadline. (The auto-pipeliner itself runs a
 // queued command on its own context: a plain call would wait for the
 // batch however long it takes.) A script abandoned this way may still run
-// on the server; the per-user scripts are idempotent.
+// on the server; the per-user scripts are idempotent. A script counts
+// against lim until the server answers it, abandoned or not; one beyond
+// lim (join: a join's share of it) is refused without being sent.
 type waitingScripter struct {
-	ap *redis.AutoPipeliner
+	ap   *redis.AutoPipeliner
+	lim  *inflight
+	join bool
 }
 
 var _ redis.Scripter = waitingScripter{}
@@ -237,7 +248,26 @@ func (w waitingScripter) run(ctx context.Context, name, body string, keys []stri
 	}
 	cmdArgs = append(cmdArgs, args...)
 	cmd := redis.NewCmd(ctx, cmdArgs...)
-	if err := w.ap.Submit(ctx, cmd).WaitContext(ctx); err != nil {
+	if w.lim != nil && !w.lim.acquire(w.join) {
+		cmd.SetErr(errBusy)
+		return cmd
+	}
+	sent := time.Now()
+	f := w.ap.Submit(ctx, cmd)
+	err := f.WaitContext(ctx)
+	abandoned := err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err())
+	if w.lim != nil {
+		if abandoned {
+			// It counts until the server answers it.
+			go func() {
+				_ = f.Wait()
+				w.lim.release(time.Since(sent), false)
+			}()
+		} else {
+			w.lim.release(time.Since(sent), true)
+		}
+	}
+	if err != nil {
 		// cmd may still be written by its batch: answer with another.
 		late := redis.NewCmd(ctx, cmdArgs...)
 		late.SetErr(err)
@@ -725,7 +755,7 @@ func (s *Store) join(ctx context.Context, room, user, invite string) (waitroom.T
 		return s.joinReplicated(ctx, room, user, invite)
 	}
 	res, err := call(s, ctx, func(ctx context.Context) ([]any, error) {
-		return joinScript.Run(ctx, s.users, KeysFor(room).withInvites(), user, invite).Slice()
+		return joinScript.Run(ctx, s.joins, KeysFor(room).withInvites(), user, invite).Slice()
 	})
 	if err != nil {
 		return waitroom.Ticket{}, err
