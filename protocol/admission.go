@@ -2,7 +2,9 @@ package protocol
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
@@ -108,7 +110,7 @@ func VerifyAdmission(token string, keys jose.JSONWebKeySet, room string, now tim
 	if now.IsZero() {
 		return AdmissionClaims{}, stampede.InvalidField("now", "is required")
 	}
-	if len(token) > MaxTokenLen || len(token) == 0 {
+	if len(token) > MaxTokenLen || len(token) == 0 || !canonical(token) {
 		return AdmissionClaims{}, tokenError(MsgMalformed, nil)
 	}
 	tok, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{jose.EdDSA})
@@ -281,4 +283,21 @@ func (v AdmissionVerifier) Verify(ctx context.Context, token, user string) (Admi
 		c.Expires = st.ExpiresAt
 	}
 	return c, nil
+}
+
+// canonical reports whether token is three segments of canonical
+// unpadded base64url: the JWT parser also accepts a last character whose
+// unused bits are set, another spelling of the same bytes, and a token is
+// accepted only as it was signed.
+func canonical(token string) bool {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	for _, p := range parts {
+		if _, err := base64.RawURLEncoding.Strict().DecodeString(p); err != nil {
+			return false
+		}
+	}
+	return true
 }

@@ -93,6 +93,7 @@ func FuzzVerifyAdmissionJWT(f *testing.F) {
 	}
 	good, _ := s.Sign(waitroom.AdmissionClaims{Room: "r", User: "u", Seq: 1, Expires: time.Now().Add(time.Hour)})
 	f.Add(good)
+	f.Add(noncanonical(good))
 	f.Add("a.b.c")
 	f.Add("")
 	f.Add(strings.Repeat("A", 5000))
@@ -102,6 +103,35 @@ func FuzzVerifyAdmissionJWT(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", tok, c)
 		}
 	})
+}
+
+// noncanonical returns tok with its last character's unused bits set
+// otherwise: another spelling of the same signature bytes.
+func noncanonical(tok string) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	i := strings.IndexByte(alphabet, tok[len(tok)-1])
+	return tok[:len(tok)-1] + string(alphabet[i^1])
+}
+
+// TestAdmissionJWTRefusesNonCanonicalEncoding: a token whose signature
+// is spelled otherwise (the unused bits of its last base64url character
+// set) decodes to the same bytes, but is not the token signed: refused.
+func TestAdmissionJWTRefusesNonCanonicalEncoding(t *testing.T) {
+	s, err := waitroom.NewAdmissionSigner(waitroom.KeySpec{Secret: testSecret, Epoch: "1"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := s.Sign(waitroom.AdmissionClaims{Room: "r", User: "u", Seq: 1, Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Verify(good, "r"); err != nil {
+		t.Fatalf("the signed token: %v", err)
+	}
+	bad := noncanonical(good)
+	if _, err := s.Verify(bad, "r"); waitroom.ErrorCode(err) != waitroom.CodeUnauthorized {
+		t.Fatalf("Verify(%q) = %v, want unauthorized (the signed token is %q)", bad, err, good)
+	}
 }
 
 // FuzzVerifyUser: a trusted join's signature check never panics and
