@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -117,7 +118,10 @@ func startServe(t *testing.T, service string, args ...string) (string, *syncBuff
 				t.Errorf("serve %s: %v\n%s", service, err, logs.String())
 			}
 		case <-time.After(30 * time.Second):
-			t.Errorf("serve %s did not stop within 30s of the cancel", service)
+			// Every goroutine's stack: what the command waits for.
+			var stacks strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+			t.Errorf("serve %s did not stop within 30s of the cancel; the process's goroutines:\n%s", service, stacks.String())
 		}
 		if t.Failed() {
 			t.Logf("serve %s's log:\n%s", service, logs.String())
