@@ -85,8 +85,8 @@ func (l *inflight) acquire(join bool) bool {
 }
 
 // release gives a place back once the server answered the script, took
-// answered long after it was sent; ok is false when the script did not
-// answer within OpTimeout (its caller gave up).
+// after it was sent; ok is false when its caller's deadline passed
+// first.
 func (l *inflight) release(took time.Duration, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

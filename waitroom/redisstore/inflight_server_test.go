@@ -131,3 +131,56 @@ func TestStalledServerGetsNoMoreThanTheBound(t *testing.T) {
 		t.Errorf("limit %d after timeouts, want below the %d it started at", l, limit)
 	}
 }
+
+// TestCallerLeavingDoesNotLowerTheBound: a caller that leaves before the
+// server answers (its request closed, not its deadline passed) says
+// nothing of the server: the bound stays.
+func TestCallerLeavingDoesNotLowerTheBound(t *testing.T) {
+	e, err := redisstore.StartEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p, err := tcpproxy.Start(e.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	cfg := redisstore.Config{AutoPipeline: true, OpTimeout: time.Second}
+	opts := &redis.Options{Addr: p.Addr()}
+	cfg.ApplyTimeouts(opts)
+	client := redis.NewClient(opts)
+	defer client.Close()
+	s, err := redisstore.NewWithConfig(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Configure(ctx, "r", waitroom.DefaultRoomConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Join(ctx, "r", "u"); err != nil {
+		t.Fatal(err)
+	}
+	_, before, _ := redisstore.Inflight(s)
+	p.Freeze()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			cctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(10*time.Millisecond, cancel)
+			if _, err := s.Ticket(cctx, "r", "u"); err == nil {
+				t.Error("a poll answered while the server was stalled")
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(20 * time.Millisecond)
+	p.Thaw()
+	for n := 1; n > 0; time.Sleep(10 * time.Millisecond) {
+		n, _, _ = redisstore.Inflight(s)
+	}
+	if _, after, _ := redisstore.Inflight(s); after != before {
+		t.Fatalf("bound %d after 20 callers left, want %d as before", after, before)
+	}
+}

@@ -258,10 +258,13 @@ func (w waitingScripter) run(ctx context.Context, name, body string, keys []stri
 	abandoned := err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err())
 	if w.lim != nil {
 		if abandoned {
-			// It counts until the server answers it.
+			// It counts until the server answers it. Only a deadline
+			// says the server was late; a caller that left (a closed
+			// request) says nothing of it.
+			late := errors.Is(err, context.DeadlineExceeded)
 			go func() {
 				_ = f.Wait()
-				w.lim.release(time.Since(sent), false)
+				w.lim.release(time.Since(sent), !late)
 			}()
 		} else {
 			w.lim.release(time.Since(sent), true)
