@@ -14,9 +14,11 @@ import (
 // write transaction of the store. Requests that arrive while it commits
 // queue up; it then takes up to Config.MaxBatch of them and runs them in
 // one transaction (on SQLite, one BEGIN IMMEDIATE ... COMMIT, so one WAL
-// append and one commit for the lot instead of one each). Each unit runs
-// inside its own SAVEPOINT: a unit that fails is rolled back to it alone
-// and answered with its error, and the others commit. A unit is answered
+// append and one commit for the lot instead of one each), and the
+// requests that arrive while those run join the same transaction before
+// its commit. Each unit that shares a transaction runs inside its own
+// SAVEPOINT: a unit that fails is rolled back to it alone and answered
+// with its error, and the others commit. A unit is answered
 // only after the COMMIT that holds it has returned, so what a caller is
 // told has committed has committed exactly as with a transaction of its
 // own. When the batch as a whole cannot commit (a deferred constraint
@@ -132,24 +134,47 @@ func (c *committer) loop() {
 func (c *committer) run(batch []*unit) {
 	live := batch[:0]
 	for _, u := range batch {
-		if !u.state.CompareAndSwap(unitQueued, unitTaken) {
-			continue // its caller gave up waiting
+		if c.take(u) {
+			live = append(live, u)
 		}
-		if err := u.ctx.Err(); err != nil {
-			u.done <- err
-			continue
-		}
-		live = append(live, u)
 	}
-	switch len(live) {
-	case 0:
-	case 1:
-		live[0].done <- c.solo(live[0])
-	default:
-		if !c.group(live) {
-			for _, u := range live {
-				u.done <- c.solo(u)
+	if len(live) == 0 {
+		return
+	}
+	if all, ok := c.group(live); !ok {
+		for _, u := range all {
+			u.done <- c.solo(u)
+		}
+	}
+}
+
+// take claims u for the writer: false (u answered, if need be) when its
+// caller has given up.
+func (c *committer) take(u *unit) bool {
+	if !u.state.CompareAndSwap(unitQueued, unitTaken) {
+		return false // its caller gave up waiting
+	}
+	if err := u.ctx.Err(); err != nil {
+		u.done <- err
+		return false
+	}
+	return true
+}
+
+// late takes a unit that has arrived while the batch ran, if any: it
+// joins the batch before the commit instead of waiting for the next one.
+// Units arrive while the statements of the batch run; each that joins
+// shares the commit's pages (the tables' and indexes' last leaves, the
+// payments' and outbox's) instead of writing them again.
+func (c *committer) late() *unit {
+	for {
+		select {
+		case u := <-c.queue:
+			if c.take(u) {
+				return u
 			}
+		default:
+			return nil
 		}
 	}
 }
@@ -169,11 +194,14 @@ func (c *committer) solo(u *unit) error {
 	return tx.Commit()
 }
 
-// group runs units in one transaction, each in a savepoint, and answers
-// each of them after the commit. It reports false, having answered none,
-// when the batch as a whole failed and was rolled back: the caller then
-// runs the units alone.
-func (c *committer) group(units []*unit) bool {
+// group runs units, and the units that arrive meanwhile (up to
+// Config.MaxBatch in all), in one transaction, and answers each of them
+// after the commit. A unit that runs alone runs as solo does, without a
+// savepoint, and its failure is answered at once; when units share the
+// transaction each runs inside a savepoint of its own. It returns every
+// unit it ran and reports false, having answered none, when the batch as
+// a whole failed and was rolled back: the caller then runs them alone.
+func (c *committer) group(units []*unit) ([]*unit, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	tx, err := c.db.BeginTx(ctx, nil)
@@ -181,14 +209,35 @@ func (c *committer) group(units []*unit) bool {
 		for _, u := range units {
 			u.done <- err
 		}
-		return true
+		return units, true
 	}
-	errs := make([]error, len(units))
+	errs := make([]error, len(units), max(len(units), c.max))
 	uctx := unitCtx(ctx)
-	for i, u := range units {
+	for i := 0; ; i++ {
+		if i == len(units) {
+			if len(units) >= c.max {
+				break
+			}
+			u := c.late()
+			if u == nil {
+				break
+			}
+			units, errs = append(units, u), append(errs, nil)
+		}
+		u := units[i]
+		if i == 0 && len(units) == 1 {
+			// Alone so far: no savepoint. Had it failed, nothing else is
+			// in the transaction.
+			if err := u.fn(uctx, tx); err != nil {
+				_ = tx.Rollback()
+				u.done <- err
+				return units, true
+			}
+			continue
+		}
 		if _, err := tx.ExecContext(uctx, `SAVEPOINT unit`); err != nil {
 			_ = tx.Rollback()
-			return false
+			return units, false
 		}
 		if errs[i] = u.fn(uctx, tx); errs[i] != nil {
 			// A failed statement may have ended the whole transaction
@@ -196,26 +245,30 @@ func (c *committer) group(units []*unit) bool {
 			// savepoint is then gone and the batch falls back.
 			if _, err := tx.ExecContext(uctx, `ROLLBACK TO unit`); err != nil {
 				_ = tx.Rollback()
-				return false
+				return units, false
 			}
 		}
 		if _, err := tx.ExecContext(uctx, `RELEASE unit`); err != nil {
 			_ = tx.Rollback()
-			return false
+			return units, false
 		}
 	}
 	if err := tx.Commit(); err != nil {
+		if len(units) == 1 {
+			units[0].done <- err // as solo would have
+			return units, true
+		}
 		if ctx.Err() != nil {
 			// Out of time: answer rather than run everything again.
 			for i, u := range units {
 				u.done <- errors.Join(errs[i], fmt.Errorf("group commit: %w", err))
 			}
-			return true
+			return units, true
 		}
-		return false
+		return units, false
 	}
 	for i, u := range units {
 		u.done <- errs[i]
 	}
-	return true
+	return units, true
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,5 +148,121 @@ func TestGroupDoAfterClose(t *testing.T) {
 	c.close()
 	if err := c.do(context.Background(), insert(`INSERT INTO t (id) VALUES (1)`)); !errors.Is(err, errClosed) {
 		t.Fatalf("do after close = %v, want errClosed", err)
+	}
+}
+
+// lateBatch runs first as a batch of the committer; first starts each of
+// later as a write of its own (committer.do) while it runs and waits
+// 200 ms, long enough for each to be waiting in the queue, before it
+// goes on. It returns the answers, first's and then later's in order,
+// and the transaction each unit ran in.
+func lateBatch(t *testing.T, c *committer, first func(ctx context.Context, tx *sql.Tx) error,
+	later ...func(ctx context.Context, tx *sql.Tx) error) ([]error, []*sql.Tx) {
+	t.Helper()
+	txs := make([]*sql.Tx, 1+len(later))
+	errs := make([]error, 1+len(later))
+	var (
+		wg   sync.WaitGroup
+		once sync.Once
+	)
+	u := &unit{ctx: context.Background(), done: make(chan error, 1), fn: func(ctx context.Context, tx *sql.Tx) error {
+		txs[0] = tx
+		once.Do(func() { // not again when the batch falls back
+			for i, fn := range later {
+				wg.Go(func() {
+					errs[1+i] = c.do(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+						txs[1+i] = tx
+						return fn(ctx, tx)
+					})
+				})
+			}
+			time.Sleep(200 * time.Millisecond)
+		})
+		return first(ctx, tx)
+	}}
+	c.run([]*unit{u})
+	errs[0] = <-u.done
+	// Units the batch left in the queue run after it, as the writer's
+	// loop would run them.
+	c.stop, c.stopped = make(chan struct{}), make(chan struct{})
+	go c.loop()
+	wg.Wait()
+	c.close()
+	return errs, txs
+}
+
+// TestGroupLateUnitsJoinTheCommit: units that arrive while a batch runs
+// join it before its commit: one transaction for all.
+func TestGroupLateUnitsJoinTheCommit(t *testing.T) {
+	db := groupDB(t)
+	c := &committer{db: db, timeout: 5 * time.Second, max: 64, queue: make(chan *unit)}
+	errs, txs := lateBatch(t, c, insert(`INSERT INTO t (id) VALUES (1)`),
+		insert(`INSERT INTO t (id) VALUES (2)`), insert(`INSERT INTO t (id) VALUES (3)`))
+	if errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("answers = %v, want none failed", errs)
+	}
+	if txs[1] != txs[0] || txs[2] != txs[0] {
+		t.Fatalf("the late units ran in transactions %p and %p, the first in %p: want one", txs[1], txs[2], txs[0])
+	}
+	if n := count(t, db, "t"); n != 3 {
+		t.Fatalf("t has %d rows, want 3", n)
+	}
+}
+
+// TestGroupLateUnitFailsAlone: a late unit whose statement fails is
+// rolled back to its savepoint; the unit that ran first without one, and
+// the other late unit, commit.
+func TestGroupLateUnitFailsAlone(t *testing.T) {
+	db := groupDB(t)
+	c := &committer{db: db, timeout: 5 * time.Second, max: 64, queue: make(chan *unit)}
+	errs, _ := lateBatch(t, c, insert(`INSERT INTO t (id) VALUES (1)`),
+		func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO t (id) VALUES (2)`); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO t (id) VALUES (1)`) // duplicate: fails
+			return err
+		})
+	if errs[0] != nil || errs[1] == nil {
+		t.Fatalf("answers = %v, want nil and an error", errs)
+	}
+	if n := count(t, db, "t"); n != 1 {
+		t.Fatalf("t has %d rows, want 1: the late unit's first insert must be rolled back too", n)
+	}
+}
+
+// TestGroupLateUnitBreakingTheCommitFallsBack: a late unit that leaves a
+// deferred constraint violated makes the commit fail; every unit of the
+// batch, the first included, then runs alone.
+func TestGroupLateUnitBreakingTheCommitFallsBack(t *testing.T) {
+	db := groupDB(t)
+	c := &committer{db: db, timeout: 5 * time.Second, max: 64, queue: make(chan *unit)}
+	errs, _ := lateBatch(t, c, insert(`INSERT INTO t (id) VALUES (1)`),
+		insert(`INSERT INTO c (id, t) VALUES (1, 99)`), // no t 99: fails at COMMIT
+		insert(`INSERT INTO c (id, t) VALUES (2, 1)`))
+	if errs[0] != nil || errs[1] == nil || errs[2] != nil {
+		t.Fatalf("answers = %v, want nil, an error, nil", errs)
+	}
+	if n, m := count(t, db, "t"), count(t, db, "c"); n != 1 || m != 1 {
+		t.Fatalf("t has %d rows and c %d, want 1 and 1", n, m)
+	}
+}
+
+// TestGroupUnitAloneFailingIsAnswered: a unit alone (run without a
+// savepoint) that fails is answered with its error and leaves nothing.
+func TestGroupUnitAloneFailingIsAnswered(t *testing.T) {
+	db := groupDB(t)
+	c := &committer{db: db, timeout: 5 * time.Second, max: 64, queue: make(chan *unit)}
+	errs := runBatch(c, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO t (id) VALUES (5)`); err != nil {
+			return err
+		}
+		return errors.New("unit failed")
+	})
+	if errs[0] == nil || errs[0].Error() != "unit failed" {
+		t.Fatalf("answer = %v, want the unit's error", errs[0])
+	}
+	if n := count(t, db, "t"); n != 0 {
+		t.Fatalf("t has %d rows, want 0", n)
 	}
 }
