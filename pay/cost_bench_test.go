@@ -30,7 +30,8 @@ const benchCostClients = 4
 
 // benchCostSizes are the stored histories BenchmarkPaymentCost compares:
 // payments already in the database (each with its idempotency record,
-// two history entries and two published outbox rows) before it starts.
+// two published outbox rows, which carry its two history entries)
+// before it starts.
 var benchCostSizes = [2]int{1_000, 100_000}
 
 // BenchmarkPaymentCost measures the CPU time of one payment (POST
@@ -162,8 +163,9 @@ func benchCost(b *testing.B, stores [2]pay.Store, bare benchBare, serverCPU func
 }
 
 // benchFillSQLite writes n approved payments of a merchant of their own,
-// with what a payment leaves behind (its idempotency record, two history
-// entries, two published outbox rows), into the SQLite file at path, in
+// with what a payment leaves behind (its idempotency record, two
+// published outbox rows carrying its two history entries), into the
+// SQLite file at path, in
 // one transaction of bulk INSERT ... SELECT statements.
 func benchFillSQLite(b *testing.B, path string, n int) {
 	b.Helper()
@@ -212,16 +214,12 @@ func benchFill(b *testing.B, db *sql.DB, with, id, from, now, later string) {
 		`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key,
 			manual_review, review_reason, created_at, updated_at, event_seq, inquiries) ` +
 			src(`ID, 'fill-merchant', 'fill-' || ID, 1000, 'KRW', 'APPROVED', 'ext-' || ID, 'fill-' || ID, false, '', `+now+`, `+now+`, 2, 0`),
-		`INSERT INTO idempotency_keys (key, request_hash, payment_id, state, created_at, expires_at) ` +
-			src(`'fill-' || ID, 'hash', ID, 'completed', `+now+`, `+later),
-		`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) ` +
-			src(`ID, '', 'PENDING', 'created', `+now),
-		`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) ` +
-			src(`ID, 'PENDING', 'APPROVED', 'approved', `+now),
-		`INSERT INTO outbox (payment_id, seq, type, payload, created_at, published_at) ` +
-			src(`ID, 1, 'payment.created', '{}', `+now+`, `+now),
-		`INSERT INTO outbox (payment_id, seq, type, payload, created_at, published_at) ` +
-			src(`ID, 2, 'payment.status_changed', '{}', `+now+`, `+now),
+		`INSERT INTO idempotency_keys (key, request_hash, payment_id, created_at, expires_at) ` +
+			src(`'fill-' || ID, 'hash', ID, `+now+`, `+later),
+		`INSERT INTO outbox (payment_id, seq, type, payload, created_at, published_at, merchant_id, from_status, to_status, reason) ` +
+			src(`ID, 1, 'payment.created', '{}', `+now+`, `+now+`, 'fill-merchant', '', 'PENDING', 'created'`),
+		`INSERT INTO outbox (payment_id, seq, type, payload, created_at, published_at, merchant_id, from_status, to_status, reason) ` +
+			src(`ID, 2, 'payment.status_changed', '{}', `+now+`, `+now+`, 'fill-merchant', 'PENDING', 'APPROVED', 'approved'`),
 	}
 	tx, err := db.Begin()
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // authenticates with an API key, of which only the SHA-256 hash is
 // stored.
 type Merchant struct {
-	ID            string // UUID v4, canonical lower-case form
+	ID            string // a UUID (NewID: v7), canonical lower-case form
 	Name          string // printable UTF-8, at most MaxMerchantNameLen bytes
 	KeyHash       string // HashAPIKey of the merchant's API key
 	WebhookURL    string // "" when no webhook is registered

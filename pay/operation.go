@@ -50,7 +50,7 @@ func (k OperationKind) Valid() bool { return k == OpCapture || k == OpVoid }
 // capture makes the payment APPROVED with Captured set; a succeeded void
 // makes it VOIDED, in the same transaction.
 type Operation struct {
-	ID         string // UUID v4; also the key sent to the institution
+	ID         string // a UUID (NewID: v7); also the key sent to the institution
 	PaymentID  string
 	MerchantID string
 	Kind       OperationKind

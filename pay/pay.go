@@ -63,7 +63,7 @@ func CanTransition(from, to Status) bool {
 
 // Payment is one payment request of a merchant.
 type Payment struct {
-	ID             string // UUID v4, canonical lower-case form
+	ID             string // a UUID (NewID: v7), canonical lower-case form
 	MerchantID     string // UUID, canonical lower-case form
 	OrderID        string // the merchant's order reference
 	Amount         int64  // in minor units of Currency
@@ -204,8 +204,9 @@ const (
 // Currencies returns the currencies accepted.
 func Currencies() []string { return []string{"KRW", "USD", "EUR", "JPY", "GBP"} }
 
-// NewID returns a new payment ID: a random UUID v4.
-func NewID() string { return uuid.NewString() }
+// NewID returns a new payment ID: a UUID v7 (RFC 9562), whose first 48
+// bits are the time in milliseconds and whose other 74 bits are random.
+func NewID() string { return uuid.Must(uuid.NewV7()).String() }
 
 // ValidateCreate checks the fields of a create request. The error is an
 // *Error with CodeInvalid whose Field is the JSON field at fault

@@ -50,7 +50,7 @@ func CanTransitionRefund(from, to RefundStatus) bool {
 
 // Refund is one refund of a payment.
 type Refund struct {
-	ID         string // UUID v4; also the key sent to the institution
+	ID         string // a UUID (NewID: v7); also the key sent to the institution
 	PaymentID  string
 	MerchantID string
 	Amount     int64 // in minor units of Currency

@@ -625,7 +625,7 @@ func (e *Experiment) account(ctx context.Context, r *rig, d *dbs, c *crowd, smp 
 	// What the institution's hang cost: payments it left UNKNOWN (the
 	// checkout's timeouts at pay) and holds given back unsold.
 	var unknownPayments, releasedHolds int64
-	if err := d.pay.QueryRowContext(ctx, "SELECT COUNT(DISTINCT payment_id) FROM payment_history WHERE to_status = 'UNKNOWN'").Scan(&unknownPayments); err != nil {
+	if err := d.pay.QueryRowContext(ctx, "SELECT COUNT(DISTINCT payment_id) FROM outbox WHERE to_status = 'UNKNOWN'").Scan(&unknownPayments); err != nil {
 		return lab.RunResult{}, fmt.Errorf("sale: counting UNKNOWN payments: %w", err)
 	}
 	if err := d.checkout.QueryRowContext(ctx, "SELECT COUNT(*) FROM checkout_holds WHERE state = 'released' AND event_id = "+d.q("?", "$1"), r.event).Scan(&releasedHolds); err != nil {

@@ -212,7 +212,7 @@ func (s *Store) opEvent(ctx context.Context, tx *sql.Tx, p pay.Payment, seq int6
 	if _, err := s.exec(ctx, tx, s.rq.bumpSeq, seq, p.ID); err != nil {
 		return err
 	}
-	return s.insertOutbox(ctx, tx, p.MerchantID, pay.NewOperationEvent(p, op, seq, from, reason, at))
+	return s.insertOutbox(ctx, tx, p.MerchantID, pay.NewOperationEvent(p, op, seq, from, reason, at), nil)
 }
 
 // TransitionOperation implements pay.OperationStore.

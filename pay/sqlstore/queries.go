@@ -15,11 +15,11 @@ import (
 const paymentCols = `id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key,
 	manual_review, review_reason, created_at, updated_at, event_seq, next_inquiry_at, inquiries, capture_mode, captured`
 
-// idemCols are the columns of an idempotency record. The table's
-// response_code and response_body columns are neither written nor read
-// (a replay is rendered from the payment); a later migration may drop
-// them.
-const idemCols = `key, request_hash, payment_id, state, created_at, expires_at`
+// idemCols are the columns of an idempotency record. A replay is
+// rendered from the payment, and the record's state is its payment's:
+// in flight while the payment is PENDING (no status leads back to it),
+// completed once the approval's outcome is written.
+const idemCols = `key, request_hash, payment_id, created_at, expires_at`
 
 // queries holds every statement, written once with $n placeholders and
 // rebound for the dialect when the store is made.
@@ -27,8 +27,8 @@ type queries struct {
 	getPayment, lockPayment, history, listByStatus, list string
 	lockWithHistory                                      string
 	insertPayment, updateStatus, flagReview              string
-	insertHistory, insertOutbox                          string
-	getIdem, upsertIdem, completeByPayment               string
+	insertOutbox                                         string
+	getIdem, upsertIdem                                  string
 	pendingOutbox, deleteExpired                         string
 	liveOrder                                            string
 
@@ -55,33 +55,37 @@ func newQueries(d Dialect) queries {
 	q := queries{
 		getPayment:  get,
 		lockPayment: get + d.LockRow(),
-		history:     `SELECT from_status, to_status, reason, at FROM payment_history WHERE payment_id = $1 ORDER BY id`,
+		// A payment's history is its outbox rows that carry a status
+		// change (to_status set): the created and status_changed events.
+		history: `SELECT from_status, to_status, reason, created_at FROM outbox
+			WHERE payment_id = $1 AND to_status IS NOT NULL ORDER BY seq`,
 		// A status change reads the payment, locked, and its history in
-		// one statement; the lock is the payment row's only. (A payment
-		// written before the history existed may have none: NULLs.)
-		lockWithHistory: `SELECT ` + prefixed("p.", paymentCols) + `, h.from_status, h.to_status, h.reason, h.at
-			FROM payments p LEFT JOIN payment_history h ON h.payment_id = p.id
-			WHERE p.id = $1 ORDER BY h.id` + lockOf(d, "p"),
+		// one statement; the lock is the payment row's only.
+		lockWithHistory: `SELECT ` + prefixed("p.", paymentCols) + `, h.from_status, h.to_status, h.reason, h.created_at
+			FROM payments p LEFT JOIN outbox h ON h.payment_id = p.id AND h.to_status IS NOT NULL
+			WHERE p.id = $1 ORDER BY h.seq` + lockOf(d, "p"),
 		listByStatus: `SELECT ` + paymentCols + ` FROM payments WHERE status = $1 ORDER BY created_at, id LIMIT $2`,
 		list:         `SELECT ` + paymentCols + ` FROM payments WHERE id > $1 ORDER BY id LIMIT $2`,
 		insertPayment: `INSERT INTO payments (` + paymentCols + `)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13, 0, $14, 0)`,
-		updateStatus:  `UPDATE payments SET status = $1, updated_at = $2, event_seq = $3, next_inquiry_at = $5 WHERE id = $4`,
-		flagReview:    `UPDATE payments SET manual_review = $1, review_reason = $2, updated_at = $3, event_seq = $4 WHERE id = $5`,
-		insertHistory: `INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES ($1, $2, $3, $4, $5)`,
-		insertOutbox:  `INSERT INTO outbox (payment_id, seq, type, payload, created_at, merchant_id) VALUES ($1, $2, $3, $4, $5, $6)`,
-		getIdem:       `SELECT ` + idemCols + ` FROM idempotency_keys WHERE key = $1`,
+		updateStatus: `UPDATE payments SET status = $1, updated_at = $2, event_seq = $3, next_inquiry_at = $5 WHERE id = $4`,
+		flagReview:   `UPDATE payments SET manual_review = $1, review_reason = $2, updated_at = $3, event_seq = $4 WHERE id = $5`,
+		// from_status, to_status and reason: the history entry of a
+		// status change, NULL on every other event.
+		insertOutbox: `INSERT INTO outbox (payment_id, seq, type, payload, created_at, merchant_id, from_status, to_status, reason)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		getIdem: `SELECT k.key, k.request_hash, k.payment_id,
+				CASE WHEN p.status = 'PENDING' THEN '` + string(pay.IdempotencyInFlight) + `' ELSE '` + string(pay.IdempotencyCompleted) + `' END,
+				k.created_at, k.expires_at
+			FROM idempotency_keys k JOIN payments p ON p.id = k.payment_id WHERE k.key = $1`,
 		// A live record is left alone (no row affected); an expired one
 		// is replaced.
 		upsertIdem: `INSERT INTO idempotency_keys (` + idemCols + `)
-			VALUES ($1, $2, $3, $4, $5, $6)
+			VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (key) DO UPDATE SET
-				request_hash = excluded.request_hash, payment_id = excluded.payment_id, state = excluded.state,
+				request_hash = excluded.request_hash, payment_id = excluded.payment_id,
 				created_at = excluded.created_at, expires_at = excluded.expires_at
 			WHERE idempotency_keys.expires_at <= excluded.created_at`,
-		// Through the key (the payment's idempotency_key): the record of
-		// a key since replaced names another payment and is left alone.
-		completeByPayment: `UPDATE idempotency_keys SET state = $1 WHERE key = $3 AND payment_id = $2`,
 		pendingOutbox: `SELECT id, payment_id, seq, type, payload, created_at FROM outbox
 			WHERE published_at IS NULL ORDER BY id LIMIT $1`,
 		deleteExpired: `DELETE FROM idempotency_keys WHERE expires_at <= $1`,
@@ -140,8 +144,8 @@ func newQueries(d Dialect) queries {
 	}
 	for _, p := range []*string{
 		&q.getPayment, &q.lockPayment, &q.history, &q.lockWithHistory, &q.listByStatus, &q.list,
-		&q.insertPayment, &q.updateStatus, &q.flagReview, &q.insertHistory, &q.insertOutbox,
-		&q.getIdem, &q.upsertIdem, &q.completeByPayment, &q.pendingOutbox, &q.deleteExpired,
+		&q.insertPayment, &q.updateStatus, &q.flagReview, &q.insertOutbox,
+		&q.getIdem, &q.upsertIdem, &q.pendingOutbox, &q.deleteExpired,
 		&q.liveOrder, &q.insertMerchant, &q.listMerchants, &q.getMerchant, &q.merchantByKey, &q.revokeMerchant, &q.setWebhook,
 		&q.insertDelivery, &q.dueDeliveries, &q.claimDelivery, &q.recordAttempt,
 		&q.listDeliveries, &q.listPaymentDeliveries, &q.getDelivery, &q.resend,

@@ -196,7 +196,7 @@ func (s *Store) refundEvent(ctx context.Context, tx *sql.Tx, p pay.Payment, seq 
 	if _, err := s.exec(ctx, tx, s.rq.bumpSeq, seq, p.ID); err != nil {
 		return err
 	}
-	return s.insertOutbox(ctx, tx, p.MerchantID, pay.NewRefundEvent(typ, p, r, seq, from, reason, at))
+	return s.insertOutbox(ctx, tx, p.MerchantID, pay.NewRefundEvent(typ, p, r, seq, from, reason, at), nil)
 }
 
 // TransitionRefund implements pay.RefundStore.

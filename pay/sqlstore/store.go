@@ -102,18 +102,20 @@ func (s *Store) listPayments(ctx context.Context, q querier, query string, args 
 	return out, rows.Err()
 }
 
-func (s *Store) insertHistory(ctx context.Context, tx *sql.Tx, id string, c pay.StatusChange) error {
-	_, err := s.exec(ctx, tx, s.q.insertHistory, id, string(c.From), string(c.To), c.Reason, s.d.EncodeTime(c.At))
-	return err
-}
-
 // insertOutbox writes outbox row e of a payment of merchantID and, in the
 // same transaction, its webhook delivery when the merchant has a webhook
 // (as the merchant cache has it: a webhook set by another process is
 // used within Config.MerchantTTL). The delivery's body is built only
-// then.
-func (s *Store) insertOutbox(ctx context.Context, tx *sql.Tx, merchantID string, e pay.OutboxEvent) error {
-	if _, err := s.exec(ctx, tx, s.q.insertOutbox, e.PaymentID, e.Seq, e.Type, string(e.Payload), s.d.EncodeTime(e.CreatedAt), merchantID); err != nil {
+// then. change is the payment's history entry the event records (its
+// creation or a status change), nil for any other event: the history is
+// read from these rows.
+func (s *Store) insertOutbox(ctx context.Context, tx *sql.Tx, merchantID string, e pay.OutboxEvent, change *pay.StatusChange) error {
+	var from, to, reason any // NULL: not a status change
+	if change != nil {
+		from, to, reason = string(change.From), string(change.To), change.Reason
+	}
+	if _, err := s.exec(ctx, tx, s.q.insertOutbox, e.PaymentID, e.Seq, e.Type, string(e.Payload), s.d.EncodeTime(e.CreatedAt), merchantID,
+		from, to, reason); err != nil {
 		return err
 	}
 	if hook, err := s.hasWebhook(ctx, tx, merchantID); err != nil || !hook {
@@ -163,7 +165,7 @@ func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.Idemp
 		// concurrent insert of the same key waits for the other
 		// transaction (PostgreSQL: on the key's row; SQLite: on the write
 		// lock) and then finds its row; an expired record is replaced.
-		res, err := s.exec(ctx, tx, s.q.upsertIdem, idem.Key, idem.RequestHash, idem.PaymentID, string(idem.State),
+		res, err := s.exec(ctx, tx, s.q.upsertIdem, idem.Key, idem.RequestHash, idem.PaymentID,
 			s.d.EncodeTime(idem.CreatedAt), s.d.EncodeTime(idem.ExpiresAt))
 		if err != nil {
 			return err
@@ -192,10 +194,7 @@ func (s *Store) CreatePending(ctx context.Context, p pay.Payment, idem pay.Idemp
 			s.encodeNullTime(p.NextInquiryAt), string(p.CaptureMode)); err != nil {
 			return err
 		}
-		if err := s.insertHistory(ctx, tx, p.ID, p.History[0]); err != nil {
-			return err
-		}
-		return s.insertOutbox(ctx, tx, p.MerchantID, pay.NewEvent(pay.EventCreated, p, 1, "", pay.ReasonCreated, p.CreatedAt))
+		return s.insertOutbox(ctx, tx, p.MerchantID, pay.NewEvent(pay.EventCreated, p, 1, "", pay.ReasonCreated, p.CreatedAt), &p.History[0])
 	})
 	if table, ok := s.d.UniqueViolation(err); ok && table == "payments" {
 		// A concurrent create of the same order committed first.
@@ -261,8 +260,9 @@ func (s *Store) Transition(ctx context.Context, id string, from, to pay.Status, 
 // applyTransition moves cur, read with its outbox sequence seq under the
 // row lock of tx, from `from` to `to` at now: the compare-and-set
 // (ErrStaleStatus, nothing written, when cur is not in from), the status
-// update, the history entry, the outbox row and the completion of the
-// payment's idempotency record. Transition and TransitionBatch both
+// update and the outbox row that carries the history entry (which also
+// completes the payment's idempotency record: see idemCols). Transition
+// and TransitionBatch both
 // write a transition with it. It returns the payment as updated, its
 // history as cur had it.
 func (s *Store) applyTransition(ctx context.Context, tx *sql.Tx, cur pay.Payment, seq int64, from, to pay.Status, reason string, now time.Time) (pay.Payment, error) {
@@ -280,18 +280,14 @@ func (s *Store) applyTransition(ctx context.Context, tx *sql.Tx, cur pay.Payment
 		return pay.Payment{}, err
 	}
 	cur.NextInquiryAt = next
-	if err := s.insertHistory(ctx, tx, id, pay.StatusChange{From: from, To: to, Reason: reason, At: now}); err != nil {
-		return pay.Payment{}, err
-	}
 	cur.Status, cur.UpdatedAt = to, now
-	if err := s.insertOutbox(ctx, tx, cur.MerchantID, pay.NewEvent(pay.EventStatusChanged, cur, seq, from, reason, now)); err != nil {
+	change := pay.StatusChange{From: from, To: to, Reason: reason, At: now}
+	if err := s.insertOutbox(ctx, tx, cur.MerchantID, pay.NewEvent(pay.EventStatusChanged, cur, seq, from, reason, now), &change); err != nil {
 		return pay.Payment{}, err
 	}
-	// The approval's outcome is written: a repeated request is answered
-	// from the payment from now on.
-	if _, err := s.exec(ctx, tx, s.q.completeByPayment, string(pay.IdempotencyCompleted), id, cur.IdempotencyKey); err != nil {
-		return pay.Payment{}, err
-	}
+	// The payment has left PENDING: its idempotency record reads as
+	// completed from now on, and a repeated request is answered from the
+	// payment (see idemCols).
 	return cur, nil
 }
 
@@ -379,7 +375,7 @@ func (s *Store) FlagReview(ctx context.Context, id, reason string) error {
 			return err
 		}
 		cur.ManualReview, cur.ReviewReason, cur.UpdatedAt = true, reason, now
-		return s.insertOutbox(ctx, tx, cur.MerchantID, pay.NewEvent(pay.EventReviewFlagged, cur, seq, "", reason, now))
+		return s.insertOutbox(ctx, tx, cur.MerchantID, pay.NewEvent(pay.EventReviewFlagged, cur, seq, "", reason, now), nil)
 	})
 }
 

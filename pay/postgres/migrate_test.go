@@ -1,0 +1,162 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	neturl "net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"github.com/pressly/goose/v3"
+
+	"github.com/stampede-lab/stampede/pay"
+)
+
+// v9Schema writes, in a fresh schema on the schema of migration 9,
+// payment a (created, flagged for review, approved: two history entries,
+// three events), payment b (created, still PENDING) and, with orphan, a
+// payment c whose history entry has no event.
+func v9Schema(t *testing.T, orphan bool) (url, schema string, db *sql.DB, p *goose.Provider) {
+	t.Helper()
+	ctx := context.Background()
+	url = databaseURL(t)
+	schema = freshSchema(t, url)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	db, err = sql.Open("pgx", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
+		t.Fatal(err)
+	}
+	p, err = goose.NewProvider(goose.DialectPostgres, db, os.DirFS("migrations"), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 9); err != nil {
+		t.Fatalf("up to 9: %v", err)
+	}
+	at := func(sec int) string { return `to_timestamp(` + strconv.Itoa(sec) + `)` }
+	stmts := []string{
+		`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key, created_at, updated_at, event_seq)
+			VALUES ('a', 'm', 'oa', 100, 'KRW', 'APPROVED', 'a', 'ka', ` + at(1) + `, ` + at(3) + `, 3),
+			       ('b', 'm', 'ob', 100, 'KRW', 'PENDING', 'b', 'kb', ` + at(4) + `, ` + at(4) + `, 1)`,
+		`INSERT INTO outbox (payment_id, seq, type, payload, created_at, merchant_id) VALUES
+			('a', 1, 'payment.created', '{}', ` + at(1) + `, 'm'),
+			('b', 1, 'payment.created', '{}', ` + at(4) + `, 'm'),
+			('a', 2, 'payment.review_flagged', '{}', ` + at(2) + `, 'm'),
+			('a', 3, 'payment.status_changed', '{}', ` + at(3) + `, 'm')`,
+		`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES
+			('a', '', 'PENDING', 'created', ` + at(1) + `),
+			('b', '', 'PENDING', 'created', ` + at(4) + `),
+			('a', 'PENDING', 'APPROVED', 'approved', ` + at(3) + `)`,
+		`INSERT INTO idempotency_keys (key, request_hash, payment_id, state, created_at, expires_at) VALUES
+			('ka', 'ha', 'a', 'completed', ` + at(1) + `, now() + interval '1 day'),
+			('kb', 'hb', 'b', 'in_flight', ` + at(4) + `, now() + interval '1 day')`,
+	}
+	if orphan {
+		stmts = append(stmts,
+			`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key, created_at, updated_at)
+				VALUES ('c', 'm', 'oc', 100, 'KRW', 'PENDING', 'c', 'kc', `+at(5)+`, `+at(5)+`)`,
+			`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES ('c', '', 'PENDING', 'created', `+at(5)+`)`)
+	}
+	for _, s := range stmts {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			t.Fatalf("%.50s...: %v", s, err)
+		}
+	}
+	return url, schema, db, p
+}
+
+// TestMigration10KeepsHistoryAndRecordStates: migration 10 moves each
+// history entry to the event it was written with, the idempotency
+// records keep their states (now read from their payments), and its
+// down migration gives both back.
+func TestMigration10KeepsHistoryAndRecordStates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, schema, db, p := v9Schema(t, false)
+	if _, err := p.UpTo(ctx, 10); err != nil {
+		t.Fatalf("up to 10: %v", err)
+	}
+	s := openSchema(t, url, schema)
+	a, err := s.Get(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []pay.StatusChange{
+		{From: "", To: pay.StatusPending, Reason: "created", At: time.Unix(1, 0)},
+		{From: pay.StatusPending, To: pay.StatusApproved, Reason: "approved", At: time.Unix(3, 0)},
+	}
+	if len(a.History) != len(want) {
+		t.Fatalf("history of a after the migration: %+v, want %+v", a.History, want)
+	}
+	for i := range want {
+		g := a.History[i]
+		if g.From != want[i].From || g.To != want[i].To || g.Reason != want[i].Reason || !g.At.Equal(want[i].At) {
+			t.Fatalf("history of a after the migration: entry %d is %+v, want %+v", i, g, want[i])
+		}
+	}
+	for key, state := range map[string]pay.IdempotencyState{"ka": pay.IdempotencyCompleted, "kb": pay.IdempotencyInFlight} {
+		r, err := s.Idempotency(ctx, key)
+		if err != nil || r.State != state {
+			t.Fatalf("record %s after the migration: %+v, %v; want state %s", key, r, err, state)
+		}
+	}
+	if _, err := s.Transition(ctx, "b", pay.StatusPending, pay.StatusDeclined, "declined"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Idempotency(ctx, "kb"); err != nil || r.State != pay.IdempotencyCompleted {
+		t.Fatalf("record kb after b's decline: %+v, %v", r, err)
+	}
+	s.Close()
+
+	if _, err := p.DownTo(ctx, 9); err != nil {
+		t.Fatalf("down to 9: %v", err)
+	}
+	var got string
+	if err := db.QueryRowContext(ctx, `SELECT string_agg(payment_id || ':' || from_status || '>' || to_status || ':' || reason, ' ' ORDER BY id)
+		FROM payment_history`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if w := "a:>PENDING:created b:>PENDING:created a:PENDING>APPROVED:approved b:PENDING>DECLINED:declined"; got != w {
+		t.Fatalf("payment_history after the down migration: %s, want %s", got, w)
+	}
+	var states string
+	if err := db.QueryRowContext(ctx, `SELECT string_agg(key || '=' || state, ' ' ORDER BY key) FROM idempotency_keys`).Scan(&states); err != nil {
+		t.Fatal(err)
+	}
+	if states != "ka=completed kb=completed" {
+		t.Fatalf("idempotency states after the down migration: %s", states)
+	}
+}
+
+// TestMigration10RefusesAHistoryEntryWithoutItsEvent: an entry that no
+// event carries would be lost, so the migration fails and changes
+// nothing.
+func TestMigration10RefusesAHistoryEntryWithoutItsEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, _, db, p := v9Schema(t, true)
+	if _, err := p.UpTo(ctx, 10); err == nil || !strings.Contains(err.Error(), "migration_check_ok_check") {
+		t.Fatalf("up to 10 with an entry without its event: %v, want a failed check", err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM payment_history`).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("payment_history after the failed migration: %d rows, %v; want the 4 untouched", n, err)
+	}
+	if v, err := p.GetDBVersion(ctx); err != nil || v != 9 {
+		t.Fatalf("version after the failed migration: %d, %v; want 9", v, err)
+	}
+}
