@@ -179,17 +179,17 @@ func (rig *floodRig) admitSigned(user string, signed time.Time) string {
 	return tok
 }
 
-// settle waits until every store call the gate has started returned,
-// then gives the gate a moment to record the answers.
+// settle waits until every store call the gate has started returned and
+// the gate has recorded its answer.
 func (rig *floodRig) settle() {
 	rig.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); rig.store.answered.Load() < rig.store.touches.Load(); {
+	for deadline := time.Now().Add(10 * time.Second); rig.store.answered.Load() < rig.store.touches.Load() || !rig.gate.Idle(); {
 		if time.Now().After(deadline) {
-			rig.t.Fatalf("store calls still in flight after 10 s: %d of %d answered", rig.store.answered.Load(), rig.store.touches.Load())
+			rig.t.Fatalf("store calls still in flight after 10 s: %d of %d answered, gate idle: %v",
+				rig.store.answered.Load(), rig.store.touches.Load(), rig.gate.Idle())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	time.Sleep(20 * time.Millisecond)
 }
 
 // do sends one request with the admission cookie through the gate.
@@ -598,7 +598,7 @@ func TestGateReissuesTokenTwiceALease(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			time.Sleep(20 * time.Millisecond) // the batch records its answers
+			rig.settle() // the batch records its answers
 		}
 		t.Logf("11 requests over 20 s, 10 checks, a 30 s lease: new cookies at %v", reissued)
 		if len(reissued) != 1 || reissued[0] < 14*time.Second {
