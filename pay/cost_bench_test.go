@@ -212,8 +212,8 @@ func benchFill(b *testing.B, db *sql.DB, with, id, from, now, later string) {
 	}
 	stmts := []string{
 		`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key,
-			manual_review, review_reason, created_at, updated_at, event_seq, inquiries) ` +
-			src(`ID, 'fill-merchant', 'fill-' || ID, 1000, 'KRW', 'APPROVED', 'ext-' || ID, 'fill-' || ID, false, '', `+now+`, `+now+`, 2, 0`),
+			manual_review, review_reason, created_at, updated_at, event_seq, inquiries, live_order) ` +
+			src(`ID, 'fill-merchant', 'fill-' || ID, 1000, 'KRW', 'APPROVED', 'ext-' || ID, 'fill-' || ID, false, '', `+now+`, `+now+`, 2, 0, 'fill-' || ID`),
 		`INSERT INTO idempotency_keys (key, request_hash, payment_id, created_at, expires_at) ` +
 			src(`'fill-' || ID, 'hash', ID, `+now+`, `+later),
 		`INSERT INTO outbox (payment_id, seq, type, payload, created_at, published_at, merchant_id, from_status, to_status, reason) ` +

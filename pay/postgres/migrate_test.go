@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	neturl "net/url"
 	"os"
 	"strconv"
@@ -50,13 +51,13 @@ func v9Schema(t *testing.T, orphan bool) (url, schema string, db *sql.DB, p *goo
 	at := func(sec int) string { return `to_timestamp(` + strconv.Itoa(sec) + `)` }
 	stmts := []string{
 		`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key, created_at, updated_at, event_seq)
-			VALUES ('a', 'm', 'oa', 100, 'KRW', 'APPROVED', 'a', 'ka', ` + at(1) + `, ` + at(3) + `, 3),
-			       ('b', 'm', 'ob', 100, 'KRW', 'PENDING', 'b', 'kb', ` + at(4) + `, ` + at(4) + `, 1)`,
+			VALUES ('a', '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69', 'oa', 100, 'KRW', 'APPROVED', 'a', 'ka', ` + at(1) + `, ` + at(3) + `, 3),
+			       ('b', '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69', 'ob', 100, 'KRW', 'PENDING', 'b', 'kb', ` + at(4) + `, ` + at(4) + `, 1)`,
 		`INSERT INTO outbox (payment_id, seq, type, payload, created_at, merchant_id) VALUES
-			('a', 1, 'payment.created', '{}', ` + at(1) + `, 'm'),
-			('b', 1, 'payment.created', '{}', ` + at(4) + `, 'm'),
-			('a', 2, 'payment.review_flagged', '{}', ` + at(2) + `, 'm'),
-			('a', 3, 'payment.status_changed', '{}', ` + at(3) + `, 'm')`,
+			('a', 1, 'payment.created', '{}', ` + at(1) + `, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69'),
+			('b', 1, 'payment.created', '{}', ` + at(4) + `, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69'),
+			('a', 2, 'payment.review_flagged', '{}', ` + at(2) + `, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69'),
+			('a', 3, 'payment.status_changed', '{}', ` + at(3) + `, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69')`,
 		`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES
 			('a', '', 'PENDING', 'created', ` + at(1) + `),
 			('b', '', 'PENDING', 'created', ` + at(4) + `),
@@ -68,7 +69,7 @@ func v9Schema(t *testing.T, orphan bool) (url, schema string, db *sql.DB, p *goo
 	if orphan {
 		stmts = append(stmts,
 			`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key, created_at, updated_at)
-				VALUES ('c', 'm', 'oc', 100, 'KRW', 'PENDING', 'c', 'kc', `+at(5)+`, `+at(5)+`)`,
+				VALUES ('c', '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69', 'oc', 100, 'KRW', 'PENDING', 'c', 'kc', `+at(5)+`, `+at(5)+`)`,
 			`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES ('c', '', 'PENDING', 'created', `+at(5)+`)`)
 	}
 	for _, s := range stmts {
@@ -114,8 +115,25 @@ func TestMigration10KeepsHistoryAndRecordStates(t *testing.T) {
 			t.Fatalf("record %s after the migration: %+v, %v; want state %s", key, r, err, state)
 		}
 	}
+	// The orders of a (APPROVED) and b (PENDING) are taken; b's is given
+	// back when b is declined.
+	const merchant = "6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69"
+	newPayment := func(order string) error {
+		_, err := s.CreatePending(ctx, pay.Payment{ID: pay.NewID(), MerchantID: merchant, OrderID: order, Amount: 1, Currency: "KRW"},
+			pay.IdempotencyRecord{Key: "k-" + order + "-" + pay.NewID(), RequestHash: "h"})
+		return err
+	}
+	for order, holder := range map[string]string{"oa": "a", "ob": "b"} {
+		var taken *pay.OrderExistsError
+		if err := newPayment(order); !errors.As(err, &taken) || taken.PaymentID != holder {
+			t.Fatalf("a new payment of order %s after the migration: %v, want the order taken by %s", order, err, holder)
+		}
+	}
 	if _, err := s.Transition(ctx, "b", pay.StatusPending, pay.StatusDeclined, "declined"); err != nil {
 		t.Fatal(err)
+	}
+	if err := newPayment("ob"); err != nil {
+		t.Fatalf("a new payment of order ob once b is declined: %v", err)
 	}
 	if r, err := s.Idempotency(ctx, "kb"); err != nil || r.State != pay.IdempotencyCompleted {
 		t.Fatalf("record kb after b's decline: %+v, %v", r, err)
@@ -130,11 +148,11 @@ func TestMigration10KeepsHistoryAndRecordStates(t *testing.T) {
 		FROM payment_history`).Scan(&got); err != nil {
 		t.Fatal(err)
 	}
-	if w := "a:>PENDING:created b:>PENDING:created a:PENDING>APPROVED:approved b:PENDING>DECLINED:declined"; got != w {
-		t.Fatalf("payment_history after the down migration: %s, want %s", got, w)
+	if w := "a:>PENDING:created b:>PENDING:created a:PENDING>APPROVED:approved b:PENDING>DECLINED:declined "; !strings.HasPrefix(got, w) || !strings.HasSuffix(got, ":>PENDING:created") {
+		t.Fatalf("payment_history after the down migration: %s, want %s and the new payment's creation", got, w)
 	}
 	var states string
-	if err := db.QueryRowContext(ctx, `SELECT string_agg(key || '=' || state, ' ' ORDER BY key) FROM idempotency_keys`).Scan(&states); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT string_agg(key || '=' || state, ' ' ORDER BY key) FROM idempotency_keys WHERE key IN ('ka', 'kb')`).Scan(&states); err != nil {
 		t.Fatal(err)
 	}
 	if states != "ka=completed kb=completed" {

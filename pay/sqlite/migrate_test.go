@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,13 +37,13 @@ func v9Database(t *testing.T, orphan bool) (string, *sql.DB, *goose.Provider) {
 	}
 	stmts := []string{
 		`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key, created_at, updated_at, event_seq)
-			VALUES ('a', 'm', 'oa', 100, 'KRW', 'APPROVED', 'a', 'ka', 1000000, 3000000, 3),
-			       ('b', 'm', 'ob', 100, 'KRW', 'PENDING', 'b', 'kb', 4000000, 4000000, 1)`,
+			VALUES ('a', '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69', 'oa', 100, 'KRW', 'APPROVED', 'a', 'ka', 1000000, 3000000, 3),
+			       ('b', '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69', 'ob', 100, 'KRW', 'PENDING', 'b', 'kb', 4000000, 4000000, 1)`,
 		`INSERT INTO outbox (payment_id, seq, type, payload, created_at, merchant_id) VALUES
-			('a', 1, 'payment.created', '{}', 1000000, 'm'),
-			('b', 1, 'payment.created', '{}', 4000000, 'm'),
-			('a', 2, 'payment.review_flagged', '{}', 2000000, 'm'),
-			('a', 3, 'payment.status_changed', '{}', 3000000, 'm')`,
+			('a', 1, 'payment.created', '{}', 1000000, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69'),
+			('b', 1, 'payment.created', '{}', 4000000, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69'),
+			('a', 2, 'payment.review_flagged', '{}', 2000000, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69'),
+			('a', 3, 'payment.status_changed', '{}', 3000000, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69')`,
 		`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES
 			('a', '', 'PENDING', 'created', 1000000),
 			('b', '', 'PENDING', 'created', 4000000),
@@ -54,7 +55,7 @@ func v9Database(t *testing.T, orphan bool) (string, *sql.DB, *goose.Provider) {
 	if orphan {
 		stmts = append(stmts,
 			`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key, created_at, updated_at)
-				VALUES ('c', 'm', 'oc', 100, 'KRW', 'PENDING', 'c', 'kc', 5000000, 5000000)`,
+				VALUES ('c', '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69', 'oc', 100, 'KRW', 'PENDING', 'c', 'kc', 5000000, 5000000)`,
 			`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES ('c', '', 'PENDING', 'created', 5000000)`)
 	}
 	for _, q := range stmts {
@@ -101,8 +102,25 @@ func TestMigration10KeepsHistoryAndRecordStates(t *testing.T) {
 		}
 	}
 	// The history goes on where it was.
+	// The orders of a (APPROVED) and b (PENDING) are taken; b's is given
+	// back when b is declined.
+	const merchant = "6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69"
+	newPayment := func(order string) error {
+		_, err := s.CreatePending(ctx, pay.Payment{ID: pay.NewID(), MerchantID: merchant, OrderID: order, Amount: 1, Currency: "KRW"},
+			pay.IdempotencyRecord{Key: "k-" + order + "-" + pay.NewID(), RequestHash: "h"})
+		return err
+	}
+	for order, holder := range map[string]string{"oa": "a", "ob": "b"} {
+		var taken *pay.OrderExistsError
+		if err := newPayment(order); !errors.As(err, &taken) || taken.PaymentID != holder {
+			t.Fatalf("a new payment of order %s after the migration: %v, want the order taken by %s", order, err, holder)
+		}
+	}
 	if _, err := s.Transition(ctx, "b", pay.StatusPending, pay.StatusDeclined, "declined"); err != nil {
 		t.Fatal(err)
+	}
+	if err := newPayment("ob"); err != nil {
+		t.Fatalf("a new payment of order ob once b is declined: %v", err)
 	}
 	if r, err := s.Idempotency(ctx, "kb"); err != nil || r.State != pay.IdempotencyCompleted {
 		t.Fatalf("record kb after b's approval: %+v, %v", r, err)
@@ -125,11 +143,11 @@ func TestMigration10KeepsHistoryAndRecordStates(t *testing.T) {
 		got = append(got, r)
 	}
 	rows.Close()
-	if w := "a:>PENDING:created:1000000 b:>PENDING:created:4000000 a:PENDING>APPROVED:approved:3000000"; !strings.HasPrefix(strings.Join(got, " "), w) || len(got) != 4 {
-		t.Fatalf("payment_history after the down migration: %v, want %s and b's decline", got, w)
+	if w := "a:>PENDING:created:1000000 b:>PENDING:created:4000000 a:PENDING>APPROVED:approved:3000000"; !strings.HasPrefix(strings.Join(got, " "), w) || len(got) != 5 {
+		t.Fatalf("payment_history after the down migration: %v, want %s, b's decline and the new payment's creation", got, w)
 	}
 	var states string
-	if err := db.QueryRowContext(ctx, `SELECT group_concat(key || '=' || state, ' ') FROM (SELECT key, state FROM idempotency_keys ORDER BY key)`).Scan(&states); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT group_concat(key || '=' || state, ' ') FROM (SELECT key, state FROM idempotency_keys WHERE key IN ('ka', 'kb') ORDER BY key)`).Scan(&states); err != nil {
 		t.Fatal(err)
 	}
 	if states != "ka=completed kb=completed" {

@@ -10,7 +10,7 @@ func MoneyPathStatements(d Dialect) map[string]string {
 		"holdingOp": o.holdingOp, "updateOp": o.updateOp, "setCaptured": o.setCaptured, "claimDueOps": o.claimDueOps,
 		"deferOp": o.deferOp, "expiredAuths": o.expiredAuths, "merchantEvents": o.merchantEvents,
 		"getPayment": q.getPayment, "lockPayment": q.lockPayment, "history": q.history,
-		"lockWithHistory": q.lockWithHistory, "insertPayment": q.insertPayment, "updateStatus": q.updateStatus,
+		"lockWithHistory": q.lockWithHistory, "insertPayment": q.insertPayment, "updateStatus": q.updateStatus, "updateStatusFreeing": q.updateStatusFreeing,
 		"flagReview": q.flagReview, "insertOutbox": q.insertOutbox,
 		"getIdem": q.getIdem, "upsertIdem": q.upsertIdem,
 		"pendingOutbox": q.pendingOutbox, "markPublished": markPublished(d, 3), "deleteExpired": q.deleteExpired,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,13 +25,13 @@ const idemCols = `key, request_hash, payment_id, created_at, expires_at`
 // queries holds every statement, written once with $n placeholders and
 // rebound for the dialect when the store is made.
 type queries struct {
-	getPayment, lockPayment, history, listByStatus, list string
-	lockWithHistory                                      string
-	insertPayment, updateStatus, flagReview              string
-	insertOutbox                                         string
-	getIdem, upsertIdem                                  string
-	pendingOutbox, deleteExpired                         string
-	liveOrder                                            string
+	getPayment, lockPayment, history, listByStatus, list         string
+	lockWithHistory                                              string
+	insertPayment, updateStatus, updateStatusFreeing, flagReview string
+	insertOutbox                                                 string
+	getIdem, upsertIdem                                          string
+	pendingOutbox, deleteExpired                                 string
+	liveOrder                                                    string
 
 	insertMerchant, listMerchants, getMerchant, merchantByKey string
 	revokeMerchant, setWebhook                                string
@@ -46,9 +47,16 @@ const merchantCols = `id, name, key_hash, webhook_url, webhook_secret, created_a
 const deliveryCols = `id, payment_id, seq, merchant_id, type, body, status, attempts, last_error,
 	next_at, since, created_at, updated_at`
 
-// liveStatuses are the statuses of a payment that keeps its order taken:
-// the partial unique index payments_live_order has the same list.
-const liveStatuses = `('PENDING', 'UNKNOWN', 'APPROVED', 'AUTHORIZED')`
+// orderKeepers are the statuses of a payment that keeps its order taken
+// (one such payment per order). Such a payment's live_order column holds
+// its order id, under the partial unique index payments_live_order; a
+// status change to any other status clears it. The index's condition
+// names live_order only, so a change between two of these statuses
+// (PENDING to APPROVED, the common one) leaves the index alone.
+var orderKeepers = []pay.Status{pay.StatusPending, pay.StatusUnknown, pay.StatusApproved, pay.StatusAuthorized}
+
+// keepsOrder reports whether a payment in status st keeps its order taken.
+func keepsOrder(st pay.Status) bool { return slices.Contains(orderKeepers, st) }
 
 func newQueries(d Dialect) queries {
 	get := `SELECT ` + paymentCols + ` FROM payments WHERE id = $1`
@@ -66,10 +74,14 @@ func newQueries(d Dialect) queries {
 			WHERE p.id = $1 ORDER BY h.seq` + lockOf(d, "p"),
 		listByStatus: `SELECT ` + paymentCols + ` FROM payments WHERE status = $1 ORDER BY created_at, id LIMIT $2`,
 		list:         `SELECT ` + paymentCols + ` FROM payments WHERE id > $1 ORDER BY id LIMIT $2`,
-		insertPayment: `INSERT INTO payments (` + paymentCols + `)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13, 0, $14, 0)`,
+		// A new payment is PENDING: it keeps its order ($3).
+		insertPayment: `INSERT INTO payments (` + paymentCols + `, live_order)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13, 0, $14, 0, $3)`,
 		updateStatus: `UPDATE payments SET status = $1, updated_at = $2, event_seq = $3, next_inquiry_at = $5 WHERE id = $4`,
-		flagReview:   `UPDATE payments SET manual_review = $1, review_reason = $2, updated_at = $3, event_seq = $4 WHERE id = $5`,
+		// The same, to a status that gives the order back (see keepsOrder).
+		updateStatusFreeing: `UPDATE payments SET status = $1, updated_at = $2, event_seq = $3, next_inquiry_at = $5, live_order = NULL
+			WHERE id = $4`,
+		flagReview: `UPDATE payments SET manual_review = $1, review_reason = $2, updated_at = $3, event_seq = $4 WHERE id = $5`,
 		// from_status, to_status and reason: the history entry of a
 		// status change, NULL on every other event.
 		insertOutbox: `INSERT INTO outbox (payment_id, seq, type, payload, created_at, merchant_id, from_status, to_status, reason)
@@ -89,8 +101,7 @@ func newQueries(d Dialect) queries {
 		pendingOutbox: `SELECT id, payment_id, seq, type, payload, created_at FROM outbox
 			WHERE published_at IS NULL ORDER BY id LIMIT $1`,
 		deleteExpired: `DELETE FROM idempotency_keys WHERE expires_at <= $1`,
-		liveOrder: `SELECT id FROM payments WHERE merchant_id = $1 AND order_id = $2 AND status IN ` + liveStatuses +
-			` ORDER BY created_at LIMIT 1`,
+		liveOrder:     `SELECT id FROM payments WHERE merchant_id = $1 AND live_order = $2`,
 
 		insertMerchant: `INSERT INTO merchants (` + merchantCols + `) VALUES ($1, $2, $3, $4, $5, $6, NULL)`,
 		listMerchants:  `SELECT ` + merchantCols + ` FROM merchants ORDER BY created_at, id`,
@@ -144,7 +155,7 @@ func newQueries(d Dialect) queries {
 	}
 	for _, p := range []*string{
 		&q.getPayment, &q.lockPayment, &q.history, &q.lockWithHistory, &q.listByStatus, &q.list,
-		&q.insertPayment, &q.updateStatus, &q.flagReview, &q.insertOutbox,
+		&q.insertPayment, &q.updateStatus, &q.updateStatusFreeing, &q.flagReview, &q.insertOutbox,
 		&q.getIdem, &q.upsertIdem, &q.pendingOutbox, &q.deleteExpired,
 		&q.liveOrder, &q.insertMerchant, &q.listMerchants, &q.getMerchant, &q.merchantByKey, &q.revokeMerchant, &q.setWebhook,
 		&q.insertDelivery, &q.dueDeliveries, &q.claimDelivery, &q.recordAttempt,

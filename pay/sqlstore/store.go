@@ -126,8 +126,8 @@ func (s *Store) insertOutbox(ctx context.Context, tx *sql.Tx, merchantID string,
 	return err
 }
 
-// liveOrder returns the ID of the order's live (PENDING, UNKNOWN) or
-// APPROVED payment, or "" if it has none.
+// liveOrder returns the ID of the payment that keeps the order taken
+// (see keepsOrder), or "" if it has none.
 func (s *Store) liveOrder(ctx context.Context, q querier, merchantID, orderID string) (string, error) {
 	var id string
 	err := s.queryRow(ctx, q, s.q.liveOrder, merchantID, orderID).Scan(&id)
@@ -276,7 +276,11 @@ func (s *Store) applyTransition(ctx context.Context, tx *sql.Tx, cur pay.Payment
 	if to == pay.StatusUnknown {
 		next = now
 	}
-	if _, err := s.exec(ctx, tx, s.q.updateStatus, string(to), s.d.EncodeTime(now), seq, id, s.encodeNullTime(next)); err != nil {
+	update := s.q.updateStatus
+	if !keepsOrder(to) {
+		update = s.q.updateStatusFreeing
+	}
+	if _, err := s.exec(ctx, tx, update, string(to), s.d.EncodeTime(now), seq, id, s.encodeNullTime(next)); err != nil {
 		return pay.Payment{}, err
 	}
 	cur.NextInquiryAt = next

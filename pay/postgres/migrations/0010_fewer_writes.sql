@@ -11,6 +11,10 @@
 -- payment is PENDING, which no status leads back to), so the second
 -- commit of a payment no longer updates the record; the state column and
 -- the response columns, never written, go.
+--
+-- One payment per order is kept by a partial unique index on a column of
+-- its own, live_order (the order id while the payment keeps its order,
+-- NULL after), instead of one whose condition names the status.
 
 -- +goose Up
 
@@ -42,7 +46,17 @@ ALTER TABLE idempotency_keys DROP COLUMN state;
 ALTER TABLE idempotency_keys DROP COLUMN response_code;
 ALTER TABLE idempotency_keys DROP COLUMN response_body;
 
+ALTER TABLE payments ADD COLUMN live_order text;
+UPDATE payments SET live_order = order_id WHERE status IN ('PENDING', 'UNKNOWN', 'APPROVED', 'AUTHORIZED');
+DROP INDEX payments_live_order;
+CREATE UNIQUE INDEX payments_live_order ON payments (merchant_id, live_order) WHERE live_order IS NOT NULL;
+
 -- +goose Down
+
+DROP INDEX payments_live_order;
+ALTER TABLE payments DROP COLUMN live_order;
+CREATE UNIQUE INDEX payments_live_order ON payments (merchant_id, order_id)
+    WHERE status IN ('PENDING', 'UNKNOWN', 'APPROVED', 'AUTHORIZED');
 
 ALTER TABLE idempotency_keys ADD COLUMN response_body bytea;
 ALTER TABLE idempotency_keys ADD COLUMN response_code integer NOT NULL DEFAULT 0;

@@ -16,6 +16,11 @@
 --   state is its payment's (in flight while the payment is PENDING), so
 --   the second commit of a payment no longer updates it, and the response
 --   columns, never written, go.
+-- * One payment per order is kept by a partial unique index on a column
+--   of its own, live_order (the order id while the payment keeps its order,
+--   NULL after), instead of one whose condition names the status: a
+--   status change that keeps the order (PENDING to APPROVED) then leaves
+--   the index alone.
 --
 -- The tables are rebuilt (the documented procedure), with foreign keys
 -- off, in a transaction of their own.
@@ -86,6 +91,11 @@ ALTER TABLE idempotency_keys_new RENAME TO idempotency_keys;
 CREATE INDEX idempotency_keys_payment ON idempotency_keys (payment_id);
 CREATE INDEX idempotency_keys_expires ON idempotency_keys (expires_at);
 
+ALTER TABLE payments ADD COLUMN live_order TEXT;
+UPDATE payments SET live_order = order_id WHERE status IN ('PENDING', 'UNKNOWN', 'APPROVED', 'AUTHORIZED');
+DROP INDEX payments_live_order;
+CREATE UNIQUE INDEX payments_live_order ON payments (merchant_id, live_order) WHERE live_order IS NOT NULL;
+
 COMMIT;
 
 PRAGMA foreign_keys = ON;
@@ -95,6 +105,11 @@ PRAGMA foreign_keys = ON;
 PRAGMA foreign_keys = OFF;
 
 BEGIN IMMEDIATE;
+
+DROP INDEX payments_live_order;
+ALTER TABLE payments DROP COLUMN live_order;
+CREATE UNIQUE INDEX payments_live_order ON payments (merchant_id, order_id)
+    WHERE status IN ('PENDING', 'UNKNOWN', 'APPROVED', 'AUTHORIZED');
 
 CREATE TABLE payment_history (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
