@@ -3,23 +3,21 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	neturl "net/url"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
 
-	"github.com/stampede-lab/stampede/pay"
+	"github.com/stampede-lab/stampede/pay/paytest"
 )
 
 // v9Schema writes, in a fresh schema on the schema of migration 9,
-// payment a (created, flagged for review, approved: two history entries,
-// three events), payment b (created, still PENDING) and, with orphan, a
+// the fixture paytest.CheckMigration10 reads (payments a and b) and,
+// with orphan, a
 // payment c whose history entry has no event.
 func v9Schema(t *testing.T, orphan bool) (url, schema string, db *sql.DB, p *goose.Provider) {
 	t.Helper()
@@ -51,13 +49,13 @@ func v9Schema(t *testing.T, orphan bool) (url, schema string, db *sql.DB, p *goo
 	at := func(sec int) string { return `to_timestamp(` + strconv.Itoa(sec) + `)` }
 	stmts := []string{
 		`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key, created_at, updated_at, event_seq)
-			VALUES ('a', '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69', 'oa', 100, 'KRW', 'APPROVED', 'a', 'ka', ` + at(1) + `, ` + at(3) + `, 3),
-			       ('b', '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69', 'ob', 100, 'KRW', 'PENDING', 'b', 'kb', ` + at(4) + `, ` + at(4) + `, 1)`,
+			VALUES ('a', '` + paytest.MigrationMerchant + `', 'oa', 100, 'KRW', 'APPROVED', 'a', 'ka', ` + at(1) + `, ` + at(3) + `, 3),
+			       ('b', '` + paytest.MigrationMerchant + `', 'ob', 100, 'KRW', 'PENDING', 'b', 'kb', ` + at(4) + `, ` + at(4) + `, 1)`,
 		`INSERT INTO outbox (payment_id, seq, type, payload, created_at, merchant_id) VALUES
-			('a', 1, 'payment.created', '{}', ` + at(1) + `, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69'),
-			('b', 1, 'payment.created', '{}', ` + at(4) + `, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69'),
-			('a', 2, 'payment.review_flagged', '{}', ` + at(2) + `, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69'),
-			('a', 3, 'payment.status_changed', '{}', ` + at(3) + `, '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69')`,
+			('a', 1, 'payment.created', '{}', ` + at(1) + `, '` + paytest.MigrationMerchant + `'),
+			('b', 1, 'payment.created', '{}', ` + at(4) + `, '` + paytest.MigrationMerchant + `'),
+			('a', 2, 'payment.review_flagged', '{}', ` + at(2) + `, '` + paytest.MigrationMerchant + `'),
+			('a', 3, 'payment.status_changed', '{}', ` + at(3) + `, '` + paytest.MigrationMerchant + `')`,
 		`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES
 			('a', '', 'PENDING', 'created', ` + at(1) + `),
 			('b', '', 'PENDING', 'created', ` + at(4) + `),
@@ -69,7 +67,7 @@ func v9Schema(t *testing.T, orphan bool) (url, schema string, db *sql.DB, p *goo
 	if orphan {
 		stmts = append(stmts,
 			`INSERT INTO payments (id, merchant_id, order_id, amount, currency, status, external_key, idempotency_key, created_at, updated_at)
-				VALUES ('c', '6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69', 'oc', 100, 'KRW', 'PENDING', 'c', 'kc', `+at(5)+`, `+at(5)+`)`,
+				VALUES ('c', '`+paytest.MigrationMerchant+`', 'oc', 100, 'KRW', 'PENDING', 'c', 'kc', `+at(5)+`, `+at(5)+`)`,
 			`INSERT INTO payment_history (payment_id, from_status, to_status, reason, at) VALUES ('c', '', 'PENDING', 'created', `+at(5)+`)`)
 	}
 	for _, s := range stmts {
@@ -92,52 +90,7 @@ func TestMigration10KeepsHistoryAndRecordStates(t *testing.T) {
 		t.Fatalf("up to 10: %v", err)
 	}
 	s := openSchema(t, url, schema)
-	a, err := s.Get(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []pay.StatusChange{
-		{From: "", To: pay.StatusPending, Reason: "created", At: time.Unix(1, 0)},
-		{From: pay.StatusPending, To: pay.StatusApproved, Reason: "approved", At: time.Unix(3, 0)},
-	}
-	if len(a.History) != len(want) {
-		t.Fatalf("history of a after the migration: %+v, want %+v", a.History, want)
-	}
-	for i := range want {
-		g := a.History[i]
-		if g.From != want[i].From || g.To != want[i].To || g.Reason != want[i].Reason || !g.At.Equal(want[i].At) {
-			t.Fatalf("history of a after the migration: entry %d is %+v, want %+v", i, g, want[i])
-		}
-	}
-	for key, state := range map[string]pay.IdempotencyState{"ka": pay.IdempotencyCompleted, "kb": pay.IdempotencyInFlight} {
-		r, err := s.Idempotency(ctx, key)
-		if err != nil || r.State != state {
-			t.Fatalf("record %s after the migration: %+v, %v; want state %s", key, r, err, state)
-		}
-	}
-	// The orders of a (APPROVED) and b (PENDING) are taken; b's is given
-	// back when b is declined.
-	const merchant = "6f1c2b0e-8d4a-4c3e-9b7a-1e2d3c4b5a69"
-	newPayment := func(order string) error {
-		_, err := s.CreatePending(ctx, pay.Payment{ID: pay.NewID(), MerchantID: merchant, OrderID: order, Amount: 1, Currency: "KRW"},
-			pay.IdempotencyRecord{Key: "k-" + order + "-" + pay.NewID(), RequestHash: "h"})
-		return err
-	}
-	for order, holder := range map[string]string{"oa": "a", "ob": "b"} {
-		var taken *pay.OrderExistsError
-		if err := newPayment(order); !errors.As(err, &taken) || taken.PaymentID != holder {
-			t.Fatalf("a new payment of order %s after the migration: %v, want the order taken by %s", order, err, holder)
-		}
-	}
-	if _, err := s.Transition(ctx, "b", pay.StatusPending, pay.StatusDeclined, "declined"); err != nil {
-		t.Fatal(err)
-	}
-	if err := newPayment("ob"); err != nil {
-		t.Fatalf("a new payment of order ob once b is declined: %v", err)
-	}
-	if r, err := s.Idempotency(ctx, "kb"); err != nil || r.State != pay.IdempotencyCompleted {
-		t.Fatalf("record kb after b's decline: %+v, %v", r, err)
-	}
+	paytest.CheckMigration10(t, s)
 	s.Close()
 
 	if _, err := p.DownTo(ctx, 9); err != nil {
