@@ -15,10 +15,9 @@ import (
 	"github.com/stampede-lab/stampede/pay/paytest"
 )
 
-// v9Schema writes, in a fresh schema on the schema of migration 9,
-// the fixture paytest.CheckMigration10 reads (payments a and b) and,
-// with orphan, a
-// payment c whose history entry has no event.
+// v9Schema writes, in a fresh schema on the schema of migration 9, the
+// fixture paytest.CheckMigration10 reads (payments a and b) and, with
+// orphan, a payment c whose history entry has no event.
 func v9Schema(t *testing.T, orphan bool) (url, schema string, db *sql.DB, p *goose.Provider) {
 	t.Helper()
 	ctx := context.Background()
