@@ -50,7 +50,9 @@ const (
 // CanTransition reports whether a payment may move from one status to
 // another: PENDING and UNKNOWN may move to any other status except back
 // to PENDING and to VOIDED; AUTHORIZED only to APPROVED (captured) or
-// VOIDED; a terminal status never moves.
+// VOIDED; a terminal status never moves. Nothing moves back to PENDING:
+// the SQL store reads an idempotency record as in flight exactly while
+// its payment is PENDING.
 func CanTransition(from, to Status) bool {
 	if !from.Valid() || !to.Valid() || from.Terminal() || from == to || to == StatusPending {
 		return false
