@@ -106,26 +106,16 @@ func (c *committer) do(ctx context.Context, fn func(ctx context.Context, tx *sql
 	}
 }
 
+// loop runs the writer: each unit it receives starts a batch, and the
+// units queued behind it join that batch (committer.late).
 func (c *committer) loop() {
 	defer close(c.stopped)
-	batch := make([]*unit, 0, c.max)
 	for {
 		select {
 		case <-c.stop:
 			return
 		case u := <-c.queue:
-			batch = append(batch[:0], u)
-		drain:
-			for len(batch) < c.max {
-				select {
-				case u := <-c.queue:
-					batch = append(batch, u)
-				default:
-					break drain
-				}
-			}
-			c.run(batch)
-			clear(batch)
+			c.run([]*unit{u})
 		}
 	}
 }

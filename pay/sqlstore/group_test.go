@@ -51,6 +51,16 @@ func count(t *testing.T, db *sql.DB, table string) int {
 	return n
 }
 
+// insertThenDuplicate inserts t 2, then t 1 again, which fails: a unit
+// whose first statement must be rolled back with it.
+func insertThenDuplicate(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO t (id) VALUES (2)`); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO t (id) VALUES (1)`) // duplicate: fails
+	return err
+}
+
 // runBatch runs fns as one batch of the committer and returns their
 // answers.
 func runBatch(c *committer, fns ...func(ctx context.Context, tx *sql.Tx) error) []error {
@@ -73,13 +83,7 @@ func TestGroupFailingUnitAlone(t *testing.T) {
 	c := &committer{db: db, timeout: 5 * time.Second, max: 64}
 	errs := runBatch(c,
 		insert(`INSERT INTO t (id) VALUES (1)`),
-		func(ctx context.Context, tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO t (id) VALUES (2)`); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO t (id) VALUES (1)`) // duplicate: fails
-			return err
-		},
+		insertThenDuplicate,
 		insert(`INSERT INTO t (id) VALUES (3)`),
 	)
 	if errs[0] != nil || errs[1] == nil || errs[2] != nil {
@@ -210,19 +214,13 @@ func TestGroupLateUnitsJoinTheCommit(t *testing.T) {
 }
 
 // TestGroupLateUnitFailsAlone: a late unit whose statement fails is
-// rolled back to its savepoint; the unit that ran first without one, and
-// the other late unit, commit.
+// rolled back to its savepoint; the unit that ran first, without one,
+// commits.
 func TestGroupLateUnitFailsAlone(t *testing.T) {
 	db := groupDB(t)
 	c := &committer{db: db, timeout: 5 * time.Second, max: 64, queue: make(chan *unit)}
 	errs, _ := lateBatch(t, c, insert(`INSERT INTO t (id) VALUES (1)`),
-		func(ctx context.Context, tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO t (id) VALUES (2)`); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO t (id) VALUES (1)`) // duplicate: fails
-			return err
-		})
+		insertThenDuplicate)
 	if errs[0] != nil || errs[1] == nil {
 		t.Fatalf("answers = %v, want nil and an error", errs)
 	}
