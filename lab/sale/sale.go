@@ -396,6 +396,10 @@ func (e *Experiment) institution(ctx context.Context, r *rig, opened time.Time, 
 	}
 }
 
+// restartFor is how long a fault's restart of a part keeps trying: longer
+// than the other faults' cuts (3 s), which may overlap it.
+const restartFor = 20 * time.Second
+
 // fault injects one fault and returns once the part is back.
 func (r *rig) fault(ctx context.Context, f string, d *dbs) error {
 	restart := func(p *proc, after time.Duration) error {
@@ -403,16 +407,20 @@ func (r *rig) fault(ctx context.Context, f string, d *dbs) error {
 		sleep(ctx, after)
 		// The parts' ports lie outside the ephemeral range, so no outgoing
 		// connection takes one while its part is down; a start can still
-		// fail on a starved machine (not healthy in time): try a few times.
+		// fail on a starved machine (not healthy in time) or while another
+		// fault has cut its database (it exits at start): start it again
+		// every second, as a supervisor would, for up to restartFor.
 		var err error
-		for try := 0; try < 3; try++ {
+		for until := time.Now().Add(restartFor); ; {
 			if err = p.start(context.WithoutCancel(ctx)); err == nil {
 				return nil
+			}
+			if time.Now().After(until) || ctx.Err() != nil {
+				return err
 			}
 			r.logf("sale: %v; starting it again", err)
 			sleep(ctx, time.Second)
 		}
-		return err
 	}
 	switch f {
 	case FaultWaitroomKill:
